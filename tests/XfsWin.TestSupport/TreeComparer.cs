@@ -269,9 +269,22 @@ public static class TreeComparer
         ctx.Add(new TreeDifference(path, "entry file type", expected.ToString(), actual.ToString()));
     }
 
+    // As root the kernel lists an ACL twice: as system.posix_acl_* (Linux xattr form) and as the raw
+    // on-disk attribute trusted.SGI_ACL_* (XFS form). XfsWin names it system.posix_acl_* only
+    // (XattrNames.ToLinuxName); its value must be exactly one of the two forms the kernel showed.
+    private static readonly (string System, string Trusted)[] AclAliases =
+        [("system.posix_acl_access", "trusted.SGI_ACL_FILE"), ("system.posix_acl_default", "trusted.SGI_ACL_DEFAULT")];
+
     private static void CompareXattrs(Context ctx, ManifestEntry e)
     {
         var p = e.Printable;
+        var expected = new Dictionary<string, byte[]>(e.Xattrs, StringComparer.Ordinal);
+        var onDiskAcl = new Dictionary<string, byte[]>(StringComparer.Ordinal);
+        foreach (var (sys, trusted) in AclAliases)
+        {
+            if (expected.ContainsKey(sys) && expected.Remove(trusted, out var raw))
+                onDiskAcl[sys] = raw;
+        }
         ctx.Try(p, "listxattr", () =>
         {
             var list = ctx.Volume.ListXattrs(e.Ino);
@@ -284,7 +297,7 @@ public static class TreeComparer
                     ctx.Add(new TreeDifference(p, $"xattr {name}", "listed once", "listed twice"));
                     continue;
                 }
-                if (!e.Xattrs.TryGetValue(name, out var want))
+                if (!expected.TryGetValue(name, out var want))
                 {
                     ctx.Add(new TreeDifference(p, $"xattr {name}", "absent", $"present ({x.ValueLength} bytes)"));
                     continue;
@@ -298,12 +311,14 @@ public static class TreeComparer
                     }
                     if (value.Length != x.ValueLength)
                         ctx.Add(new TreeDifference(p, $"xattr {name} length", $"ListXattrs said {x.ValueLength}", $"{value.Length}"));
-                    if (name.StartsWith("system.posix_acl_", StringComparison.Ordinal))
+                    if (onDiskAcl.TryGetValue(name, out var raw))
                     {
-                        var wantAcl = PosixAcl.Describe(want);
-                        var gotAcl = PosixAcl.Describe(value);
-                        if (wantAcl is null || wantAcl != gotAcl)
-                            ctx.Add(new TreeDifference(p, $"xattr {name} (ACL)", wantAcl ?? Convert.ToHexString(want), gotAcl ?? "unparsable " + Convert.ToHexString(value)));
+                        if (!value.AsSpan().SequenceEqual(want) && !value.AsSpan().SequenceEqual(raw))
+                        {
+                            ctx.Add(new TreeDifference(p, $"xattr {name} (ACL)",
+                                $"{Convert.ToHexString(want)} (Linux form) or {Convert.ToHexString(raw)} (on-disk form) = {PosixAcl.Describe(want)}",
+                                $"{Convert.ToHexString(value)} = {PosixAcl.Describe(value) ?? "unparsable"}"));
+                        }
                     }
                     else
                     {
@@ -311,10 +326,10 @@ public static class TreeComparer
                     }
                 });
             }
-            foreach (var name in e.Xattrs.Keys)
+            foreach (var name in expected.Keys)
             {
                 if (!seen.Contains(name))
-                    ctx.Add(new TreeDifference(p, $"xattr {name}", $"present ({e.Xattrs[name].Length} bytes)", "absent"));
+                    ctx.Add(new TreeDifference(p, $"xattr {name}", $"present ({expected[name].Length} bytes)", "absent"));
             }
         });
     }
