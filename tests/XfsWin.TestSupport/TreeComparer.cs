@@ -136,31 +136,22 @@ public static class TreeComparer
             ctx.Check(p, "size", e.Size, a.Size);
             if (e.Blocks is { } blocks)
                 ctx.Check(p, "allocated bytes (st_blocks*512)", blocks * 512, a.AllocatedBytes);
-            CheckTime(ctx, p, "atime", e.AtimeNs, a.AccessTime);
-            CheckTime(ctx, p, "mtime", e.MtimeNs, a.ModifyTime);
-            CheckTime(ctx, p, "ctime", e.CtimeNs, a.ChangeTime);
+            CheckTime(ctx, p, "atime", e.Atime, a.AccessTime);
+            CheckTime(ctx, p, "mtime", e.Mtime, a.ModifyTime);
+            CheckTime(ctx, p, "ctime", e.Ctime, a.ChangeTime);
             if (e.BtimeKnown)
-            {
-                if (e.BtimeNs is { } bt)
-                    CheckTime(ctx, p, "crtime", bt, a.CreationTime ?? new XfsTimestamp(long.MinValue, 0), a.CreationTime is null ? "none" : null);
-                else
-                    ctx.Check(p, "crtime", "none", a.CreationTime is { } c ? Ns(c).ToString() : "none");
-            }
+                ctx.Check(p, "crtime", e.Btime?.ToString() ?? "none", a.CreationTime is { } c ? $"{c.Seconds}.{c.Nanoseconds:D9}" : "none");
             ctx.Check(p, "rdev major", e.RdevMajor, a.DeviceMajor);
             ctx.Check(p, "rdev minor", e.RdevMinor, a.DeviceMinor);
         });
     }
 
-    private static long Ns(XfsTimestamp t) => t.Seconds * 1_000_000_000L + t.Nanoseconds;
-
-    private static void CheckTime(Context ctx, string path, string field, long? expectedNs, XfsTimestamp actual, string? actualText = null)
+    private static void CheckTime(Context ctx, string path, string field, ManifestTime? expected, XfsTimestamp actual)
     {
-        if (expectedNs is not { } ns)
+        if (expected is not { } t)
             return;
-        var sec = Math.DivRem(ns, 1_000_000_000L, out var rem);
-        if (rem < 0) { sec--; rem += 1_000_000_000L; }
-        if (actual.Seconds != sec || actual.Nanoseconds != rem)
-            ctx.Add(new TreeDifference(path, field, $"{sec}.{rem:D9}", actualText ?? $"{actual.Seconds}.{actual.Nanoseconds:D9}"));
+        if (actual.Seconds != t.Seconds || actual.Nanoseconds != t.Nanoseconds)
+            ctx.Add(new TreeDifference(path, field, t.ToString(), $"{actual.Seconds}.{actual.Nanoseconds:D9}"));
     }
 
     private static void CompareContents(Context ctx, ManifestEntry e, CancellationToken ct)
@@ -430,6 +421,6 @@ public static class PosixAcl
         return string.Join(",", entries
             .Select(e => (e.Tag, e.Perm, Id: e.Tag is AclUser or AclGroup ? e.Id : -1))
             .Order()
-            .Select(e => $"{e.Tag:x}:{e.Perm:o}:{e.Id}"));
+            .Select(e => $"{e.Tag:x}:{Convert.ToString(e.Perm, 8)}:{e.Id}"));
     }
 }
