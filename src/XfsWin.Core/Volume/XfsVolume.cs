@@ -69,7 +69,7 @@ public sealed partial class XfsVolume : IDisposable
     public static XfsVolume Open(string source, VolumeOpenOptions? options = null)
     {
         options ??= new VolumeOpenOptions();
-        var device = SourceOpener.Open(source, writable: false);
+        var device = PartitionSpec.Open(source, options.Partition, writable: false);
         try
         {
             return Open(device, options, ownsDevice: true);
