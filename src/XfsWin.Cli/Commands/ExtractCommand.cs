@@ -127,9 +127,12 @@ public static class ExtractCommand
                 Failed(imageDir, e);
                 return;
             }
+            bool dotSeen = false, dotDotSeen = false;
             foreach (var e in entries)
             {
-                if (e.Name is [(byte)'.'] or [(byte)'.', (byte)'.']) continue;
+                // The first "." and ".." are the directory's own links; any further one is a crafted entry.
+                if (e.Name is [(byte)'.'] && !dotSeen) { dotSeen = true; continue; }
+                if (e.Name is [(byte)'.', (byte)'.'] && !dotDotSeen) { dotDotSeen = true; continue; }
                 string display = CommandSupport.JoinPath(imageDir, Formatting.DisplayName(e.Name));
                 if (!IsSafeName(e.Name, out string why))
                 {

@@ -123,7 +123,7 @@ public static class InfoCommand
         {
             string type = p.ExtendedContainer ? p.Type + " [container]" : p.Type;
             string xfs = p.HoldsXfs ? "yes" : "-";
-            string name = string.Join("  ", new[] { p.Label is { Length: > 0 } ? $"label '{p.Label}'" : null, p.Name is { Length: > 0 } ? $"name '{p.Name}'" : null, p.Uuid is null ? null : $"uuid {p.Uuid}" }.Where(s => s is not null));
+            string name = string.Join("  ", new[] { p.Label is { Length: > 0 } ? $"label '{p.Label}'" : null, p.Name is { Length: > 0 } ? $"name '{p.Name}'" : null, p.Uuid is null ? null : $"fs uuid {p.Uuid}" }.Where(s => s is not null));
             o.WriteLine($"{p.Number,3}  {p.StartByte,14}  {Progress.FormatBytes(p.LengthBytes),12}  {type,-28}  {xfs,-3}  {name}");
             if (p.Problem is not null) o.WriteLine($"     problem: {p.Problem}");
         }
