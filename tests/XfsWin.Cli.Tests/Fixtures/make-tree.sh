@@ -34,8 +34,9 @@ for i in $(seq 1 300); do echo "$i" > "many/entry-number-$i"; done
 long=$(printf 'L%.0s' $(seq 1 255)); echo long > "dir/$long"
 echo bytes > "$(printf 'latin1-\xe9-name')"
 echo space > "dir/name with spaces"
-chmod 4755 big.bin; chmod 2750 dir/sub; chmod 1777 sticky; chmod 0000 empty; chmod 0640 dir/hello.txt
+# chown before chmod: chown clears setuid/setgid.
 chown 1000:1000 dir/hello.txt; chown 65534:100 big.bin; chown -h 4321:8765 rel-link; chown 123:456 dir/sub
+chmod 4755 big.bin; chmod 2750 dir/sub; chmod 1777 sticky; chmod 0000 empty; chmod 0640 dir/hello.txt
 setfattr -n user.color -v blue dir/hello.txt
 setfattr -n user.binary -v 0x00ff10ab big.bin
 head -c 3000 /dev/urandom > /tmp/xattr-big.$$; setfattr -n user.large -v "0x$(xxd -p /tmp/xattr-big.$$ | tr -d '\n')" dir/sub/lines.txt; rm /tmp/xattr-big.$$

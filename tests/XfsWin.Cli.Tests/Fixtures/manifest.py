@@ -40,6 +40,10 @@ for rel, st in records:
             groups.setdefault(st.st_ino, rel)
             fields.append("linkgroup=%r" % groups[st.st_ino])
     for name in sorted(os.listxattr(full, follow_symlinks=False)):
+        # XFS keeps ACLs as trusted.SGI_ACL_FILE/DEFAULT and recent kernels list those raw names
+        # too; system.posix_acl_* below carries the same ACL in the form every file system takes.
+        if name in ("trusted.SGI_ACL_FILE", "trusted.SGI_ACL_DEFAULT"):
+            continue
         fields.append("xattr:%s=%s" % (name, os.getxattr(full, name, follow_symlinks=False).hex()))
     lines.append(fields)
 for (rel, st), fields in zip(records, lines):
