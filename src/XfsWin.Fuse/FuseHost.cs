@@ -17,8 +17,8 @@ namespace XfsWin.Fuse;
 public sealed unsafe class FuseHost : IDisposable
 {
     private const int ReadBufferSize = 1 << 20; // FUSE's largest request (256 pages) fits in one pooled buffer.
-    private const int DirentPlusNameOffset = 152; // offsetof(struct fuse_direntplus, dirent.name); checked by a test.
-    private const int DirentNameOffset = 24;      // offsetof(struct fuse_dirent, name); checked by a test.
+    internal const int DirentPlusNameOffset = 152; // offsetof(struct fuse_direntplus, dirent.name); checked by a test.
+    internal const int DirentNameOffset = 24;      // offsetof(struct fuse_dirent, name); checked by a test.
     private const int MaxLoggedErrors = 200;
 
     private static readonly FuseLowLevelOps s_ops = CreateOps();
