@@ -346,7 +346,10 @@ public sealed unsafe class FuseHost : IDisposable
         {
             var wanted = FuseConstants.FUSE_CAP_ASYNC_READ | FuseConstants.FUSE_CAP_READDIRPLUS |
                          FuseConstants.FUSE_CAP_READDIRPLUS_AUTO | FuseConstants.FUSE_CAP_PARALLEL_DIROPS |
-                         FuseConstants.FUSE_CAP_CACHE_SYMLINKS;
+                         FuseConstants.FUSE_CAP_CACHE_SYMLINKS |
+                         // ACLs are served in the Linux format; with this the kernel also enforces
+                         // them (and the mode bits) itself, as it does for its own XFS.
+                         FuseConstants.FUSE_CAP_POSIX_ACL;
             conn->want |= wanted & conn->capable;
             // Nothing changes behind the kernel's back on a read-only mount: no need to revalidate cached pages.
             conn->want &= ~FuseConstants.FUSE_CAP_AUTO_INVAL_DATA;
@@ -686,6 +689,12 @@ public sealed unsafe class FuseHost : IDisposable
                 FuseNative.fuse_reply_err(req, ENODATA);
                 return;
             }
+            if (linuxName.StartsWith("system.posix_acl_", StringComparison.Ordinal))
+            {
+                // Stored in XFS's own ACL format; the VFS wants the Linux one.
+                value = PosixAclXattr.FromXfs(value) ?? throw new XfsException(XfsError.Corrupt,
+                    $"the POSIX ACL stored in {linuxName} of inode {host.ToXfsInode(ino)} is malformed. Run xfs_repair on this volume from Linux.");
+            }
             if (size == 0)
                 FuseNative.fuse_reply_xattr(req, (nuint)value.Length);
             else if ((nuint)value.Length > size)
@@ -713,11 +722,19 @@ public sealed unsafe class FuseHost : IDisposable
             var list = new ArrayBufferWriter(256);
             foreach (var entry in entries)
             {
-                var linuxName = entry.LinuxName;
                 if (entry.Namespace == XattrNamespace.Parent)
                     continue;
-                if (!callerIsRoot && linuxName.StartsWith("trusted.", StringComparison.Ordinal))
+                var linuxName = entry.LinuxName;
+                if (entry.Namespace == XattrNamespace.Trusted)
+                {
+                    // Like the kernel's XFS: the stored ACLs show up as system.posix_acl_* to
+                    // everyone and, like every trusted.* name, under their own name to root.
+                    if (linuxName.StartsWith("system.", StringComparison.Ordinal))
+                        list.AppendNulTerminated(linuxName);
+                    if (callerIsRoot)
+                        list.AppendNulTerminated("trusted." + Encoding.UTF8.GetString(entry.Name));
                     continue;
+                }
                 list.AppendNulTerminated(linuxName);
             }
             if (size == 0)
