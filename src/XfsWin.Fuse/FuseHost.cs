@@ -384,7 +384,7 @@ public sealed unsafe class FuseHost : IDisposable
         }
         catch (Exception ex)
         {
-            ReplyError(req, ex, "lookup", parent);
+            ReplyError(req, ex, $"lookup of '{Encoding.UTF8.GetString(MemoryMarshal.CreateReadOnlySpanFromNullTerminated(name))}' in directory", parent);
         }
     }
 
@@ -633,7 +633,7 @@ public sealed unsafe class FuseHost : IDisposable
             attributes = _volume.GetAttributes(inode);
             return true;
         }
-        catch (XfsException e)
+        catch (Exception e)
         {
             ErrnoFor(e, "readdirplus (entry attributes)", inode);
             attributes = default;
