@@ -59,6 +59,16 @@ public sealed class FuseTreeTests(TreeMounts mounts) : IClassFixture<TreeMounts>
     private static string Cut(string s, int max) => s.Length <= max ? s : s[..max] + "...";
 
     [Fact]
+    public void Manifest_of_the_fuse_mount_equals_the_kernels()
+    {
+        var kernel = ManifestComparison.Take(mounts.K);
+        var fuse = ManifestComparison.Take(mounts.F);
+        Assert.True(kernel.Entries.Count > 6000, $"the kernel manifest has only {kernel.Entries.Count} entries");
+        var diffs = ManifestComparison.Differences(kernel, fuse);
+        Assert.True(diffs.Count == 0, ManifestComparison.Format(diffs));
+    }
+
+    [Fact]
     public void Every_inode_has_the_same_metadata_as_under_the_kernel()
     {
         // path, type, mode, uid, gid, size, nlink, inode number, 512-byte blocks, atime, mtime, ctime (ns), link target
