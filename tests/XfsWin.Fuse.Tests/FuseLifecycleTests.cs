@@ -174,3 +174,34 @@ public sealed class FuseLifecycleTests
         }
     }
 }
+
+/// <summary>The committed sample (samples/sample.xfs.zst) mounts and shows what the kernel shows.</summary>
+public sealed class SampleVolumeTests
+{
+    [Fact]
+    public void Bundled_sample_mounts_and_matches_the_kernel()
+    {
+        var dir = Shell.MakeTempDirectory("xfswin-sample-test");
+        try
+        {
+            var img = Path.Combine(dir, "sample.xfs.img");
+            var zst = Path.Combine(XfsWin.TestSupport.OracleImages.RepoRoot, "samples", "sample.xfs.zst");
+            Assert.True(new FileInfo(zst).Length < 1_000_000, "the committed sample must stay under 1 MB");
+            var r = Shell.Run("zstd", ["-d", "-q", zst, "-o", img]);
+            Assert.True(r.ExitCode == 0, r.Both);
+            XfsWin.TestSupport.KernelManifest kernel;
+            using (var k = new KernelMount(img))
+                kernel = ManifestComparison.Take(k.MountPoint);
+            using var f = new FuseMount(img);
+            var diffs = ManifestComparison.Differences(kernel, ManifestComparison.Take(f.MountPoint));
+            Assert.True(diffs.Count == 0, ManifestComparison.Format(diffs));
+            Assert.Contains(kernel.Entries, e => e.Printable.Contains("日本語", StringComparison.Ordinal));
+            Assert.Equal("docs/hello.txt", new FileInfo(Path.Combine(f.MountPoint, "hello-link")).LinkTarget);
+            Assert.Equal("Hello from XFS!\n", File.ReadAllText(Path.Combine(f.MountPoint, "hello-link")));
+        }
+        finally
+        {
+            Directory.Delete(dir, recursive: true);
+        }
+    }
+}
