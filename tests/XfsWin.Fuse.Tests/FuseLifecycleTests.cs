@@ -149,7 +149,7 @@ public sealed class FuseLifecycleTests
             var img = Path.Combine(dir, "corrupt.img");
             Shell.Bash($"cp --sparse=always {Q(TestImages.Tree)} {Q(img)}");
             // Find small.txt's inode and its byte address with xfs_db, then clear the mode's low byte on disk.
-            var small = Shell.Bash($"mp=$(mktemp -d); mount -o loop,ro {Q(img)} $mp; stat -c %i $mp/small.txt; umount $mp; rmdir $mp").Trim();
+            var small = Shell.Bash($"mp=$(mktemp -d); mount -o loop,ro,nouuid {Q(img)} $mp; stat -c %i $mp/small.txt; umount $mp; rmdir $mp").Trim();
             var daddr = Shell.Bash($"xfs_db -r -c 'inode {small}' -c 'daddr' {Q(img)}").Trim();
             var sector = long.Parse(daddr.Split(' ')[^1], System.Globalization.CultureInfo.InvariantCulture);
             // daddr names the inode's 512-byte sector; with 512-byte inodes the inode starts there.

@@ -34,7 +34,7 @@ internal static class TestImages
     }
 }
 
-/// <summary>A kernel XFS loop mount, read-only: the oracle.</summary>
+/// <summary>A kernel XFS loop mount, read-only: the oracle. nouuid: copies of one image may be mounted at once.</summary>
 internal sealed class KernelMount : IDisposable
 {
     public KernelMount(string image)
@@ -42,7 +42,7 @@ internal sealed class KernelMount : IDisposable
         MountPoint = Shell.MakeTempDirectory("xfswin-kernel");
         try
         {
-            Shell.Bash($"mount -t xfs -o loop,ro {MountCommandProcessTests.Quote(image)} {MountCommandProcessTests.Quote(MountPoint)}");
+            Shell.Bash($"mount -t xfs -o loop,ro,nouuid {MountCommandProcessTests.Quote(image)} {MountCommandProcessTests.Quote(MountPoint)}");
         }
         catch
         {
