@@ -1,4 +1,3 @@
-using System.Collections.Concurrent;
 using XfsWin.Attributes;
 using XfsWin.Device;
 using XfsWin.Directories;
@@ -23,7 +22,7 @@ public sealed partial class XfsVolume : IDisposable
     private readonly InodeCache _inodes;
     private readonly DirectoryReader _directories;
     private readonly AttributeReader _attributes;
-    private readonly ConcurrentDictionary<ulong, ExtentMap> _dataMaps = new();
+    private readonly ExtentMapCache _maps;
     private readonly AgSummary _agSummary;
     private readonly VolumeInfo _info;
 
@@ -34,8 +33,9 @@ public sealed partial class XfsVolume : IDisposable
         _ownsDevice = ownsDevice;
         _mount = mount;
         _inodes = new InodeCache(mount);
-        _directories = new DirectoryReader(mount);
-        _attributes = new AttributeReader(mount);
+        _maps = new ExtentMapCache(mount);
+        _directories = new DirectoryReader(mount, _maps);
+        _attributes = new AttributeReader(mount, _maps);
         _agSummary = agSummary;
         var sb = mount.Superblock;
         _info = new VolumeInfo
@@ -69,7 +69,7 @@ public sealed partial class XfsVolume : IDisposable
     public static XfsVolume Open(string source, VolumeOpenOptions? options = null)
     {
         options ??= new VolumeOpenOptions();
-        var device = SourceOpener.Open(source, writable: false);
+        var device = PartitionSpec.Open(source, options.Partition, writable: false);
         try
         {
             return Open(device, options, ownsDevice: true);
@@ -357,8 +357,7 @@ public sealed partial class XfsVolume : IDisposable
             throw new XfsException(XfsError.Unsupported, $"inode {inode} stores its data on the realtime device, which XfsWin cannot read yet");
         if (offset >= ino.Size || requested == 0) return (ino, null!, 0);
         int length = (int)Math.Min(requested, ino.Size - offset);
-        var map = _dataMaps.GetOrAdd(inode, static (_, state) => new ExtentMap(state.Mount, state.Inode, ForkKind.Data), (Mount: _mount, Inode: ino));
-        if (_dataMaps.Count > 4096) _dataMaps.Clear();
+        var map = _maps.Get(ino, ForkKind.Data);
         return (ino, map, length);
     }
 
