@@ -86,6 +86,8 @@ public sealed class Sid : IEquatable<Sid>
 
     public bool Equals(Sid? other) => other is not null && _bytes.AsSpan().SequenceEqual(other._bytes);
     public override bool Equals(object? obj) => Equals(obj as Sid);
+    public static bool operator ==(Sid? left, Sid? right) => left is null ? right is null : left.Equals(right);
+    public static bool operator !=(Sid? left, Sid? right) => !(left == right);
     public override int GetHashCode()
     {
         var h = new HashCode();
