@@ -1,4 +1,11 @@
+using System.Collections.Concurrent;
+using XfsWin.Attributes;
 using XfsWin.Device;
+using XfsWin.Directories;
+using XfsWin.Extents;
+using XfsWin.Format;
+using XfsWin.Inodes;
+using XfsWin.Metadata;
 
 namespace XfsWin.Volume;
 
@@ -9,57 +16,329 @@ namespace XfsWin.Volume;
 /// </summary>
 public sealed partial class XfsVolume : IDisposable
 {
+    private const int MaxSymlinkHops = 40;
+    private readonly IBlockDevice _device;
+    private readonly bool _ownsDevice;
+    private readonly MountContext _mount;
+    private readonly InodeCache _inodes;
+    private readonly DirectoryReader _directories;
+    private readonly AttributeReader _attributes;
+    private readonly ConcurrentDictionary<ulong, ExtentMap> _dataMaps = new();
+    private readonly AgSummary _agSummary;
+    private readonly VolumeInfo _info;
+
+    private XfsVolume(IBlockDevice device, bool ownsDevice, MountContext mount, AgSummary agSummary, LogState logState,
+        IReadOnlyList<string> warnings, IReadOnlyList<string> readOnlyReasons)
+    {
+        _device = device;
+        _ownsDevice = ownsDevice;
+        _mount = mount;
+        _inodes = new InodeCache(mount);
+        _directories = new DirectoryReader(mount);
+        _attributes = new AttributeReader(mount);
+        _agSummary = agSummary;
+        var sb = mount.Superblock;
+        _info = new VolumeInfo
+        {
+            Label = sb.Label,
+            Uuid = sb.Uuid,
+            FormatVersion = sb.IsV5 ? 5 : 4,
+            BlockSize = (int)sb.BlockSize,
+            SectorSize = sb.SectorSize,
+            InodeSize = sb.InodeSize,
+            DirectoryBlockSize = sb.DirectoryBlockSize,
+            AgCount = sb.AgCount,
+            AgBlocks = sb.AgBlocks,
+            DataBlocks = sb.DataBlocks,
+            FreeBlocks = agSummary.FreeBlocks,
+            InodeCount = agSummary.Inodes,
+            FreeInodes = agSummary.FreeInodes,
+            RootInode = sb.RootIno,
+            RealtimeBlocks = sb.RtBlocks,
+            LogBlocks = sb.LogBlocks,
+            ExternalLog = sb.LogStart == 0,
+            LogState = logState,
+            Features = sb.FeatureNames(),
+            IoMode = device.IoMode,
+            ReadOnlyReasons = readOnlyReasons,
+            Warnings = warnings,
+        };
+    }
+
     /// <summary>Opens a source: an image file or disk path, optionally with a partition suffix (<c>disk.img@2</c>).</summary>
-    public static XfsVolume Open(string source, VolumeOpenOptions? options = null) => throw Pending();
+    public static XfsVolume Open(string source, VolumeOpenOptions? options = null)
+    {
+        options ??= new VolumeOpenOptions();
+        var device = SourceOpener.Open(source, writable: false);
+        try
+        {
+            return Open(device, options, ownsDevice: true);
+        }
+        catch
+        {
+            device.Dispose();
+            throw;
+        }
+    }
 
     /// <summary>Opens a volume on a device the caller owns (it is disposed with the volume when <paramref name="ownsDevice"/>).</summary>
-    public static XfsVolume Open(IBlockDevice device, VolumeOpenOptions? options = null, bool ownsDevice = true) => throw Pending();
+    public static XfsVolume Open(IBlockDevice device, VolumeOpenOptions? options = null, bool ownsDevice = true)
+    {
+        options ??= new VolumeOpenOptions();
+        var sector = new byte[Math.Max(512, Math.Min(device.SectorSize, 4096))];
+        if (device.Length < 512)
+            throw new XfsException(XfsError.NotXfs, $"the source is only {device.Length} bytes: not an XFS volume");
+        device.Read(0, sector.AsSpan(0, Math.Min(sector.Length, (int)Math.Min(device.Length, sector.Length))));
+        var view = new SuperblockView(sector);
+        if (view.MagicNumber != SuperblockView.Magic)
+            throw new XfsException(XfsError.NotXfs, "no XFS superblock at the start of the source: it is not an XFS volume (for a whole disk, name a partition: disk.img@N; `xfswin info` lists them)");
+        if (view.SectSize > sector.Length && view.SectSize <= 32768 && view.SectSize <= device.Length)
+        {
+            sector = new byte[view.SectSize];
+            device.Read(0, sector);
+        }
+        var check = Superblock.Verify(sector);
+        if (!check.IsOk) throw new XfsCorruptionException("primary superblock", 0, check.ToString());
+        var sb = Superblock.Decode(sector);
 
-    public VolumeInfo Info => throw Pending();
+        uint unknownIncompat = sb.Incompat & ~SuperblockFeatures.IncompatKnown;
+        if (unknownIncompat != 0)
+        {
+            int bit = System.Numerics.BitOperations.TrailingZeroCount(unknownIncompat);
+            throw new XfsException(XfsError.Unsupported,
+                $"this volume uses an incompatible feature XfsWin does not know ({SuperblockFeatures.IncompatName(bit)}); " +
+                "reading it could show wrong data, so it was not opened. Use a newer XfsWin or Linux.");
+        }
+        if ((sb.Incompat & SuperblockFeatures.IncompatNeedsRepair) != 0)
+            throw new XfsException(XfsError.NeedsRepair, "the volume is marked as needing repair (NEEDSREPAIR): run xfs_repair on it from Linux first.");
+        if ((sb.Incompat & SuperblockFeatures.IncompatZoned) != 0)
+            throw new XfsException(XfsError.Unsupported, "zoned realtime volumes are not supported yet.");
+        if (sb.InodeSize > (int)sb.BlockSize)
+            throw new XfsException(XfsError.Unsupported, "inodes larger than a block are not supported.");
+        long needed = (long)(sb.DataBlocks << sb.BlockLog);
+        if (device.Length < needed)
+            throw new XfsException(XfsError.IoError, $"the source holds {device.Length} bytes but the volume is {needed} bytes: the image is truncated. Copy the whole disk or partition.");
 
-    public ulong RootInode => throw Pending();
+        var warnings = new List<string>();
+        var readOnly = new List<string> { "the write path is not available yet: every open is read-only" };
+        if (sb.RtBlocks > 0) warnings.Add($"the volume has a realtime section ({sb.RtBlocks} blocks) on another device; files stored there cannot be read");
+        if (sb.HasAsciiCi) warnings.Add("ascii-ci (case-insensitive names) volume");
+
+        var (effective, logState) = PrepareLog(device, sb, options, warnings, readOnly);
+        var mount = new MountContext(effective, sb, options.MetadataCacheBytes);
+        var summary = AgSummary.Read(mount, warnings);
+        return new XfsVolume(device, ownsDevice, mount, summary, logState, warnings, readOnly);
+    }
+
+    public VolumeInfo Info => _info;
+
+    public ulong RootInode => _mount.Superblock.RootIno;
 
     /// <summary>True when this open cannot write (always, until the write path lands).</summary>
     public bool IsReadOnly => true;
 
-    /// <summary>Set once any corruption was found; the volume then stays read-only.</summary>
-    public bool IsHealthy => throw Pending();
+    /// <summary>False once any corruption was found; the volume then stays read-only.</summary>
+    public bool IsHealthy => _mount.Health.IsHealthy;
 
-    public InodeAttributes GetAttributes(ulong inode) => throw Pending();
+    /// <summary>The first corruption found, if any.</summary>
+    public XfsCorruptionException? FirstCorruption => _mount.Health.FirstCorruption;
+
+    internal MountContext Mount => _mount;
+
+    public InodeAttributes GetAttributes(ulong inode) => _inodes.Get(inode).Attributes;
 
     /// <summary>Looks a name up in a directory by hash (not by scanning). False when absent.</summary>
-    public bool TryLookup(ulong directoryInode, ReadOnlySpan<byte> name, out ulong inode) => throw Pending();
+    public bool TryLookup(ulong directoryInode, ReadOnlySpan<byte> name, out ulong inode)
+    {
+        if (name.Length > 255) throw new XfsException(XfsError.NameTooLong, "names are at most 255 bytes in XFS");
+        return _directories.TryLookup(_inodes.Get(directoryInode), name, out inode);
+    }
 
     /// <summary>Resolves a '/'-separated path from the root. Symlinks in the middle are followed (within the volume); the last one only when asked.</summary>
-    public ulong ResolvePath(string path, bool followFinalSymlink = false) => throw Pending();
+    public ulong ResolvePath(string path, bool followFinalSymlink = false)
+    {
+        ArgumentNullException.ThrowIfNull(path);
+        var pending = new Stack<string>(Split(path).Reverse());
+        var trail = new List<ulong> { RootInode };
+        int hops = 0;
+        while (pending.Count > 0)
+        {
+            string part = pending.Pop();
+            ulong current = trail[^1];
+            if (part == ".") continue;
+            if (part == "..")
+            {
+                if (trail.Count > 1) trail.RemoveAt(trail.Count - 1);
+                continue;
+            }
+            var dir = _inodes.Get(current);
+            if (!dir.IsDirectory) throw new XfsException(XfsError.NotADirectory, $"'{path}': a component before '{part}' is not a directory");
+            var nameBytes = System.Text.Encoding.UTF8.GetBytes(part);
+            if (nameBytes.Length > 255) throw new XfsException(XfsError.NameTooLong, $"'{part}' is longer than 255 bytes");
+            if (!_directories.TryLookup(dir, nameBytes, out ulong child))
+                throw new XfsException(XfsError.NotFound, $"'{path}' not found: no '{part}' in its directory");
+            var childInode = _inodes.Get(child);
+            if (childInode.IsSymlink && (pending.Count > 0 || followFinalSymlink))
+            {
+                if (++hops > MaxSymlinkHops) throw new XfsException(XfsError.SymlinkLoop, $"'{path}': too many levels of symbolic links");
+                string target = System.Text.Encoding.UTF8.GetString(SymlinkReader.Read(_mount, childInode));
+                if (target.StartsWith('/')) trail.RemoveRange(1, trail.Count - 1);
+                foreach (var t in Split(target).Reverse()) pending.Push(t);
+                continue;
+            }
+            trail.Add(child);
+        }
+        return trail[^1];
+    }
+
+    private static IEnumerable<string> Split(string path) =>
+        path.Replace('\\', '/').Split('/', StringSplitOptions.RemoveEmptyEntries);
 
     /// <summary>
-    /// Enumerates entries after <paramref name="cookie"/> (0 = from the start, including "." and "..").
-    /// Cookies are stable XFS directory offsets: valid across calls while the directory is unchanged.
+    /// Enumerates entries from <paramref name="cookie"/> (0 = from the start, including "." and "..").
+    /// Each entry carries the cookie that resumes just after it; cookies are stable XFS directory
+    /// offsets, valid across calls while the directory is unchanged.
     /// </summary>
     public void ReadDirectory<TVisitor>(ulong directoryInode, long cookie, ref TVisitor visitor)
-        where TVisitor : IDirectoryVisitor => throw Pending();
+        where TVisitor : IDirectoryVisitor =>
+        _directories.Enumerate(_inodes.Get(directoryInode), cookie, ref visitor);
 
-    /// <summary>All entries (convenience; allocates). Includes "." and "..".</summary>
-    public IReadOnlyList<DirectoryEntry> ListDirectory(ulong directoryInode) => throw Pending();
+    /// <summary>All entries (convenience; allocates). Includes "." and "..". File types are filled in even where the volume does not record them.</summary>
+    public IReadOnlyList<DirectoryEntry> ListDirectory(ulong directoryInode)
+    {
+        var collector = new Collector { Entries = [] };
+        ReadDirectory(directoryInode, 0, ref collector);
+        var list = collector.Entries;
+        for (int i = 0; i < list.Count; i++)
+        {
+            if (list[i].FileType == XfsFileType.Unknown)
+                list[i] = list[i] with { FileType = _inodes.Get(list[i].Inode).FileType };
+        }
+        return list;
+    }
+
+    private struct Collector : IDirectoryVisitor
+    {
+        public List<DirectoryEntry> Entries;
+        public bool Visit(ReadOnlySpan<byte> name, ulong inode, XfsFileType fileType, long nextCookie)
+        {
+            Entries.Add(new DirectoryEntry(name.ToArray(), inode, fileType, nextCookie));
+            return true;
+        }
+    }
 
     /// <summary>Reads file data at <paramref name="offset"/>; returns bytes read (0 at or past EOF). Holes and unwritten extents read as zeros.</summary>
-    public int Read(ulong inode, long offset, Span<byte> destination) => throw Pending();
+    public int Read(ulong inode, long offset, Span<byte> destination)
+    {
+        var (ino, map, length) = PrepareRead(inode, offset, destination.Length);
+        if (length == 0) return 0;
+        var sb = _mount.Superblock;
+        var dest = destination[..length];
+        long pos = offset;
+        while (dest.Length > 0)
+        {
+            ulong fileBlock = (ulong)(pos >> sb.BlockLog);
+            int n;
+            if (map.TryFind(fileBlock, out var ext, out ulong next))
+            {
+                long extentEnd = (long)(ext.FileEnd << sb.BlockLog);
+                n = (int)Math.Min(dest.Length, extentEnd - pos);
+                if (ext.Unwritten)
+                {
+                    dest[..n].Clear();
+                }
+                else
+                {
+                    long diskOffset = sb.FsbToByte(ext.StartBlock) + (pos - (long)(ext.FileOffset << sb.BlockLog));
+                    _mount.Device.Read(diskOffset, dest[..n]);
+                }
+            }
+            else
+            {
+                long holeEnd = next == ulong.MaxValue ? long.MaxValue : (long)(next << sb.BlockLog);
+                n = (int)Math.Min(dest.Length, holeEnd - pos);
+                dest[..n].Clear();
+            }
+            dest = dest[n..];
+            pos += n;
+        }
+        _ = ino;
+        return length;
+    }
 
-    public ValueTask<int> ReadAsync(ulong inode, long offset, Memory<byte> destination, CancellationToken cancellationToken = default) => throw Pending();
+    public async ValueTask<int> ReadAsync(ulong inode, long offset, Memory<byte> destination, CancellationToken cancellationToken = default)
+    {
+        var (_, map, length) = PrepareRead(inode, offset, destination.Length);
+        if (length == 0) return 0;
+        var sb = _mount.Superblock;
+        var dest = destination[..length];
+        long pos = offset;
+        while (dest.Length > 0)
+        {
+            ulong fileBlock = (ulong)(pos >> sb.BlockLog);
+            int n;
+            if (map.TryFind(fileBlock, out var ext, out ulong next))
+            {
+                n = (int)Math.Min(dest.Length, (long)(ext.FileEnd << sb.BlockLog) - pos);
+                if (ext.Unwritten)
+                    dest.Span[..n].Clear();
+                else
+                    await _mount.Device.ReadAsync(sb.FsbToByte(ext.StartBlock) + (pos - (long)(ext.FileOffset << sb.BlockLog)), dest[..n], cancellationToken).ConfigureAwait(false);
+            }
+            else
+            {
+                long holeEnd = next == ulong.MaxValue ? long.MaxValue : (long)(next << sb.BlockLog);
+                n = (int)Math.Min(dest.Length, holeEnd - pos);
+                dest.Span[..n].Clear();
+            }
+            dest = dest[n..];
+            pos += n;
+        }
+        return length;
+    }
+
+    private (Inode Inode, ExtentMap Map, int Length) PrepareRead(ulong inode, long offset, int requested)
+    {
+        if (offset < 0) throw new XfsException(XfsError.InvalidArgument, "negative file offset");
+        var ino = _inodes.Get(inode);
+        if (ino.IsDirectory) throw new XfsException(XfsError.IsADirectory, $"inode {inode} is a directory");
+        if (!ino.IsRegular) throw new XfsException(XfsError.InvalidArgument, $"inode {inode} is not a regular file");
+        if ((ino.Attributes.Flags & DinodeView.FlagRealtime) != 0)
+            throw new XfsException(XfsError.Unsupported, $"inode {inode} stores its data on the realtime device, which XfsWin cannot read yet");
+        if (offset >= ino.Size || requested == 0) return (ino, null!, 0);
+        int length = (int)Math.Min(requested, ino.Size - offset);
+        var map = _dataMaps.GetOrAdd(inode, static (_, state) => new ExtentMap(state.Mount, state.Inode, ForkKind.Data), (Mount: _mount, Inode: ino));
+        if (_dataMaps.Count > 4096) _dataMaps.Clear();
+        return (ino, map, length);
+    }
 
     /// <summary>The target of a symlink, as stored (bytes, not NUL-terminated).</summary>
-    public byte[] ReadLink(ulong inode) => throw Pending();
+    public byte[] ReadLink(ulong inode) => SymlinkReader.Read(_mount, _inodes.Get(inode));
 
     /// <summary>Extended attributes of an inode, parent pointers excluded unless asked.</summary>
-    public IReadOnlyList<XattrEntry> ListXattrs(ulong inode, bool includeParentPointers = false) => throw Pending();
+    public IReadOnlyList<XattrEntry> ListXattrs(ulong inode, bool includeParentPointers = false) =>
+        _attributes.List(_inodes.Get(inode), includeParentPointers);
 
     /// <summary>Value of one extended attribute; false when absent.</summary>
-    public bool TryGetXattr(ulong inode, XattrNamespace ns, ReadOnlySpan<byte> name, out byte[] value) => throw Pending();
+    public bool TryGetXattr(ulong inode, XattrNamespace ns, ReadOnlySpan<byte> name, out byte[] value) =>
+        _attributes.TryGet(_inodes.Get(inode), ns, name, out value);
 
-    public FileSystemStats GetStats() => throw Pending();
+    /// <summary>statfs(2) figures, computed as the Linux kernel reports them.</summary>
+    public FileSystemStats GetStats()
+    {
+        var sb = _mount.Superblock;
+        ulong logBlocks = sb.LogStart != 0 ? sb.LogBlocks : 0;
+        ulong total = sb.DataBlocks - logBlocks;
+        ulong free = _agSummary.FreeBlocks;
+        ulong maxInodes = _agSummary.Inodes + (free << sb.InoPBlog);
+        ulong files = Math.Min(maxInodes, (ulong)long.MaxValue);
+        ulong usedInodes = _agSummary.Inodes - _agSummary.FreeInodes;
+        return new FileSystemStats((int)sb.BlockSize, total, free, files, files - Math.Min(usedInodes, files), 255);
+    }
 
-    public void Dispose() { }
-
-    private static XfsException Pending() => new(XfsError.Unsupported, "the read path is being built");
+    public void Dispose()
+    {
+        if (_ownsDevice) _device.Dispose();
+        if (!ReferenceEquals(_mount.Device, _device)) _mount.Device.Dispose();
+    }
 }

@@ -1,0 +1,283 @@
+using System.ComponentModel;
+using System.Runtime.InteropServices;
+using Microsoft.Win32.SafeHandles;
+
+namespace XfsWin.Device;
+
+/// <summary>
+/// An image file or a raw disk, read with unbuffered I/O where the platform allows it:
+/// O_DIRECT on Linux, FILE_FLAG_NO_BUFFERING with overlapped I/O on Windows. When the host file
+/// system refuses unbuffered I/O (tmpfs, some FUSE and network file systems) it falls back to
+/// buffered I/O and says so in <see cref="IoMode"/>.
+/// Unaligned requests bounce through pooled aligned buffers; aligned ones go straight into the
+/// caller's memory.
+/// </summary>
+public sealed class FileBlockDevice : IBlockDevice
+{
+    private const int BounceSize = 1 << 20;
+    private readonly SafeFileHandle _handle;
+    private readonly AlignedBufferPool _bounce;
+    private readonly bool _direct;
+
+    private FileBlockDevice(SafeFileHandle handle, long length, int sectorSize, bool direct, bool writable, string ioMode)
+    {
+        _handle = handle;
+        Length = length;
+        SectorSize = sectorSize;
+        _direct = direct;
+        CanWrite = writable;
+        IoMode = ioMode;
+        _bounce = new AlignedBufferPool(BounceSize, Environment.ProcessorCount * 2);
+    }
+
+    public long Length { get; }
+    public int SectorSize { get; }
+    public bool CanWrite { get; }
+    public string IoMode { get; }
+
+    /// <summary>Opens a file or device. <paramref name="unbuffered"/> false forces buffered I/O.</summary>
+    public static FileBlockDevice Open(string path, bool writable = false, bool unbuffered = true)
+    {
+        if (!File.Exists(path) && !IsDevicePath(path))
+            throw new XfsException(XfsError.NotFound, $"'{path}' does not exist. Give the path of an XFS image file or disk.");
+        return OperatingSystem.IsWindows() ? WindowsDevice.Open(path, writable, unbuffered) : OpenUnix(path, writable, unbuffered);
+    }
+
+    private static bool IsDevicePath(string path) =>
+        path.StartsWith(@"\\.\", StringComparison.Ordinal) || path.StartsWith("/dev/", StringComparison.Ordinal);
+
+    private static FileBlockDevice OpenUnix(string path, bool writable, bool unbuffered)
+    {
+        string? fallbackReason = null;
+        if (unbuffered && OperatingSystem.IsLinux())
+        {
+            int flags = (writable ? LinuxNative.O_RDWR : LinuxNative.O_RDONLY) | LinuxNative.O_CLOEXEC | LinuxNative.ODirect;
+            int fd = LinuxNative.open(path, flags);
+            if (fd >= 0)
+            {
+                var handle = new SafeFileHandle(fd, ownsHandle: true);
+                long length = LinuxNative.GetSize(fd, path);
+                int sector = LinuxNative.GetLogicalSectorSize(fd);
+                // O_DIRECT succeeded on open; some file systems still reject the first aligned read.
+                if (ProbeDirectRead(handle, sector, length))
+                    return new FileBlockDevice(handle, length, sector, direct: true, writable, "unbuffered (O_DIRECT)");
+                handle.Dispose();
+                fallbackReason = "the host file system rejected O_DIRECT reads";
+            }
+            else
+            {
+                fallbackReason = $"the host file system refused O_DIRECT ({Marshal.GetLastPInvokeErrorMessage()})";
+            }
+        }
+        else if (!unbuffered)
+        {
+            fallbackReason = "unbuffered I/O disabled by option";
+        }
+        else
+        {
+            fallbackReason = "unbuffered I/O is not implemented on this platform";
+        }
+
+        var buffered = File.OpenHandle(path, FileMode.Open, writable ? FileAccess.ReadWrite : FileAccess.Read,
+            FileShare.ReadWrite, FileOptions.RandomAccess);
+        long len = OperatingSystem.IsLinux() ? LinuxNative.GetSize((int)buffered.DangerousGetHandle(), path) : RandomAccess.GetLength(buffered);
+        return new FileBlockDevice(buffered, len, 512, direct: false, writable, $"buffered ({fallbackReason})");
+    }
+
+    private static bool ProbeDirectRead(SafeFileHandle handle, int sector, long length)
+    {
+        if (length < sector) return true;
+        using var probe = new AlignedBuffer(Math.Max(sector, 4096));
+        try
+        {
+            RandomAccess.Read(handle, probe.Span[..sector], 0);
+            return true;
+        }
+        catch (IOException)
+        {
+            return false;
+        }
+    }
+
+    internal static FileBlockDevice FromHandle(SafeFileHandle handle, long length, int sectorSize, bool direct, bool writable, string ioMode) =>
+        new(handle, length, sectorSize, direct, writable, ioMode);
+
+    /// <summary>Unbuffered I/O needs offset, length and buffer address on sector boundaries.</summary>
+    private unsafe bool IsAligned(long offset, int length, void* address) =>
+        !_direct || ((offset | (long)(uint)length | (long)address) & (SectorSize - 1)) == 0;
+
+    private unsafe bool IsAligned(long offset, Memory<byte> memory)
+    {
+        using var pin = memory.Pin();
+        return IsAligned(offset, memory.Length, pin.Pointer);
+    }
+
+    public unsafe void Read(long offset, Span<byte> destination)
+    {
+        CheckRange(offset, destination.Length);
+        fixed (byte* p = destination)
+        {
+            if (IsAligned(offset, destination.Length, p))
+            {
+                ReadExactly(offset, destination);
+                return;
+            }
+        }
+        ReadBounced(offset, destination);
+    }
+
+    private void ReadExactly(long offset, Span<byte> destination)
+    {
+        int done = 0;
+        while (done < destination.Length)
+        {
+            int n;
+            try
+            {
+                n = RandomAccess.Read(_handle, destination[done..], offset + done);
+            }
+            catch (IOException e)
+            {
+                throw new XfsException(XfsError.IoError, $"device read failed at byte {offset + done}: {e.Message}", e);
+            }
+            if (n <= 0)
+                throw new XfsException(XfsError.IoError, $"short read at byte {offset + done}: the device or image ends before the volume does (truncated image?)");
+            done += n;
+        }
+    }
+
+    private void ReadBounced(long offset, Span<byte> destination)
+    {
+        long mask = SectorSize - 1;
+        var buffer = _bounce.Rent();
+        try
+        {
+            while (destination.Length > 0)
+            {
+                long alignedStart = offset & ~mask;
+                int lead = (int)(offset - alignedStart);
+                int want = Math.Min(destination.Length, BounceSize - lead);
+                long alignedEnd = Math.Min((offset + want + mask) & ~mask, (Length + mask) & ~mask);
+                int span = (int)(alignedEnd - alignedStart);
+                ReadUpTo(alignedStart, buffer.Span[..span], lead + want);
+                buffer.Span.Slice(lead, want).CopyTo(destination);
+                destination = destination[want..];
+                offset += want;
+            }
+        }
+        finally
+        {
+            _bounce.Return(buffer);
+        }
+    }
+
+    /// <summary>Reads an aligned span that may run past the end of an image whose size is not a sector multiple.</summary>
+    private void ReadUpTo(long offset, Span<byte> span, int required)
+    {
+        int done = 0;
+        while (done < required)
+        {
+            int n;
+            try
+            {
+                n = RandomAccess.Read(_handle, span[done..], offset + done);
+            }
+            catch (IOException e)
+            {
+                throw new XfsException(XfsError.IoError, $"device read failed at byte {offset + done}: {e.Message}", e);
+            }
+            if (n <= 0)
+                throw new XfsException(XfsError.IoError, $"short read at byte {offset + done}: the device or image ends before the volume does (truncated image?)");
+            done += n;
+        }
+    }
+
+    public async ValueTask ReadAsync(long offset, Memory<byte> destination, CancellationToken cancellationToken = default)
+    {
+        CheckRange(offset, destination.Length);
+        if (!IsAligned(offset, destination))
+        {
+            Read(offset, destination.Span);
+            return;
+        }
+        int done = 0;
+        while (done < destination.Length)
+        {
+            int n;
+            try
+            {
+                n = await RandomAccess.ReadAsync(_handle, destination[done..], offset + done, cancellationToken).ConfigureAwait(false);
+            }
+            catch (IOException e)
+            {
+                throw new XfsException(XfsError.IoError, $"device read failed at byte {offset + done}: {e.Message}", e);
+            }
+            if (n <= 0) throw new XfsException(XfsError.IoError, $"short read at byte {offset + done}");
+            done += n;
+        }
+    }
+
+    public unsafe void Write(long offset, ReadOnlySpan<byte> source)
+    {
+        if (!CanWrite) throw new XfsException(XfsError.ReadOnly, "the device was opened read-only");
+        CheckRange(offset, source.Length);
+        fixed (byte* p = source)
+        {
+            if (IsAligned(offset, source.Length, p))
+            {
+                RandomAccess.Write(_handle, source, offset);
+                return;
+            }
+        }
+        // Read-modify-write of the covering sectors through an aligned buffer.
+        long mask = SectorSize - 1;
+        long start = offset & ~mask;
+        long end = (offset + source.Length + mask) & ~mask;
+        using var buffer = new AlignedBuffer((int)(end - start));
+        Read(start, buffer.Span);
+        source.CopyTo(buffer.Span[(int)(offset - start)..]);
+        RandomAccess.Write(_handle, (ReadOnlySpan<byte>)buffer.Span, start);
+    }
+
+    public void Flush() => RandomAccess.FlushToDisk(_handle);
+
+    private void CheckRange(long offset, int length)
+    {
+        if (offset < 0 || length < 0 || offset + length > Length)
+            throw new XfsException(XfsError.IoError,
+                $"access to bytes {offset}..{offset + length} is outside the device ({Length} bytes): the image may be truncated");
+    }
+
+    public void Dispose()
+    {
+        _handle.Dispose();
+        _bounce.Dispose();
+    }
+}
+
+internal static partial class LinuxNative
+{
+    public const int O_RDONLY = 0, O_RDWR = 2, O_CLOEXEC = 0x80000;
+    public static int ODirect => RuntimeInformation.ProcessArchitecture is Architecture.Arm64 or Architecture.Arm ? 0x10000 : 0x4000;
+    private const ulong BLKGETSIZE64 = 0x80081272, BLKSSZGET = 0x1268;
+
+    [LibraryImport("libc", SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]
+    public static partial int open(string path, int flags);
+
+    [LibraryImport("libc", SetLastError = true)]
+    private static partial int ioctl(int fd, ulong request, out long value);
+
+    [LibraryImport("libc", SetLastError = true)]
+    private static partial int ioctl(int fd, ulong request, out int value);
+
+    public static long GetSize(int fd, string path)
+    {
+        if (path.StartsWith("/dev/", StringComparison.Ordinal) && ioctl(fd, BLKGETSIZE64, out long size) == 0)
+            return size;
+        return new FileInfo(path).Length;
+    }
+
+    public static int GetLogicalSectorSize(int fd) => ioctl(fd, BLKSSZGET, out int sector) == 0 && sector >= 512 ? sector : 512;
+
+    public static string ErrorText(int errno) => new Win32Exception(errno).Message;
+}

@@ -1,0 +1,165 @@
+using XfsWin.Btree;
+using XfsWin.Format;
+using XfsWin.Inodes;
+using XfsWin.Metadata;
+
+namespace XfsWin.Extents;
+
+/// <summary>Which fork of an inode.</summary>
+public enum ForkKind
+{
+    Data,
+    Attr,
+}
+
+/// <summary>
+/// Maps file blocks of one inode fork to disk blocks. Extent-list forks are searched in place in the
+/// inode; B+tree forks are descended on demand (only the blocks on the path are read, and those come
+/// from the verified-buffer cache), never loaded whole. Every record handed out is checked: non-empty,
+/// inside one AG of the volume, and ordered after the one before it when walked in sequence.
+/// </summary>
+public sealed class ExtentMap
+{
+    private readonly MountContext _mount;
+    private readonly Inode _inode;
+    private readonly ForkKind _fork;
+    private readonly ForkFormat _format;
+    private readonly int _forkOffset, _forkSize;
+    private readonly ulong _count;
+    private BtreeCursor<BmbtOps>? _cursor;
+
+    public ExtentMap(MountContext mount, Inode inode, ForkKind fork)
+    {
+        _mount = mount;
+        _inode = inode;
+        _fork = fork;
+        _format = fork == ForkKind.Data ? inode.DataFormat : inode.AttrFormat;
+        _forkOffset = fork == ForkKind.Data ? inode.CoreSize : inode.AttrForkOffset;
+        _forkSize = fork == ForkKind.Data ? inode.DataForkSize : inode.AttrForkSize;
+        _count = fork == ForkKind.Data ? inode.DataExtentCount : inode.AttrExtentCount;
+        if (_format == ForkFormat.Extents && _count * BmbtRecord.Size > (ulong)_forkSize)
+            throw mount.Corrupt($"inode {inode.Number}", inode.ByteOffset, $"{_count} extents do not fit in the {_fork} fork ({_forkSize} bytes)");
+        if (_format is not (ForkFormat.Extents or ForkFormat.Btree))
+            throw new InvalidOperationException($"{_fork} fork of inode {inode.Number} is not extent-mapped");
+    }
+
+    /// <summary>
+    /// Finds the extent holding <paramref name="fileBlock"/>. When none does (a hole), returns false
+    /// and <paramref name="nextStart"/> is where the next extent begins (ulong.MaxValue if none).
+    /// </summary>
+    public bool TryFind(ulong fileBlock, out BmbtRecord extent, out ulong nextStart)
+    {
+        extent = default;
+        nextStart = ulong.MaxValue;
+        if (_format == ForkFormat.Extents)
+        {
+            int n = (int)_count;
+            if (n == 0) return false;
+            var fork = _inode.Raw.AsSpan(_forkOffset, _forkSize);
+            int lo = 0, hi = n - 1;
+            while (lo < hi)
+            {
+                int mid = (lo + hi + 1) >> 1;
+                if (BmbtRecord.Decode(fork[(mid * BmbtRecord.Size)..]).FileOffset <= fileBlock) lo = mid; else hi = mid - 1;
+            }
+            var rec = Checked(BmbtRecord.Decode(fork[(lo * BmbtRecord.Size)..]), _inode.ByteOffset);
+            if (rec.FileOffset <= fileBlock && fileBlock < rec.FileEnd)
+            {
+                extent = rec;
+                return true;
+            }
+            if (rec.FileOffset > fileBlock)
+            {
+                nextStart = rec.FileOffset;
+                return false;
+            }
+            if (lo + 1 < n)
+            {
+                var next = BmbtRecord.Decode(fork[((lo + 1) * BmbtRecord.Size)..]);
+                if (next.FileOffset < rec.FileEnd) throw OutOfOrder(_inode.ByteOffset);
+                nextStart = next.FileOffset;
+            }
+            return false;
+        }
+
+        var cursor = _cursor ??= BtreeCursor<BmbtOps>.FromInodeRoot(_mount, _inode.Number, _inode.Raw, _forkOffset, _forkSize, _inode.ByteOffset);
+        lock (cursor)
+        {
+            if (!cursor.SeekLessOrEqual(fileBlock)) return false;
+            var rec = Checked(BmbtRecord.Decode(cursor.Record), cursor.RecordBlockOffset);
+            if (rec.FileOffset <= fileBlock && fileBlock < rec.FileEnd)
+            {
+                extent = rec;
+                return true;
+            }
+            if (rec.FileOffset > fileBlock)
+            {
+                nextStart = rec.FileOffset;
+                return false;
+            }
+            if (cursor.MoveNext())
+            {
+                var next = Checked(BmbtRecord.Decode(cursor.Record), cursor.RecordBlockOffset);
+                if (next.FileOffset < rec.FileEnd) throw OutOfOrder(cursor.RecordBlockOffset);
+                nextStart = next.FileOffset;
+            }
+            return false;
+        }
+    }
+
+    /// <summary>
+    /// Visits extents in file order starting with the one holding or following <paramref name="fromBlock"/>.
+    /// Stops when <paramref name="visit"/> returns false.
+    /// </summary>
+    public void Walk(ulong fromBlock, Func<BmbtRecord, bool> visit)
+    {
+        ulong previousEnd = 0;
+        if (_format == ForkFormat.Extents)
+        {
+            var raw = _inode.Raw;
+            for (int i = 0; i < (int)_count; i++)
+            {
+                var rec = Checked(BmbtRecord.Decode(raw.AsSpan(_forkOffset + i * BmbtRecord.Size)), _inode.ByteOffset);
+                if (rec.FileOffset < previousEnd) throw OutOfOrder(_inode.ByteOffset);
+                previousEnd = rec.FileEnd;
+                if (rec.FileEnd <= fromBlock) continue;
+                if (!visit(rec)) return;
+            }
+            return;
+        }
+        // A private cursor: walks may interleave with lookups from other threads.
+        var cursor = BtreeCursor<BmbtOps>.FromInodeRoot(_mount, _inode.Number, _inode.Raw, _forkOffset, _forkSize, _inode.ByteOffset);
+        if (!cursor.SeekLessOrEqual(fromBlock)) return;
+        ulong seen = 0;
+        do
+        {
+            var rec = Checked(BmbtRecord.Decode(cursor.Record), cursor.RecordBlockOffset);
+            if (rec.FileOffset < previousEnd) throw OutOfOrder(cursor.RecordBlockOffset);
+            previousEnd = rec.FileEnd;
+            if (++seen > _count + 1 && _count != 0)
+                throw _mount.Corrupt($"extent btree of inode {_inode.Number}", cursor.RecordBlockOffset, $"more records than the {_count} extents the inode records");
+            if (rec.FileEnd <= fromBlock) continue;
+            if (!visit(rec)) return;
+        }
+        while (cursor.MoveNext());
+    }
+
+    private BmbtRecord Checked(BmbtRecord rec, long where)
+    {
+        var sb = _mount.Superblock;
+        if (rec.BlockCount == 0)
+            throw _mount.Corrupt($"extent record of inode {_inode.Number}", where, "zero-length extent");
+        ulong last = rec.StartBlock + rec.BlockCount - 1;
+        if (!sb.IsValidFsb(rec.StartBlock) || !sb.IsValidFsb(last) || (rec.StartBlock >> sb.AgBlkLog) != (last >> sb.AgBlkLog))
+            throw _mount.Corrupt($"extent record of inode {_inode.Number}", where,
+                $"blocks {rec.StartBlock}..{last} are outside the volume or cross an allocation group");
+        if (rec.FileOffset + rec.BlockCount > 1UL << 54)
+            throw _mount.Corrupt($"extent record of inode {_inode.Number}", where, "file offset beyond the largest file");
+        if (rec.Unwritten && _fork == ForkKind.Attr)
+            throw _mount.Corrupt($"extent record of inode {_inode.Number}", where, "unwritten extent in an attribute fork");
+        return rec;
+    }
+
+    private XfsCorruptionException OutOfOrder(long where) =>
+        _mount.Corrupt($"extent map of inode {_inode.Number}", where, "extents overlap or are out of order");
+}

@@ -1,0 +1,125 @@
+using System.Buffers.Binary;
+
+namespace XfsWin.Format;
+
+/// <summary>
+/// xfs_agf: the free-space header in the second sector of each allocation group: roots and levels
+/// of the free-space (by block, by count), rmap and refcount B+trees, and the AGFL ring.
+/// </summary>
+public readonly ref struct AgfView
+{
+    public const uint Magic = 0x58414746; // XAGF
+    public const int OffMagic = 0, OffVersion = 4, OffSeqno = 8, OffLength = 12, OffBnoRoot = 16, OffCntRoot = 20,
+        OffRmapRoot = 24, OffBnoLevel = 28, OffCntLevel = 32, OffRmapLevel = 36, OffFlfirst = 40, OffFllast = 44,
+        OffFlcount = 48, OffFreeblks = 52, OffLongest = 56, OffBtreeblks = 60, OffUuid = 64, OffRmapBlocks = 80,
+        OffRefcountBlocks = 84, OffRefcountRoot = 88, OffRefcountLevel = 92, OffLsn = 208, OffCrc = 216;
+    public const int Size = 224;
+
+    private readonly ReadOnlySpan<byte> _b;
+    public AgfView(ReadOnlySpan<byte> sector) => _b = sector;
+    private uint U32(int o) => BinaryPrimitives.ReadUInt32BigEndian(_b[o..]);
+
+    public uint MagicNumber => U32(OffMagic);
+    public uint Seqno => U32(OffSeqno);
+    public uint Length => U32(OffLength);
+    public uint BnoRoot => U32(OffBnoRoot);
+    public uint CntRoot => U32(OffCntRoot);
+    public uint RmapRoot => U32(OffRmapRoot);
+    public uint BnoLevel => U32(OffBnoLevel);
+    public uint CntLevel => U32(OffCntLevel);
+    public uint RmapLevel => U32(OffRmapLevel);
+    public uint FlFirst => U32(OffFlfirst);
+    public uint FlLast => U32(OffFllast);
+    public uint FlCount => U32(OffFlcount);
+    public uint FreeBlocks => U32(OffFreeblks);
+    public uint Longest => U32(OffLongest);
+    public uint RefcountRoot => U32(OffRefcountRoot);
+    public uint RefcountLevel => U32(OffRefcountLevel);
+
+    public static VerifyResult Verify(ReadOnlySpan<byte> sector, Superblock sb, uint agno)
+    {
+        var v = new AgfView(sector);
+        if (v.MagicNumber != Magic) return VerifyResult.Fail("bad AGF magic", OffMagic);
+        if (sb.IsV5)
+        {
+            if (!XfsCrc.Verify(sector[..sb.SectorSize], OffCrc)) return VerifyResult.Fail("AGF CRC mismatch", OffCrc);
+            if (SuperblockView.ReadUuid(sector.Slice(OffUuid, 16)) != sb.MetaUuid) return VerifyResult.Fail("AGF UUID does not match the volume", OffUuid);
+        }
+        if (v.Seqno != agno) return VerifyResult.Fail($"AGF of AG {v.Seqno} found in AG {agno}", OffSeqno);
+        if (v.Length == 0 || v.Length > sb.AgBlocks) return VerifyResult.Fail($"AGF length {v.Length}", OffLength);
+        if (v.FreeBlocks > v.Length) return VerifyResult.Fail("more free blocks than the AG holds", OffFreeblks);
+        if (v.BnoLevel is 0 or > 10 || v.CntLevel is 0 or > 10) return VerifyResult.Fail("bad free-space btree level", OffBnoLevel);
+        if (v.BnoRoot >= v.Length || v.CntRoot >= v.Length) return VerifyResult.Fail("free-space btree root outside the AG", OffBnoRoot);
+        return VerifyResult.Ok;
+    }
+}
+
+/// <summary>
+/// xfs_agi: the inode header in the third sector of each AG: inode B+tree roots, counters and the
+/// 64 heads of the unlinked-inode hash lists.
+/// </summary>
+public readonly ref struct AgiView
+{
+    public const uint Magic = 0x58414749; // XAGI
+    public const int OffMagic = 0, OffVersion = 4, OffSeqno = 8, OffLength = 12, OffCount = 16, OffRoot = 20,
+        OffLevel = 24, OffFreecount = 28, OffNewino = 32, OffDirino = 36, OffUnlinked = 40, OffUuid = 296,
+        OffCrc = 312, OffPad = 316, OffLsn = 320, OffFreeRoot = 328, OffFreeLevel = 332, OffIblocks = 336, OffFblocks = 340;
+    public const int Size = 344, UnlinkedBuckets = 64;
+    public const uint NullAgino = 0xFFFFFFFF;
+
+    private readonly ReadOnlySpan<byte> _b;
+    public AgiView(ReadOnlySpan<byte> sector) => _b = sector;
+    private uint U32(int o) => BinaryPrimitives.ReadUInt32BigEndian(_b[o..]);
+
+    public uint MagicNumber => U32(OffMagic);
+    public uint Seqno => U32(OffSeqno);
+    public uint Length => U32(OffLength);
+    public uint Count => U32(OffCount);
+    public uint Root => U32(OffRoot);
+    public uint Level => U32(OffLevel);
+    public uint FreeCount => U32(OffFreecount);
+    public uint FreeRoot => U32(OffFreeRoot);
+    public uint FreeLevel => U32(OffFreeLevel);
+    public uint Unlinked(int bucket) => U32(OffUnlinked + bucket * 4);
+
+    public static VerifyResult Verify(ReadOnlySpan<byte> sector, Superblock sb, uint agno)
+    {
+        var v = new AgiView(sector);
+        if (v.MagicNumber != Magic) return VerifyResult.Fail("bad AGI magic", OffMagic);
+        if (sb.IsV5)
+        {
+            if (!XfsCrc.Verify(sector[..sb.SectorSize], OffCrc)) return VerifyResult.Fail("AGI CRC mismatch", OffCrc);
+            if (SuperblockView.ReadUuid(sector.Slice(OffUuid, 16)) != sb.MetaUuid) return VerifyResult.Fail("AGI UUID does not match the volume", OffUuid);
+        }
+        if (v.Seqno != agno) return VerifyResult.Fail($"AGI of AG {v.Seqno} found in AG {agno}", OffSeqno);
+        if (v.Length == 0 || v.Length > sb.AgBlocks) return VerifyResult.Fail($"AGI length {v.Length}", OffLength);
+        if (v.Level is 0 or > 10) return VerifyResult.Fail($"inode btree level {v.Level}", OffLevel);
+        if (v.Root >= v.Length) return VerifyResult.Fail("inode btree root outside the AG", OffRoot);
+        if (v.FreeCount > v.Count) return VerifyResult.Fail("more free inodes than inodes", OffFreecount);
+        return VerifyResult.Ok;
+    }
+}
+
+/// <summary>xfs_agfl: the AG free list in the fourth sector (V5 header of 36 bytes, then block numbers).</summary>
+public static class AgflLayout
+{
+    public const uint Magic = 0x5841464C; // XAFL
+    public const int OffMagic = 0, OffSeqno = 4, OffUuid = 8, OffLsn = 24, OffCrc = 32, OffBno = 36;
+    public const int SizeV5 = 36;
+}
+
+/// <summary>
+/// xfs_inobt_rec: one inode chunk of 64 inodes. Sparse-inode volumes split the old 32-bit free
+/// count into holemask (u16, one bit per 4 inodes not allocated), count (u8) and freecount (u8).
+/// </summary>
+public readonly record struct InobtRecord(uint StartIno, ushort HoleMask, byte Count, uint FreeCount, ulong FreeMask)
+{
+    public const int Size = 16, KeySize = 4, PointerSize = 4, InodesPerChunk = 64;
+
+    public static InobtRecord Decode(ReadOnlySpan<byte> rec, bool sparse) => sparse
+        ? new InobtRecord(BinaryPrimitives.ReadUInt32BigEndian(rec), BinaryPrimitives.ReadUInt16BigEndian(rec[4..]), rec[6], rec[7], BinaryPrimitives.ReadUInt64BigEndian(rec[8..]))
+        : new InobtRecord(BinaryPrimitives.ReadUInt32BigEndian(rec), 0, 64, BinaryPrimitives.ReadUInt32BigEndian(rec[4..]), BinaryPrimitives.ReadUInt64BigEndian(rec[8..]));
+
+    /// <summary>True when the inode at <paramref name="index"/> (0..63) of this chunk exists on disk and is in use.</summary>
+    public bool IsAllocated(int index) => (HoleMask & (1 << (index / 4))) == 0 && (FreeMask & (1UL << index)) == 0;
+}

@@ -1,0 +1,329 @@
+using System.Buffers.Binary;
+using System.Text;
+
+namespace XfsWin.Format;
+
+/// <summary>Feature bits of the superblock, by their kernel names.</summary>
+public static class SuperblockFeatures
+{
+    // sb_versionnum
+    public const ushort VersionNumberMask = 0x000F;
+    public const ushort VersionAttr = 0x0010, VersionNlink = 0x0020, VersionQuota = 0x0040, VersionAlign = 0x0080,
+        VersionDalign = 0x0100, VersionShared = 0x0200, VersionLogV2 = 0x0400, VersionSector = 0x0800,
+        VersionExtFlag = 0x1000, VersionDirV2 = 0x2000, VersionBorg = 0x4000, VersionMoreBits = 0x8000;
+
+    // sb_features2
+    public const uint F2LazySbCount = 0x02, F2Attr2 = 0x08, F2Parent = 0x10, F2ProjId32 = 0x80, F2Crc = 0x100, F2Ftype = 0x200;
+
+    // sb_features_ro_compat
+    public const uint RoCompatFinobt = 0x1, RoCompatRmapbt = 0x2, RoCompatReflink = 0x4, RoCompatInobtCount = 0x8;
+    public const uint RoCompatKnown = 0xF;
+
+    // sb_features_incompat
+    public const uint IncompatFtype = 0x1, IncompatSparseInodes = 0x2, IncompatMetaUuid = 0x4, IncompatBigtime = 0x8,
+        IncompatNeedsRepair = 0x10, IncompatNrext64 = 0x20, IncompatExchangeRange = 0x40, IncompatParent = 0x80,
+        IncompatMetadir = 0x100, IncompatZoned = 0x200;
+    /// <summary>Incompatible features this build reads correctly.</summary>
+    public const uint IncompatKnown = 0x1FF;
+
+    // sb_features_log_incompat
+    public const uint LogIncompatXattrs = 0x1;
+    public const uint LogIncompatKnown = 0x1;
+
+    public static string IncompatName(int bit) => (1u << bit) switch
+    {
+        IncompatFtype => "ftype",
+        IncompatSparseInodes => "sparse inodes",
+        IncompatMetaUuid => "meta_uuid",
+        IncompatBigtime => "bigtime",
+        IncompatNeedsRepair => "needsrepair",
+        IncompatNrext64 => "nrext64",
+        IncompatExchangeRange => "exchange-range",
+        IncompatParent => "parent pointers",
+        IncompatMetadir => "metadir",
+        IncompatZoned => "zoned (realtime zones)",
+        _ => $"unknown incompatible feature bit {bit} (0x{1u << bit:x})",
+    };
+}
+
+/// <summary>
+/// xfs_dsb: the on-disk superblock, a big-endian view with named offsets (the layout is declared
+/// here once). The primary copy lives in the first sector of AG 0; each AG starts with a copy.
+/// </summary>
+public readonly ref struct SuperblockView
+{
+    public const uint Magic = 0x58465342; // "XFSB"
+    public const int OffMagic = 0, OffBlockSize = 4, OffDataBlocks = 8, OffRtBlocks = 16, OffRtExtents = 24, OffUuid = 32,
+        OffLogStart = 48, OffRootIno = 56, OffRbmIno = 64, OffRsumIno = 72, OffRtExtSize = 80, OffAgBlocks = 84,
+        OffAgCount = 88, OffRbmBlocks = 92, OffLogBlocks = 96, OffVersionNum = 100, OffSectSize = 102, OffInodeSize = 104,
+        OffInoPBlock = 106, OffFname = 108, OffBlockLog = 120, OffSectLog = 121, OffInodeLog = 122, OffInoPBlog = 123,
+        OffAgBlkLog = 124, OffRextSlog = 125, OffInProgress = 126, OffImaxPct = 127, OffIcount = 128, OffIfree = 136,
+        OffFdblocks = 144, OffFrextents = 152, OffUquotIno = 160, OffGquotIno = 168, OffQflags = 176, OffFlags = 178,
+        OffSharedVn = 179, OffInoAlignMt = 180, OffUnit = 184, OffWidth = 188, OffDirBlkLog = 192, OffLogSectLog = 193,
+        OffLogSectSize = 194, OffLogSunit = 196, OffFeatures2 = 200, OffBadFeatures2 = 204, OffFeaturesCompat = 208,
+        OffFeaturesRoCompat = 212, OffFeaturesIncompat = 216, OffFeaturesLogIncompat = 220, OffCrc = 224,
+        OffSpinoAlign = 228, OffPquotIno = 232, OffLsn = 240, OffMetaUuid = 248, OffMetadirIno = 264,
+        OffRgCount = 272, OffRgExtents = 276, OffRgBlkLog = 280;
+    /// <summary>Size of xfs_dsb as of Linux 6.13 (with the metadir and realtime group fields).</summary>
+    public const int Size = 288;
+
+    private readonly ReadOnlySpan<byte> _b;
+
+    public SuperblockView(ReadOnlySpan<byte> sector) => _b = sector;
+
+    private uint U32(int o) => BinaryPrimitives.ReadUInt32BigEndian(_b[o..]);
+    private ulong U64(int o) => BinaryPrimitives.ReadUInt64BigEndian(_b[o..]);
+    private ushort U16(int o) => BinaryPrimitives.ReadUInt16BigEndian(_b[o..]);
+
+    public uint MagicNumber => U32(OffMagic);
+    public uint BlockSize => U32(OffBlockSize);
+    public ulong DataBlocks => U64(OffDataBlocks);
+    public ulong RtBlocks => U64(OffRtBlocks);
+    public ulong RtExtents => U64(OffRtExtents);
+    public Guid Uuid => ReadUuid(_b.Slice(OffUuid, 16));
+    public ulong LogStart => U64(OffLogStart);
+    public ulong RootIno => U64(OffRootIno);
+    public ulong RbmIno => U64(OffRbmIno);
+    public ulong RsumIno => U64(OffRsumIno);
+    public uint RtExtSize => U32(OffRtExtSize);
+    public uint AgBlocks => U32(OffAgBlocks);
+    public uint AgCount => U32(OffAgCount);
+    public uint LogBlocks => U32(OffLogBlocks);
+    public ushort VersionNum => U16(OffVersionNum);
+    public ushort SectSize => U16(OffSectSize);
+    public ushort InodeSize => U16(OffInodeSize);
+    public ushort InodesPerBlock => U16(OffInoPBlock);
+    public ReadOnlySpan<byte> Fname => _b.Slice(OffFname, 12);
+    public byte BlockLog => _b[OffBlockLog];
+    public byte SectLog => _b[OffSectLog];
+    public byte InodeLog => _b[OffInodeLog];
+    public byte InoPBlog => _b[OffInoPBlog];
+    public byte AgBlkLog => _b[OffAgBlkLog];
+    public byte InProgress => _b[OffInProgress];
+    public ulong Icount => U64(OffIcount);
+    public ulong Ifree => U64(OffIfree);
+    public ulong Fdblocks => U64(OffFdblocks);
+    public ulong Frextents => U64(OffFrextents);
+    public ulong UquotIno => U64(OffUquotIno);
+    public ulong GquotIno => U64(OffGquotIno);
+    public ushort Qflags => U16(OffQflags);
+    public uint InoAlignMt => U32(OffInoAlignMt);
+    public uint Unit => U32(OffUnit);
+    public uint Width => U32(OffWidth);
+    public byte DirBlkLog => _b[OffDirBlkLog];
+    public byte LogSectLog => _b[OffLogSectLog];
+    public ushort LogSectSize => U16(OffLogSectSize);
+    public uint LogSunit => U32(OffLogSunit);
+    public uint Features2 => U32(OffFeatures2);
+    public uint BadFeatures2 => U32(OffBadFeatures2);
+    public uint FeaturesCompat => U32(OffFeaturesCompat);
+    public uint FeaturesRoCompat => U32(OffFeaturesRoCompat);
+    public uint FeaturesIncompat => U32(OffFeaturesIncompat);
+    public uint FeaturesLogIncompat => U32(OffFeaturesLogIncompat);
+    public uint SpinoAlign => U32(OffSpinoAlign);
+    public ulong PquotIno => U64(OffPquotIno);
+    public ulong Lsn => U64(OffLsn);
+    public Guid MetaUuid => ReadUuid(_b.Slice(OffMetaUuid, 16));
+    public ulong MetadirIno => U64(OffMetadirIno);
+
+    /// <summary>XFS UUIDs are stored in RFC 4122 byte order (big-endian fields), unlike Guid's default.</summary>
+    public static Guid ReadUuid(ReadOnlySpan<byte> b) => new(b, bigEndian: true);
+}
+
+/// <summary>
+/// The decoded primary superblock with the geometry every layer derives addresses from.
+/// Immutable; produced by <see cref="Decode"/> only after <see cref="Verify"/> passed.
+/// </summary>
+public sealed class Superblock
+{
+    public required uint BlockSize { get; init; }
+    public required int BlockLog { get; init; }
+    public required ulong DataBlocks { get; init; }
+    public required ulong RtBlocks { get; init; }
+    public required Guid Uuid { get; init; }
+    /// <summary>The UUID stamped into metadata (differs from <see cref="Uuid"/> when meta_uuid is set).</summary>
+    public required Guid MetaUuid { get; init; }
+    public required ulong LogStart { get; init; }
+    public required uint LogBlocks { get; init; }
+    public required int LogSectorSize { get; init; }
+    public required uint LogStripeUnit { get; init; }
+    public required ulong RootIno { get; init; }
+    public required ulong MetadirIno { get; init; }
+    public required uint AgBlocks { get; init; }
+    public required uint AgCount { get; init; }
+    public required int AgBlkLog { get; init; }
+    public required int SectorSize { get; init; }
+    public required int InodeSize { get; init; }
+    public required int InodeLog { get; init; }
+    public required int InodesPerBlock { get; init; }
+    public required int InoPBlog { get; init; }
+    public required int DirBlockLog { get; init; }
+    public required ushort VersionNum { get; init; }
+    public required uint Features2 { get; init; }
+    public required uint RoCompat { get; init; }
+    public required uint Incompat { get; init; }
+    public required uint LogIncompat { get; init; }
+    public required ulong Icount { get; init; }
+    public required ulong Ifree { get; init; }
+    public required ulong Fdblocks { get; init; }
+    public required uint InodeAlignment { get; init; }
+    public required uint SparseInodeAlignment { get; init; }
+    public required string Label { get; init; }
+    public required ulong Lsn { get; init; }
+
+    public bool IsV5 => (VersionNum & SuperblockFeatures.VersionNumberMask) == 5;
+    public bool HasFtype => IsV5 ? (Incompat & SuperblockFeatures.IncompatFtype) != 0 : (Features2 & SuperblockFeatures.F2Ftype) != 0;
+    public bool HasBigtime => (Incompat & SuperblockFeatures.IncompatBigtime) != 0;
+    public bool HasNrext64 => (Incompat & SuperblockFeatures.IncompatNrext64) != 0;
+    public bool HasSparseInodes => (Incompat & SuperblockFeatures.IncompatSparseInodes) != 0;
+    public bool HasParentPointers => (Incompat & SuperblockFeatures.IncompatParent) != 0;
+    public bool HasMetadir => (Incompat & SuperblockFeatures.IncompatMetadir) != 0;
+    public bool HasFinobt => (RoCompat & SuperblockFeatures.RoCompatFinobt) != 0;
+    public bool HasRmapbt => (RoCompat & SuperblockFeatures.RoCompatRmapbt) != 0;
+    public bool HasReflink => (RoCompat & SuperblockFeatures.RoCompatReflink) != 0;
+    public bool HasCrc => IsV5;
+    public bool HasLogV2 => (VersionNum & SuperblockFeatures.VersionLogV2) != 0;
+    public bool HasAsciiCi => (VersionNum & SuperblockFeatures.VersionBorg) != 0;
+
+    public int DirectoryBlockSize => (int)BlockSize << DirBlockLog;
+    public int AgInoLog => AgBlkLog + InoPBlog;
+    public int SectorsPerBlock => (int)BlockSize >> 9;
+
+    /// <summary>Byte offset of a filesystem block number (AG-encoded: agno in the high bits).</summary>
+    public long FsbToByte(ulong fsb)
+    {
+        ulong agno = fsb >> AgBlkLog;
+        ulong agbno = fsb & ((1UL << AgBlkLog) - 1);
+        return (long)((agno * AgBlocks + agbno) << BlockLog);
+    }
+
+    /// <summary>True when an AG-encoded block number names a block inside the data section.</summary>
+    public bool IsValidFsb(ulong fsb)
+    {
+        ulong agno = fsb >> AgBlkLog;
+        ulong agbno = fsb & ((1UL << AgBlkLog) - 1);
+        return agno < AgCount && agbno < AgBlocks && agno * AgBlocks + agbno < DataBlocks;
+    }
+
+    public long AgBlockToByte(uint agno, uint agbno) => (long)(((ulong)agno * AgBlocks + agbno) << BlockLog);
+
+    public uint InoToAgno(ulong ino) => (uint)(ino >> AgInoLog);
+    public uint InoToAgino(ulong ino) => (uint)(ino & ((1UL << AgInoLog) - 1));
+
+    /// <summary>Byte offset of an inode's on-disk core.</summary>
+    public long InodeToByte(ulong ino)
+    {
+        uint agno = InoToAgno(ino);
+        uint agino = InoToAgino(ino);
+        uint agbno = agino >> InoPBlog;
+        int index = (int)(agino & ((1u << InoPBlog) - 1));
+        return AgBlockToByte(agno, agbno) + ((long)index << InodeLog);
+    }
+
+    public bool IsValidInode(ulong ino)
+    {
+        uint agno = InoToAgno(ino);
+        if (agno >= AgCount || (ino >> AgInoLog) != agno) return false;
+        uint agbno = InoToAgino(ino) >> InoPBlog;
+        return agbno < AgBlocks && (ulong)agno * AgBlocks + agbno < DataBlocks && ino != 0;
+    }
+
+    public static VerifyResult Verify(ReadOnlySpan<byte> sector)
+    {
+        if (sector.Length < 512) return VerifyResult.Fail("superblock shorter than a sector");
+        var v = new SuperblockView(sector);
+        if (v.MagicNumber != SuperblockView.Magic) return VerifyResult.Fail("bad magic (not an XFS volume)", SuperblockView.OffMagic);
+        int version = v.VersionNum & SuperblockFeatures.VersionNumberMask;
+        if (version is not (4 or 5)) return VerifyResult.Fail($"unsupported superblock version {version}", SuperblockView.OffVersionNum);
+        if (v.SectSize is < 512 or > 32768 || (v.SectSize & (v.SectSize - 1)) != 0 || 1 << v.SectLog != v.SectSize)
+            return VerifyResult.Fail($"bad sector size {v.SectSize}", SuperblockView.OffSectSize);
+        if (version == 5 && !XfsCrc.Verify(sector[..v.SectSize], SuperblockView.OffCrc))
+            return VerifyResult.Fail("CRC mismatch", SuperblockView.OffCrc);
+        if (v.BlockSize is < 512 or > 65536 || 1u << v.BlockLog != v.BlockSize)
+            return VerifyResult.Fail($"bad block size {v.BlockSize}", SuperblockView.OffBlockSize);
+        if (v.InodeSize is < 256 or > 2048 || 1 << v.InodeLog != v.InodeSize || v.InodeSize > v.BlockSize
+            || v.InodesPerBlock != v.BlockSize / v.InodeSize || 1 << v.InoPBlog != v.InodesPerBlock)
+            return VerifyResult.Fail($"bad inode geometry (size {v.InodeSize}, {v.InodesPerBlock} per block)", SuperblockView.OffInodeSize);
+        if (v.AgCount == 0 || v.AgBlocks < 16 || v.AgBlkLog is < 4 or > 31 || v.AgBlocks > 1u << v.AgBlkLog || v.AgBlocks <= 1u << (v.AgBlkLog - 1))
+            return VerifyResult.Fail($"bad AG geometry ({v.AgCount} AGs of {v.AgBlocks} blocks, agblklog {v.AgBlkLog})", SuperblockView.OffAgBlocks);
+        if (v.DataBlocks > (ulong)v.AgCount * v.AgBlocks || v.DataBlocks <= (ulong)(v.AgCount - 1) * v.AgBlocks)
+            return VerifyResult.Fail($"data blocks {v.DataBlocks} do not match {v.AgCount} AGs of {v.AgBlocks}", SuperblockView.OffDataBlocks);
+        if (v.BlockLog + v.DirBlkLog > 16)
+            return VerifyResult.Fail($"directory block size 2^{v.BlockLog + v.DirBlkLog} over 64 KiB", SuperblockView.OffDirBlkLog);
+        if (v.RootIno == 0) return VerifyResult.Fail("no root inode", SuperblockView.OffRootIno);
+        return VerifyResult.Ok;
+    }
+
+    public static Superblock Decode(ReadOnlySpan<byte> sector)
+    {
+        var v = new SuperblockView(sector);
+        var fname = v.Fname;
+        int nul = fname.IndexOf((byte)0);
+        return new Superblock
+        {
+            BlockSize = v.BlockSize,
+            BlockLog = v.BlockLog,
+            DataBlocks = v.DataBlocks,
+            RtBlocks = v.RtBlocks,
+            Uuid = v.Uuid,
+            MetaUuid = (v.FeaturesIncompat & SuperblockFeatures.IncompatMetaUuid) != 0 && (v.VersionNum & 0xF) == 5 ? v.MetaUuid : v.Uuid,
+            LogStart = v.LogStart,
+            LogBlocks = v.LogBlocks,
+            LogSectorSize = v.LogSectSize == 0 ? 512 : v.LogSectSize,
+            LogStripeUnit = v.LogSunit,
+            RootIno = v.RootIno,
+            MetadirIno = (v.FeaturesIncompat & SuperblockFeatures.IncompatMetadir) != 0 ? v.MetadirIno : 0,
+            AgBlocks = v.AgBlocks,
+            AgCount = v.AgCount,
+            AgBlkLog = v.AgBlkLog,
+            SectorSize = v.SectSize,
+            InodeSize = v.InodeSize,
+            InodeLog = v.InodeLog,
+            InodesPerBlock = v.InodesPerBlock,
+            InoPBlog = v.InoPBlog,
+            DirBlockLog = v.DirBlkLog,
+            VersionNum = v.VersionNum,
+            Features2 = (v.VersionNum & SuperblockFeatures.VersionMoreBits) != 0 ? v.Features2 | v.BadFeatures2 : 0,
+            RoCompat = (v.VersionNum & 0xF) == 5 ? v.FeaturesRoCompat : 0,
+            Incompat = (v.VersionNum & 0xF) == 5 ? v.FeaturesIncompat : 0,
+            LogIncompat = (v.VersionNum & 0xF) == 5 ? v.FeaturesLogIncompat : 0,
+            Icount = v.Icount,
+            Ifree = v.Ifree,
+            Fdblocks = v.Fdblocks,
+            InodeAlignment = v.InoAlignMt,
+            SparseInodeAlignment = v.SpinoAlign,
+            Label = Encoding.UTF8.GetString(nul >= 0 ? fname[..nul] : fname),
+            Lsn = v.Lsn,
+        };
+    }
+
+    /// <summary>Every enabled feature by the name mkfs.xfs / xfs_info use.</summary>
+    public IReadOnlyList<string> FeatureNames()
+    {
+        var names = new List<string> { IsV5 ? "crc (V5)" : "V4" };
+        void Add(bool on, string name) { if (on) names.Add(name); }
+        Add((VersionNum & SuperblockFeatures.VersionAttr) != 0, "attr");
+        Add((Features2 & SuperblockFeatures.F2Attr2) != 0, "attr2");
+        Add((VersionNum & SuperblockFeatures.VersionQuota) != 0, "quota");
+        Add((VersionNum & SuperblockFeatures.VersionAlign) != 0, "inode-align");
+        Add((VersionNum & SuperblockFeatures.VersionDalign) != 0, "stripe-align");
+        Add(HasLogV2, "logv2");
+        Add((VersionNum & SuperblockFeatures.VersionSector) != 0, "sector");
+        Add((VersionNum & SuperblockFeatures.VersionExtFlag) != 0, "unwritten");
+        Add(HasAsciiCi, "ascii-ci");
+        Add((Features2 & SuperblockFeatures.F2LazySbCount) != 0, "lazy-count");
+        Add((Features2 & SuperblockFeatures.F2ProjId32) != 0, "projid32bit");
+        Add(HasFtype, "ftype");
+        Add(HasFinobt, "finobt");
+        Add(HasRmapbt, "rmapbt");
+        Add(HasReflink, "reflink");
+        Add((RoCompat & SuperblockFeatures.RoCompatInobtCount) != 0, "inobtcount");
+        for (int bit = 1; bit < 32; bit++)
+        {
+            if ((Incompat & (1u << bit)) != 0) names.Add(SuperblockFeatures.IncompatName(bit));
+        }
+        Add((LogIncompat & SuperblockFeatures.LogIncompatXattrs) != 0, "log: logged xattrs");
+        Add(RtBlocks > 0, "realtime");
+        return names;
+    }
+}

@@ -1,0 +1,113 @@
+using XfsWin.Format;
+using XfsWin.Volume;
+
+namespace XfsWin.Inodes;
+
+/// <summary>
+/// An inode read from disk and verified: a private copy of its bytes with the core decoded.
+/// Immutable; shared between threads through <see cref="InodeCache"/>.
+/// </summary>
+public sealed class Inode
+{
+    internal Inode(ulong number, byte[] raw, long byteOffset, Superblock sb)
+    {
+        Number = number;
+        Raw = raw;
+        ByteOffset = byteOffset;
+        var d = new DinodeView(raw);
+        Mode = d.Mode;
+        Version = d.Version;
+        DataFormat = d.Format;
+        AttrFormat = d.ForkOffset != 0 ? d.AttrFormat : ForkFormat.Device;
+        HasAttrFork = d.ForkOffset != 0;
+        Size = (long)d.Size;
+        Nblocks = d.Nblocks;
+        DataExtentCount = d.DataExtentCount;
+        AttrExtentCount = d.AttrExtentCount;
+        CoreSize = d.CoreSize;
+        DataForkSize = d.DataForkSize(raw.Length);
+        AttrForkOffset = d.AttrForkOffset;
+        AttrForkSize = d.AttrForkSize(raw.Length);
+        Flags2 = d.Flags2;
+        var (aSec, aNs) = d.AccessTime.Decode();
+        var (mSec, mNs) = d.ModifyTime.Decode();
+        var (cSec, cNs) = d.ChangeTime.Decode();
+        XfsTimestamp? crtime = null;
+        if (d.Version >= 3)
+        {
+            var (bSec, bNs) = d.CreationTime.Decode();
+            crtime = new XfsTimestamp(bSec, bNs);
+        }
+        uint major = 0, minor = 0;
+        if (d.Format == ForkFormat.Device && (d.Mode & 0xF000) is 0x2000 or 0x6000)
+        {
+            // xfs_dev_t: the old SysV encoding, 14-bit major and 18-bit minor.
+            uint dev = System.Buffers.Binary.BinaryPrimitives.ReadUInt32BigEndian(raw.AsSpan(d.CoreSize));
+            major = (dev >> 18) & 0x3FFF;
+            minor = dev & 0x3FFFF;
+        }
+        Attributes = new InodeAttributes
+        {
+            Inode = number,
+            Mode = d.Mode,
+            FileType = FileTypeOf(d.Mode),
+            LinkCount = d.LinkCount,
+            Uid = d.Uid,
+            Gid = d.Gid,
+            ProjectId = d.ProjectId,
+            Size = (long)d.Size,
+            AllocatedBytes = (long)(d.Nblocks << sb.BlockLog),
+            AccessTime = new XfsTimestamp(aSec, aNs),
+            ModifyTime = new XfsTimestamp(mSec, mNs),
+            ChangeTime = new XfsTimestamp(cSec, cNs),
+            CreationTime = crtime,
+            DeviceMajor = major,
+            DeviceMinor = minor,
+            Generation = d.Generation,
+            Flags = d.Flags,
+            Flags2 = d.Flags2,
+            DataExtentCount = d.DataExtentCount,
+            AttrExtentCount = d.AttrExtentCount,
+        };
+    }
+
+    public ulong Number { get; }
+    /// <summary>The inode's on-disk bytes (inode size long).</summary>
+    internal byte[] Raw { get; }
+    public long ByteOffset { get; }
+    public ushort Mode { get; }
+    public byte Version { get; }
+    public ForkFormat DataFormat { get; }
+    public ForkFormat AttrFormat { get; }
+    public bool HasAttrFork { get; }
+    public long Size { get; }
+    public ulong Nblocks { get; }
+    public ulong DataExtentCount { get; }
+    public uint AttrExtentCount { get; }
+    public int CoreSize { get; }
+    public int DataForkSize { get; }
+    public int AttrForkOffset { get; }
+    public int AttrForkSize { get; }
+    public ulong Flags2 { get; }
+    public InodeAttributes Attributes { get; }
+
+    public XfsFileType FileType => Attributes.FileType;
+    public bool IsDirectory => (Mode & 0xF000) == 0x4000;
+    public bool IsRegular => (Mode & 0xF000) == 0x8000;
+    public bool IsSymlink => (Mode & 0xF000) == 0xA000;
+
+    public ReadOnlySpan<byte> DataFork => Raw.AsSpan(CoreSize, DataForkSize);
+    public ReadOnlySpan<byte> AttrFork => Raw.AsSpan(AttrForkOffset, AttrForkSize);
+
+    public static XfsFileType FileTypeOf(uint mode) => (mode & 0xF000) switch
+    {
+        0x8000 => XfsFileType.RegularFile,
+        0x4000 => XfsFileType.Directory,
+        0x2000 => XfsFileType.CharacterDevice,
+        0x6000 => XfsFileType.BlockDevice,
+        0x1000 => XfsFileType.Fifo,
+        0xC000 => XfsFileType.Socket,
+        0xA000 => XfsFileType.Symlink,
+        _ => XfsFileType.Unknown,
+    };
+}

@@ -1,0 +1,52 @@
+using XfsWin.Extents;
+using XfsWin.Format;
+using XfsWin.Metadata;
+
+namespace XfsWin.Inodes;
+
+/// <summary>Reads symlink targets: local (in the inode) or remote (blocks, each with an XSLM header on V5).</summary>
+public static class SymlinkReader
+{
+    /// <summary>XFS_SYMLINK_MAXLEN: the longest target Linux stores.</summary>
+    public const int MaxLength = 1024;
+
+    public static byte[] Read(MountContext mount, Inode inode)
+    {
+        if (!inode.IsSymlink) throw new XfsException(XfsError.NotASymlink, $"inode {inode.Number} is not a symbolic link");
+        long size = inode.Size;
+        if (size <= 0 || size > MaxLength)
+            throw mount.Corrupt($"symlink inode {inode.Number}", inode.ByteOffset, $"target length {size}");
+        if (inode.DataFormat == ForkFormat.Local)
+            return inode.DataFork[..(int)size].ToArray();
+
+        var sb = mount.Superblock;
+        var map = new ExtentMap(mount, inode, ForkKind.Data);
+        var target = new byte[size];
+        int perBlock = sb.IsV5 ? (int)sb.BlockSize - RemoteBlockHeader.Size : (int)sb.BlockSize;
+        int done = 0;
+        for (ulong fileBlock = 0; done < size; fileBlock++)
+        {
+            if (!map.TryFind(fileBlock, out var ext, out _))
+                throw mount.Corrupt($"symlink inode {inode.Number}", inode.ByteOffset, $"target block {fileBlock} is not mapped");
+            long offset = sb.FsbToByte(ext.StartBlock + (fileBlock - ext.FileOffset));
+            int want = (int)Math.Min(perBlock, size - done);
+            var block = mount.Buffers.Read(offset, (int)sb.BlockSize, inode.Number, new Verifier(sb, inode.Number, (uint)done, want));
+            block.AsSpan(sb.IsV5 ? RemoteBlockHeader.Size : 0, want).CopyTo(target.AsSpan(done));
+            done += want;
+        }
+        return target;
+    }
+
+    private readonly struct Verifier(Superblock sb, ulong owner, uint offset, int bytes) : IBufferVerifier
+    {
+        public int Kind => 40;
+        public string Structure => $"symlink block of inode {owner}";
+        public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset)
+        {
+            if (!sb.IsV5) return VerifyResult.Ok;
+            var r = RemoteBlockHeader.Verify(buffer, RemoteBlockHeader.SymlinkMagic, sb, byteOffset, owner, offset, out int recorded);
+            if (!r.IsOk) return r;
+            return recorded == bytes ? VerifyResult.Ok : VerifyResult.Fail($"block holds {recorded} bytes, expected {bytes}", RemoteBlockHeader.OffBytes);
+        }
+    }
+}
