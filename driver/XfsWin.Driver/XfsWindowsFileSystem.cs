@@ -48,6 +48,7 @@ public sealed class XfsWindowsFileSystem
     private readonly IdentityMap _ids;
     private readonly ulong _root;
     private readonly ConcurrentDictionary<(uint Uid, uint Gid, uint Mode), byte[]> _plainSecurity = new();
+    private long _entriesVisited;
 
     public XfsWindowsFileSystem(XfsVolume volume, MountOptions options, IdentityMap ids, string? mountPoint = null)
     {
@@ -62,6 +63,9 @@ public sealed class XfsWindowsFileSystem
     public MountOptions Options => _options;
     public IdentityMap Identities => _ids;
     public string? MountPoint { get; set; }
+
+    /// <summary>Directory entries the engine has handed to listings so far (shows that markers resume without rescanning).</summary>
+    public long EntriesVisited => Interlocked.Read(ref _entriesVisited);
 
     // ---------------------------------------------------------------- volume
 
@@ -591,6 +595,7 @@ public sealed class XfsWindowsFileSystem
 
         public bool Visit(ReadOnlySpan<byte> name, ulong inode, XfsFileType fileType, long nextCookie)
         {
+            Interlocked.Increment(ref fs._entriesVisited);
             if (_skipUntil is not null)
             {
                 if (name.SequenceEqual(_skipUntil)) _skipUntil = null;
@@ -601,7 +606,7 @@ public sealed class XfsWindowsFileSystem
             try
             {
                 var attributes = fs._volume.GetAttributes(inode);
-                bool dirLink = fileType == XfsFileType.Symlink &&
+                bool dirLink = attributes.FileType == XfsFileType.Symlink &&
                                fs.SymlinkTargetIsDirectory(inode, directory.Inode, directory.Ancestors);
                 var info = fs.MakeFileInformation(attributes, name, dirLink);
                 Span<char> winName = stackalloc char[WindowsNames.MaxWindowsNameChars];
