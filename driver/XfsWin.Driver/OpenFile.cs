@@ -32,6 +32,9 @@ public sealed class OpenFile
     /// <summary>The Windows path it was opened by.</summary>
     public string Path { get; }
 
+    /// <summary>FSP_FSCTL_FILE_INFO for this open, computed when it was opened.</summary>
+    public Semantics.FileInformation Information { get; internal set; }
+
     public bool IsDirectory => Attributes.FileType == XfsFileType.Directory;
 
     /// <summary>Number of directories between the root and this file's parent directory.</summary>

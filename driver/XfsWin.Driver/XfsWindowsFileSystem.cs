@@ -435,7 +435,9 @@ public sealed class XfsWindowsFileSystem
             if ((createOptions & FileNonDirectoryFile) != 0 && isDirectory)
                 return NtStatus.FileIsADirectory;
             file = new OpenFile(walk.Inode, walk.Attributes, walk.Name, [.. walk.Ancestors], fileName.ToString());
-            info = InfoFor(file);
+            // The mount is read-only: what Windows asks about an open file is computed once, here.
+            file.Information = InfoFor(file);
+            info = file.Information;
             return NtStatus.Success;
         }
         catch (Exception e)
@@ -464,17 +466,8 @@ public sealed class XfsWindowsFileSystem
     /// <summary>Nothing is ever dirty on a read-only mount.</summary>
     public int Flush(OpenFile? file, out FileInformation info)
     {
-        info = default;
-        if (file is null) return NtStatus.Success;
-        try
-        {
-            info = InfoFor(file);
-            return NtStatus.Success;
-        }
-        catch (Exception e)
-        {
-            return NtStatus.FromException(e);
-        }
+        info = file?.Information ?? default;
+        return NtStatus.Success;
     }
 
     // ---------------------------------------------------------------- data
@@ -496,18 +489,11 @@ public sealed class XfsWindowsFileSystem
         }
     }
 
+    /// <summary>WinFsp's GetFileInfo: the information computed at open (the volume does not change under a read-only mount).</summary>
     public int GetFileInfo(OpenFile file, out FileInformation info)
     {
-        try
-        {
-            info = InfoFor(file);
-            return NtStatus.Success;
-        }
-        catch (Exception e)
-        {
-            info = default;
-            return NtStatus.FromException(e);
-        }
+        info = file.Information;
+        return NtStatus.Success;
     }
 
     // ---------------------------------------------------------------- directories
