@@ -43,7 +43,7 @@ public sealed class OpenFile
     // Name-marker resume state: the last entry a batch returned and the cookie after it.
     internal readonly Lock MarkerGate = new();
     internal readonly byte[] LastName = new byte[WindowsNamesLimits.MaxNameBytes];
-    // Filled while a batch is listed (WinFsp serializes queries on one handle), then copied under the gate.
+    // Filled while a batch is listed (under MarkerGate), then copied to LastName.
     internal readonly byte[] PendingName = new byte[WindowsNamesLimits.MaxNameBytes];
     internal int LastNameLength = -1;
     internal long LastNextCookie;

@@ -523,28 +523,26 @@ public sealed class XfsWindowsFileSystem
                 }
                 cookie = (long)marker.Offset;
             }
-            else if (marker.HasName)
+            // One listing at a time per open directory: the resume state below belongs to it.
+            lock (directory.MarkerGate)
             {
-                markerLength = MarkerNameBytes(marker.Name, markerBytes);
-                if (markerLength < 0) return NtStatus.ObjectNameInvalid;
-                lock (directory.MarkerGate)
+                if (marker.HasName)
                 {
+                    markerLength = MarkerNameBytes(marker.Name, markerBytes);
+                    if (markerLength < 0) return NtStatus.ObjectNameInvalid;
                     if (directory.LastNameLength == markerLength &&
                         directory.LastName.AsSpan(0, markerLength).SequenceEqual(markerBytes[..markerLength]))
                         cookie = directory.LastNextCookie;
                     else
                         skipUntilName = true;
                 }
-            }
 
-            var visitor = new ListingVisitor<TSink>(this, directory, sink, skipUntilName ? markerBytes[..markerLength].ToArray() : null);
-            _volume.ReadDirectory(directory.Inode, cookie, ref visitor);
-            sink = visitor.Sink;
-            if (visitor.Error is { } error) throw error;
-            if (!visitor.Full) sink.End();
-            if (visitor.LastLength >= 0)
-            {
-                lock (directory.MarkerGate)
+                var visitor = new ListingVisitor<TSink>(this, directory, sink, skipUntilName ? markerBytes[..markerLength].ToArray() : null);
+                _volume.ReadDirectory(directory.Inode, cookie, ref visitor);
+                sink = visitor.Sink;
+                if (visitor.Error is { } error) throw error;
+                if (!visitor.Full) sink.End();
+                if (visitor.LastLength >= 0)
                 {
                     visitor.LastName.AsSpan(0, visitor.LastLength).CopyTo(directory.LastName);
                     directory.LastNameLength = visitor.LastLength;
