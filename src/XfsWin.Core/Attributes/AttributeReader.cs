@@ -20,9 +20,12 @@ public sealed class AttributeReader
     private readonly bool _v5;
     private readonly int _blockSize;
 
-    public AttributeReader(MountContext mount)
+    private readonly ExtentMapCache _maps;
+
+    public AttributeReader(MountContext mount, ExtentMapCache maps)
     {
         _mount = mount;
+        _maps = maps;
         _sb = mount.Superblock;
         _v5 = _sb.IsV5;
         _blockSize = (int)_sb.BlockSize;
@@ -71,7 +74,7 @@ public sealed class AttributeReader
             }
             case ForkFormat.Extents or ForkFormat.Btree:
             {
-                var map = new ExtentMap(_mount, inode, ForkKind.Attr);
+                var map = _maps.Get(inode, ForkKind.Attr);
                 var block = ReadAttrBlock(inode, map, 0, LeafMagic, NodeMagic);
                 int depth = 0;
                 while (new DaBlockInfoView(block).Magic == NodeMagic)
@@ -140,7 +143,7 @@ public sealed class AttributeReader
             }
             case ForkFormat.Extents or ForkFormat.Btree:
             {
-                var map = new ExtentMap(_mount, inode, ForkKind.Attr);
+                var map = _maps.Get(inode, ForkKind.Attr);
                 uint hash = DaHash.Hash(name);
                 var block = ReadAttrBlock(inode, map, 0, LeafMagic, NodeMagic);
                 for (int depth = 0; new DaBlockInfoView(block).Magic == NodeMagic; depth++)

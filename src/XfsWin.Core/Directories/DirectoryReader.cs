@@ -24,9 +24,12 @@ public sealed class DirectoryReader
     private readonly bool _v5;
     private readonly bool _ftype;
 
-    public DirectoryReader(MountContext mount)
+    private readonly ExtentMapCache _maps;
+
+    public DirectoryReader(MountContext mount, ExtentMapCache maps)
     {
         _mount = mount;
+        _maps = maps;
         _sb = mount.Superblock;
         _dirBlockSize = _sb.DirectoryBlockSize;
         _dirBlockByteLog = _sb.BlockLog + _sb.DirBlockLog;
@@ -297,7 +300,7 @@ public sealed class DirectoryReader
                 return Form.Shortform;
             }
             case ForkFormat.Extents or ForkFormat.Btree:
-                map = new ExtentMap(_mount, dir, ForkKind.Data);
+                map = _maps.Get(dir, ForkKind.Data);
                 if (dir.Size == _dirBlockSize) return Form.Block;
                 if (dir.Size < _dirBlockSize || (dir.Size & (_dirBlockSize - 1)) != 0)
                     throw _mount.Corrupt($"directory inode {dir.Number}", dir.ByteOffset, $"size {dir.Size} is not a whole number of directory blocks");

@@ -15,8 +15,13 @@ public sealed class InodeCache
     private const int MaxEntries = 65536;
     private readonly MountContext _mount;
     private readonly ConcurrentDictionary<ulong, Inode> _inodes = new();
+    private readonly InodeAllocation _allocation;
 
-    public InodeCache(MountContext mount) => _mount = mount;
+    public InodeCache(MountContext mount)
+    {
+        _mount = mount;
+        _allocation = new InodeAllocation(mount);
+    }
 
     public Inode Get(ulong ino)
     {
@@ -41,6 +46,9 @@ public sealed class InodeCache
         if (!check.IsOk) throw _mount.Corrupt($"inode {ino}", offset, check.ToString());
         if (new DinodeView(raw).Mode == 0)
             throw _mount.Corrupt($"inode {ino}", offset, "a directory names this inode but it is free");
+        // V4 inodes carry no CRC or self-address: only the inode btree can prove this one is in use.
+        if (!sb.IsV5 && !_allocation.IsAllocated(ino))
+            throw _mount.Corrupt($"inode {ino}", offset, "the inode btree says this inode is not allocated");
         return new Inode(ino, raw, offset, sb);
     }
 }
