@@ -72,11 +72,15 @@ public static class LogRecovery
 
         result.TransactionsReplayed = replayer.TransactionsReplayed;
         result.UnfinishedIntents = replayer.UnfinishedIntents();
-        result.UnlinkedInodes = CountUnlinked(overlay, sb, warnings);
+        result.UnlinkedInodes = RecoveryChecks.CountUnlinkedInodes(overlay, sb, warnings);
+        var cowAgs = RecoveryChecks.AgsWithLeftoverCow(overlay, sb);
         foreach (var (kind, count) in result.UnfinishedIntents)
             warnings.Add($"{count} unfinished {kind} intent(s) in the log: Linux finishes them when it mounts the volume; XfsWin cannot finish them yet");
         if (result.UnlinkedInodes > 0)
             warnings.Add($"{result.UnlinkedInodes} inode(s) were unlinked while open at the crash; they are hidden here and Linux frees them when it mounts the volume");
+
+        if (cowAgs.Count > 0)
+            warnings.Add($"leftover copy-on-write staging extents in AG {string.Join(", ", cowAgs)}: Linux removes them when it mounts the volume; they hold no file data");
 
         if (mode == LogReplayMode.Memory)
         {
@@ -91,6 +95,7 @@ public static class LogRecovery
         if (result.UnfinishedIntents.Count > 0)
             refusals.Add("unfinished intents (" + string.Join(", ", result.UnfinishedIntents.Select(kv => $"{kv.Value} {kv.Key}")) + ")");
         if (result.UnlinkedInodes > 0) refusals.Add($"{result.UnlinkedInodes} unlinked-but-open inode(s) to free");
+        if (cowAgs.Count > 0) refusals.Add($"leftover copy-on-write staging extents to remove (AG {string.Join(", ", cowAgs)})");
         if (refusals.Count > 0)
             throw new XfsException(XfsError.Unsupported,
                 "the log holds work that only the kernel's write path can finish: " + string.Join("; ", refusals) +
@@ -155,40 +160,6 @@ public static class LogRecovery
         return (new SuperblockView(sector).Qflags & (UquotaAcct | PquotaAcct | GquotaAcct)) != 0;
     }
 
-    private static long AgiOffset(Superblock sb, uint agno) => sb.AgBlockToByte(agno, 0) + 2L * sb.SectorSize;
-    private static long AgfOffset(Superblock sb, uint agno) => sb.AgBlockToByte(agno, 0) + sb.SectorSize;
-
-    /// <summary>Counts inodes on every AGI unlinked bucket chain (following di_next_unlinked).</summary>
-    private static int CountUnlinked(IBlockDevice device, Superblock sb, List<string> warnings)
-    {
-        int count = 0;
-        var agi = new byte[sb.SectorSize];
-        var inode = new byte[sb.InodeSize];
-        for (uint ag = 0; ag < sb.AgCount; ag++)
-        {
-            device.Read(AgiOffset(sb, ag), agi);
-            if (BinaryPrimitives.ReadUInt32BigEndian(agi) != AgiView.Magic)
-            {
-                warnings.Add($"AGI {ag} has a bad magic after replay; its unlinked list was not checked");
-                continue;
-            }
-            for (int b = 0; b < AgiView.UnlinkedBuckets; b++)
-            {
-                uint agino = BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffUnlinked + 4 * b));
-                int guard = 0;
-                while (agino != AgiView.NullAgino && guard++ < 1_000_000)
-                {
-                    count++;
-                    ulong ino = ((ulong)ag << sb.AgInoLog) | agino;
-                    if (!sb.IsValidInode(ino)) break;
-                    device.Read(sb.InodeToByte(ino), inode);
-                    agino = BinaryPrimitives.ReadUInt32BigEndian(inode.AsSpan(DinodeView.OffNextUnlinked));
-                }
-            }
-        }
-        return count;
-    }
-
     /// <summary>
     /// Lazy superblock counters are only exact at a clean unmount; after a dirty log the kernel rebuilds
     /// them from the AG headers (xfs_initialize_perag_data). Do the same before marking the log clean.
@@ -199,10 +170,10 @@ public static class LogRecovery
         var hdr = new byte[sb.SectorSize];
         for (uint ag = 0; ag < sb.AgCount; ag++)
         {
-            device.Read(AgiOffset(sb, ag), hdr);
+            device.Read(RecoveryChecks.AgiOffset(sb, ag), hdr);
             icount += BinaryPrimitives.ReadUInt32BigEndian(hdr.AsSpan(AgiView.OffCount));
             ifree += BinaryPrimitives.ReadUInt32BigEndian(hdr.AsSpan(AgiView.OffFreecount));
-            device.Read(AgfOffset(sb, ag), hdr);
+            device.Read(RecoveryChecks.AgfOffset(sb, ag), hdr);
             fdblocks += (ulong)BinaryPrimitives.ReadUInt32BigEndian(hdr.AsSpan(AgfView.OffFreeblks))
                         + BinaryPrimitives.ReadUInt32BigEndian(hdr.AsSpan(AgfView.OffFlcount))
                         + BinaryPrimitives.ReadUInt32BigEndian(hdr.AsSpan(AgfView.OffBtreeblks));
