@@ -66,6 +66,13 @@ public sealed class KernelLogReplayTests : IDisposable
         var result = Recover(s, data, null, LogReplayMode.Memory);
         var overlay = Assert.IsType<OverlayDevice>(result.Device);
         var sb = DirtyLogScenarios.ReadSuperblock(data);
+        AssertReplayedBlocksMatch(overlay, kernel);
+        Assert.True(overlay.DirtyBytes < (long)sb.DataBlocks * sb.BlockSize / 4);
+    }
+
+    /// <summary>Every sector the replay wrote equals the kernel's after its replay.</summary>
+    private static void AssertReplayedBlocksMatch(OverlayDevice overlay, IBlockDevice kernel)
+    {
         var a = new byte[512];
         var b = new byte[512];
         var differing = new List<long>();
@@ -79,7 +86,7 @@ public sealed class KernelLogReplayTests : IDisposable
                 compared++;
                 if (o == 0)
                 {
-                    // The kernel rewrites the summary counters (rebuilt after a dirty log) and the CRC at unmount.
+                    // At unmount the kernel rewrites the summary counters (rebuilt after a dirty log), the LSN and the CRC.
                     MaskSuperblockCounters(a);
                     MaskSuperblockCounters(b);
                 }
@@ -88,13 +95,13 @@ public sealed class KernelLogReplayTests : IDisposable
         }
         Assert.True(compared > 100, $"only {compared} sectors replayed");
         Assert.True(differing.Count == 0, $"{differing.Count} of {compared} replayed sectors differ from the kernel's, first daddrs: {string.Join(", ", differing.Take(20))}");
-        Assert.True(overlay.DirtyBytes < (long)sb.DataBlocks * sb.BlockSize / 4);
     }
 
     private static void MaskSuperblockCounters(Span<byte> sector)
     {
         sector.Slice(SuperblockView.OffIcount, 24).Clear();
         sector.Slice(SuperblockView.OffCrc, 4).Clear();
+        sector.Slice(SuperblockView.OffLsn, 8).Clear();
     }
 
     [Fact]
@@ -223,6 +230,8 @@ public sealed class KernelLogReplayTests : IDisposable
     [Fact]
     public void TornLastRecordIsCutAsTheKernelDoes()
     {
+        // A torn record's checkpoint is dropped by both; metadata the kernel already wrote back from it stays,
+        // so the oracle is the replayed blocks, compared with the kernel's replay of the same torn log.
         var s = DirtyLogScenarios.Ensure("crash");
         string torn = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, "torn.img");
         long lastRecord;
@@ -243,20 +252,16 @@ public sealed class KernelLogReplayTests : IDisposable
         var logprint = Shell.RunChecked(OracleImages.Tool("xfs_logprint"), "-d", torn).StandardOutput;
         Assert.Contains($"{lastRecord} HEADER", logprint);
 
-        // The kernel's view of the torn volume.
         string kernelCopy = DirtyLogScenarios.Copy(torn, _tmp, "torn-kernel.img");
         using (LoopMount.Mount(kernelCopy, readOnly: false)) { }
-        string json = Path.Combine(_tmp, "torn.json");
-        using (var ro = LoopMount.Mount(kernelCopy, readOnly: true))
-            Shell.RunChecked("python3", DirtyLogScenarios.ManifestScript, ro.MountPoint, json);
 
         using var dev = FileBlockDevice.Open(torn, writable: false);
+        using var kernel = FileBlockDevice.Open(kernelCopy, writable: false);
         var result = LogRecovery.Recover(dev, null, DirtyLogScenarios.ReadSuperblock(dev), LogReplayMode.Memory);
         Assert.Contains(result.Warnings, w => w.Contains("torn write", StringComparison.Ordinal));
         Assert.Equal((uint)lastRecord, Lsn.Block(result.HeadLsn));
-        using var volume = XfsVolume.Open(result.Device, new VolumeOpenOptions { Replay = LogReplayMode.None }, ownsDevice: false);
-        var comparison = TreeComparer.Compare(volume, KernelManifest.Load(json));
-        Assert.True(comparison.Identical, comparison.Format());
+        Assert.True(result.TransactionsReplayed > 0, "nothing left to replay before the torn record");
+        AssertReplayedBlocksMatch(Assert.IsType<OverlayDevice>(result.Device), kernel);
     }
 
     [Theory]
@@ -271,6 +276,8 @@ public sealed class KernelLogReplayTests : IDisposable
         {
             var pos = Position(data, out var area);
             tailRecord = pos.TailBlock;
+            long records = LogScanner.Distance(area.Blocks, pos.TailBlock, pos.HeadBlock) / (pos.HeaderBlocks + pos.RecordSize / 512);
+            Assert.True(records > 2 * LogScanner.TornRecords, $"the scenario's log holds about {records} records; the damaged one must be far from the head");
             var bb = new byte[512];
             area.Read(tailRecord + pos.HeaderBlocks, bb);
             bb[100] ^= 0xFF;

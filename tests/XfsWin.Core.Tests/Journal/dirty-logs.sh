@@ -26,9 +26,11 @@ MOUNTOPTS=""; MKFSOPTS="-m rmapbt=1,reflink=1"; SIZE=1G
 case $SCEN in
     crash) ;;
     cow) ;;
-    wrap) SIZE=512M; MKFSOPTS="$MKFSOPTS -l size=2560b" ;;
+    # mkfs 6.x refuses logs under 64 MiB unless run the way fstests runs it (TEST_DIR, TEST_DEV, QA_CHECK_FS).
+    # mkfs 6.x refuses logs under 64 MiB unless run the way fstests runs it (TEST_DIR, TEST_DEV, QA_CHECK_FS).
+    wrap) SIZE=512M; MKFSOPTS="$MKFSOPTS -l size=3200b"; export TEST_DIR=/tmp TEST_DEV=/dev/null QA_CHECK_FS=xfs ;;
     xhdr4k) MKFSOPTS="$MKFSOPTS -s size=4096"; MOUNTOPTS="logbsize=256k" ;;
-    extlog) LOGIMG=$WORK/logdev; truncate -s 64M "$LOGIMG"; MKFSOPTS="$MKFSOPTS -l logdev=$LOGIMG,size=4096b" ;;
+    extlog) LOGIMG=$WORK/logdev; truncate -s 80M "$LOGIMG"; MKFSOPTS="$MKFSOPTS -l logdev=$LOGIMG,size=16384b" ;;
     mkfs613) MKFS="$CACHE/xfsprogs-6.13/bin/mkfs.xfs"; MKFSOPTS="-n parent=1 -i exchange=1"
              [[ -x $MKFS ]] || { echo "dirty-logs.sh: $MKFS missing: run scripts/oracles/install.sh" >&2; exit 2; } ;;
     *) echo "dirty-logs.sh: unknown scenario $SCEN" >&2; exit 2 ;;
@@ -81,6 +83,10 @@ workload_common() {
     mkdir $M/late_dir; for i in $(seq 1 300); do : > $M/late_dir/entry_$i; done
     for i in $(seq 1 250); do rm $M/late_dir/entry_$i; done
     ln $M/d1/f190 $M/links/late_hard; mv $M/d1/f191 $M/late_dir/moved
+    # Enough logged work after the last sync for many records between tail and head.
+    mkdir $M/late_many; for i in $(seq 1 3000); do : > $M/late_many/a_fairly_long_file_name_$i; done
+    for i in $(seq 1 200); do setfattr -n user.late -v "late value $i" $M/late_many/a_fairly_long_file_name_$i; done
+    for i in $(seq 1 1000); do rm $M/late_many/a_fairly_long_file_name_$i; done
 }
 
 case $SCEN in
