@@ -251,7 +251,8 @@ public class CommandTableTests
         var output = new StringWriter();
         var console = new CliConsole { Out = output, Error = new StringWriter(), StdoutStream = new MemoryStream() };
         Assert.Equal(42, Program.Run(["fake", "--weird", "-x", "disk.img@2", "--", "z"], console, table));
-        Assert.Equal(["--weird", "-x", "disk.img@2", "--", "z"], seen);
+        Assert.NotNull(seen);
+        Assert.Equal(["--weird", "-x", "disk.img@2", "--", "z"], seen!);
 
         Assert.Equal(0, Program.Run(["--help"], console, table));
         Assert.Contains("fake", output.ToString(), StringComparison.Ordinal);
