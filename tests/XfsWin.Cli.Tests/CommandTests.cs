@@ -144,7 +144,7 @@ public class CommandTests
         var quiet = Xfswin.Ok("cat", Tree, "/big.bin");
         Assert.Equal("", quiet.Err);
         var shown = Xfswin.Ok("cat", "--progress", Tree, "/big.bin");
-        Assert.Contains("/big.bin: 12.0 MiB / 12.0 MiB (100%)", shown.Err, StringComparison.Ordinal);
+        Assert.Contains("/big.bin: [####################] 12.0 MiB / 12.0 MiB (100%)", shown.Err, StringComparison.Ordinal);
         Assert.Contains("/s", shown.Err, StringComparison.Ordinal);
     }
 

@@ -24,7 +24,7 @@ public static class ExtractCommand
     {
         var source = CommandSupport.SourceArgument();
         var dest = new Argument<string>("DEST") { Description = "Directory to extract into (created if missing; existing names are never overwritten)" };
-        var path = new Argument<string>("PATH") { Description = "Directory or file inside the volume to extract (default: /)", DefaultValueFactory = _ => "/" };
+        var path = new Argument<string>("PATH") { Description = "Directory or file inside the volume to extract", DefaultValueFactory = _ => "/" };
         var partition = CommandSupport.PartitionOption();
         var progress = CommandSupport.ProgressOption();
         var noProgress = CommandSupport.NoProgressOption();
