@@ -22,7 +22,7 @@ public static class Program
         CliCommandEntry.Parsed("stat", StatCommand.Description, StatCommand.Build),
         CliCommandEntry.Parsed("cat", CatCommand.Description, CatCommand.Build),
         CliCommandEntry.Parsed("extract", ExtractCommand.Description, ExtractCommand.Build),
-        // LEAD: when MountCommand.cs / RecoverCommand.cs land, add: CliCommandEntry.Raw("mount", "Mount a volume", MountCommand.Run), CliCommandEntry.Raw("recover", "Recover files", RecoverCommand.Run),
+        CliCommandEntry.Raw("mount", "Mount a volume (Linux: FUSE at a directory; Windows: WinFsp at a drive letter)", MountCommand.Run),
     ];
 
     public static int Main(string[] args) => Run(args, CliConsole.FromProcess());
