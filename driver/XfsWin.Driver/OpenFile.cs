@@ -53,8 +53,6 @@ public sealed class OpenFile
     internal readonly byte[] PendingName = new byte[WindowsNamesLimits.MaxNameBytes];
     internal int LastNameLength = -1;
     internal long LastNextCookie;
-
-    internal bool Closed;
 }
 
 internal static class WindowsNamesLimits

@@ -456,7 +456,8 @@ public sealed class XfsWindowsFileSystem
 
     public void Cleanup(OpenFile file, ReadOnlySpan<char> fileName, uint flags) { }
 
-    public void Close(OpenFile file) => file.Closed = true;
+    /// <summary>Nothing to release: an open holds no engine resources (the WinFsp layer frees its handle).</summary>
+    public void Close(OpenFile file) { }
 
     public int Create(ReadOnlySpan<char> fileName, uint createOptions, uint grantedAccess, uint fileAttributes) => NtStatus.MediaWriteProtected;
     public int Overwrite(OpenFile file, uint fileAttributes, bool replaceFileAttributes, ulong allocationSize) => NtStatus.MediaWriteProtected;
