@@ -3,6 +3,7 @@ using System.Text.RegularExpressions;
 using XfsWin.TestSupport;
 using XfsWin.Volume;
 using Xunit;
+using Xunit.Abstractions;
 
 namespace XfsWin.Tests.Oracle;
 
@@ -12,7 +13,7 @@ namespace XfsWin.Tests.Oracle;
 /// naming the structure and its address), never another exception, a hang, or (on CRC volumes) data
 /// that differs from the kernel's without an error.
 /// </summary>
-public sealed partial class CorruptionTests : IDisposable
+public sealed partial class CorruptionTests(ITestOutputHelper output) : IDisposable
 {
     private static readonly TimeSpan Limit = TimeSpan.FromSeconds(60);
     private readonly DirectoryInfo _dir = Directory.CreateTempSubdirectory("xfswin-corrupt.");
@@ -100,7 +101,12 @@ public sealed partial class CorruptionTests : IDisposable
         var outcome = Walk(copy, image);
         // V5 metadata is CRC-protected: any damaged block the walk reads must be noticed.
         // V4 has no CRCs, so only "no crash, no hang, only XfsException" holds there.
-        AssertOnlyXfsErrors(outcome, copy, requireNoSilentDifferences: !name.StartsWith("v4", StringComparison.Ordinal));
+        var errors = AssertOnlyXfsErrors(outcome, copy, requireNoSilentDifferences: !name.StartsWith("v4", StringComparison.Ordinal));
+        output.WriteLine(outcome.OpenError is not null
+            ? $"open refused: {outcome.OpenError.Message}"
+            : $"{outcome.Comparison!.EntriesCompared} entries walked, {errors.Count} XfsException(s), {outcome.Comparison.TotalDifferences - errors.Count} silent difference(s)");
+        foreach (var e in errors.Take(5))
+            output.WriteLine("  " + e.Message);
     }
 
     private static long Daddr(string image, string version, params string[] select)
