@@ -131,3 +131,66 @@ public sealed class OracleHarnessTests
         Assert.Equal(0, Shell.Run(image.Tool("xfs_repair"), "-n", image.ImagePath).ExitCode);
     }
 }
+
+/// <summary>The comparer itself: every field it claims to compare must be able to fail.</summary>
+public sealed class TreeComparerSelfTests
+{
+    [Fact]
+    public void Every_altered_field_is_reported_with_its_path()
+    {
+        var image = OracleImages.Ensure("rmap-nrext64");
+        var m = image.Manifest;
+        var file = m.Get("/files/size-4097");
+        var link = m.Get("/symlinks/remote-1000");
+        var dev = m.Get("/special/bigdev");
+        var xa = m.Get("/xattrs/leaf");
+        var acl = m.Get("/xattrs/acl-file");
+        var dir = m.Get("/dirs/block");
+        var times = m.Get("/times/pre-1970");
+        var xattrs = new Dictionary<string, byte[]>(xa.Xattrs) { ["user.leaf-005"] = [1, 2, 3] };
+        xattrs.Remove("user.leaf-006");
+        var aclX = new Dictionary<string, byte[]>(acl.Xattrs);
+        var aclValue = (byte[])aclX["system.posix_acl_access"].Clone();
+        aclValue[^6] ^= 1; // one permission bit of the last entry
+        aclX["system.posix_acl_access"] = aclValue;
+        var aclDisk = (byte[])aclX["trusted.SGI_ACL_FILE"].Clone(); // the comparer accepts either form: alter both
+        aclDisk[^3] ^= 1;
+        aclX["trusted.SGI_ACL_FILE"] = aclDisk;
+        var children = dir.Children!.Skip(1).Append(("not-there"u8.ToArray(), 12345UL)).ToList();
+        var altered = m.With(
+        [
+            file with { Mode = file.Mode ^ 1, Uid = file.Uid + 1, Size = file.Size + 1, Sha256 = new string('0', 64) },
+            link with { Target = [.. link.Target!, (byte)'x'], Nlink = 2 },
+            dev with { RdevMinor = 1 },
+            xa with { Xattrs = xattrs },
+            acl with { Xattrs = aclX },
+            dir with { Children = children },
+            times with { Mtime = new ManifestTime(-1, 2), Btime = times.Btime!.Value with { Seconds = 0 }, Atime = times.Atime!.Value with { Nanoseconds = 0 } },
+        ]);
+
+        using var volume = XfsWin.Volume.XfsVolume.Open(image.ImagePath);
+        var r = TreeComparer.Compare(volume, altered);
+        var got = r.Differences.Select(d => $"{d.Path}|{d.Field}").Order().ToList();
+        string[] expected =
+        [
+            "/dirs/block/not-there|directory entry",
+            "/dirs/block/not-there|lookup",
+            $"/dirs/block/{System.Text.Encoding.UTF8.GetString(dir.Children![0].Name)}|directory entry",
+            "/files/size-4097|bytes read until Read returned 0",
+            "/files/size-4097|content sha256",
+            "/files/size-4097|mode",
+            "/files/size-4097|size",
+            "/files/size-4097|uid",
+            "/special/bigdev|rdev minor",
+            "/symlinks/remote-1000|nlink",
+            "/symlinks/remote-1000|symlink target",
+            "/times/pre-1970|atime",
+            "/times/pre-1970|crtime",
+            "/times/pre-1970|mtime",
+            "/xattrs/acl-file|xattr system.posix_acl_access (ACL)",
+            "/xattrs/leaf|xattr user.leaf-005 value",
+            "/xattrs/leaf|xattr user.leaf-006",
+        ];
+        Assert.Equal(expected.Order().ToList(), got);
+    }
+}
