@@ -217,6 +217,30 @@ public sealed partial class CorruptionTests(ITestOutputHelper output) : IDisposa
         Assert.True(wrong.Count == 0, $"lookups answered wrongly without an error: {string.Join(", ", wrong.Take(20))}");
     }
 
+    [Fact]
+    public void Extent_btree_node_pointing_to_itself_does_not_hang_reads()
+    {
+        var image = OracleImages.Ensure("default");
+        var file = image.Manifest.Get("/extents/many-extents");
+        var copy = Copy(image, "bmbtloop");
+        var root = XfsDb.Fields(XfsDb.Run(copy, image.XfsprogsVersion, $"inode {file.Ino}", "print u3.bmbt.level u3.bmbt.ptrs[1]"));
+        Assert.True(XfsDb.Number(root["u3.bmbt.level"]) >= 2, "the file's extent btree needs a node level for this test");
+        var node = XfsDb.Number(root["u3.bmbt.ptrs[1]"]);
+        XfsDb.Write(copy, image.XfsprogsVersion, $"inode {file.Ino}", "addr u3.bmbt.ptrs[1]", $"write -d ptrs[1] {node}");
+
+        var ex = Watchdog.Run(Limit, "reading through a looping extent btree", () =>
+        {
+            using var volume = XfsVolume.Open(copy);
+            var buffer = new byte[1 << 20];
+            return Assert.ThrowsAny<XfsException>(() =>
+            {
+                for (long off = 0; off < file.Size; off += buffer.Length)
+                    volume.Read(file.Ino, off, buffer);
+            });
+        });
+        Assert.Equal(XfsError.Corrupt, ex.Error);
+    }
+
     private static XfsException OpenFails(string path) =>
         Watchdog.Run(Limit, "opening " + Path.GetFileName(path), () =>
         {

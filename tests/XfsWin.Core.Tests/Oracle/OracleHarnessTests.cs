@@ -117,6 +117,31 @@ public sealed class OracleHarnessTests
     }
 
     [Theory]
+    [InlineData("default", "CRC,FTYPE,FINOBT,SPARSE_INODES,REFLINK,INOBTCNT,BIGTIME", "RMAPBT,NREXT64,PARENT,METADIR", 4096, 4096)]
+    [InlineData("rmap-nrext64", "CRC,RMAPBT,NREXT64", "PARENT,METADIR", 4096, 4096)]
+    [InlineData("b1k", "CRC", "", 1024, 4096)]
+    [InlineData("b64k", "CRC", "", 65536, 65536)]
+    [InlineData("dir64k", "CRC", "", 4096, 65536)]
+    [InlineData("mkfs613", "CRC,RMAPBT,NREXT64,EXCHANGE,PARENT,METADIR", "", 4096, 4096)]
+    [InlineData("v4", "FTYPE", "CRC,BIGTIME", 4096, 4096)]
+    [InlineData("v4-ftype0", "", "CRC,FTYPE", 4096, 4096)]
+    public void Image_has_the_features_its_name_promises(string name, string present, string absent, int blockSize, int dirBlockSize)
+    {
+        var image = OracleImages.Ensure(name);
+        var version = XfsDb.Run(image, "version");
+        var features = version[(version.IndexOf('=', StringComparison.Ordinal) + 1)..].Trim().Split(',').ToHashSet();
+        foreach (var f in present.Split(',', StringSplitOptions.RemoveEmptyEntries))
+            Assert.True(features.Contains(f), $"{name} lacks {f}: {version}");
+        foreach (var f in absent.Split(',', StringSplitOptions.RemoveEmptyEntries))
+            Assert.False(features.Contains(f), $"{name} has {f}: {version}");
+        Assert.Equal(name.StartsWith("v4", StringComparison.Ordinal), !features.Contains("V5"));
+        var sb = XfsDb.Fields(XfsDb.Run(image, "sb 0", "print blocksize dirblklog"));
+        Assert.Equal(blockSize, XfsDb.Number(sb["blocksize"]));
+        Assert.Equal(dirBlockSize, blockSize << (int)XfsDb.Number(sb["dirblklog"]));
+        Assert.Equal(image.XfsprogsVersion == "6.13", name == "mkfs613");
+    }
+
+    [Theory]
     [MemberData(nameof(ReadPathOracleTests.Images), MemberType = typeof(ReadPathOracleTests))]
     public void Every_image_is_built_checked_and_described(string name)
     {
