@@ -268,3 +268,59 @@ public sealed class ReadRangeOracleTests
         }
     }
 }
+
+/// <summary>Parent pointers (mkfs613 image, -n parent=1) against the directory tree the kernel showed.</summary>
+public sealed class ParentPointerOracleTests
+{
+    private static string Show(byte[] name)
+    {
+        var text = Encoding.UTF8.GetString(name).Replace("\n", "\\n", StringComparison.Ordinal);
+        return text.Length <= 24 ? text : $"{text[..20]}...({name.Length} bytes)";
+    }
+
+    [Fact]
+    public void Every_link_has_a_parent_pointer_naming_its_directory_and_name()
+    {
+        var image = OracleImages.Ensure("mkfs613");
+        var m = image.Manifest;
+        var expected = new Dictionary<ulong, List<string>>();
+        foreach (var dir in m.Entries.Where(e => e.IsDirectory))
+        {
+            foreach (var (name, ino) in dir.Children!)
+            {
+                if (!expected.TryGetValue(ino, out var list))
+                    expected[ino] = list = [];
+                list.Add($"{dir.Ino}/{Show(name)}");
+            }
+        }
+        Assert.True(expected.Values.Any(v => v.Count == 3), "the image should have a file with three links");
+
+        using var volume = XfsVolume.Open(image.ImagePath);
+        var wrong = new List<string>();
+        foreach (var (ino, links) in expected)
+        {
+            try
+            {
+                var got = new List<string>();
+                foreach (var x in volume.ListXattrs(ino, includeParentPointers: true).Where(x => x.Namespace == XattrNamespace.Parent))
+                {
+                    if (!volume.TryGetXattr(ino, XattrNamespace.Parent, x.Name, out var value) || value.Length != 12)
+                    {
+                        got.Add($"TryGetXattr failed:{Show(x.Name)}");
+                        continue;
+                    }
+                    got.Add($"{System.Buffers.Binary.BinaryPrimitives.ReadUInt64BigEndian(value)}/{Show(x.Name)}");
+                }
+                if (!links.Order().SequenceEqual(got.Order()))
+                    wrong.Add($"ino {ino}: expected [{string.Join(", ", links.Order())}], got [{string.Join(", ", got.Order())}]");
+                if (volume.ListXattrs(ino).Any(x => x.Namespace == XattrNamespace.Parent))
+                    wrong.Add($"ino {ino}: parent pointers listed without being asked for");
+            }
+            catch (XfsException ex)
+            {
+                wrong.Add($"ino {ino}: {ex.Message}");
+            }
+        }
+        Assert.True(wrong.Count == 0, $"{wrong.Count} of {expected.Count} inodes wrong:\n{string.Join('\n', wrong.Take(30))}");
+    }
+}
