@@ -56,9 +56,9 @@ internal static class ManifestComparison
             Check(e, "gid", e.Gid, a.Gid);
             Check(e, "size", e.Size, a.Size);
             Check(e, "blocks", e.Blocks, a.Blocks);
-            Check(e, "atime", e.AtimeNs, a.AtimeNs);
-            Check(e, "mtime", e.MtimeNs, a.MtimeNs);
-            Check(e, "ctime", e.CtimeNs, a.CtimeNs);
+            Check(e, "atime", e.Atime, a.Atime);
+            Check(e, "mtime", e.Mtime, a.Mtime);
+            Check(e, "ctime", e.Ctime, a.Ctime);
             Check(e, "rdev", (e.RdevMajor, e.RdevMinor), (a.RdevMajor, a.RdevMinor));
             Check(e, "sha256", e.Sha256, a.Sha256);
             Check(e, "target", Hex(e.Target), Hex(a.Target));
