@@ -413,7 +413,7 @@ public sealed class LogReplayer
         int maxrecs = (src.Length - hdr) / 16;
         int dmxr = (fork.Length - BmdrBlockView.HeaderSize) / 16;
         if (numrecs > maxrecs || numrecs > dmxr) throw Corrupt(trans, $"inode {ino}: btree root with {numrecs} records does not fit");
-        fork.Clear();
+        // Slots past numrecs keep whatever the fork held before, as in the kernel (it copies only what is used).
         BinaryPrimitives.WriteUInt16BigEndian(fork, level);
         BinaryPrimitives.WriteUInt16BigEndian(fork[2..], numrecs);
         src.AsSpan(hdr, numrecs * 8).CopyTo(fork[BmdrBlockView.HeaderSize..]);

@@ -97,18 +97,24 @@ case $SCEN in
         echo held > $M/d1/held; exec 3<$M/d1/held; rm $M/d1/held
         ;;
     wrap)
-        mkdir $M/churn
-        for round in $(seq 1 12); do
-            for i in $(seq 1 400); do echo "$round $i" > $M/churn/file_$i; done
-            for i in $(seq 1 400); do mv $M/churn/file_$i $M/churn/moved_$i; done
-            for i in $(seq 1 390); do rm $M/churn/moved_$i; done
-            sync
-        done
-        for i in $(seq 1 300); do setfattr -n user.a$i -v "v$i" $M/churn/moved_400; done
+        # Churn until the small log has wrapped several times; the final round stays in the log only.
+        python3 - $M <<'PY'
+import os, sys
+root = os.path.join(sys.argv[1], "churn"); os.mkdir(root)
+for r in range(40):
+    for i in range(2000):
+        with open(os.path.join(root, f"file_{i}"), "w") as f: f.write(f"{r} {i}")
+    for i in range(2000): os.rename(os.path.join(root, f"file_{i}"), os.path.join(root, f"moved_{i}"))
+    for i in range(1990 if r < 39 else 1900): os.unlink(os.path.join(root, f"moved_{i}"))
+    if r < 39:
+        for i in range(1990, 2000): os.unlink(os.path.join(root, f"moved_{i}"))
+        os.sync()
+for i in range(40): os.setxattr(os.path.join(root, "moved_1999"), f"user.a{i}", f"v{i}".encode())
+PY
         ;;
 esac
 xfs_io -x -c 'shutdown -f' $M
-exec 3<&- 2>/dev/null || true
+exec 3<&-
 umount $M
 [[ -n $LOGLOOP ]] && { losetup -d $LOGLOOP; LOGLOOP=""; }
 losetup -d $LOOP; LOOP=""
