@@ -120,6 +120,11 @@ public static class RecoverCommand
             stderr.WriteLine($"xfswin recover: {ex.Message}");
             return 1;
         }
+        catch (IOException ex)
+        {
+            stderr.WriteLine($"xfswin recover: {ex.Message}");
+            return 1;
+        }
         catch (UnauthorizedAccessException ex)
         {
             stderr.WriteLine($"xfswin recover: {ex.Message} (recovery writes to the device: run as administrator/root, or use --dry-run)");

@@ -97,19 +97,47 @@ case $SCEN in
         echo held > $M/d1/held; exec 3<$M/d1/held; rm $M/d1/held
         ;;
     wrap)
-        # Churn until the small log has wrapped several times; the final round stays in the log only.
-        python3 - $M <<'PY'
-import os, sys
-root = os.path.join(sys.argv[1], "churn"); os.mkdir(root)
-for r in range(40):
-    for i in range(2000):
+        # Churn (syncing each round) until the log head sits just before the physical end of the small log,
+        # then a last round that stays in the log only: the live part of the log straddles the wrap point.
+        python3 - $M $IMG <<'PY'
+import os, struct, sys
+mnt, img = sys.argv[1], sys.argv[2]
+root = os.path.join(mnt, "churn"); os.mkdir(root)
+def log_head():
+    with open(img, "rb") as f:
+        sb = f.read(512)
+        bs, = struct.unpack(">I", sb[4:8]); logstart, = struct.unpack(">Q", sb[48:56])
+        agblocks, = struct.unpack(">I", sb[84:88]); logblocks, = struct.unpack(">I", sb[96:100]); agblklog = sb[124]
+        base = ((logstart >> agblklog) * agblocks + (logstart & ((1 << agblklog) - 1))) * bs
+        n = logblocks * bs // 512
+        f.seek(base); data = f.read(n * 512)
+    def cyc(i):
+        w0, w1 = struct.unpack(">II", data[i*512:i*512+8])
+        return w1 if w0 == 0xFEEDBABE else w0
+    c0 = cyc(0)
+    for i in range(1, n):
+        if cyc(i) != c0: return c0, i, n
+    return c0, n, n
+def round_(r, count=600):
+    for i in range(count):
         with open(os.path.join(root, f"file_{i}"), "w") as f: f.write(f"{r} {i}")
-    for i in range(2000): os.rename(os.path.join(root, f"file_{i}"), os.path.join(root, f"moved_{i}"))
-    for i in range(1990 if r < 39 else 1900): os.unlink(os.path.join(root, f"moved_{i}"))
-    if r < 39:
-        for i in range(1990, 2000): os.unlink(os.path.join(root, f"moved_{i}"))
-        os.sync()
-for i in range(40): os.setxattr(os.path.join(root, "moved_1999"), f"user.a{i}", f"v{i}".encode())
+    for i in range(count): os.rename(os.path.join(root, f"file_{i}"), os.path.join(root, f"moved_{r}_{i}"))
+    for i in range(count - 5): os.unlink(os.path.join(root, f"moved_{r}_{i}"))
+for r in range(2000):
+    round_(r)
+    os.sync()
+    cycle, head, n = log_head()
+    if cycle >= 2 and 0.88 * n <= head <= 0.97 * n:
+        break
+else:
+    sys.exit("wrap scenario: the log head never settled just before the end of the log")
+for r in range(2000, 2030):
+    round_(r, 1000)
+    if log_head()[0] > cycle:
+        break
+else:
+    sys.exit("wrap scenario: the log did not wrap past its end")
+for i in range(40): os.setxattr(os.path.join(root, f"moved_{r}_999"), f"user.a{i}", f"v{i}".encode())
 PY
         ;;
 esac
