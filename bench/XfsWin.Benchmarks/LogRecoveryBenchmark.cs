@@ -19,6 +19,7 @@ namespace XfsWin.Benchmarks;
 /// </summary>
 [Config(typeof(LogRecoveryConfig))]
 [MemoryDiagnoser]
+[SimpleJob(launchCount: 1, warmupCount: 1, iterationCount: 5)]
 public class LogRecoveryBenchmark
 {
     public const string LogSize = "512m";

@@ -6,16 +6,20 @@
 set -euo pipefail
 SIZE=$1; LOGSIZE=$2; OUT=$3
 WORK=$(mktemp -d /tmp/xfswin-logbench.XXXXXX); MNT=$WORK/mnt; mkdir -p "$MNT"; LOOP=""
-cleanup() { mountpoint -q "$MNT" && umount "$MNT" || true; [[ -n $LOOP ]] && losetup -d "$LOOP" || true; rm -rf "$WORK"; }
+# The log worker pushes every dirty item to disk every xfssyncd_centisecs (30 s): stretch it while the
+# workload runs so the log fills up (only the AIL's 75%-full threshold moves the tail), then restore it.
+SYNCD=/proc/sys/fs/xfs/xfssyncd_centisecs; OLD_SYNCD=$(cat $SYNCD)
+cleanup() { echo "$OLD_SYNCD" > $SYNCD; mountpoint -q "$MNT" && umount "$MNT" || true; [[ -n $LOOP ]] && losetup -d "$LOOP" || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 truncate -s "$SIZE" "$WORK/img"
 mkfs.xfs -q -f -m rmapbt=1,reflink=1 -l size="$LOGSIZE" "$WORK/img"
 LOOP=$(losetup --find --show "$WORK/img")
+echo 720000 > $SYNCD
 mount -t xfs "$LOOP" "$MNT"
 python3 - "$MNT" <<'PY'
 import os, sys
 root = sys.argv[1]
-for d in range(120):
+for d in range(300):
     dp = os.path.join(root, f"dir{d:03}")
     os.mkdir(dp)
     for i in range(1000):
