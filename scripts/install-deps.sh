@@ -12,6 +12,7 @@ command -v getfacl >/dev/null || need+=(acl)
 command -v python3 >/dev/null || need+=(python3)
 command -v gcc >/dev/null || need+=(gcc)
 command -v sfdisk >/dev/null || need+=(fdisk)
+command -v sgdisk >/dev/null || need+=(gdisk)
 command -v zstd >/dev/null || need+=(zstd)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

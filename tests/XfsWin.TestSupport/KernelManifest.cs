@@ -22,11 +22,12 @@ public sealed class ManifestEntry
     public required long Size { get; init; }
     /// <summary>st_blocks (512-byte units).</summary>
     public long? Blocks { get; init; }
-    public long? AtimeNs { get; init; }
-    public long? MtimeNs { get; init; }
-    public long? CtimeNs { get; init; }
+    // Times as (seconds, nanoseconds): bigtime reaches 2486, past what int64 nanoseconds can hold.
+    public ManifestTime? Atime { get; init; }
+    public ManifestTime? Mtime { get; init; }
+    public ManifestTime? Ctime { get; init; }
     /// <summary>Creation time; null when the producer has none (V4 volumes have none).</summary>
-    public long? BtimeNs { get; init; }
+    public ManifestTime? Btime { get; init; }
     /// <summary>False when the producer could not know the creation time (then it is not compared).</summary>
     public bool BtimeKnown { get; init; } = true;
     public uint RdevMajor { get; init; }
@@ -42,6 +43,12 @@ public sealed class ManifestEntry
     public bool IsDirectory => Type == "dir";
 
     public override string ToString() => Printable;
+}
+
+/// <summary>A timestamp: seconds since the epoch (may be negative) and 0..999,999,999 ns.</summary>
+public readonly record struct ManifestTime(long Seconds, uint Nanoseconds)
+{
+    public override string ToString() => $"{Seconds}.{Nanoseconds:D9}";
 }
 
 /// <summary>A manifest JSON written by scripts/oracles/manifest.py (or proto.py for V4 images).</summary>
@@ -113,10 +120,10 @@ public sealed class KernelManifest
             Gid = e.GetProperty("gid").GetUInt32(),
             Size = e.GetProperty("size").GetInt64(),
             Blocks = OptionalInt64(e, "blocks"),
-            AtimeNs = OptionalInt64(e, "atime_ns"),
-            MtimeNs = OptionalInt64(e, "mtime_ns"),
-            CtimeNs = OptionalInt64(e, "ctime_ns"),
-            BtimeNs = OptionalInt64(e, "btime_ns"),
+            Atime = OptionalTime(e, "atime_ns"),
+            Mtime = OptionalTime(e, "mtime_ns"),
+            Ctime = OptionalTime(e, "ctime_ns"),
+            Btime = OptionalTime(e, "btime_ns"),
             BtimeKnown = !e.TryGetProperty("btime_known", out var bk) || bk.GetBoolean(),
             RdevMajor = e.GetProperty("rdev_major").GetUInt32(),
             RdevMinor = e.GetProperty("rdev_minor").GetUInt32(),
@@ -125,6 +132,20 @@ public sealed class KernelManifest
             Xattrs = xattrs,
             Children = children,
         };
+    }
+
+    private static ManifestTime? OptionalTime(JsonElement e, string name)
+    {
+        if (!e.TryGetProperty(name, out var v) || v.ValueKind != JsonValueKind.Number)
+            return null;
+        var ns = System.Numerics.BigInteger.Parse(v.GetRawText(), System.Globalization.CultureInfo.InvariantCulture);
+        var sec = System.Numerics.BigInteger.DivRem(ns, 1_000_000_000, out var rem);
+        if (rem < 0)
+        {
+            sec -= 1;
+            rem += 1_000_000_000;
+        }
+        return new ManifestTime((long)sec, (uint)rem);
     }
 
     private static long? OptionalInt64(JsonElement e, string name) =>

@@ -136,31 +136,22 @@ public static class TreeComparer
             ctx.Check(p, "size", e.Size, a.Size);
             if (e.Blocks is { } blocks)
                 ctx.Check(p, "allocated bytes (st_blocks*512)", blocks * 512, a.AllocatedBytes);
-            CheckTime(ctx, p, "atime", e.AtimeNs, a.AccessTime);
-            CheckTime(ctx, p, "mtime", e.MtimeNs, a.ModifyTime);
-            CheckTime(ctx, p, "ctime", e.CtimeNs, a.ChangeTime);
+            CheckTime(ctx, p, "atime", e.Atime, a.AccessTime);
+            CheckTime(ctx, p, "mtime", e.Mtime, a.ModifyTime);
+            CheckTime(ctx, p, "ctime", e.Ctime, a.ChangeTime);
             if (e.BtimeKnown)
-            {
-                if (e.BtimeNs is { } bt)
-                    CheckTime(ctx, p, "crtime", bt, a.CreationTime ?? new XfsTimestamp(long.MinValue, 0), a.CreationTime is null ? "none" : null);
-                else
-                    ctx.Check(p, "crtime", "none", a.CreationTime is { } c ? Ns(c).ToString() : "none");
-            }
+                ctx.Check(p, "crtime", e.Btime?.ToString() ?? "none", a.CreationTime is { } c ? $"{c.Seconds}.{c.Nanoseconds:D9}" : "none");
             ctx.Check(p, "rdev major", e.RdevMajor, a.DeviceMajor);
             ctx.Check(p, "rdev minor", e.RdevMinor, a.DeviceMinor);
         });
     }
 
-    private static long Ns(XfsTimestamp t) => t.Seconds * 1_000_000_000L + t.Nanoseconds;
-
-    private static void CheckTime(Context ctx, string path, string field, long? expectedNs, XfsTimestamp actual, string? actualText = null)
+    private static void CheckTime(Context ctx, string path, string field, ManifestTime? expected, XfsTimestamp actual)
     {
-        if (expectedNs is not { } ns)
+        if (expected is not { } t)
             return;
-        var sec = Math.DivRem(ns, 1_000_000_000L, out var rem);
-        if (rem < 0) { sec--; rem += 1_000_000_000L; }
-        if (actual.Seconds != sec || actual.Nanoseconds != rem)
-            ctx.Add(new TreeDifference(path, field, $"{sec}.{rem:D9}", actualText ?? $"{actual.Seconds}.{actual.Nanoseconds:D9}"));
+        if (actual.Seconds != t.Seconds || actual.Nanoseconds != t.Nanoseconds)
+            ctx.Add(new TreeDifference(path, field, t.ToString(), $"{actual.Seconds}.{actual.Nanoseconds:D9}"));
     }
 
     private static void CompareContents(Context ctx, ManifestEntry e, CancellationToken ct)
@@ -269,9 +260,22 @@ public static class TreeComparer
         ctx.Add(new TreeDifference(path, "entry file type", expected.ToString(), actual.ToString()));
     }
 
+    // As root the kernel lists an ACL twice: as system.posix_acl_* (Linux xattr form) and as the raw
+    // on-disk attribute trusted.SGI_ACL_* (XFS form). XfsWin names it system.posix_acl_* only
+    // (XattrNames.ToLinuxName); its value must be exactly one of the two forms the kernel showed.
+    private static readonly (string System, string Trusted)[] AclAliases =
+        [("system.posix_acl_access", "trusted.SGI_ACL_FILE"), ("system.posix_acl_default", "trusted.SGI_ACL_DEFAULT")];
+
     private static void CompareXattrs(Context ctx, ManifestEntry e)
     {
         var p = e.Printable;
+        var expected = new Dictionary<string, byte[]>(e.Xattrs, StringComparer.Ordinal);
+        var onDiskAcl = new Dictionary<string, byte[]>(StringComparer.Ordinal);
+        foreach (var (sys, trusted) in AclAliases)
+        {
+            if (expected.ContainsKey(sys) && expected.Remove(trusted, out var raw))
+                onDiskAcl[sys] = raw;
+        }
         ctx.Try(p, "listxattr", () =>
         {
             var list = ctx.Volume.ListXattrs(e.Ino);
@@ -284,7 +288,7 @@ public static class TreeComparer
                     ctx.Add(new TreeDifference(p, $"xattr {name}", "listed once", "listed twice"));
                     continue;
                 }
-                if (!e.Xattrs.TryGetValue(name, out var want))
+                if (!expected.TryGetValue(name, out var want))
                 {
                     ctx.Add(new TreeDifference(p, $"xattr {name}", "absent", $"present ({x.ValueLength} bytes)"));
                     continue;
@@ -298,12 +302,14 @@ public static class TreeComparer
                     }
                     if (value.Length != x.ValueLength)
                         ctx.Add(new TreeDifference(p, $"xattr {name} length", $"ListXattrs said {x.ValueLength}", $"{value.Length}"));
-                    if (name.StartsWith("system.posix_acl_", StringComparison.Ordinal))
+                    if (onDiskAcl.TryGetValue(name, out var raw))
                     {
-                        var wantAcl = PosixAcl.Describe(want);
-                        var gotAcl = PosixAcl.Describe(value);
-                        if (wantAcl is null || wantAcl != gotAcl)
-                            ctx.Add(new TreeDifference(p, $"xattr {name} (ACL)", wantAcl ?? Convert.ToHexString(want), gotAcl ?? "unparsable " + Convert.ToHexString(value)));
+                        if (!value.AsSpan().SequenceEqual(want) && !value.AsSpan().SequenceEqual(raw))
+                        {
+                            ctx.Add(new TreeDifference(p, $"xattr {name} (ACL)",
+                                $"{Convert.ToHexString(want)} (Linux form) or {Convert.ToHexString(raw)} (on-disk form) = {PosixAcl.Describe(want)}",
+                                $"{Convert.ToHexString(value)} = {PosixAcl.Describe(value) ?? "unparsable"}"));
+                        }
                     }
                     else
                     {
@@ -311,10 +317,10 @@ public static class TreeComparer
                     }
                 });
             }
-            foreach (var name in e.Xattrs.Keys)
+            foreach (var name in expected.Keys)
             {
                 if (!seen.Contains(name))
-                    ctx.Add(new TreeDifference(p, $"xattr {name}", $"present ({e.Xattrs[name].Length} bytes)", "absent"));
+                    ctx.Add(new TreeDifference(p, $"xattr {name}", $"present ({expected[name].Length} bytes)", "absent"));
             }
         });
     }
@@ -415,6 +421,6 @@ public static class PosixAcl
         return string.Join(",", entries
             .Select(e => (e.Tag, e.Perm, Id: e.Tag is AclUser or AclGroup ? e.Id : -1))
             .Order()
-            .Select(e => $"{e.Tag:x}:{e.Perm:o}:{e.Id}"));
+            .Select(e => $"{e.Tag:x}:{Convert.ToString(e.Perm, 8)}:{e.Id}"));
     }
 }

@@ -26,7 +26,7 @@ public sealed partial class XfsVolume : IDisposable
     private readonly AgSummary _agSummary;
     private readonly VolumeInfo _info;
 
-    private XfsVolume(IBlockDevice device, bool ownsDevice, MountContext mount, AgSummary agSummary, LogState logState,
+    private XfsVolume(IBlockDevice device, bool ownsDevice, MountContext mount, AgSummary agSummary, Journal.LogRecoveryResult recovery,
         IReadOnlyList<string> warnings, IReadOnlyList<string> readOnlyReasons)
     {
         _device = device;
@@ -57,7 +57,9 @@ public sealed partial class XfsVolume : IDisposable
             RealtimeBlocks = sb.RtBlocks,
             LogBlocks = sb.LogBlocks,
             ExternalLog = sb.LogStart == 0,
-            LogState = logState,
+            LogState = recovery.State,
+            UnfinishedLogIntents = recovery.UnfinishedIntents,
+            UnlinkedInodesAtCrash = recovery.UnlinkedInodes,
             Features = sb.FeatureNames(),
             IoMode = device.IoMode,
             ReadOnlyReasons = readOnlyReasons,
@@ -69,7 +71,8 @@ public sealed partial class XfsVolume : IDisposable
     public static XfsVolume Open(string source, VolumeOpenOptions? options = null)
     {
         options ??= new VolumeOpenOptions();
-        var device = PartitionSpec.Open(source, options.Partition, writable: false);
+        // In-place log replay is the one thing that writes before the write path exists.
+        var device = PartitionSpec.Open(source, options.Partition, writable: options.Replay == LogReplayMode.InPlace);
         try
         {
             return Open(device, options, ownsDevice: true);
@@ -124,10 +127,10 @@ public sealed partial class XfsVolume : IDisposable
         if (sb.RtBlocks > 0) warnings.Add($"the volume has a realtime section ({sb.RtBlocks} blocks) on another device; files stored there cannot be read");
         if (sb.HasAsciiCi) warnings.Add("ascii-ci (case-insensitive names) volume");
 
-        var (effective, logState) = PrepareLog(device, sb, options, warnings, readOnly);
+        var (effective, recovery) = PrepareLog(device, sb, options, warnings);
         var mount = new MountContext(effective, sb, options.MetadataCacheBytes);
         var summary = AgSummary.Read(mount, warnings);
-        return new XfsVolume(device, ownsDevice, mount, summary, logState, warnings, readOnly);
+        return new XfsVolume(device, ownsDevice, mount, summary, recovery, warnings, readOnly);
     }
 
     public VolumeInfo Info => _info;
