@@ -13,6 +13,8 @@ public sealed class OverlayDevice : IBlockDevice
     private readonly IBlockDevice _base;
     private readonly bool _ownsBase;
     private readonly Dictionary<long, byte[]> _pages = new();
+    /// <summary>Unmodified copies of base pages read ahead by <see cref="Prefetch"/>; a write moves a page to <see cref="_pages"/>.</summary>
+    private readonly Dictionary<long, byte[]> _clean = new();
     private readonly ReaderWriterLockSlim _lock = new(LockRecursionPolicy.NoRecursion);
 
     public OverlayDevice(IBlockDevice baseDevice, bool ownsBase = false)
@@ -69,7 +71,7 @@ public sealed class OverlayDevice : IBlockDevice
             _lock.EnterReadLock();
             try
             {
-                if (_pages.TryGetValue(page, out data))
+                if (_pages.TryGetValue(page, out data) || _clean.TryGetValue(page, out data))
                 {
                     int n = Math.Min(destination.Length, PageSize - inPage);
                     data.AsSpan(inPage, n).CopyTo(destination);
@@ -81,7 +83,7 @@ public sealed class OverlayDevice : IBlockDevice
                 long end = offset + destination.Length;
                 long run = PageSize - inPage;
                 long next = page + 1;
-                while (offset + run < end && !_pages.ContainsKey(next))
+                while (offset + run < end && !_pages.ContainsKey(next) && !_clean.ContainsKey(next))
                 {
                     run += PageSize;
                     next++;
@@ -118,6 +120,15 @@ public sealed class OverlayDevice : IBlockDevice
             finally { _lock.ExitReadLock(); }
             if (data is null)
             {
+                _lock.EnterWriteLock();
+                try
+                {
+                    if (!_pages.TryGetValue(page, out data) && _clean.Remove(page, out data)) _pages[page] = data;
+                }
+                finally { _lock.ExitWriteLock(); }
+            }
+            if (data is null)
+            {
                 var fresh = new byte[PageSize];
                 if (n != PageSize) _base.Read(page * PageSize, fresh);
                 _lock.EnterWriteLock();
@@ -137,6 +148,48 @@ public sealed class OverlayDevice : IBlockDevice
             source = source[n..];
             offset += n;
         }
+    }
+
+    /// <summary>
+    /// Reads ahead: copies the base device's pages covering each range into memory with one large read per
+    /// range (ranges sorted by offset read the device sequentially), so later small reads and
+    /// read-modify-writes of those pages do not go to the device one by one. Pages stay clean (not
+    /// flushed) until written.
+    /// </summary>
+    public void Prefetch(IEnumerable<(long Offset, long Length)> ranges)
+    {
+        byte[] buffer = [];
+        foreach (var (offset, length) in ranges)
+        {
+            long first = offset / PageSize, last = (offset + length - 1) / PageSize;
+            last = Math.Min(last, (Length - 1) / PageSize);
+            if (length <= 0 || first > last) continue;
+            long start = first * PageSize;
+            int bytes = (int)Math.Min((last - first + 1) * PageSize, Length - start);
+            if (buffer.Length < bytes) buffer = new byte[bytes];
+            _base.Read(start, buffer.AsSpan(0, bytes));
+            _lock.EnterWriteLock();
+            try
+            {
+                for (long p = first; p <= last; p++)
+                {
+                    if (_pages.ContainsKey(p) || _clean.ContainsKey(p)) continue;
+                    var page = new byte[PageSize];
+                    int at = (int)((p - first) * PageSize);
+                    buffer.AsSpan(at, Math.Min(PageSize, bytes - at)).CopyTo(page);
+                    _clean[p] = page;
+                }
+            }
+            finally { _lock.ExitWriteLock(); }
+        }
+    }
+
+    /// <summary>Forgets read-ahead pages that were never written (the memory they hold is freed).</summary>
+    public void DropCleanPages()
+    {
+        _lock.EnterWriteLock();
+        try { _clean.Clear(); }
+        finally { _lock.ExitWriteLock(); }
     }
 
     /// <summary>Nothing to flush: writes stay in memory until <see cref="FlushTo"/>.</summary>

@@ -39,6 +39,10 @@ public sealed class LogReader
     private readonly Guid _fsUuid;
     private byte[] _buffer = new byte[LogRecordHeader.CycleSize * 2];
     private readonly LogRecord _record = new();
+    /// <summary>Read-ahead window over the log: records are read sequentially, so fetch them in large reads.</summary>
+    public const int WindowBytes = 4 << 20;
+    private readonly byte[] _window = new byte[WindowBytes];
+    private long _windowStart = -1, _windowBlocks;
 
     public LogReader(LogArea area, Guid fsUuid)
     {
@@ -48,10 +52,32 @@ public sealed class LogReader
 
     public LogArea Area => _area;
 
+    /// <summary>Reads blocks through the read-ahead window when they do not wrap the end of the log.</summary>
+    private void ReadBlocks(long blk, Span<byte> destination)
+    {
+        blk = _area.Wrap(blk);
+        long count = destination.Length >> LogArea.BBShift;
+        if (blk + count > _area.Blocks || destination.Length > WindowBytes)
+        {
+            _area.Read(blk, destination);
+            return;
+        }
+        if (_windowStart < 0 || blk < _windowStart || blk + count > _windowStart + _windowBlocks)
+        {
+            _windowStart = blk;
+            _windowBlocks = Math.Min(WindowBytes >> LogArea.BBShift, _area.Blocks - blk);
+            _area.Read(blk, _window.AsSpan(0, (int)(_windowBlocks << LogArea.BBShift)));
+        }
+        _window.AsSpan((int)((blk - _windowStart) << LogArea.BBShift), destination.Length).CopyTo(destination);
+    }
+
+    /// <summary>Forgets the read-ahead window (after the log was written).</summary>
+    public void Invalidate() => _windowStart = -1;
+
     /// <summary>Only the header sector of the record at <paramref name="blk"/>, or null when the block is not a header.</summary>
     public bool TryReadHeader(long blk, Span<byte> sector)
     {
-        _area.Read(blk, sector[..LogArea.BBSize]);
+        ReadBlocks(blk, sector[..LogArea.BBSize]);
         return LogRecordHeader.IsHeader(sector);
     }
 
@@ -59,7 +85,7 @@ public sealed class LogReader
     public LogRecord Read(long blk)
     {
         Span<byte> head = stackalloc byte[LogArea.BBSize];
-        _area.Read(blk, head);
+        ReadBlocks(blk, head);
         var h = new LogRecordHeader(head);
         string? problem = Validate(h, blk);
         if (problem is not null) throw Corrupt(blk, problem);
@@ -69,7 +95,7 @@ public sealed class LogReader
         int total = (hblks + dataBlocks) << LogArea.BBShift;
         if (_buffer.Length < total) _buffer = new byte[Math.Max(total, _buffer.Length * 2)];
         var all = _buffer.AsSpan(0, total);
-        _area.Read(blk, all);
+        ReadBlocks(blk, all);
         var header = all[..LogArea.BBSize];
         var data = all.Slice(hblks << LogArea.BBShift, h.Len);
 

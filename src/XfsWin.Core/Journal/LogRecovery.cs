@@ -65,9 +65,12 @@ public static class LogRecovery
         var replayer = new LogReplayer(overlay, sb, QuotaOn(dataDevice), (blk, problem) => reader.Corrupt(blk, problem));
 
         // Pass 1: cancel table. Pass 2: apply.
-        Walk(reader, pos, sb, warnings, replayer, pass: 1, progress, 0.0, 0.45);
+        Walk(reader, pos, sb, warnings, replayer, pass: 1, progress, 0.0, 0.3);
+        overlay.Prefetch(replayer.ReadAheadRanges());
+        progress?.Report(0.45);
         Walk(reader, pos, sb, warnings, replayer, pass: 2, progress, 0.45, 0.9);
         replayer.FlushStamps();
+        overlay.DropCleanPages();
         warnings.AddRange(replayer.Warnings);
 
         result.TransactionsReplayed = replayer.TransactionsReplayed;

@@ -47,16 +47,53 @@ public sealed class LogReplayer
 
     // ---------------------------------------------------------------- pass 1
 
+    private readonly HashSet<(long Blkno, int Len)> _touched = new();
+
     public void CommitPass1(LogTransaction trans)
     {
         foreach (var item in trans.Items)
         {
+            if (item.Type == LogItemType.Inode && item.Regions[0].Length is InodeLogFormat.Size or InodeLogFormat.Size32)
+            {
+                var inf = new InodeLogFormat(item.Regions[0]);
+                if (inf.Blkno >= 0 && inf.Len > 0) _touched.Add((inf.Blkno, inf.Len));
+                continue;
+            }
             if (item.Type != LogItemType.Buf) continue;
             var f = CheckBufFormat(trans, item);
-            if ((f.Flags & BufLogFormat.FlagCancel) == 0) continue;
+            if ((f.Flags & BufLogFormat.FlagCancel) == 0)
+            {
+                _touched.Add((f.Blkno, f.Len));
+                continue;
+            }
             var key = (f.Blkno, (int)f.Len);
             _cancelled[key] = _cancelled.GetValueOrDefault(key) + 1;
         }
+    }
+
+    /// <summary>
+    /// The metadata pass 2 will read, as device byte ranges sorted by offset, neighbours closer than
+    /// <paramref name="gap"/> merged (up to <paramref name="maxRange"/> bytes each): the kernel's readahead.
+    /// </summary>
+    public List<(long Offset, long Length)> ReadAheadRanges(long gap = 256 * 1024, long maxRange = 4 << 20)
+    {
+        var sorted = _touched.Select(t => (Offset: t.Blkno << LogArea.BBShift, End: (t.Blkno + t.Len) << LogArea.BBShift))
+            .Where(t => t.End <= _target.Length).OrderBy(t => t.Offset).ToList();
+        var ranges = new List<(long, long)>();
+        int i = 0;
+        while (i < sorted.Count)
+        {
+            long start = sorted[i].Offset, end = sorted[i].End;
+            int j = i + 1;
+            while (j < sorted.Count && sorted[j].Offset - end <= gap && Math.Max(end, sorted[j].End) - start <= maxRange)
+            {
+                end = Math.Max(end, sorted[j].End);
+                j++;
+            }
+            ranges.Add((start, end - start));
+            i = j;
+        }
+        return ranges;
     }
 
     // ---------------------------------------------------------------- pass 2
@@ -413,7 +450,7 @@ public sealed class LogReplayer
         int maxrecs = (src.Length - hdr) / 16;
         int dmxr = (fork.Length - BmdrBlockView.HeaderSize) / 16;
         if (numrecs > maxrecs || numrecs > dmxr) throw Corrupt(trans, $"inode {ino}: btree root with {numrecs} records does not fit");
-        fork.Clear();
+        // Slots past numrecs keep whatever the fork held before, as in the kernel (it copies only what is used).
         BinaryPrimitives.WriteUInt16BigEndian(fork, level);
         BinaryPrimitives.WriteUInt16BigEndian(fork[2..], numrecs);
         src.AsSpan(hdr, numrecs * 8).CopyTo(fork[BmdrBlockView.HeaderSize..]);

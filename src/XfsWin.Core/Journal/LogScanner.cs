@@ -96,28 +96,16 @@ public static class LogScanner
             if (!crcFilesystem || round > 0)
                 return new LogPosition(head, tail, headCycle, Clean: false, Empty: false, rec.Block, rec.Size, rec.HeaderBlocks, rec.Version, rec.Lsn, warnings);
 
-            // Walk forward from the tail; the first bad CRC within the last TornRecords records becomes the head.
-            var starts = new List<long>();
-            long blk = tail;
-            long distance = Distance(n, tail, head);
-            long walked = 0;
-            while (walked < distance)
-            {
-                starts.Add(blk);
-                if (!reader.TryReadHeader(blk, bb)) throw reader.Corrupt(blk, "expected a log record header between the tail and the head");
-                var hh = new LogRecordHeader(bb);
-                long size = hh.HeaderBlocks + LogArea.BytesToBlocks(hh.Len);
-                walked += size;
-                blk = area.Wrap(blk + size);
-            }
+            // The last TornRecords records before the head, oldest first; the first with a bad CRC becomes the head.
+            var starts = LastRecordStarts(reader, head, tail, span, TornRecords);
             long newHead = -1;
-            for (int i = Math.Max(0, starts.Count - TornRecords); i < starts.Count; i++)
+            foreach (long start in starts)
             {
-                var r = reader.Read(starts[i]);
+                var r = reader.Read(start);
                 if (!r.CrcOk)
                 {
-                    newHead = starts[i];
-                    warnings.Add($"torn write detected at log block {starts[i]} (CRC mismatch): the log was cut there, as Linux does");
+                    newHead = start;
+                    warnings.Add($"torn write detected at log block {start} (CRC mismatch): the log was cut there, as Linux does");
                     break;
                 }
             }
@@ -183,11 +171,56 @@ public static class LogScanner
     private static long FindHeaderBefore(LogReader reader, long head, long limit, Span<byte> bb)
     {
         var area = reader.Area;
-        for (long i = 1; i <= limit; i++)
+        const int chunk = 256;
+        var buf = new byte[chunk * LogArea.BBSize];
+        for (long back = 0; back < limit; back += chunk)
         {
-            long blk = area.Wrap(head - i);
-            if (reader.TryReadHeader(blk, bb)) return blk;
+            // Blocks [head-back-count, head-back) read in one go, searched from the end.
+            int count = (int)Math.Min(chunk, limit - back);
+            long from = head - back - count;
+            long wrapped = area.Wrap(from);
+            if (wrapped + count <= area.Blocks) area.Read(wrapped, buf.AsSpan(0, count * LogArea.BBSize));
+            else
+            {
+                for (int i = 0; i < count; i++) area.Read(from + i, buf.AsSpan(i * LogArea.BBSize, LogArea.BBSize));
+            }
+            for (int i = count - 1; i >= 0; i--)
+            {
+                var block = buf.AsSpan(i * LogArea.BBSize, LogArea.BBSize);
+                if (LogRecordHeader.IsHeader(block))
+                {
+                    block.CopyTo(bb);
+                    return area.Wrap(from + i);
+                }
+            }
         }
         return -1;
+    }
+
+    /// <summary>
+    /// Starts of up to <paramref name="max"/> records ending at <paramref name="head"/>, oldest first, found by
+    /// walking back header by header and keeping only a chain that ends exactly at the head.
+    /// </summary>
+    private static List<long> LastRecordStarts(LogReader reader, long head, long tail, long span, int max)
+    {
+        var area = reader.Area;
+        long n = area.Blocks;
+        Span<byte> bb = stackalloc byte[LogArea.BBSize];
+        var starts = new List<long>();
+        long end = head;
+        long remaining = LogScanner.Distance(n, tail, head);
+        while (starts.Count < max && remaining > 0)
+        {
+            long hdr = FindHeaderBefore(reader, end, Math.Min(remaining, span + 512), bb);
+            if (hdr < 0) break;
+            var h = new LogRecordHeader(bb);
+            long size = h.HeaderBlocks + LogArea.BytesToBlocks(h.Len);
+            if (area.Wrap(hdr + size) != area.Wrap(end)) break;
+            starts.Add(hdr);
+            remaining -= size;
+            end = hdr;
+        }
+        starts.Reverse();
+        return starts;
     }
 }

@@ -97,18 +97,56 @@ case $SCEN in
         echo held > $M/d1/held; exec 3<$M/d1/held; rm $M/d1/held
         ;;
     wrap)
-        mkdir $M/churn
-        for round in $(seq 1 12); do
-            for i in $(seq 1 400); do echo "$round $i" > $M/churn/file_$i; done
-            for i in $(seq 1 400); do mv $M/churn/file_$i $M/churn/moved_$i; done
-            for i in $(seq 1 390); do rm $M/churn/moved_$i; done
-            sync
-        done
-        for i in $(seq 1 300); do setfattr -n user.a$i -v "v$i" $M/churn/moved_400; done
+        # Churn (syncing each round) until the log head sits just before the physical end of the small log,
+        # then a last round that stays in the log only: the live part of the log straddles the wrap point.
+        python3 - $M $IMG <<'PY'
+import os, struct, sys
+mnt, img = sys.argv[1], sys.argv[2]
+root = os.path.join(mnt, "churn"); os.mkdir(root)
+def log_head():
+    with open(img, "rb") as f:
+        sb = f.read(512)
+        bs, = struct.unpack(">I", sb[4:8]); logstart, = struct.unpack(">Q", sb[48:56])
+        agblocks, = struct.unpack(">I", sb[84:88]); logblocks, = struct.unpack(">I", sb[96:100]); agblklog = sb[124]
+        base = ((logstart >> agblklog) * agblocks + (logstart & ((1 << agblklog) - 1))) * bs
+        n = logblocks * bs // 512
+        f.seek(base); data = f.read(n * 512)
+    def cyc(i):
+        w0, w1 = struct.unpack(">II", data[i*512:i*512+8])
+        return w1 if w0 == 0xFEEDBABE else w0
+    c0 = cyc(0)
+    for i in range(1, n):
+        if cyc(i) != c0: return c0, i, n
+    return c0, n, n
+def round_(r, count=600):
+    for i in range(count):
+        with open(os.path.join(root, f"file_{i}"), "w") as f: f.write(f"{r} {i}")
+    for i in range(count): os.rename(os.path.join(root, f"file_{i}"), os.path.join(root, f"moved_{r}_{i}"))
+    for i in range(count - 5): os.unlink(os.path.join(root, f"moved_{r}_{i}"))
+for r in range(2000):
+    round_(r)
+    os.sync()
+    cycle, head, n = log_head()
+    if cycle >= 2 and 0.88 * n <= head <= 0.97 * n:
+        break
+else:
+    sys.exit("wrap scenario: the log head never settled just before the end of the log")
+def force_log():
+    # fsync forces the log to disk without writing the metadata back (the tail stays where it is).
+    fd = os.open(root, os.O_RDONLY); os.fsync(fd); os.close(fd)
+for r in range(2000, 2030):
+    round_(r, 1000)
+    force_log()
+    if log_head()[0] > cycle:
+        break
+else:
+    sys.exit("wrap scenario: the log did not wrap past its end")
+for i in range(40): os.setxattr(os.path.join(root, f"moved_{r}_999"), f"user.a{i}", f"v{i}".encode())
+PY
         ;;
 esac
 xfs_io -x -c 'shutdown -f' $M
-exec 3<&- 2>/dev/null || true
+exec 3<&-
 umount $M
 [[ -n $LOGLOOP ]] && { losetup -d $LOGLOOP; LOGLOOP=""; }
 losetup -d $LOOP; LOOP=""
