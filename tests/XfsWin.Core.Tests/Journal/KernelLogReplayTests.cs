@@ -41,6 +41,16 @@ public sealed class KernelLogReplayTests : IDisposable
     }
 
     [Fact]
+    public void OpeningADirtyVolumeReplaysItInMemory()
+    {
+        var s = DirtyLogScenarios.Ensure("crash");
+        using var volume = XfsVolume.Open(s.DirtyImage, new VolumeOpenOptions { Replay = LogReplayMode.Memory });
+        Assert.Equal(LogState.ReplayedInMemory, volume.Info.LogState);
+        var comparison = TreeComparer.Compare(volume, s.Manifest);
+        Assert.True(comparison.Identical, comparison.Format());
+    }
+
+    [Fact]
     public void WithoutReplayTheDirtyViewDiffersFromTheKernel()
     {
         // Guards the tree test above: the unreplayed volume must not already look like the kernel's view.
