@@ -81,6 +81,7 @@ readdir_1m() { ls -f "$mnt/huge" | wc -l; }
 
 raw_read() { drop_caches; local t0 t1; t0=$(date +%s.%N); dd if="$img" of=/dev/null bs=1M count=1024 skip=0 iflag=direct status=none; t1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }'; }
 
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "Measuring ($runs runs each, best reported)..."
 raw=$(raw_read)
 declare -A k f
@@ -90,6 +91,7 @@ for t in read_big stat_100k find_100k readdir_1m; do
   echo "  $t: kernel ${k[$t]} s, fuse ${f[$t]} s"
 done
 rm -f "$statlist"
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 ratio() { awk -v k="$1" -v f="$2" 'BEGIN { printf "%.2f", k / f }'; }   # kernel time / fuse time = fuse speed relative to the kernel
 mbps() { awk -v t="$1" 'BEGIN { printf "%.0f", 1024 / t }'; }
@@ -101,6 +103,7 @@ cat <<REPORT
 Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), kernel $(uname -r),
 .NET $(dotnet --version), libfuse $(pkg-config --modversion fuse3 2>/dev/null || echo '?'), $(free -g | awk '/Mem:/ {print $2}') GiB RAM.
 Image: $(basename "$img") on $(df --output=source "$cache" | tail -1), 6 GiB sparse; every run mounts afresh after dropping caches; best of $runs.
+Load average (1/5/15 min) at start: $load_start; at end: $load_end (other jobs share the machine).
 
 | Measurement | Kernel XFS (loop) | XfsWin FUSE | FUSE / kernel speed | Goal |
 |---|---|---|---|---|

@@ -27,7 +27,7 @@ public unsafe class AdapterBenchmarks
 
     private XfsVolume _volume = null!;
     private XfsWindowsFileSystem _fs = null!;
-    private OpenFile _pattern = null!, _hello = null!, _big = null!;
+    private OpenFile _pattern = null!, _hello = null!, _big = null!, _names = null!;
     private byte* _readBuffer;
     private byte* _dirBuffer;
     private const int DirBufferSize = 64 * 1024;
@@ -43,6 +43,7 @@ public unsafe class AdapterBenchmarks
         _pattern = Open(@"\pattern.bin");
         _hello = Open(@"\hello.txt");
         _big = Open(@"\big");
+        _names = Open(@"\names");
         _patternSize = _pattern.Attributes.Size;
         _readBuffer = (byte*)NativeMemory.AlignedAlloc(1 << 20, 4096);
         _dirBuffer = (byte*)NativeMemory.AlignedAlloc(DirBufferSize, 4096);
@@ -122,6 +123,14 @@ public unsafe class AdapterBenchmarks
             marker = sink.LastOffset;
             first = false;
         }
+    }
+
+    [Benchmark(Description = "List a 16-entry directory (inodes cached)")]
+    public int ListSmallDirectory()
+    {
+        var sink = new BufferSink(_dirBuffer, DirBufferSize);
+        int status = _fs.ReadDirectory(_names, DirectoryMarker.None, ref sink);
+        return status == NtStatus.Success ? sink.Count : throw new InvalidOperationException(NtStatus.Describe(status));
     }
 
     [Benchmark(Description = "Name mapping: encode + decode a 40-byte UTF-8 name")]

@@ -26,6 +26,12 @@ public sealed class OpenFile
     /// <summary>The XFS bytes of the last path component (empty for the root).</summary>
     public byte[] Name { get; }
 
+    /// <summary>
+    /// On case-insensitive mounts, the path with every component spelled as stored (WinFsp's
+    /// FSP_FSCTL_OPEN_FILE_INFO.NormalizedName, so Windows reports the true case); null otherwise.
+    /// </summary>
+    public string? NormalizedPath { get; init; }
+
     /// <summary>Inodes of the directories from the root down to this file's parent.</summary>
     internal ulong[] Ancestors { get; }
 
@@ -47,8 +53,6 @@ public sealed class OpenFile
     internal readonly byte[] PendingName = new byte[WindowsNamesLimits.MaxNameBytes];
     internal int LastNameLength = -1;
     internal long LastNextCookie;
-
-    internal bool Closed;
 }
 
 internal static class WindowsNamesLimits

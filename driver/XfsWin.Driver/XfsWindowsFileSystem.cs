@@ -128,6 +128,8 @@ public sealed class XfsWindowsFileSystem
         public ulong Inode;
         public InodeAttributes Attributes;
         public byte[] Name;
+        /// <summary>The path spelled with the names as stored (only built for case-insensitive mounts).</summary>
+        public System.Text.StringBuilder? Normalized;
         public List<ulong> Ancestors;
         /// <summary>Char index in the path of the first intermediate component that is a reparse point, or -1.</summary>
         public int ReparseIndex;
@@ -139,7 +141,8 @@ public sealed class XfsWindowsFileSystem
     /// </summary>
     private Walk WalkPath(ReadOnlySpan<char> path, bool stopAtReparse)
     {
-        var walk = new Walk { Inode = _root, Name = [], Ancestors = new List<ulong>(8), ReparseIndex = -1 };
+        var walk = new Walk { Inode = _root, Name = [], Ancestors = new List<ulong>(8), ReparseIndex = -1,
+            Normalized = _options.CaseInsensitive ? new System.Text.StringBuilder(path.Length + 1) : null };
         walk.Attributes = _volume.GetAttributes(_root);
         Span<byte> nameBytes = stackalloc byte[WindowsNames.MaxXfsNameBytes];
         int i = 0;
@@ -180,6 +183,7 @@ public sealed class XfsWindowsFileSystem
             walk.Ancestors.Add(walk.Inode);
             walk.Inode = child;
             walk.Name = nameBytes[..nameLength].ToArray();
+            walk.Normalized?.Append('\\').Append(WindowsNames.EncodeToString(walk.Name));
             walk.Attributes = _volume.GetAttributes(child);
         }
         walk.Status = NtStatus.Success;
@@ -434,7 +438,10 @@ public sealed class XfsWindowsFileSystem
                 return NtStatus.NotADirectory;
             if ((createOptions & FileNonDirectoryFile) != 0 && isDirectory)
                 return NtStatus.FileIsADirectory;
-            file = new OpenFile(walk.Inode, walk.Attributes, walk.Name, [.. walk.Ancestors], fileName.ToString());
+            file = new OpenFile(walk.Inode, walk.Attributes, walk.Name, [.. walk.Ancestors], fileName.ToString())
+            {
+                NormalizedPath = walk.Normalized is { Length: > 0 } n ? n.ToString() : walk.Normalized is not null ? "\\" : null,
+            };
             // The mount is read-only: what Windows asks about an open file is computed once, here.
             file.Information = InfoFor(file);
             info = file.Information;
@@ -449,7 +456,8 @@ public sealed class XfsWindowsFileSystem
 
     public void Cleanup(OpenFile file, ReadOnlySpan<char> fileName, uint flags) { }
 
-    public void Close(OpenFile file) => file.Closed = true;
+    /// <summary>Nothing to release: an open holds no engine resources (the WinFsp layer frees its handle).</summary>
+    public void Close(OpenFile file) { }
 
     public int Create(ReadOnlySpan<char> fileName, uint createOptions, uint grantedAccess, uint fileAttributes) => NtStatus.MediaWriteProtected;
     public int Overwrite(OpenFile file, uint fileAttributes, bool replaceFileAttributes, ulong allocationSize) => NtStatus.MediaWriteProtected;

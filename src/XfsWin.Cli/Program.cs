@@ -23,25 +23,30 @@ public static class Program
         CliCommandEntry.Parsed("cat", CatCommand.Description, CatCommand.Build),
         CliCommandEntry.Parsed("extract", ExtractCommand.Description, ExtractCommand.Build),
         CliCommandEntry.Raw("mount", "Mount a volume (Linux: FUSE at a directory; Windows: WinFsp at a drive letter)", MountCommand.Run),
+        CliCommandEntry.Raw("recover", "Replay a dirty log onto the device and mark it clean (what Linux does at mount)", RecoverCommand.Run),
     ];
 
     public static int Main(string[] args) => Run(args, CliConsole.FromProcess());
 
     /// <summary>Runs xfswin with <paramref name="args"/>, writing to <paramref name="console"/>; returns the exit code.</summary>
-    public static int Run(string[] args, CliConsole console)
+    public static int Run(string[] args, CliConsole console) => Run(args, console, Commands);
+
+    /// <summary>Runs with a given command table (tests use their own rows).</summary>
+    public static int Run(string[] args, CliConsole console, IReadOnlyList<CliCommandEntry> commands)
     {
         ArgumentNullException.ThrowIfNull(args);
         ArgumentNullException.ThrowIfNull(console);
+        ArgumentNullException.ThrowIfNull(commands);
         if (args.Length > 0)
         {
-            var raw = Commands.FirstOrDefault(c => c.RunRaw is not null && c.Name == args[0]);
+            var raw = commands.FirstOrDefault(c => c.RunRaw is not null && c.Name == args[0]);
             if (raw is not null)
             {
                 console.Out.Flush();
                 return raw.RunRaw!(args[1..]);
             }
         }
-        var root = BuildRoot(console);
+        var root = BuildRoot(console, commands);
         var parse = root.Parse(args);
         int code = parse.Invoke(new InvocationConfiguration { Output = console.Out, Error = console.Error });
         console.Out.Flush();
@@ -49,10 +54,10 @@ public static class Program
         return code;
     }
 
-    public static RootCommand BuildRoot(CliConsole console)
+    public static RootCommand BuildRoot(CliConsole console, IReadOnlyList<CliCommandEntry> commands)
     {
         var root = new RootCommand("xfswin: read XFS volumes (image files, disks, partitions) without Linux. Exit codes: docs/cli.md.");
-        foreach (var entry in Commands)
+        foreach (var entry in commands)
         {
             if (entry.Build is not null)
             {

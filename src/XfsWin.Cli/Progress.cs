@@ -56,9 +56,13 @@ public sealed class Progress
     {
         double seconds = Math.Max(_clock.Elapsed.TotalSeconds, 0.001);
         string rate = FormatBytes((long)(_done / seconds)) + "/s";
-        string amount = _total > 0
-            ? $"{FormatBytes(_done)} / {FormatBytes(_total)} ({Math.Min(100, _done * 100 / _total),3}%)"
-            : FormatBytes(_done);
+        string amount = FormatBytes(_done);
+        if (_total > 0)
+        {
+            int percent = (int)Math.Min(100, _done * 100 / _total);
+            string bar = new string('#', percent / 5).PadRight(20, '.');
+            amount = $"[{bar}] {amount} / {FormatBytes(_total)} ({percent,3}%)";
+        }
         string items = _items > 0 ? $", {_items} items" : "";
         string line = $"{_label}: {amount}{items}, {rate}{(final ? $", {seconds:F1} s" : "")}";
         string pad = line.Length < _lastWidth ? new string(' ', _lastWidth - line.Length) : "";

@@ -65,6 +65,13 @@ public sealed unsafe class FuseHost : IDisposable
             throw new FuseUnavailableException(
                 "FUSE is not available: /dev/fuse does not exist. Load the kernel module with 'modprobe fuse' " +
                 "(and install fuse3: apt-get install fuse3); in a container, start it with '--device /dev/fuse --cap-add SYS_ADMIN'.");
+        fixed (byte* dev = "/dev/fuse\0"u8)
+        {
+            if (FuseNative.access(dev, FuseNative.R_OK | FuseNative.W_OK) != 0)
+                throw new FuseUnavailableException(
+                    "FUSE is not available to this user: /dev/fuse cannot be opened for reading and writing. " +
+                    "Run as root, or have root make it usable by everyone ('chmod 0666 /dev/fuse', the usual setting).");
+        }
         try
         {
             _ = FuseNative.fuse_version();
@@ -505,8 +512,12 @@ public sealed unsafe class FuseHost : IDisposable
             NativeStat st = default;
             st.st_ino = inode;
             st.st_mode = TypeBits(fileType);
+            nuint added;
             fixed (byte* pz = z)
-                Used += FuseNative.fuse_add_direntry(Request, Buffer + Used, Capacity - Used, pz, &st, nextCookie);
+                added = FuseNative.fuse_add_direntry(Request, Buffer + Used, Capacity - Used, pz, &st, nextCookie);
+            if (added > Capacity - Used)
+                return false; // libfuse wrote nothing: the entry did not fit after all
+            Used += added;
             return true;
         }
     }
@@ -610,7 +621,10 @@ public sealed unsafe class FuseHost : IDisposable
                         e.attr.st_ino = inode;
                         e.attr.st_mode = TypeBits(type);
                     }
-                    used += FuseNative.fuse_add_direntry_plus(req, buffer + used, capacity - used, name, &e, next);
+                    var added = FuseNative.fuse_add_direntry_plus(req, buffer + used, capacity - used, name, &e, next);
+                    if (added > capacity - used)
+                        break; // libfuse wrote nothing; the kernel asks again from the last entry's offset
+                    used += added;
                     p += Align8(18 + nameLength + 1);
                 }
                 FuseNative.fuse_reply_buf(req, buffer, used);

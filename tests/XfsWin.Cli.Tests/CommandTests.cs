@@ -144,7 +144,7 @@ public class CommandTests
         var quiet = Xfswin.Ok("cat", Tree, "/big.bin");
         Assert.Equal("", quiet.Err);
         var shown = Xfswin.Ok("cat", "--progress", Tree, "/big.bin");
-        Assert.Contains("/big.bin: 12.0 MiB / 12.0 MiB (100%)", shown.Err, StringComparison.Ordinal);
+        Assert.Contains("/big.bin: [####################] 12.0 MiB / 12.0 MiB (100%)", shown.Err, StringComparison.Ordinal);
         Assert.Contains("/s", shown.Err, StringComparison.Ordinal);
     }
 
@@ -237,5 +237,25 @@ public class CommandTests
     {
         public static readonly ByteArrayOrder Instance = new();
         public int Compare(byte[]? x, byte[]? y) => x.AsSpan().SequenceCompareTo(y);
+    }
+}
+
+/// <summary>Raw-args rows of the command table (how mount and recover plug in).</summary>
+public class CommandTableTests
+{
+    [Fact]
+    public void Raw_commands_get_every_token_after_their_name_unchanged()
+    {
+        string[]? seen = null;
+        var table = Program.Commands.Append(CliCommandEntry.Raw("fake", "a raw-args command", a => { seen = a; return 42; })).ToList();
+        var output = new StringWriter();
+        var console = new CliConsole { Out = output, Error = new StringWriter(), StdoutStream = new MemoryStream() };
+        Assert.Equal(42, Program.Run(["fake", "--weird", "-x", "disk.img@2", "--", "z"], console, table));
+        Assert.NotNull(seen);
+        Assert.Equal(["--weird", "-x", "disk.img@2", "--", "z"], seen!);
+
+        Assert.Equal(0, Program.Run(["--help"], console, table));
+        Assert.Contains("fake", output.ToString(), StringComparison.Ordinal);
+        Assert.Contains("a raw-args command", output.ToString(), StringComparison.Ordinal);
     }
 }

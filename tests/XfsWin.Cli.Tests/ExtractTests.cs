@@ -169,6 +169,26 @@ public class ExtractTests
     }
 
     [Fact]
+    public void Extract_as_an_ordinary_user_restores_what_it_may_and_names_the_rest()
+    {
+        RequireRoot(); // to switch to the 'nobody' user
+        using var dir = new TempDir();
+        Sh.Check("chmod", "0777", dir.Path);
+        string dest = Path.Combine(dir.Path, "out");
+        var r = Sh.Run("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+            "dotnet", Path.Combine(AppContext.BaseDirectory, "xfswin.dll"), "extract", FixtureImages.Tree, dest);
+        Assert.True(r.Code == ExitCodes.Partial, $"exit {r.Code}\n{r.Err}");
+        Assert.Contains("2 device node(s) were not created", r.Err, StringComparison.Ordinal);
+        Assert.Contains("trusted.secret", r.Err, StringComparison.Ordinal);
+        Assert.Contains("not running as root", r.Err, StringComparison.Ordinal);
+        using var m = new LoopMount(FixtureImages.Tree);
+        Assert.True(File.ReadAllBytes(m.Path + "/big.bin").AsSpan().SequenceEqual(File.ReadAllBytes(dest + "/big.bin")));
+        Assert.Equal("65534 4755 1577934245.999999999", Sh.Check("stat", "-c", "%u %a %.9Y", dest + "/big.bin").Trim());
+        Assert.False(File.Exists(dest + "/chardev"));
+        Assert.Equal("user.color=\"blue\"", Sh.Check("getfattr", "-n", "user.color", "--absolute-names", dest + "/dir/hello.txt").Split('\n')[1]);
+    }
+
+    [Fact]
     public void Extract_to_an_existing_file_is_a_usage_error()
     {
         using var dir = new TempDir();

@@ -21,7 +21,7 @@ public static class Sh
         }
         catch (System.ComponentModel.Win32Exception e)
         {
-            throw new InvalidOperationException($"cannot run '{file}': {e.Message}. Install the test dependencies: scripts/install-cli-test-deps.sh", e);
+            throw new InvalidOperationException($"cannot run '{file}': {e.Message}. Install the test dependencies: scripts/install-deps.sh (as root)", e);
         }
         using (p)
         {

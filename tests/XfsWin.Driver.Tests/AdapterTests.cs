@@ -186,7 +186,12 @@ public class AdapterTests(DriverImage image)
         // "CASE" equals both ignoring case: the first one in directory order (the kernel's readdir order) wins.
         var order = image["names"].Children.Select(c => Encoding.UTF8.GetString(c)).ToList();
         ulong first = order.IndexOf("Case") < order.IndexOf("case") ? upper : lower;
-        Assert.Equal(first, Open(@"\names\CASE", ci).Inode);
+        var opened = Open(@"\names\CASE", ci);
+        Assert.Equal(first, opened.Inode);
+        Assert.Equal(first == upper ? @"\names\Case" : @"\names\case", opened.NormalizedPath);
+        Assert.Equal(@"\names\CASE2", Open(@"\NAMES\case2", ci).NormalizedPath);
+        Assert.Equal(@"\", Open(@"\", ci).NormalizedPath);
+        Assert.Null(Open(@"\names\Case").NormalizedPath); // case-sensitive mounts do not normalize
         Assert.Equal(NtStatus.Success, ci.GetDirInfoByName(Open(@"\names", ci), "CASE", out _, new char[255], out int n));
         Assert.Equal(4, n);
     }

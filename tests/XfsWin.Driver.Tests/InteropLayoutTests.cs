@@ -56,6 +56,8 @@ public unsafe class InteropLayoutTests
         Assert.Equal(88, sizeof(FspFsctlVolumeInfo));   // FSP_FSCTL_VOLUME_INFO
         Assert.Equal(104, sizeof(FspFsctlDirInfo));     // FSP_FSCTL_DIR_INFO
         Assert.Equal(88, sizeof(FspFsctlOpenFileInfo)); // FILE_INFO + PWSTR + UINT16, padded
+        Assert.Equal(72, (int)Marshal.OffsetOf<FspFsctlOpenFileInfo>(nameof(FspFsctlOpenFileInfo.NormalizedName)));
+        Assert.Equal(80, (int)Marshal.OffsetOf<FspFsctlOpenFileInfo>(nameof(FspFsctlOpenFileInfo.NormalizedNameSize)));
 
         var f = new FileInformation();
         ref byte fs = ref Unsafe.As<FileInformation, byte>(ref f);

@@ -55,10 +55,15 @@ internal static class ManifestComparison
             Check(e, "uid", e.Uid, a.Uid);
             Check(e, "gid", e.Gid, a.Gid);
             Check(e, "size", e.Size, a.Size);
-            Check(e, "blocks", e.Blocks, a.Blocks);
-            Check(e, "atime", e.Atime, a.Atime);
-            Check(e, "mtime", e.Mtime, a.Mtime);
-            Check(e, "ctime", e.Ctime, a.Ctime);
+            // Fields the expected manifest does not know (protofile manifests of V4 volumes) are not compared.
+            if (e.Blocks is not null)
+                Check(e, "blocks", e.Blocks, a.Blocks);
+            if (e.Atime is not null)
+                Check(e, "atime", e.Atime, a.Atime);
+            if (e.Mtime is not null)
+                Check(e, "mtime", e.Mtime, a.Mtime);
+            if (e.Ctime is not null)
+                Check(e, "ctime", e.Ctime, a.Ctime);
             Check(e, "rdev", (e.RdevMajor, e.RdevMinor), (a.RdevMajor, a.RdevMinor));
             Check(e, "sha256", e.Sha256, a.Sha256);
             Check(e, "target", Hex(e.Target), Hex(a.Target));

@@ -146,5 +146,31 @@ public sealed class MountCommandProcessTests
         }
     }
 
+    /// <summary>
+    /// /dev/fuse readable by root only (a 0600 node bound over it in a private mount namespace) and
+    /// an ordinary user: the message says how to get access instead of libfuse's bare EACCES.
+    /// </summary>
+    [Fact]
+    public void A_user_without_access_to_dev_fuse_is_told_how_to_get_it()
+    {
+        var dir = Shell.MakeTempDirectory("xfswin-noaccess");
+        try
+        {
+            Shell.Bash($"chmod 0755 {Quote(dir)}; mkdir {Quote(dir)}/mnt; chown 1000:1000 {Quote(dir)}/mnt");
+            var (file, prefix) = Shell.Xfswin;
+            var command = string.Join(' ', new[] { file }.Concat(prefix).Concat(["mount", "-f", "/nonexistent.img", dir + "/mnt"]).Select(Quote));
+            var r = Shell.Run("unshare", ["--mount", "--propagation", "private", "bash", "-euc",
+                $"mknod -m 0600 {Quote(dir)}/fuse c 10 229; mount --bind {Quote(dir)}/fuse /dev/fuse; " +
+                $"exec setpriv --reuid=1000 --regid=1000 --clear-groups env HOME={Quote(dir)} DOTNET_CLI_HOME={Quote(dir)} {command}"]);
+            Assert.True(r.ExitCode == 1, r.Both);
+            Assert.Contains("/dev/fuse cannot be opened", r.Stderr, StringComparison.Ordinal);
+            Assert.Contains("chmod 0666 /dev/fuse", r.Stderr, StringComparison.Ordinal);
+        }
+        finally
+        {
+            Directory.Delete(dir, recursive: true);
+        }
+    }
+
     internal static string Quote(string s) => "'" + s.Replace("'", "'\\''", StringComparison.Ordinal) + "'";
 }

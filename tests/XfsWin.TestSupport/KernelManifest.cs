@@ -7,7 +7,7 @@ namespace XfsWin.TestSupport;
 /// One entry of a manifest: what the Linux kernel (or, for V4 images, the protofile mkfs.xfs was fed)
 /// reports for a path. Nullable fields are unknown to the producer and not compared.
 /// </summary>
-public sealed class ManifestEntry
+public sealed record ManifestEntry
 {
     /// <summary>Path relative to the volume root as raw bytes ("" for the root).</summary>
     public required byte[] Path { get; init; }
@@ -80,6 +80,21 @@ public sealed class KernelManifest
 
     public ManifestEntry Get(string path) =>
         Find(path) ?? throw new KeyNotFoundException($"manifest has no entry {path}");
+
+    /// <summary>The same manifest with some entries replaced (matched by path) or removed: for testing the comparer itself.</summary>
+    public KernelManifest With(IEnumerable<ManifestEntry> replacements, IEnumerable<string>? removePaths = null)
+    {
+        var map = replacements.ToDictionary(e => Convert.ToHexString(e.Path), StringComparer.Ordinal);
+        var removed = new HashSet<string>((removePaths ?? []).Select(p => Convert.ToHexString(System.Text.Encoding.UTF8.GetBytes(p.TrimStart('/')))), StringComparer.Ordinal);
+        var list = new List<ManifestEntry>();
+        foreach (var e in Entries)
+        {
+            var key = Convert.ToHexString(e.Path);
+            if (!removed.Contains(key))
+                list.Add(map.TryGetValue(key, out var r) ? r : e);
+        }
+        return new KernelManifest(Source, list);
+    }
 
     public static KernelManifest Load(string path)
     {

@@ -49,10 +49,12 @@ public sealed class TreeComparison
         sb.Append(" (by field: ");
         sb.Append(string.Join(", ", List.GroupBy(d => d.Field).OrderByDescending(g => g.Count()).Select(g => $"{g.Key}={g.Count()}")));
         sb.Append(")\n");
-        foreach (var d in List.Take(max))
+        // Up to 20 of each kind first, so a rare kind is not hidden behind thousands of a common one.
+        var shown = List.GroupBy(d => d.Field).SelectMany(g => g.Take(20)).Take(max).ToList();
+        foreach (var d in shown)
             sb.Append("  ").Append(d).Append('\n');
-        if (TotalDifferences > max)
-            sb.Append("  ... ").Append(TotalDifferences - max).Append(" more\n");
+        if (TotalDifferences > shown.Count)
+            sb.Append("  ... ").Append(TotalDifferences - shown.Count).Append(" more\n");
         return sb.ToString();
     }
 }

@@ -204,6 +204,17 @@ public sealed unsafe class WinFspFileSystem : IDisposable
                 if (status < 0 || file is null) return status;
                 *context = (void*)GCHandle.ToIntPtr(GCHandle.Alloc(file));
                 *fi = info;
+                // On case-insensitive volumes FileInfo is the head of an FSP_FSCTL_OPEN_FILE_INFO whose
+                // NormalizedName buffer receives the stored spelling of the path.
+                if (file.NormalizedPath is { } normalized)
+                {
+                    var open = (FspFsctlOpenFileInfo*)fi;
+                    if (open->NormalizedName != null && normalized.Length * 2 <= open->NormalizedNameSize)
+                    {
+                        normalized.AsSpan().CopyTo(new Span<char>(open->NormalizedName, normalized.Length));
+                        open->NormalizedNameSize = (ushort)(normalized.Length * 2);
+                    }
+                }
                 return NtStatus.Success;
             }
             catch (Exception e) { return NtStatus.FromException(e); }

@@ -66,14 +66,15 @@ public static class ReparseData
         }
 
         bool first = sb.Length == 0;
-        Span<char> buffer = stackalloc char[WindowsNames.MaxWindowsNameChars + 1];
+        // A target is free text: its components may exceed 255 bytes (they then name nothing, but the
+        // link is still shown). Encoding yields at most one UTF-16 unit per byte.
+        Span<char> buffer = target.Length <= 1024 ? stackalloc char[target.Length] : new char[target.Length];
         foreach (var range in target.Split((byte)'/'))
         {
             var component = target[range];
             if (component.IsEmpty) continue;
             if (!first || (absolute && sb.Length > 0)) sb.Append('\\');
-            int n = component.Length <= WindowsNames.MaxXfsNameBytes ? WindowsNames.Encode(component, buffer) : -1;
-            if (n < 0) throw new XfsException(XfsError.NameTooLong, "symlink target has a component longer than 255 bytes");
+            int n = WindowsNames.Encode(component, buffer);
             sb.Append(buffer[..n]);
             first = false;
         }

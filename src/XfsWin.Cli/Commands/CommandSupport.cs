@@ -15,6 +15,7 @@ internal static class CommandSupport
     public static Option<int?> PartitionOption() => new("--partition", "-p")
     {
         Description = "Partition number of SOURCE (same as SOURCE@N); `xfswin info DISK` lists them",
+        HelpName = "N",
     };
 
     public static Option<bool> JsonOption() => new("--json")

@@ -24,7 +24,7 @@ public static class ExtractCommand
     {
         var source = CommandSupport.SourceArgument();
         var dest = new Argument<string>("DEST") { Description = "Directory to extract into (created if missing; existing names are never overwritten)" };
-        var path = new Argument<string>("PATH") { Description = "Directory or file inside the volume to extract (default: /)", DefaultValueFactory = _ => "/" };
+        var path = new Argument<string>("PATH") { Description = "Directory or file inside the volume to extract", DefaultValueFactory = _ => "/" };
         var partition = CommandSupport.PartitionOption();
         var progress = CommandSupport.ProgressOption();
         var noProgress = CommandSupport.NoProgressOption();
@@ -305,6 +305,7 @@ public static class ExtractCommand
                 Failed(display + " (extended attributes)", e);
                 return;
             }
+            var failed = new Dictionary<string, List<string>>(StringComparer.Ordinal);
             foreach (var x in list)
             {
                 string name = x.LinuxName;
@@ -338,8 +339,15 @@ public static class ExtractCommand
                     }
                 }
                 if (Posix.Lsetxattr(z, Posix.Z(name), value, (nuint)value.Length, 0) != 0)
-                    Errno($"could not set xattr {name} on '{display}'");
+                {
+                    string reason = Posix.ErrorText(Marshal.GetLastPInvokeError());
+                    if (!failed.TryGetValue(reason, out var names)) failed[reason] = names = [];
+                    names.Add(name);
+                }
             }
+            // One line per reason: a destination that holds fewer xattrs per file than XFS can fail hundreds at once.
+            foreach (var (reason, names) in failed)
+                Problem($"could not set {names.Count} xattr(s) on '{display}' ({reason}; the destination file system may not accept them): {string.Join(", ", names)}");
         }
     }
 }

@@ -14,7 +14,7 @@ public static class LsCommand
     public static Command Build(CliConsole console)
     {
         var source = CommandSupport.SourceArgument();
-        var path = new Argument<string>("PATH") { Description = "Path inside the volume (default: /)", DefaultValueFactory = _ => "/" };
+        var path = new Argument<string>("PATH") { Description = "Path inside the volume", DefaultValueFactory = _ => "/" };
         var partition = CommandSupport.PartitionOption();
         var json = CommandSupport.JsonOption();
         var longFormat = new Option<bool>("-l", "--long") { Description = "Long format: mode, links, owner, group, size, mtime (ns), symlink target" };

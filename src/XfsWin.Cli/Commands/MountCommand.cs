@@ -50,6 +50,22 @@ public static class MountCommand
 
     public static int Run(string[] args)
     {
+        // Windows: `xfswin mount SOURCE X: [driver options]` goes to the WinFsp host.
+        if (OperatingSystem.IsWindows() && args.Length >= 2 && XfsWin.Driver.WindowsMount.IsDriveLetter(args[1]))
+        {
+            XfsWin.Driver.MountOptions options;
+            try
+            {
+                options = XfsWin.Driver.MountOptions.Parse(args[2..]);
+            }
+            catch (ArgumentException e)
+            {
+                Console.Error.WriteLine($"xfswin mount: {e.Message}");
+                return 2;
+            }
+            return XfsWin.Driver.WindowsMount.Run(args[0], args[1], options);
+        }
+
         MountArguments parsed;
         try
         {

@@ -12,7 +12,8 @@ namespace XfsWin.Inodes;
 /// </summary>
 public sealed class InodeCache
 {
-    private const int MaxEntries = 65536;
+    private const int MaxEntries = 131072;
+    private int _trimming;
     private readonly MountContext _mount;
     private readonly ConcurrentDictionary<ulong, Inode> _inodes = new();
     private readonly InodeAllocation _allocation;
@@ -27,9 +28,27 @@ public sealed class InodeCache
     {
         if (_inodes.TryGetValue(ino, out var cached)) return cached;
         var inode = Load(ino);
-        if (_inodes.Count >= MaxEntries) _inodes.Clear();
-        _inodes.TryAdd(ino, inode);
+        if (_inodes.TryAdd(ino, inode) && _inodes.Count > MaxEntries) Trim();
         return inode;
+    }
+
+    /// <summary>Drops about a quarter of the cached inodes (enumeration order is arbitrary, so this is a random sample).</summary>
+    private void Trim()
+    {
+        if (Interlocked.Exchange(ref _trimming, 1) != 0) return;
+        try
+        {
+            int excess = _inodes.Count - MaxEntries * 3 / 4;
+            foreach (var key in _inodes.Keys)
+            {
+                if (excess-- <= 0) break;
+                _inodes.TryRemove(key, out _);
+            }
+        }
+        finally
+        {
+            Volatile.Write(ref _trimming, 0);
+        }
     }
 
     private Inode Load(ulong ino)

@@ -414,17 +414,26 @@ public sealed partial class XfsVolume : IDisposable
     private XfsCorruptionException Malformed(Exception e, ulong inode) =>
         _mount.Corrupt($"metadata reached from inode {inode}", 0, $"malformed structure ({e.GetType().Name}: {e.Message})");
 
-    /// <summary>statfs(2) figures, computed as the Linux kernel reports them.</summary>
+    /// <summary>statfs(2) figures, computed as the Linux kernel reports them (xfs_fs_statfs).</summary>
     public FileSystemStats GetStats()
     {
         var sb = _mount.Superblock;
         ulong logBlocks = sb.LogStart != 0 ? sb.LogBlocks : 0;
         ulong total = sb.DataBlocks - logBlocks;
-        ulong free = _agSummary.FreeBlocks;
-        ulong maxInodes = _agSummary.Inodes + (free << sb.InoPBlog);
-        ulong files = Math.Min(maxInodes, (ulong)long.MaxValue);
-        ulong usedInodes = _agSummary.Inodes - _agSummary.FreeInodes;
-        return new FileSystemStats((int)sb.BlockSize, total, free, files, files - Math.Min(usedInodes, files), 255);
+        // The kernel keeps 8 blocks per AG out of reach (AGFL refill reserve plus 4), never reported free.
+        ulong setAside = (ulong)sb.AgCount * 8;
+        ulong free = _agSummary.FreeBlocks > setAside ? _agSummary.FreeBlocks - setAside : 0;
+        ulong files = _agSummary.Inodes + (free << sb.InoPBlog);
+        if (sb.ImaxPct > 0)
+        {
+            // Inode space is capped at imax_pct of the data blocks, in whole inode chunks.
+            ulong chunkBlocks = Math.Max(1UL, (ulong)InobtRecord.InodesPerChunk >> sb.InoPBlog);
+            ulong maxBlocks = sb.DataBlocks * (ulong)sb.ImaxPct / 100 / chunkBlocks * chunkBlocks;
+            files = Math.Min(files, maxBlocks << sb.InoPBlog);
+        }
+        files = Math.Max(files, _agSummary.Inodes);
+        ulong usedInodes = _agSummary.Inodes - Math.Min(_agSummary.FreeInodes, _agSummary.Inodes);
+        return new FileSystemStats((int)sb.BlockSize, total, free, files, files - usedInodes, 255);
     }
 
     public void Dispose()

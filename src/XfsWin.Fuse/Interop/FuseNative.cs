@@ -106,6 +106,12 @@ internal static unsafe partial class FuseNative
     [LibraryImport(LibC)]
     public static partial uint geteuid();
 
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int access(byte* path, int mode);
+
+    public const int R_OK = 4;
+    public const int W_OK = 2;
+
     public const int MNT_DETACH = 2;
     public const int EBUSY = 16;
 

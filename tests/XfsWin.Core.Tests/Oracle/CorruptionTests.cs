@@ -3,6 +3,7 @@ using System.Text.RegularExpressions;
 using XfsWin.TestSupport;
 using XfsWin.Volume;
 using Xunit;
+using Xunit.Abstractions;
 
 namespace XfsWin.Tests.Oracle;
 
@@ -12,7 +13,7 @@ namespace XfsWin.Tests.Oracle;
 /// naming the structure and its address), never another exception, a hang, or (on CRC volumes) data
 /// that differs from the kernel's without an error.
 /// </summary>
-public sealed partial class CorruptionTests : IDisposable
+public sealed partial class CorruptionTests(ITestOutputHelper output) : IDisposable
 {
     private static readonly TimeSpan Limit = TimeSpan.FromSeconds(60);
     private readonly DirectoryInfo _dir = Directory.CreateTempSubdirectory("xfswin-corrupt.");
@@ -100,7 +101,12 @@ public sealed partial class CorruptionTests : IDisposable
         var outcome = Walk(copy, image);
         // V5 metadata is CRC-protected: any damaged block the walk reads must be noticed.
         // V4 has no CRCs, so only "no crash, no hang, only XfsException" holds there.
-        AssertOnlyXfsErrors(outcome, copy, requireNoSilentDifferences: !name.StartsWith("v4", StringComparison.Ordinal));
+        var errors = AssertOnlyXfsErrors(outcome, copy, requireNoSilentDifferences: !name.StartsWith("v4", StringComparison.Ordinal));
+        output.WriteLine(outcome.OpenError is not null
+            ? $"open refused: {outcome.OpenError.Message}"
+            : $"{outcome.Comparison!.EntriesCompared} entries walked, {errors.Count} XfsException(s), {outcome.Comparison.TotalDifferences - errors.Count} silent difference(s)");
+        foreach (var e in errors.Take(5))
+            output.WriteLine("  " + e.Message);
     }
 
     private static long Daddr(string image, string version, params string[] select)
@@ -209,6 +215,30 @@ public sealed partial class CorruptionTests : IDisposable
         });
         Assert.True(threw > 0, "no lookup reached the looping node");
         Assert.True(wrong.Count == 0, $"lookups answered wrongly without an error: {string.Join(", ", wrong.Take(20))}");
+    }
+
+    [Fact]
+    public void Extent_btree_node_pointing_to_itself_does_not_hang_reads()
+    {
+        var image = OracleImages.Ensure("default");
+        var file = image.Manifest.Get("/extents/many-extents");
+        var copy = Copy(image, "bmbtloop");
+        var root = XfsDb.Fields(XfsDb.Run(copy, image.XfsprogsVersion, $"inode {file.Ino}", "print u3.bmbt.level u3.bmbt.ptrs[1]"));
+        Assert.True(XfsDb.Number(root["u3.bmbt.level"]) >= 2, "the file's extent btree needs a node level for this test");
+        var node = XfsDb.Number(root["u3.bmbt.ptrs[1]"]);
+        XfsDb.Write(copy, image.XfsprogsVersion, $"inode {file.Ino}", "addr u3.bmbt.ptrs[1]", $"write -d ptrs[1] {node}");
+
+        var ex = Watchdog.Run(Limit, "reading through a looping extent btree", () =>
+        {
+            using var volume = XfsVolume.Open(copy);
+            var buffer = new byte[1 << 20];
+            return Assert.ThrowsAny<XfsException>(() =>
+            {
+                for (long off = 0; off < file.Size; off += buffer.Length)
+                    volume.Read(file.Ino, off, buffer);
+            });
+        });
+        Assert.Equal(XfsError.Corrupt, ex.Error);
     }
 
     private static XfsException OpenFails(string path) =>

@@ -117,6 +117,31 @@ public sealed class OracleHarnessTests
     }
 
     [Theory]
+    [InlineData("default", "CRC,FTYPE,FINOBT,SPARSE_INODES,REFLINK,INOBTCNT,BIGTIME", "RMAPBT,NREXT64,PARENT,METADIR", 4096, 4096)]
+    [InlineData("rmap-nrext64", "CRC,RMAPBT,NREXT64", "PARENT,METADIR", 4096, 4096)]
+    [InlineData("b1k", "CRC", "", 1024, 4096)]
+    [InlineData("b64k", "CRC", "", 65536, 65536)]
+    [InlineData("dir64k", "CRC", "", 4096, 65536)]
+    [InlineData("mkfs613", "CRC,RMAPBT,NREXT64,EXCHANGE,PARENT,METADIR", "", 4096, 4096)]
+    [InlineData("v4", "FTYPE", "CRC,BIGTIME", 4096, 4096)]
+    [InlineData("v4-ftype0", "", "CRC,FTYPE", 4096, 4096)]
+    public void Image_has_the_features_its_name_promises(string name, string present, string absent, int blockSize, int dirBlockSize)
+    {
+        var image = OracleImages.Ensure(name);
+        var version = XfsDb.Run(image, "version");
+        var features = version[(version.IndexOf('=', StringComparison.Ordinal) + 1)..].Trim().Split(',').ToHashSet();
+        foreach (var f in present.Split(',', StringSplitOptions.RemoveEmptyEntries))
+            Assert.True(features.Contains(f), $"{name} lacks {f}: {version}");
+        foreach (var f in absent.Split(',', StringSplitOptions.RemoveEmptyEntries))
+            Assert.False(features.Contains(f), $"{name} has {f}: {version}");
+        Assert.Equal(name.StartsWith("v4", StringComparison.Ordinal), !features.Contains("V5"));
+        var sb = XfsDb.Fields(XfsDb.Run(image, "sb 0", "print blocksize dirblklog"));
+        Assert.Equal(blockSize, XfsDb.Number(sb["blocksize"]));
+        Assert.Equal(dirBlockSize, blockSize << (int)XfsDb.Number(sb["dirblklog"]));
+        Assert.Equal(image.XfsprogsVersion == "6.13", name == "mkfs613");
+    }
+
+    [Theory]
     [MemberData(nameof(ReadPathOracleTests.Images), MemberType = typeof(ReadPathOracleTests))]
     public void Every_image_is_built_checked_and_described(string name)
     {
@@ -129,5 +154,68 @@ public sealed class OracleHarnessTests
         var versionNum = XfsDb.Fields(XfsDb.Run(image, "sb 0", "print versionnum"))["versionnum"];
         Assert.Equal(name.StartsWith("v4", StringComparison.Ordinal) ? 4 : 5, (int)(XfsDb.Number(versionNum) & 0xF));
         Assert.Equal(0, Shell.Run(image.Tool("xfs_repair"), "-n", image.ImagePath).ExitCode);
+    }
+}
+
+/// <summary>The comparer itself: every field it claims to compare must be able to fail.</summary>
+public sealed class TreeComparerSelfTests
+{
+    [Fact]
+    public void Every_altered_field_is_reported_with_its_path()
+    {
+        var image = OracleImages.Ensure("rmap-nrext64");
+        var m = image.Manifest;
+        var file = m.Get("/files/size-4097");
+        var link = m.Get("/symlinks/remote-1000");
+        var dev = m.Get("/special/bigdev");
+        var xa = m.Get("/xattrs/leaf");
+        var acl = m.Get("/xattrs/acl-file");
+        var dir = m.Get("/dirs/block");
+        var times = m.Get("/times/pre-1970");
+        var xattrs = new Dictionary<string, byte[]>(xa.Xattrs) { ["user.leaf-005"] = [1, 2, 3] };
+        xattrs.Remove("user.leaf-006");
+        var aclX = new Dictionary<string, byte[]>(acl.Xattrs);
+        var aclValue = (byte[])aclX["system.posix_acl_access"].Clone();
+        aclValue[^6] ^= 1; // one permission bit of the last entry
+        aclX["system.posix_acl_access"] = aclValue;
+        var aclDisk = (byte[])aclX["trusted.SGI_ACL_FILE"].Clone(); // the comparer accepts either form: alter both
+        aclDisk[^3] ^= 1;
+        aclX["trusted.SGI_ACL_FILE"] = aclDisk;
+        var children = dir.Children!.Skip(1).Append(("not-there"u8.ToArray(), 12345UL)).ToList();
+        var altered = m.With(
+        [
+            file with { Mode = file.Mode ^ 1, Uid = file.Uid + 1, Size = file.Size + 1, Sha256 = new string('0', 64) },
+            link with { Target = [.. link.Target!, (byte)'x'], Nlink = 2 },
+            dev with { RdevMinor = 1 },
+            xa with { Xattrs = xattrs },
+            acl with { Xattrs = aclX },
+            dir with { Children = children },
+            times with { Mtime = new ManifestTime(-1, 2), Btime = times.Btime!.Value with { Seconds = 0 }, Atime = times.Atime!.Value with { Nanoseconds = 0 } },
+        ]);
+
+        using var volume = XfsWin.Volume.XfsVolume.Open(image.ImagePath);
+        var r = TreeComparer.Compare(volume, altered);
+        var got = r.Differences.Select(d => $"{d.Path}|{d.Field}").Order().ToList();
+        string[] expected =
+        [
+            "/dirs/block/not-there|directory entry",
+            "/dirs/block/not-there|lookup",
+            $"/dirs/block/{System.Text.Encoding.UTF8.GetString(dir.Children![0].Name)}|directory entry",
+            "/files/size-4097|bytes read until Read returned 0",
+            "/files/size-4097|content sha256",
+            "/files/size-4097|mode",
+            "/files/size-4097|size",
+            "/files/size-4097|uid",
+            "/special/bigdev|rdev minor",
+            "/symlinks/remote-1000|nlink",
+            "/symlinks/remote-1000|symlink target",
+            "/times/pre-1970|atime",
+            "/times/pre-1970|crtime",
+            "/times/pre-1970|mtime",
+            "/xattrs/acl-file|xattr system.posix_acl_access (ACL)",
+            "/xattrs/leaf|xattr user.leaf-005 value",
+            "/xattrs/leaf|xattr user.leaf-006",
+        ];
+        Assert.Equal(expected.Order().ToList(), got);
     }
 }
