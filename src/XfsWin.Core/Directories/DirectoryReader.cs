@@ -37,6 +37,8 @@ public sealed class DirectoryReader
         _ftype = _sb.HasFtype;
     }
 
+    private const int ReadAheadBytes = 256 * 1024;
+
     private int DataHeaderSize => DirectoryDataBlock.HeaderSize(_v5);
     /// <summary>First directory block (in directory-block units) past the data space.</summary>
     private ulong LeafDirBlock => (ulong)(Dir2Space.LeafOffset >> _dirBlockByteLog);
@@ -220,11 +222,20 @@ public sealed class DirectoryReader
         while (db < limit)
         {
             ulong fileBlock = db * fsbPerDirBlock;
-            if (!map!.TryFind(fileBlock, out _, out ulong next))
+            if (!map!.TryFind(fileBlock, out var ext, out ulong next))
             {
                 if (next == ulong.MaxValue) return;
                 db = (next + fsbPerDirBlock - 1) / fsbPerDirBlock;
                 continue;
+            }
+            if (form != Form.Block && !ext.Unwritten)
+            {
+                // Read ahead the rest of this extent's data blocks in one I/O (up to 256 KiB).
+                ulong runBlocks = Math.Min(ext.FileEnd - fileBlock, (limit - db) * fsbPerDirBlock);
+                int run = (int)Math.Min(runBlocks >> _sb.DirBlockLog, (ulong)Math.Max(1, ReadAheadBytes / _dirBlockSize));
+                if (run > 1)
+                    _mount.Buffers.Prefetch(_sb.FsbToByte(ext.StartBlock + (fileBlock - ext.FileOffset)), _dirBlockSize, run, dir.Number,
+                        new DirectoryDataVerifier(_sb, dir.Number, singleBlock: false));
             }
             var (block, _) = ReadDataBlock(dir, map, db, form == Form.Block);
             if (!EnumerateDataBlock(dir, block, db, form == Form.Block, cookie, ref visitor)) return;

@@ -32,6 +32,16 @@ public sealed class InodeCache
         return inode;
     }
 
+    /// <summary>Blocks per read: one inode chunk (64 inodes) when chunks are aligned, else one block.</summary>
+    private static uint ClusterBlocks(Format.Superblock sb)
+    {
+        uint chunkBlocks = Math.Max(1u, (uint)(InobtChunkInodes >> sb.InoPBlog));
+        bool aligned = (sb.VersionNum & Format.SuperblockFeatures.VersionAlign) != 0 && sb.InodeAlignment >= chunkBlocks;
+        return aligned ? chunkBlocks : 1;
+    }
+
+    private const int InobtChunkInodes = 64;
+
     /// <summary>Drops about a quarter of the cached inodes (enumeration order is arbitrary, so this is a random sample).</summary>
     private void Trim()
     {
@@ -57,10 +67,23 @@ public sealed class InodeCache
         if (!sb.IsValidInode(ino))
             throw _mount.Corrupt("inode number", 0, $"inode {ino} does not exist on this volume (outside every allocation group)");
         long offset = sb.InodeToByte(ino);
-        // Inodes are read through their cluster block so neighbours come from the cache.
-        long blockOffset = offset & ~((long)sb.BlockSize - 1);
-        var block = _mount.Buffers.Read(blockOffset, (int)sb.BlockSize, 0, new RawBlockVerifier("inode cluster", 1));
-        var raw = block.AsSpan((int)(offset - blockOffset), sb.InodeSize).ToArray();
+        // Inodes are read a whole chunk-aligned cluster at a time (what the kernel reads too), so
+        // the neighbours a directory listing asks for next come from the cache. Chunks start on
+        // inode-alignment boundaries inside their AG; the cluster never leaves the AG.
+        uint agno = sb.InoToAgno(ino);
+        uint agbno = sb.InoToAgino(ino) >> sb.InoPBlog;
+        uint clusterBlocks = ClusterBlocks(sb);
+        uint clusterStart = agbno / clusterBlocks * clusterBlocks;
+        uint blocks = Math.Min(clusterBlocks, sb.AgBlocks - clusterStart);
+        long clusterOffset = sb.AgBlockToByte(agno, clusterStart);
+        int clusterLength = (int)(blocks << sb.BlockLog);
+        if (clusterOffset + clusterLength > _mount.Device.Length)
+        {
+            clusterOffset = offset & ~((long)sb.BlockSize - 1);
+            clusterLength = (int)sb.BlockSize;
+        }
+        var cluster = _mount.Buffers.Read(clusterOffset, clusterLength, 0, new RawBlockVerifier("inode cluster", 1));
+        var raw = cluster.AsSpan((int)(offset - clusterOffset), sb.InodeSize).ToArray();
         var check = DinodeView.Verify(raw, ino, sb);
         if (!check.IsOk) throw _mount.Corrupt($"inode {ino}", offset, check.ToString());
         if (new DinodeView(raw).Mode == 0)

@@ -76,6 +76,34 @@ public sealed class BufferCache
         return data;
     }
 
+    /// <summary>
+    /// Read-ahead: fetches <paramref name="count"/> consecutive buffers of <paramref name="blockLength"/>
+    /// bytes starting at <paramref name="byteOffset"/> with one device read, and caches each one that
+    /// verifies. Nothing is thrown for a block that fails: it is verified again, and reported, when
+    /// someone actually reads it.
+    /// </summary>
+    public void Prefetch<TVerifier>(long byteOffset, int blockLength, int count, ulong owner, TVerifier verifier)
+        where TVerifier : struct, IBufferVerifier
+    {
+        if (count <= 1 || byteOffset < 0 || byteOffset + (long)blockLength * count > _device.Length) return;
+        // Only when the first block is missing: a walk through a prefetched run then costs no I/O
+        // until it reaches the first block the previous run did not cover.
+        if (_entries.ContainsKey(new Key(byteOffset, blockLength, verifier.Kind, owner))) return;
+        var run = GC.AllocateUninitializedArray<byte>(blockLength * count);
+        _device.Read(byteOffset, run);
+        long added = 0;
+        for (int i = 0; i < count; i++)
+        {
+            long offset = byteOffset + (long)i * blockLength;
+            var key = new Key(offset, blockLength, verifier.Kind, owner);
+            if (_entries.ContainsKey(key)) continue;
+            var slice = run.AsSpan(i * blockLength, blockLength);
+            if (!verifier.Verify(slice, offset).IsOk) continue;
+            if (_entries.TryAdd(key, new Entry(slice.ToArray()))) added += blockLength;
+        }
+        if (Interlocked.Add(ref _bytes, added) > _capacityBytes) Sweep();
+    }
+
     /// <summary>Drops everything (after the device under the cache changed, e.g. log replay in place).</summary>
     public void Clear()
     {
