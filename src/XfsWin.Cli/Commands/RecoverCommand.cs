@@ -85,7 +85,8 @@ public static class RecoverCommand
                 return 2;
             }
 
-            var progress = new ConsoleProgress(stderr, dryRun ? "replaying log in memory" : "recovering");
+            bool interactive = ReferenceEquals(stderr, Console.Error) && !Console.IsErrorRedirected;
+            var progress = new ConsoleProgress(stderr, dryRun ? "replaying log in memory" : "recovering", interactive);
             LogRecoveryResult result;
             try
             {
@@ -145,22 +146,24 @@ public static class RecoverCommand
         foreach (var w in r.Warnings) o.WriteLine($"warning:       {w}");
     }
 
-    /// <summary>Progress on one line of stderr, updated at most once per percent.</summary>
-    private sealed class ConsoleProgress(TextWriter writer, string label) : IProgress<double>
+    /// <summary>Progress on stderr: one line rewritten in place on a terminal, a line per 10% otherwise (logs, pipes).</summary>
+    private sealed class ConsoleProgress(TextWriter writer, string label, bool interactive) : IProgress<double>
     {
         private int _last = -1;
 
         public void Report(double value)
         {
             int percent = (int)Math.Clamp(value * 100, 0, 100);
+            if (!interactive) percent = percent / 10 * 10;
             if (percent == _last) return;
             _last = percent;
-            writer.Write($"\r{label}: {percent,3}%");
+            if (interactive) writer.Write($"\r{label}: {percent,3}%");
+            else writer.WriteLine($"{label}: {percent,3}%");
         }
 
         public void Finish()
         {
-            if (_last >= 0) writer.WriteLine();
+            if (_last >= 0 && interactive) writer.WriteLine();
         }
     }
 }

@@ -52,7 +52,8 @@ public static class LogRecovery
             result.State = LogState.Dirty;
             return result;
         }
-        if (sb.IsV5 && sb.Lsn != 0 && sb.Lsn != ulong.MaxValue && sb.Lsn > pos.HeadLsn && Lsn.Cycle(sb.Lsn) > pos.HeadCycle)
+        // xlog_valid_lsn: metadata can never carry an LSN beyond the head of the log that wrote it.
+        if (sb.IsV5 && sb.Lsn != 0 && sb.Lsn != ulong.MaxValue && sb.Lsn > pos.HeadLsn)
             throw new XfsCorruptionException("superblock", 0, $"its LSN {Lsn.Format(sb.Lsn)} is ahead of the log head {Lsn.Format(pos.HeadLsn)}");
         if (mode == LogReplayMode.InPlace && (!dataDevice.CanWrite || (externalLogDevice is { CanWrite: false })))
             throw new XfsException(XfsError.ReadOnly, "in-place log recovery needs the device opened for writing; open it read-write or use --replay=memory.");

@@ -31,6 +31,7 @@ case $SCEN in
     wrap) SIZE=512M; MKFSOPTS="$MKFSOPTS -l size=3200b"; export TEST_DIR=/tmp TEST_DEV=/dev/null QA_CHECK_FS=xfs ;;
     xhdr4k) MKFSOPTS="$MKFSOPTS -s size=4096"; MOUNTOPTS="logbsize=256k" ;;
     extlog) LOGIMG=$WORK/logdev; truncate -s 80M "$LOGIMG"; MKFSOPTS="$MKFSOPTS -l logdev=$LOGIMG,size=16384b" ;;
+    intents) ;;
     mkfs613) MKFS="$CACHE/xfsprogs-6.13/bin/mkfs.xfs"; MKFSOPTS="-n parent=1 -i exchange=1"
              [[ -x $MKFS ]] || { echo "dirty-logs.sh: $MKFS missing: run scripts/oracles/install.sh" >&2; exit 2; } ;;
     *) echo "dirty-logs.sh: unknown scenario $SCEN" >&2; exit 2 ;;
@@ -91,6 +92,20 @@ workload_common() {
 
 case $SCEN in
     crash|xhdr4k|extlog|mkfs613) workload_common ;;
+    intents)
+        # Truncating a file of 20000 extents takes many chained transactions; shutting down in the middle
+        # leaves free-extent and rmap intents whose done items never reached the log.
+        python3 - $M/frag <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
+for i in range(0, 40000, 2): os.pwrite(fd, b"x" * 4096, i * 4096)
+os.fsync(fd); os.close(fd)
+PY
+        echo keep > $M/kept
+        sync
+        truncate -s 0 $M/frag 2>/dev/null & TRUNC=$!
+        sleep 0.05
+        ;;
     cow)
         workload_common
         dd if=/dev/urandom of=$M/big/reflinked bs=4k count=2 seek=10 conv=notrunc status=none
@@ -145,11 +160,15 @@ PY
         ;;
 esac
 xfs_io -x -c 'shutdown -f' $M
+[[ -n ${TRUNC:-} ]] && { wait $TRUNC || true; }
 exec 3<&-
 umount $M
 [[ -n $LOGLOOP ]] && { losetup -d $LOGLOOP; LOGLOOP=""; }
 losetup -d $LOOP; LOOP=""
 
+if [[ $SCEN == intents ]] && ! xfs_logprint -t "$IMG" 2>/dev/null | grep -qE '^(EFI|RUI):'; then
+    echo "dirty-logs.sh: intents: the shutdown came too late, no intent is in the log; run again" >&2; exit 3
+fi
 mkdir -p "$OUT"
 cp --sparse=always "$IMG" "$OUT/$SCEN.dirty.tmp"
 [[ -n $LOGIMG ]] && cp --sparse=always "$LOGIMG" "$OUT/$SCEN.logdev.dirty.tmp"
