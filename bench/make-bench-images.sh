@@ -5,7 +5,8 @@
 #   bench/make-bench-images.sh            # prints the directory holding bench.img and manifest.txt
 #
 # Cache: ${XFSWIN_BENCH_CACHE:-/var/tmp/xfswin-bench}/<hash of this script>/. The image is built
-# once per version of this script; delete the directory to force a rebuild.
+# once per version of this script (older versions' images are deleted); delete the directory to
+# force a rebuild.
 # Needs root, loop devices, the kernel's XFS driver, mkfs.xfs, xfs_bmap and python3.
 #
 # Contents (all files written by the kernel; names are f0000000, f0000001, ...):
@@ -35,6 +36,9 @@ if [[ -f "$final/manifest.txt" ]]; then
     exit 0
 fi
 mkdir -p "$cache_root"
+# Images from older versions of this script are stale (and 2-3 GB each): drop them.
+find "$cache_root" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended -regex '.*/[0-9a-f]{16}' \
+    ! -name "$script_hash" -exec rm -rf {} +
 work=$(mktemp -d "$cache_root/build.XXXXXX")
 mnt=$(mktemp -d /tmp/xfswin-bench-mnt.XXXXXX)
 mounted=0
@@ -114,7 +118,7 @@ manifest="$work/manifest.txt"
 extents() { # extents NAME PATH: 'NAME.extent=<file byte> <image byte> <bytes>' per extent, from the kernel's bmap
     xfs_bmap "$2" | awk -v n="$1" 'NR > 1 && $3 != "hole" {
         split($2, f, /[][.:]+/); split($3, p, /\.\./);
-        printf "%s.extent=%d %d %d\n", n, f[2] * 512, p[1] * 512, (p[2] - p[1] + 1) * 512 }'
+        printf "%s.extent=%.0f %.0f %.0f\n", n, f[2] * 512, p[1] * 512, (p[2] - p[1] + 1) * 512 }'
 }
 {
     echo "# XfsWin benchmark volume; made by make-bench-images.sh $script_hash"
@@ -127,6 +131,7 @@ extents() { # extents NAME PATH: 'NAME.extent=<file byte> <image byte> <bytes>' 
         echo "$key.size=$(stat -c %s "$mnt/$f")"
     done
     for d in d10k d100k d1m; do echo "$d.entries=$(find "$mnt/$d" -mindepth 1 -maxdepth 1 | wc -l)"; done
+    echo "d100k.totalsize=$(find "$mnt/d100k" -mindepth 1 -maxdepth 1 -printf '%s\n' | awk '{ s += $1 } END { printf "%d", s }')"
     extents big "$mnt/seq/big"
     extents frag "$mnt/ext/frag"
     extents contig "$mnt/ext/contig"

@@ -30,7 +30,8 @@ public class DirectoryListingBenchmarks
         // Sizes must match what the kernel wrote (the script sets them from a seeded generator).
         var list = _volume.ListDirectory(_dir);
         Check.That(list.Count == _entries + 2, $"XfsWin lists {list.Count - 2} entries in /d100k, the kernel {_entries}");
-        Check.That(ListAndStat(_volume, _dir, out long bytes) == _entries && bytes > 0, "list+stat count differs");
+        Check.That(ListAndStat(_volume, _dir, out long bytes) == _entries, "list+stat count differs");
+        Check.That(bytes == _image.Long("d100k.totalsize"), $"XfsWin sums the sizes in /d100k to {bytes}, the kernel to {_image.Long("d100k.totalsize")}");
     }
 
     [GlobalCleanup]
