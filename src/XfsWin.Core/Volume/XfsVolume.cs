@@ -23,7 +23,10 @@ public sealed partial class XfsVolume : IDisposable
     private readonly InodeCache _inodes;
     private readonly DirectoryReader _directories;
     private readonly AttributeReader _attributes;
+    private const int MaxDataMaps = 4096;
     private readonly ConcurrentDictionary<ulong, ExtentMap> _dataMaps = new();
+    // Maps added since the last clear (not _dataMaps.Count: that takes every lock of the table).
+    private int _dataMapCount;
     private readonly AgSummary _agSummary;
     private readonly VolumeInfo _info;
 
@@ -307,8 +310,16 @@ public sealed partial class XfsVolume : IDisposable
             throw new XfsException(XfsError.Unsupported, $"inode {inode} stores its data on the realtime device, which XfsWin cannot read yet");
         if (offset >= ino.Size || requested == 0) return (ino, null!, 0);
         int length = (int)Math.Min(requested, ino.Size - offset);
-        var map = _dataMaps.GetOrAdd(inode, static (_, state) => new ExtentMap(state.Mount, state.Inode, ForkKind.Data), (Mount: _mount, Inode: ino));
-        if (_dataMaps.Count > 4096) _dataMaps.Clear();
+        if (!_dataMaps.TryGetValue(inode, out var map))
+        {
+            map = new ExtentMap(_mount, ino, ForkKind.Data);
+            if (Volatile.Read(ref _dataMapCount) >= MaxDataMaps)
+            {
+                _dataMaps.Clear();
+                Volatile.Write(ref _dataMapCount, 0);
+            }
+            if (_dataMaps.TryAdd(inode, map)) Interlocked.Increment(ref _dataMapCount);
+        }
         return (ino, map, length);
     }
 
