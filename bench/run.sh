@@ -2,7 +2,7 @@
 # Builds the benchmarks in Release, makes (or reuses) the benchmark volume, runs every benchmark
 # and prints the summaries. Needs root (the image is made through a loop mount).
 #
-#   bench/run.sh                 # everything (about 10 minutes on 2 cores)
+#   bench/run.sh                 # everything (about 12 minutes on 2 idle cores)
 #   bench/run.sh --filter '*Lookup*'   # any BenchmarkDotNet arguments replace the default filter
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -29,8 +29,14 @@ args=("$@")
 [[ ${#args[@]} -gt 0 ]] || args=(--filter '*')
 artifacts="$repo/BenchmarkDotNet.Artifacts"
 cd "$repo"
-dotnet "$repo/bench/XfsWin.Benchmarks/bin/Release/net10.0/XfsWin.Benchmarks.dll" "${args[@]}" --artifacts "$artifacts"
-echo "load after: $(uptime)"
+dll="$repo/bench/XfsWin.Benchmarks/bin/Release/net10.0/XfsWin.Benchmarks.dll"
+dotnet "$dll" "${args[@]}" --artifacts "$artifacts"
+echo "load after BenchmarkDotNet: $(uptime)"
+if [[ $# -eq 0 ]]; then
+    echo "== sequential read, interleaved rounds (ratio against raw in the same round)"
+    dotnet "$dll" interleaved 6 | tee "$artifacts/interleaved-sequential-read.md"
+    echo "load after: $(uptime)"
+fi
 
 echo "== summaries"
 for report in "$artifacts"/results/*-report-github.md; do
