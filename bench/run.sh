@@ -35,6 +35,8 @@ echo "load after BenchmarkDotNet: $(uptime)"
 if [[ $# -eq 0 ]]; then
     echo "== sequential read, interleaved rounds (ratio against raw in the same round)"
     dotnet "$dll" interleaved 6 | tee "$artifacts/interleaved-sequential-read.md"
+    echo "== lookups in CPU time (the process's CPU time per lookup, robust to other jobs' load)"
+    dotnet "$dll" lookup-cpu 5 | tee "$artifacts/lookup-cpu-time.md"
     echo "== the kernel's XFS reading the same file (O_DIRECT), next to raw dd of the image"
     "$here/kernel-read.sh" "$XFSWIN_BENCH_DIR" 3 | tee "$artifacts/kernel-read.md"
     echo "load after: $(uptime)"
