@@ -1,1 +1,79 @@
-return 0;
+using System.CommandLine;
+using XfsWin.Cli.Commands;
+
+namespace XfsWin.Cli;
+
+/// <summary>One row of the command table: either a System.CommandLine command or a raw-args command.</summary>
+public sealed record CliCommandEntry(string Name, string Description, Func<CliConsole, Command>? Build, Func<string[], int>? RunRaw)
+{
+    public static CliCommandEntry Parsed(string name, string description, Func<CliConsole, Command> build) => new(name, description, build, null);
+
+    /// <summary>A command that parses its own arguments: every token after its name is passed through unchanged.</summary>
+    public static CliCommandEntry Raw(string name, string description, Func<string[], int> run) => new(name, description, null, run);
+}
+
+public static class Program
+{
+    /// <summary>Every xfswin command. Add a row to add a command.</summary>
+    public static IReadOnlyList<CliCommandEntry> Commands { get; } =
+    [
+        CliCommandEntry.Parsed("info", InfoCommand.Description, InfoCommand.Build),
+        CliCommandEntry.Parsed("ls", LsCommand.Description, LsCommand.Build),
+        CliCommandEntry.Parsed("stat", StatCommand.Description, StatCommand.Build),
+        CliCommandEntry.Parsed("cat", CatCommand.Description, CatCommand.Build),
+        CliCommandEntry.Parsed("extract", ExtractCommand.Description, ExtractCommand.Build),
+        CliCommandEntry.Raw("mount", "Mount a volume (Linux: FUSE at a directory; Windows: WinFsp at a drive letter)", MountCommand.Run),
+        // LEAD: when Commands/RecoverCommand.cs lands, add: CliCommandEntry.Raw("recover", "Recover files from a damaged volume", RecoverCommand.Run),
+    ];
+
+    public static int Main(string[] args) => Run(args, CliConsole.FromProcess());
+
+    /// <summary>Runs xfswin with <paramref name="args"/>, writing to <paramref name="console"/>; returns the exit code.</summary>
+    public static int Run(string[] args, CliConsole console) => Run(args, console, Commands);
+
+    /// <summary>Runs with a given command table (tests use their own rows).</summary>
+    public static int Run(string[] args, CliConsole console, IReadOnlyList<CliCommandEntry> commands)
+    {
+        ArgumentNullException.ThrowIfNull(args);
+        ArgumentNullException.ThrowIfNull(console);
+        ArgumentNullException.ThrowIfNull(commands);
+        if (args.Length > 0)
+        {
+            var raw = commands.FirstOrDefault(c => c.RunRaw is not null && c.Name == args[0]);
+            if (raw is not null)
+            {
+                console.Out.Flush();
+                return raw.RunRaw!(args[1..]);
+            }
+        }
+        var root = BuildRoot(console, commands);
+        var parse = root.Parse(args);
+        int code = parse.Invoke(new InvocationConfiguration { Output = console.Out, Error = console.Error });
+        console.Out.Flush();
+        console.Error.Flush();
+        return code;
+    }
+
+    public static RootCommand BuildRoot(CliConsole console, IReadOnlyList<CliCommandEntry> commands)
+    {
+        var root = new RootCommand("xfswin: read XFS volumes (image files, disks, partitions) without Linux. Exit codes: docs/cli.md.");
+        foreach (var entry in commands)
+        {
+            if (entry.Build is not null)
+            {
+                root.Subcommands.Add(entry.Build(console));
+                continue;
+            }
+            // Listed for help; Run() hands its tokens over before parsing, so this action only sees
+            // the rare case of options placed before the command name.
+            var passthrough = new Command(entry.Name, entry.Description) { TreatUnmatchedTokensAsErrors = false };
+            var rest = new Argument<string[]>("ARGS") { Arity = ArgumentArity.ZeroOrMore, Description = "passed to the command unchanged" };
+            passthrough.Arguments.Add(rest);
+            var run = entry.RunRaw!;
+            passthrough.SetAction(parse =>
+                run([.. parse.GetValue(rest) ?? [], .. parse.UnmatchedTokens]));
+            root.Subcommands.Add(passthrough);
+        }
+        return root;
+    }
+}

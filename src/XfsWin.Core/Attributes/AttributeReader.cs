@@ -20,13 +20,19 @@ public sealed class AttributeReader
     private readonly bool _v5;
     private readonly int _blockSize;
 
-    public AttributeReader(MountContext mount)
+    private readonly ExtentMapCache _maps;
+
+    public AttributeReader(MountContext mount, ExtentMapCache maps)
     {
         _mount = mount;
+        _maps = maps;
         _sb = mount.Superblock;
         _v5 = _sb.IsV5;
         _blockSize = (int)_sb.BlockSize;
     }
+
+    /// <summary>XATTR_SIZE_MAX: the largest value Linux stores.</summary>
+    public const int XattrMaxValueLength = 65536;
 
     private ushort LeafMagic => _v5 ? DaBlockInfoView.AttrLeafV5 : DaBlockInfoView.AttrLeafV4;
     private ushort NodeMagic => _v5 ? DaBlockInfoView.DaNodeV5 : DaBlockInfoView.DaNodeV4;
@@ -71,7 +77,7 @@ public sealed class AttributeReader
             }
             case ForkFormat.Extents or ForkFormat.Btree:
             {
-                var map = new ExtentMap(_mount, inode, ForkKind.Attr);
+                var map = _maps.Get(inode, ForkKind.Attr);
                 var block = ReadAttrBlock(inode, map, 0, LeafMagic, NodeMagic);
                 int depth = 0;
                 while (new DaBlockInfoView(block).Magic == NodeMagic)
@@ -140,7 +146,7 @@ public sealed class AttributeReader
             }
             case ForkFormat.Extents or ForkFormat.Btree:
             {
-                var map = new ExtentMap(_mount, inode, ForkKind.Attr);
+                var map = _maps.Get(inode, ForkKind.Attr);
                 uint hash = DaHash.Hash(name);
                 var block = ReadAttrBlock(inode, map, 0, LeafMagic, NodeMagic);
                 for (int depth = 0; new DaBlockInfoView(block).Magic == NodeMagic; depth++)
@@ -224,9 +230,10 @@ public sealed class AttributeReader
         int idx = leaf.NameIndex(i);
         byte flags = leaf.Flags(i);
         int minIdx = leaf.HeaderSize + leaf.Count * AttrLeafView.EntrySize;
-        if (idx < minIdx || idx + 9 > block.Length)
+        bool local = (flags & AttrFlags.Local) != 0;
+        if (idx < minIdx || idx + (local ? 3 : 9) > block.Length)
             throw _mount.Corrupt($"attribute leaf of inode {inode.Number}", inode.ByteOffset, $"entry {i} name index {idx} outside the name area");
-        if ((flags & AttrFlags.Local) != 0)
+        if (local)
         {
             int valueLen = BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(idx));
             int nameLen = block[idx + 2];
@@ -237,7 +244,7 @@ public sealed class AttributeReader
         uint valueBlock = BinaryPrimitives.ReadUInt32BigEndian(block.AsSpan(idx));
         uint remoteLen = BinaryPrimitives.ReadUInt32BigEndian(block.AsSpan(idx + 4));
         int rNameLen = block[idx + 8];
-        if (idx + 9 + rNameLen > block.Length || rNameLen == 0 || remoteLen > 64 * 1024 * 1024)
+        if (idx + 9 + rNameLen > block.Length || rNameLen == 0 || remoteLen > XattrMaxValueLength)
             throw _mount.Corrupt($"attribute leaf of inode {inode.Number}", inode.ByteOffset, $"remote entry {i} is malformed");
         return (idx + 9, rNameLen, (int)remoteLen, -1, valueBlock);
     }

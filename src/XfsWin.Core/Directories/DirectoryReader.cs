@@ -26,9 +26,12 @@ public sealed class DirectoryReader
     private readonly bool _ftype;
     private readonly ConditionalWeakTable<Inode, DirectoryShape> _shapes = new();
 
-    public DirectoryReader(MountContext mount)
+    private readonly ExtentMapCache _maps;
+
+    public DirectoryReader(MountContext mount, ExtentMapCache maps)
     {
         _mount = mount;
+        _maps = maps;
         _sb = mount.Superblock;
         _dirBlockSize = _sb.DirectoryBlockSize;
         _dirBlockByteLog = _sb.BlockLog + _sb.DirBlockLog;
@@ -37,7 +40,11 @@ public sealed class DirectoryReader
     }
 
     private int DataHeaderSize => DirectoryDataBlock.HeaderSize(_v5);
+    /// <summary>First directory block (in directory-block units) past the data space.</summary>
     private ulong LeafDirBlock => (ulong)(Dir2Space.LeafOffset >> _dirBlockByteLog);
+
+    /// <summary>The leaf/node root as a da block number: hash-tree pointers (node "before", sibling links) count filesystem blocks.</summary>
+    private ulong LeafDaBlock => (ulong)(Dir2Space.LeafOffset >> _sb.BlockLog);
 
     private enum Form { Shortform, Block, Leaf, Node }
 
@@ -75,7 +82,7 @@ public sealed class DirectoryReader
             }
             case Form.Leaf:
             {
-                var leaf = ReadTreeBlock(dir, map!, LeafDirBlock, _v5 ? DaBlockInfoView.Dir3Leaf1V5 : DaBlockInfoView.Dir2Leaf1V4, 0, "directory leaf block", 20);
+                var leaf = ReadTreeBlock(dir, map!, LeafDaBlock, _v5 ? DaBlockInfoView.Dir3Leaf1V5 : DaBlockInfoView.Dir2Leaf1V4, 0, "directory leaf block", 20);
                 var view = new DirectoryLeafView(leaf, _v5);
                 int count = view.Count;
                 if (count > view.MaxEntries(leaf1: true)) throw BadCount(dir, "leaf", count);
@@ -140,7 +147,7 @@ public sealed class DirectoryReader
         ino = 0;
         ushort nodeMagic = _v5 ? DaBlockInfoView.DaNodeV5 : DaBlockInfoView.DaNodeV4;
         ushort leafMagic = _v5 ? DaBlockInfoView.Dir3LeafNV5 : DaBlockInfoView.Dir2LeafNV4;
-        ulong dablk = LeafDirBlock;
+        ulong dablk = LeafDaBlock;
         int expectedLevel = -1;
         byte[] block;
         // Descend: each node names, per child, the largest hash in that child.
@@ -325,13 +332,13 @@ public sealed class DirectoryReader
                 return Form.Shortform;
             }
             case ForkFormat.Extents or ForkFormat.Btree:
-                map = new ExtentMap(_mount, dir, ForkKind.Data);
+                map = _maps.Get(dir, ForkKind.Data);
                 if (dir.Size == _dirBlockSize) return Form.Block;
                 if (dir.Size < _dirBlockSize || (dir.Size & (_dirBlockSize - 1)) != 0)
                     throw _mount.Corrupt($"directory inode {dir.Number}", dir.ByteOffset, $"size {dir.Size} is not a whole number of directory blocks");
-                if (!map.TryFind(LeafDirBlock << _sb.DirBlockLog, out _, out _))
+                if (!map.TryFind(LeafDaBlock, out _, out _))
                     throw _mount.Corrupt($"directory inode {dir.Number}", dir.ByteOffset, "multi-block directory without a leaf block");
-                var first = ReadTreeBlock(dir, map, LeafDirBlock,
+                var first = ReadTreeBlock(dir, map, LeafDaBlock,
                     _v5 ? DaBlockInfoView.Dir3Leaf1V5 : DaBlockInfoView.Dir2Leaf1V4,
                     _v5 ? DaBlockInfoView.DaNodeV5 : DaBlockInfoView.DaNodeV4, "directory leaf/node block", 23,
                     _v5 ? DaBlockInfoView.Dir3LeafNV5 : DaBlockInfoView.Dir2LeafNV4);
@@ -343,20 +350,23 @@ public sealed class DirectoryReader
     }
 
     private (byte[] Block, long ByteOffset) ReadDataBlock(Inode dir, ExtentMap map, ulong db, bool singleBlock) =>
-        ReadDirBlock(dir, map, db, new DirectoryDataVerifier(_sb, dir.Number, singleBlock));
+        ReadDirBlock(dir, map, db << _sb.DirBlockLog, new DirectoryDataVerifier(_sb, dir.Number, singleBlock));
 
-    private byte[] ReadTreeBlock(Inode dir, ExtentMap map, ulong db, ushort magicA, ushort magicB, string structure, int kind, ushort magicC = 0) =>
-        ReadDirBlock(dir, map, db, new DaTreeBlockVerifier(_sb, dir.Number, magicA, magicB, magicC == 0 ? magicA : magicC, structure, kind)).Block;
+    private byte[] ReadTreeBlock(Inode dir, ExtentMap map, ulong dablk, ushort magicA, ushort magicB, string structure, int kind, ushort magicC = 0) =>
+        ReadDirBlock(dir, map, dablk, new DaTreeBlockVerifier(_sb, dir.Number, magicA, magicB, magicC == 0 ? magicA : magicC, structure, kind)).Block;
 
     /// <summary>
-    /// Reads directory block <paramref name="db"/> (directory blocks may span several filesystem blocks;
-    /// usually contiguous and then cached, otherwise gathered and verified here).
+    /// Reads the directory block starting at file block <paramref name="fileBlock"/> (a da block number:
+    /// directory blocks may span several filesystem blocks; usually contiguous and then cached,
+    /// otherwise gathered and verified here).
     /// </summary>
-    private (byte[] Block, long ByteOffset) ReadDirBlock<TVerifier>(Inode dir, ExtentMap map, ulong db, TVerifier verifier)
+    private (byte[] Block, long ByteOffset) ReadDirBlock<TVerifier>(Inode dir, ExtentMap map, ulong fileBlock, TVerifier verifier)
         where TVerifier : struct, IBufferVerifier
     {
         ulong fsbPer = 1UL << _sb.DirBlockLog;
-        ulong fileBlock = db * fsbPer;
+        ulong db = fileBlock >> _sb.DirBlockLog;
+        if ((fileBlock & (fsbPer - 1)) != 0)
+            throw _mount.Corrupt(verifier.Structure, dir.ByteOffset, $"hash tree points at file block {fileBlock}, not the start of a directory block");
         if (!map.TryFind(fileBlock, out var ext, out _))
             throw _mount.Corrupt(verifier.Structure, dir.ByteOffset, $"directory block {db} is not mapped (hole in the directory)");
         if (ext.Unwritten) throw _mount.Corrupt(verifier.Structure, dir.ByteOffset, $"directory block {db} is unwritten");

@@ -28,6 +28,8 @@ public sealed class ExtentMap
     private readonly ulong _count;
     private BtreeCursor<BmbtOps>? _cursor;
 
+    public Inode Inode => _inode;
+
     public ExtentMap(MountContext mount, Inode inode, ForkKind fork)
     {
         _mount = mount;

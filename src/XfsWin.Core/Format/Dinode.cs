@@ -117,7 +117,7 @@ public readonly ref struct DinodeView
             0x4000 or 0xA000 => fmt is ForkFormat.Local or ForkFormat.Extents or ForkFormat.Btree,
             _ => false,
         };
-        if (!ok) return VerifyResult.Fail($"file type 0{type >> 12:o} with data fork format {(int)fmt}", OffFormat);
+        if (!ok) return VerifyResult.Fail($"file type 0{Convert.ToString(type >> 12, 8)} with data fork format {(int)fmt}", OffFormat);
         if (d.ForkOffset != 0 && d.AttrFormat is not (ForkFormat.Local or ForkFormat.Extents or ForkFormat.Btree))
             return VerifyResult.Fail($"attribute fork format {(int)d.AttrFormat}", OffAformat);
         if (fmt == ForkFormat.Local && (long)size > d.DataForkSize(inode.Length))

@@ -100,6 +100,7 @@ public readonly ref struct SuperblockView
     public byte InoPBlog => _b[OffInoPBlog];
     public byte AgBlkLog => _b[OffAgBlkLog];
     public byte InProgress => _b[OffInProgress];
+    public byte ImaxPct => _b[OffImaxPct];
     public ulong Icount => U64(OffIcount);
     public ulong Ifree => U64(OffIfree);
     public ulong Fdblocks => U64(OffFdblocks);
@@ -170,6 +171,8 @@ public sealed class Superblock
     public required uint SparseInodeAlignment { get; init; }
     public required string Label { get; init; }
     public required ulong Lsn { get; init; }
+    /// <summary>Largest share of the data section (percent) inodes may take; 0 = no limit.</summary>
+    public required int ImaxPct { get; init; }
 
     public bool IsV5 => (VersionNum & SuperblockFeatures.VersionNumberMask) == 5;
     public bool HasFtype => IsV5 ? (Incompat & SuperblockFeatures.IncompatFtype) != 0 : (Features2 & SuperblockFeatures.F2Ftype) != 0;
@@ -294,6 +297,7 @@ public sealed class Superblock
             SparseInodeAlignment = v.SpinoAlign,
             Label = Encoding.UTF8.GetString(nul >= 0 ? fname[..nul] : fname),
             Lsn = v.Lsn,
+            ImaxPct = v.ImaxPct,
         };
     }
 

@@ -12,27 +12,43 @@ namespace XfsWin.Inodes;
 /// </summary>
 public sealed class InodeCache
 {
-    private const int MaxEntries = 65536;
+    private const int MaxEntries = 131072;
+    private int _trimming;
     private readonly MountContext _mount;
     private readonly ConcurrentDictionary<ulong, Inode> _inodes = new();
-    // Entries added since the last clear. ConcurrentDictionary.Count takes every lock of the table
-    // (up to 1024 once it has grown), which made each cache miss cost tens of microseconds; this
-    // counter only bounds the cache, so racing with a clear (a few entries miscounted) is harmless.
-    private int _count;
+    private readonly InodeAllocation _allocation;
 
-    public InodeCache(MountContext mount) => _mount = mount;
+    public InodeCache(MountContext mount)
+    {
+        _mount = mount;
+        _allocation = new InodeAllocation(mount);
+    }
 
     public Inode Get(ulong ino)
     {
         if (_inodes.TryGetValue(ino, out var cached)) return cached;
         var inode = Load(ino);
-        if (Volatile.Read(ref _count) >= MaxEntries)
-        {
-            _inodes.Clear();
-            Volatile.Write(ref _count, 0);
-        }
-        if (_inodes.TryAdd(ino, inode)) Interlocked.Increment(ref _count);
+        if (_inodes.TryAdd(ino, inode) && _inodes.Count > MaxEntries) Trim();
         return inode;
+    }
+
+    /// <summary>Drops about a quarter of the cached inodes (enumeration order is arbitrary, so this is a random sample).</summary>
+    private void Trim()
+    {
+        if (Interlocked.Exchange(ref _trimming, 1) != 0) return;
+        try
+        {
+            int excess = _inodes.Count - MaxEntries * 3 / 4;
+            foreach (var key in _inodes.Keys)
+            {
+                if (excess-- <= 0) break;
+                _inodes.TryRemove(key, out _);
+            }
+        }
+        finally
+        {
+            Volatile.Write(ref _trimming, 0);
+        }
     }
 
     private Inode Load(ulong ino)
@@ -49,6 +65,9 @@ public sealed class InodeCache
         if (!check.IsOk) throw _mount.Corrupt($"inode {ino}", offset, check.ToString());
         if (new DinodeView(raw).Mode == 0)
             throw _mount.Corrupt($"inode {ino}", offset, "a directory names this inode but it is free");
+        // V4 inodes carry no CRC or self-address: only the inode btree can prove this one is in use.
+        if (!sb.IsV5 && !_allocation.IsAllocated(ino))
+            throw _mount.Corrupt($"inode {ino}", offset, "the inode btree says this inode is not allocated");
         return new Inode(ino, raw, offset, sb);
     }
 }

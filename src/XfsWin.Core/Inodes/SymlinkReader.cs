@@ -19,20 +19,27 @@ public static class SymlinkReader
         if (inode.DataFormat == ForkFormat.Local)
             return inode.DataFork[..(int)size].ToArray();
 
+        // A remote target is written one extent at a time: on V5 each extent (not each block) starts
+        // with an XSLM header and is checksummed as one buffer.
         var sb = mount.Superblock;
         var map = new ExtentMap(mount, inode, ForkKind.Data);
         var target = new byte[size];
-        int perBlock = sb.IsV5 ? (int)sb.BlockSize - RemoteBlockHeader.Size : (int)sb.BlockSize;
+        int header = sb.IsV5 ? RemoteBlockHeader.Size : 0;
         int done = 0;
-        for (ulong fileBlock = 0; done < size; fileBlock++)
+        ulong fileBlock = 0;
+        while (done < size)
         {
-            if (!map.TryFind(fileBlock, out var ext, out _))
+            if (!map.TryFind(fileBlock, out var ext, out _) || ext.FileOffset != fileBlock)
                 throw mount.Corrupt($"symlink inode {inode.Number}", inode.ByteOffset, $"target block {fileBlock} is not mapped");
-            long offset = sb.FsbToByte(ext.StartBlock + (fileBlock - ext.FileOffset));
-            int want = (int)Math.Min(perBlock, size - done);
-            var block = mount.Buffers.Read(offset, (int)sb.BlockSize, inode.Number, new Verifier(sb, inode.Number, (uint)done, want));
-            block.AsSpan(sb.IsV5 ? RemoteBlockHeader.Size : 0, want).CopyTo(target.AsSpan(done));
+            if (ext.BlockCount > 4)
+                throw mount.Corrupt($"symlink inode {inode.Number}", inode.ByteOffset, $"extent of {ext.BlockCount} blocks for a target of {size} bytes");
+            long offset = sb.FsbToByte(ext.StartBlock);
+            int bufferSize = (int)(ext.BlockCount << sb.BlockLog);
+            int want = (int)Math.Min(bufferSize - header, size - done);
+            var buffer = mount.Buffers.Read(offset, bufferSize, inode.Number, new Verifier(sb, inode.Number, (uint)done, want));
+            buffer.AsSpan(header, want).CopyTo(target.AsSpan(done));
             done += want;
+            fileBlock += ext.BlockCount;
         }
         return target;
     }

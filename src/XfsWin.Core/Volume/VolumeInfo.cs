@@ -22,6 +22,10 @@ public sealed record VolumeInfo
     public required uint LogBlocks { get; init; }
     public required bool ExternalLog { get; init; }
     public required LogState LogState { get; init; }
+    /// <summary>Intents left unfinished in a dirty log, by kind (EFI, RUI, CUI, BUI, ATTRI, XMI) and count.</summary>
+    public IReadOnlyDictionary<string, int> UnfinishedLogIntents { get; init; } = new Dictionary<string, int>();
+    /// <summary>Inodes unlinked while open when Linux stopped (hidden; Linux frees them at its next mount).</summary>
+    public int UnlinkedInodesAtCrash { get; init; }
     /// <summary>Every feature the superblock enables, by its mkfs.xfs / kernel name.</summary>
     public required IReadOnlyList<string> Features { get; init; }
     /// <summary>How the device does I/O (O_DIRECT, buffered fallback and why).</summary>

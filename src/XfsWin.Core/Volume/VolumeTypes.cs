@@ -32,6 +32,9 @@ public sealed record VolumeOpenOptions
 
     public LogReplayMode Replay { get; init; } = LogReplayMode.Memory;
 
+    /// <summary>Partition number of a partitioned disk or image (same as a <c>source@N</c> suffix).</summary>
+    public int? Partition { get; init; }
+
     /// <summary>Metadata buffers kept in memory, in bytes.</summary>
     public long MetadataCacheBytes { get; init; } = 64L << 20;
 }

@@ -1,4 +1,3 @@
-using System.Collections.Concurrent;
 using XfsWin.Attributes;
 using XfsWin.Device;
 using XfsWin.Directories;
@@ -23,22 +22,20 @@ public sealed partial class XfsVolume : IDisposable
     private readonly InodeCache _inodes;
     private readonly DirectoryReader _directories;
     private readonly AttributeReader _attributes;
-    private const int MaxDataMaps = 4096;
-    private readonly ConcurrentDictionary<ulong, ExtentMap> _dataMaps = new();
-    // Maps added since the last clear (not _dataMaps.Count: that takes every lock of the table).
-    private int _dataMapCount;
+    private readonly ExtentMapCache _maps;
     private readonly AgSummary _agSummary;
     private readonly VolumeInfo _info;
 
-    private XfsVolume(IBlockDevice device, bool ownsDevice, MountContext mount, AgSummary agSummary, LogState logState,
+    private XfsVolume(IBlockDevice device, bool ownsDevice, MountContext mount, AgSummary agSummary, Journal.LogRecoveryResult recovery,
         IReadOnlyList<string> warnings, IReadOnlyList<string> readOnlyReasons)
     {
         _device = device;
         _ownsDevice = ownsDevice;
         _mount = mount;
         _inodes = new InodeCache(mount);
-        _directories = new DirectoryReader(mount);
-        _attributes = new AttributeReader(mount);
+        _maps = new ExtentMapCache(mount);
+        _directories = new DirectoryReader(mount, _maps);
+        _attributes = new AttributeReader(mount, _maps);
         _agSummary = agSummary;
         var sb = mount.Superblock;
         _info = new VolumeInfo
@@ -60,7 +57,9 @@ public sealed partial class XfsVolume : IDisposable
             RealtimeBlocks = sb.RtBlocks,
             LogBlocks = sb.LogBlocks,
             ExternalLog = sb.LogStart == 0,
-            LogState = logState,
+            LogState = recovery.State,
+            UnfinishedLogIntents = recovery.UnfinishedIntents,
+            UnlinkedInodesAtCrash = recovery.UnlinkedInodes,
             Features = sb.FeatureNames(),
             IoMode = device.IoMode,
             ReadOnlyReasons = readOnlyReasons,
@@ -72,7 +71,8 @@ public sealed partial class XfsVolume : IDisposable
     public static XfsVolume Open(string source, VolumeOpenOptions? options = null)
     {
         options ??= new VolumeOpenOptions();
-        var device = SourceOpener.Open(source, writable: false);
+        // In-place log replay is the one thing that writes before the write path exists.
+        var device = PartitionSpec.Open(source, options.Partition, writable: options.Replay == LogReplayMode.InPlace);
         try
         {
             return Open(device, options, ownsDevice: true);
@@ -127,10 +127,10 @@ public sealed partial class XfsVolume : IDisposable
         if (sb.RtBlocks > 0) warnings.Add($"the volume has a realtime section ({sb.RtBlocks} blocks) on another device; files stored there cannot be read");
         if (sb.HasAsciiCi) warnings.Add("ascii-ci (case-insensitive names) volume");
 
-        var (effective, logState) = PrepareLog(device, sb, options, warnings, readOnly);
+        var (effective, recovery) = PrepareLog(device, sb, options, warnings);
         var mount = new MountContext(effective, sb, options.MetadataCacheBytes);
         var summary = AgSummary.Read(mount, warnings);
-        return new XfsVolume(device, ownsDevice, mount, summary, logState, warnings, readOnly);
+        return new XfsVolume(device, ownsDevice, mount, summary, recovery, warnings, readOnly);
     }
 
     public VolumeInfo Info => _info;
@@ -148,19 +148,48 @@ public sealed partial class XfsVolume : IDisposable
 
     internal MountContext Mount => _mount;
 
-    public InodeAttributes GetAttributes(ulong inode) => _inodes.Get(inode).Attributes;
+    public InodeAttributes GetAttributes(ulong inode)
+    {
+        try
+        {
+            return _inodes.Get(inode).Attributes;
+        }
+        catch (Exception e) when (IsMalformedData(e))
+        {
+            throw Malformed(e, inode);
+        }
+    }
 
     /// <summary>Looks a name up in a directory by hash (not by scanning). False when absent.</summary>
     public bool TryLookup(ulong directoryInode, ReadOnlySpan<byte> name, out ulong inode)
     {
         if (name.Length > 255) throw new XfsException(XfsError.NameTooLong, "names are at most 255 bytes in XFS");
-        return _directories.TryLookup(_inodes.Get(directoryInode), name, out inode);
+        try
+        {
+            return _directories.TryLookup(_inodes.Get(directoryInode), name, out inode);
+        }
+        catch (Exception e) when (IsMalformedData(e))
+        {
+            throw Malformed(e, directoryInode);
+        }
     }
 
     /// <summary>Resolves a '/'-separated path from the root. Symlinks in the middle are followed (within the volume); the last one only when asked.</summary>
     public ulong ResolvePath(string path, bool followFinalSymlink = false)
     {
         ArgumentNullException.ThrowIfNull(path);
+        try
+        {
+            return ResolvePathCore(path, followFinalSymlink);
+        }
+        catch (Exception e) when (IsMalformedData(e))
+        {
+            throw Malformed(e, RootInode);
+        }
+    }
+
+    private ulong ResolvePathCore(string path, bool followFinalSymlink)
+    {
         var pending = new Stack<string>(Split(path).Reverse());
         var trail = new List<ulong> { RootInode };
         int hops = 0;
@@ -203,8 +232,17 @@ public sealed partial class XfsVolume : IDisposable
     /// offsets, valid across calls while the directory is unchanged.
     /// </summary>
     public void ReadDirectory<TVisitor>(ulong directoryInode, long cookie, ref TVisitor visitor)
-        where TVisitor : IDirectoryVisitor =>
-        _directories.Enumerate(_inodes.Get(directoryInode), cookie, ref visitor);
+        where TVisitor : IDirectoryVisitor
+    {
+        try
+        {
+            _directories.Enumerate(_inodes.Get(directoryInode), cookie, ref visitor);
+        }
+        catch (Exception e) when (IsMalformedData(e))
+        {
+            throw Malformed(e, directoryInode);
+        }
+    }
 
     /// <summary>All entries (convenience; allocates). Includes "." and "..". File types are filled in even where the volume does not record them.</summary>
     public IReadOnlyList<DirectoryEntry> ListDirectory(ulong directoryInode)
@@ -232,6 +270,18 @@ public sealed partial class XfsVolume : IDisposable
 
     /// <summary>Reads file data at <paramref name="offset"/>; returns bytes read (0 at or past EOF). Holes and unwritten extents read as zeros.</summary>
     public int Read(ulong inode, long offset, Span<byte> destination)
+    {
+        try
+        {
+            return ReadCore(inode, offset, destination);
+        }
+        catch (Exception e) when (IsMalformedData(e))
+        {
+            throw Malformed(e, inode);
+        }
+    }
+
+    private int ReadCore(ulong inode, long offset, Span<byte> destination)
     {
         var (ino, map, length) = PrepareRead(inode, offset, destination.Length);
         if (length == 0) return 0;
@@ -310,41 +360,80 @@ public sealed partial class XfsVolume : IDisposable
             throw new XfsException(XfsError.Unsupported, $"inode {inode} stores its data on the realtime device, which XfsWin cannot read yet");
         if (offset >= ino.Size || requested == 0) return (ino, null!, 0);
         int length = (int)Math.Min(requested, ino.Size - offset);
-        if (!_dataMaps.TryGetValue(inode, out var map))
-        {
-            map = new ExtentMap(_mount, ino, ForkKind.Data);
-            if (Volatile.Read(ref _dataMapCount) >= MaxDataMaps)
-            {
-                _dataMaps.Clear();
-                Volatile.Write(ref _dataMapCount, 0);
-            }
-            if (_dataMaps.TryAdd(inode, map)) Interlocked.Increment(ref _dataMapCount);
-        }
+        var map = _maps.Get(ino, ForkKind.Data);
         return (ino, map, length);
     }
 
     /// <summary>The target of a symlink, as stored (bytes, not NUL-terminated).</summary>
-    public byte[] ReadLink(ulong inode) => SymlinkReader.Read(_mount, _inodes.Get(inode));
+    public byte[] ReadLink(ulong inode)
+    {
+        try
+        {
+            return SymlinkReader.Read(_mount, _inodes.Get(inode));
+        }
+        catch (Exception e) when (IsMalformedData(e))
+        {
+            throw Malformed(e, inode);
+        }
+    }
 
     /// <summary>Extended attributes of an inode, parent pointers excluded unless asked.</summary>
-    public IReadOnlyList<XattrEntry> ListXattrs(ulong inode, bool includeParentPointers = false) =>
-        _attributes.List(_inodes.Get(inode), includeParentPointers);
+    public IReadOnlyList<XattrEntry> ListXattrs(ulong inode, bool includeParentPointers = false)
+    {
+        try
+        {
+            return _attributes.List(_inodes.Get(inode), includeParentPointers);
+        }
+        catch (Exception e) when (IsMalformedData(e))
+        {
+            throw Malformed(e, inode);
+        }
+    }
 
     /// <summary>Value of one extended attribute; false when absent.</summary>
-    public bool TryGetXattr(ulong inode, XattrNamespace ns, ReadOnlySpan<byte> name, out byte[] value) =>
-        _attributes.TryGet(_inodes.Get(inode), ns, name, out value);
+    public bool TryGetXattr(ulong inode, XattrNamespace ns, ReadOnlySpan<byte> name, out byte[] value)
+    {
+        try
+        {
+            return _attributes.TryGet(_inodes.Get(inode), ns, name, out value);
+        }
+        catch (Exception e) when (IsMalformedData(e))
+        {
+            throw Malformed(e, inode);
+        }
+    }
 
-    /// <summary>statfs(2) figures, computed as the Linux kernel reports them.</summary>
+    /// <summary>
+    /// Exceptions that can only come from metadata shaped in a way no verifier anticipated. They are
+    /// turned into corruption errors (the volume goes unhealthy) instead of escaping as crashes.
+    /// </summary>
+    private static bool IsMalformedData(Exception e) =>
+        e is IndexOutOfRangeException or ArgumentOutOfRangeException or OverflowException or InvalidOperationException
+            or ArgumentException and not ArgumentNullException;
+
+    private XfsCorruptionException Malformed(Exception e, ulong inode) =>
+        _mount.Corrupt($"metadata reached from inode {inode}", 0, $"malformed structure ({e.GetType().Name}: {e.Message})");
+
+    /// <summary>statfs(2) figures, computed as the Linux kernel reports them (xfs_fs_statfs).</summary>
     public FileSystemStats GetStats()
     {
         var sb = _mount.Superblock;
         ulong logBlocks = sb.LogStart != 0 ? sb.LogBlocks : 0;
         ulong total = sb.DataBlocks - logBlocks;
-        ulong free = _agSummary.FreeBlocks;
-        ulong maxInodes = _agSummary.Inodes + (free << sb.InoPBlog);
-        ulong files = Math.Min(maxInodes, (ulong)long.MaxValue);
-        ulong usedInodes = _agSummary.Inodes - _agSummary.FreeInodes;
-        return new FileSystemStats((int)sb.BlockSize, total, free, files, files - Math.Min(usedInodes, files), 255);
+        // The kernel keeps 8 blocks per AG out of reach (AGFL refill reserve plus 4), never reported free.
+        ulong setAside = (ulong)sb.AgCount * 8;
+        ulong free = _agSummary.FreeBlocks > setAside ? _agSummary.FreeBlocks - setAside : 0;
+        ulong files = _agSummary.Inodes + (free << sb.InoPBlog);
+        if (sb.ImaxPct > 0)
+        {
+            // Inode space is capped at imax_pct of the data blocks, in whole inode chunks.
+            ulong chunkBlocks = Math.Max(1UL, (ulong)InobtRecord.InodesPerChunk >> sb.InoPBlog);
+            ulong maxBlocks = sb.DataBlocks * (ulong)sb.ImaxPct / 100 / chunkBlocks * chunkBlocks;
+            files = Math.Min(files, maxBlocks << sb.InoPBlog);
+        }
+        files = Math.Max(files, _agSummary.Inodes);
+        ulong usedInodes = _agSummary.Inodes - Math.Min(_agSummary.FreeInodes, _agSummary.Inodes);
+        return new FileSystemStats((int)sb.BlockSize, total, free, files, files - usedInodes, 255);
     }
 
     public void Dispose()

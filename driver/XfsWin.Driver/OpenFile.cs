@@ -1,0 +1,61 @@
+using XfsWin.Volume;
+
+namespace XfsWin.Driver;
+
+/// <summary>
+/// One open of a file or directory: what WinFsp's FileContext points to. Holds the inode, where it
+/// was reached from (for symlink targets and hidden names) and, for directories, where the last
+/// enumeration batch stopped so the next one resumes without rescanning.
+/// </summary>
+public sealed class OpenFile
+{
+    internal OpenFile(ulong inode, InodeAttributes attributes, byte[] name, ulong[] ancestors, string path)
+    {
+        Inode = inode;
+        Attributes = attributes;
+        Name = name;
+        Ancestors = ancestors;
+        Path = path;
+    }
+
+    public ulong Inode { get; }
+
+    /// <summary>Attributes read at open. The volume is read-only, so they stay valid for this open.</summary>
+    public InodeAttributes Attributes { get; }
+
+    /// <summary>The XFS bytes of the last path component (empty for the root).</summary>
+    public byte[] Name { get; }
+
+    /// <summary>
+    /// On case-insensitive mounts, the path with every component spelled as stored (WinFsp's
+    /// FSP_FSCTL_OPEN_FILE_INFO.NormalizedName, so Windows reports the true case); null otherwise.
+    /// </summary>
+    public string? NormalizedPath { get; init; }
+
+    /// <summary>Inodes of the directories from the root down to this file's parent.</summary>
+    internal ulong[] Ancestors { get; }
+
+    /// <summary>The Windows path it was opened by.</summary>
+    public string Path { get; }
+
+    /// <summary>FSP_FSCTL_FILE_INFO for this open, computed when it was opened.</summary>
+    public Semantics.FileInformation Information { get; internal set; }
+
+    public bool IsDirectory => Attributes.FileType == XfsFileType.Directory;
+
+    /// <summary>Number of directories between the root and this file's parent directory.</summary>
+    internal int ParentDepth => Ancestors.Length - 1;
+
+    // Name-marker resume state: the last entry a batch returned and the cookie after it.
+    internal readonly Lock MarkerGate = new();
+    internal readonly byte[] LastName = new byte[WindowsNamesLimits.MaxNameBytes];
+    // Filled while a batch is listed (under MarkerGate), then copied to LastName.
+    internal readonly byte[] PendingName = new byte[WindowsNamesLimits.MaxNameBytes];
+    internal int LastNameLength = -1;
+    internal long LastNextCookie;
+}
+
+internal static class WindowsNamesLimits
+{
+    public const int MaxNameBytes = 255;
+}

@@ -1,0 +1,63 @@
+using XfsWin.Driver;
+
+namespace XfsWin.Service;
+
+/// <summary>One mount the service keeps: source, mount point and driver options.</summary>
+public sealed record MountEntry(string Source, string MountPoint, MountOptions Options, int Line);
+
+/// <summary>
+/// The service's mount list (%ProgramData%\XfsWin\mounts.conf): one mount per line,
+/// <c>SOURCE MOUNTPOINT [options]</c>, '#' starts a comment, double quotes group words.
+/// </summary>
+public static class MountTable
+{
+    public static string DefaultPath =>
+        Path.Combine(Environment.GetFolderPath(Environment.SpecialFolder.CommonApplicationData), "XfsWin", "mounts.conf");
+
+    public static IReadOnlyList<MountEntry> Parse(string text)
+    {
+        var entries = new List<MountEntry>();
+        int lineNumber = 0;
+        foreach (var raw in text.Split('\n'))
+        {
+            lineNumber++;
+            var words = Split(raw.Trim());
+            if (words.Count == 0) continue;
+            if (words.Count < 2)
+                throw new FormatException($"mounts.conf line {lineNumber}: expected SOURCE MOUNTPOINT [options], got '{raw.Trim()}'");
+            MountOptions options;
+            try
+            {
+                options = MountOptions.Parse(words.Skip(2).ToList());
+            }
+            catch (Exception e) when (e is ArgumentException or FormatException)
+            {
+                throw new FormatException($"mounts.conf line {lineNumber}: {e.Message}", e);
+            }
+            entries.Add(new MountEntry(words[0], words[1], options, lineNumber));
+        }
+        return entries;
+    }
+
+    private static List<string> Split(string line)
+    {
+        var words = new List<string>();
+        var current = new System.Text.StringBuilder();
+        bool quoted = false, any = false;
+        foreach (char c in line)
+        {
+            if (c == '#' && !quoted) break;
+            if (c == '"') { quoted = !quoted; any = true; continue; }
+            if (char.IsWhiteSpace(c) && !quoted)
+            {
+                if (any) { words.Add(current.ToString()); current.Clear(); any = false; }
+                continue;
+            }
+            current.Append(c);
+            any = true;
+        }
+        if (quoted) throw new FormatException($"unbalanced quote in '{line}'");
+        if (any) words.Add(current.ToString());
+        return words;
+    }
+}

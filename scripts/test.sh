@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs every XfsWin test on this machine: installs what is missing, builds, tests against the real
+# kernel XFS driver and xfsprogs, and prints one summary line "N passed, N failed".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+
+results=$(mktemp -d)
+trap 'rm -rf "$results"' EXIT
+set +e
+dotnet test XfsWin.sln -c Release --logger "trx" --results-directory "$results" --logger "console;verbosity=normal" "$@"
+status=$?
+set -e
+
+python3 - "$results" <<'PY'
+import glob, sys, xml.etree.ElementTree as ET
+ns = {"t": "http://microsoft.com/schemas/VisualStudio/TeamTest/2010"}
+passed = failed = skipped = 0
+for trx in glob.glob(sys.argv[1] + "/**/*.trx", recursive=True):
+    c = ET.parse(trx).getroot().find("t:ResultSummary/t:Counters", ns)
+    if c is None:
+        continue
+    passed += int(c.get("passed", 0))
+    failed += int(c.get("failed", 0)) + int(c.get("error", 0)) + int(c.get("timeout", 0)) + int(c.get("aborted", 0))
+    skipped += int(c.get("notExecuted", 0))
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+PY
+exit $status

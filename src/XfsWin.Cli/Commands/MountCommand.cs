@@ -1,0 +1,416 @@
+using System.Diagnostics;
+using System.Globalization;
+using System.Runtime.InteropServices;
+using XfsWin.Fuse;
+using XfsWin.Volume;
+
+namespace XfsWin.Cli.Commands;
+
+/// <summary>
+/// <c>xfswin mount SOURCE MOUNTPOINT</c>: serves an XFS volume (image, disk or partition) read-only
+/// through FUSE on Linux. By default it returns once the volume is mounted and keeps serving in a
+/// detached background process; <c>-f</c> keeps it in the foreground. Unmount with
+/// <c>fusermount3 -u MOUNTPOINT</c> (or umount, or SIGINT/SIGTERM to the serving process).
+/// </summary>
+public static class MountCommand
+{
+    /// <summary>Set in the environment of the background process the command re-executes.</summary>
+    internal const string ChildEnvironmentVariable = "XFSWIN_MOUNT_SERVE";
+
+    /// <summary>The line the background process prints on stdout once the mount is up.</summary>
+    internal const string ReadyMarker = "xfswin-mount-ready";
+
+    public const string Usage = """
+        Usage: xfswin mount [options] SOURCE MOUNTPOINT
+
+        Mounts the XFS volume in SOURCE (an image file, a disk or a partition; 'disk.img@2' picks
+        partition 2) read-only on MOUNTPOINT through FUSE (Linux, needs fuse3). Unmount with
+        'fusermount3 -u MOUNTPOINT'.
+
+        Options:
+          -o OPTIONS            comma-separated mount options:
+                                  ro                   (always: writing is not supported yet)
+                                  allow_other          let other users see the mount
+                                  default_permissions  let the kernel enforce file modes
+                                  uid=N, gid=N         show every file as owned by N
+                                  attr_timeout=S       seconds the kernel caches attributes (3600)
+                                  entry_timeout=S      seconds the kernel caches names (3600)
+                                  max_threads=N        worker threads (default 2 x CPUs, at least 4)
+                                  clone_fd             one /dev/fuse descriptor per worker
+                                  debug                libfuse's request trace (implies -f)
+                                others are passed to libfuse as they are
+          --allow-other, --default-permissions, --uid N, --gid N   same as the -o forms
+          --replay=memory|place|none
+                                what to do with a log Linux left dirty: replay it in memory only
+                                (default), replay it onto the device ('place'), or ignore it
+          -f, --foreground      keep serving in this process (Ctrl-C unmounts)
+          -d, --debug           same as -o debug
+          -h, --help            this text
+        """;
+
+    public static int Run(string[] args)
+    {
+        MountArguments parsed;
+        try
+        {
+            parsed = MountArguments.Parse(args);
+        }
+        catch (ArgumentException e)
+        {
+            Console.Error.WriteLine($"xfswin mount: {e.Message}");
+            Console.Error.WriteLine("Run 'xfswin mount --help' for the options.");
+            return 2;
+        }
+        if (parsed.Help)
+        {
+            Console.Out.WriteLine(Usage);
+            return 0;
+        }
+
+        try
+        {
+            FuseHost.EnsureAvailable();
+        }
+        catch (FuseUnavailableException e)
+        {
+            Console.Error.WriteLine($"xfswin mount: {e.Message}");
+            return 1;
+        }
+        if (!Directory.Exists(parsed.MountPoint))
+        {
+            Console.Error.WriteLine($"xfswin mount: mount point '{parsed.MountPoint}' does not exist or is not a directory: create it with 'mkdir -p {parsed.MountPoint}'.");
+            return 1;
+        }
+
+        var isChild = Environment.GetEnvironmentVariable(ChildEnvironmentVariable) == "1";
+        if (!parsed.Foreground && !isChild)
+            return StartInBackground(args, parsed);
+        return Serve(parsed, isChild);
+    }
+
+    /// <summary>Opens the volume, mounts it and serves requests until it is unmounted.</summary>
+    private static int Serve(MountArguments parsed, bool isChild)
+    {
+        if (isChild)
+        {
+            // Leave the terminal's session so its hang-up or Ctrl-C do not reach the server, and
+            // do not hold the caller's working directory busy.
+            _ = setsid();
+            Directory.SetCurrentDirectory("/");
+        }
+
+        XfsVolume volume;
+        try
+        {
+            volume = XfsVolume.Open(parsed.Source, new VolumeOpenOptions { Writable = false, Replay = parsed.Replay });
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException or ArgumentException)
+        {
+            Console.Error.WriteLine($"xfswin mount: cannot open '{parsed.Source}': {e.Message}");
+            return 1;
+        }
+
+        using (volume)
+        {
+            try
+            {
+                foreach (var warning in volume.Info.Warnings)
+                    Console.Error.WriteLine($"xfswin mount: warning: {warning}");
+            }
+            catch (XfsException e)
+            {
+                Console.Error.WriteLine($"xfswin mount: cannot read the volume's description: {e.Message}");
+                return 1;
+            }
+
+            using var host = new FuseHost(volume, parsed.ToHostOptions());
+            try
+            {
+                host.Mount(parsed.MountPoint);
+            }
+            catch (Exception e) when (e is FuseMountException or FuseUnavailableException)
+            {
+                Console.Error.WriteLine($"xfswin mount: {e.Message}");
+                return 1;
+            }
+
+            void Stop(PosixSignalContext context)
+            {
+                context.Cancel = true;
+                host.RequestUnmount();
+            }
+            using var sigint = PosixSignalRegistration.Create(PosixSignal.SIGINT, Stop);
+            using var sigterm = PosixSignalRegistration.Create(PosixSignal.SIGTERM, Stop);
+            using var sighup = PosixSignalRegistration.Create(PosixSignal.SIGHUP, Stop);
+
+            if (isChild)
+            {
+                Console.Out.WriteLine(ReadyMarker);
+                Console.Out.Flush();
+            }
+            else
+            {
+                Console.Error.WriteLine($"xfswin: {parsed.Source} mounted read-only on {parsed.MountPoint}; Ctrl-C or 'fusermount3 -u {parsed.MountPoint}' unmounts.");
+            }
+
+            var rc = host.Run();
+            if (rc != 0)
+            {
+                Console.Error.WriteLine($"xfswin mount: the FUSE session ended with error {rc}.");
+                return 1;
+            }
+            return 0;
+        }
+    }
+
+    /// <summary>
+    /// .NET cannot fork, so background mode re-executes this program with the same command line
+    /// (the environment variable tells it to serve), detached in its own session, and returns once
+    /// the child reports the mount is up, or with the child's error.
+    /// </summary>
+    private static int StartInBackground(string[] args, MountArguments parsed)
+    {
+        var psi = new ProcessStartInfo(Environment.ProcessPath ?? throw new InvalidOperationException("cannot find this program's path"))
+        {
+            UseShellExecute = false,
+            RedirectStandardInput = true,
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+        };
+        foreach (var a in ReExecArguments(args, parsed))
+            psi.ArgumentList.Add(a);
+        psi.Environment[ChildEnvironmentVariable] = "1";
+
+        using var child = Process.Start(psi)!;
+        child.StandardInput.Close();
+        child.ErrorDataReceived += (_, e) =>
+        {
+            if (e.Data is not null)
+                Console.Error.WriteLine(e.Data);
+        };
+        child.BeginErrorReadLine();
+        string? line;
+        while ((line = child.StandardOutput.ReadLine()) is not null)
+        {
+            if (line == ReadyMarker)
+            {
+                Console.Error.WriteLine($"xfswin: {parsed.Source} mounted read-only on {parsed.MountPoint} (server pid {child.Id}); unmount with 'fusermount3 -u {parsed.MountPoint}'.");
+                return 0;
+            }
+            Console.Out.WriteLine(line);
+        }
+        child.WaitForExit();
+        return child.ExitCode != 0 ? child.ExitCode : 1;
+    }
+
+    /// <summary>
+    /// The command line for the background process: whatever preceded this command's arguments on
+    /// our own command line (the program, the verb), then the arguments with SOURCE and MOUNTPOINT
+    /// made absolute (the server changes directory to /).
+    /// </summary>
+    internal static List<string> ReExecArguments(string[] args, MountArguments parsed)
+    {
+        var all = Environment.GetCommandLineArgs();
+        var result = new List<string>();
+        var processName = Path.GetFileNameWithoutExtension(Environment.ProcessPath ?? "");
+        // all[0] is the entry assembly; under 'dotnet xfswin.dll' the host needs it as its first argument.
+        if (processName == "dotnet")
+            result.Add(all[0]);
+        var prefix = Math.Max(1, all.Length - args.Length);
+        for (var i = 1; i < prefix; i++)
+            result.Add(all[i]);
+        foreach (var a in args)
+        {
+            if (a == parsed.RawSource)
+                result.Add(parsed.Source);
+            else if (a == parsed.RawMountPoint)
+                result.Add(parsed.MountPoint);
+            else
+                result.Add(a);
+        }
+        return result;
+    }
+
+    [DllImport("libc", SetLastError = true)]
+    private static extern int setsid();
+}
+
+/// <summary>The parsed command line of <c>xfswin mount</c>.</summary>
+internal sealed class MountArguments
+{
+    public string Source { get; private set; } = "";
+    public string MountPoint { get; private set; } = "";
+    public string RawSource { get; private set; } = "";
+    public string RawMountPoint { get; private set; } = "";
+    public bool Help { get; private set; }
+    public bool Foreground { get; private set; }
+    public bool Debug { get; private set; }
+    public bool AllowOther { get; private set; }
+    public bool DefaultPermissions { get; private set; }
+    public bool CloneFd { get; private set; }
+    public uint? Uid { get; private set; }
+    public uint? Gid { get; private set; }
+    public double AttributeTimeout { get; private set; } = 3600;
+    public double EntryTimeout { get; private set; } = 3600;
+    public int? MaxThreads { get; private set; }
+    public LogReplayMode Replay { get; private set; } = LogReplayMode.Memory;
+    public List<string> ExtraOptions { get; } = [];
+
+    public FuseMountOptions ToHostOptions()
+    {
+        var o = new FuseMountOptions
+        {
+            AllowOther = AllowOther,
+            DefaultPermissions = DefaultPermissions,
+            UidOverride = Uid,
+            GidOverride = Gid,
+            AttributeTimeout = AttributeTimeout,
+            EntryTimeout = EntryTimeout,
+            FileSystemName = Source,
+            Debug = Debug,
+            CloneFd = CloneFd,
+            ExtraOptions = ExtraOptions,
+        };
+        return MaxThreads is { } n ? o with { MaxThreads = n } : o;
+    }
+
+    /// <summary>Parses the arguments; throws <see cref="ArgumentException"/> with a user-facing message.</summary>
+    public static MountArguments Parse(IReadOnlyList<string> args)
+    {
+        var m = new MountArguments();
+        var positional = new List<string>();
+        for (var i = 0; i < args.Count; i++)
+        {
+            var a = args[i];
+            string Next(string option) =>
+                i + 1 < args.Count ? args[++i] : throw new ArgumentException($"{option} needs a value.");
+            switch (a)
+            {
+                case "-h" or "--help":
+                    m.Help = true;
+                    break;
+                case "-f" or "--foreground":
+                    m.Foreground = true;
+                    break;
+                case "-d" or "--debug":
+                    m.Debug = true;
+                    m.Foreground = true;
+                    break;
+                case "--allow-other":
+                    m.AllowOther = true;
+                    break;
+                case "--default-permissions":
+                    m.DefaultPermissions = true;
+                    break;
+                case "--uid":
+                    m.Uid = ParseId(Next(a), "--uid");
+                    break;
+                case "--gid":
+                    m.Gid = ParseId(Next(a), "--gid");
+                    break;
+                case "-o":
+                    m.ApplyOptions(Next(a));
+                    break;
+                case "--replay":
+                    m.Replay = ParseReplay(Next(a));
+                    break;
+                case "--":
+                    positional.AddRange(args.Skip(i + 1));
+                    i = args.Count;
+                    break;
+                default:
+                    if (a.StartsWith("--replay=", StringComparison.Ordinal))
+                        m.Replay = ParseReplay(a["--replay=".Length..]);
+                    else if (a.StartsWith("-o", StringComparison.Ordinal) && a.Length > 2)
+                        m.ApplyOptions(a[2..]);
+                    else if (a.StartsWith('-') && a.Length > 1)
+                        throw new ArgumentException($"unknown option '{a}'.");
+                    else
+                        positional.Add(a);
+                    break;
+            }
+        }
+        if (m.Help)
+            return m;
+        if (positional.Count != 2)
+            throw new ArgumentException(positional.Count < 2
+                ? "give the volume to mount (SOURCE) and where to mount it (MOUNTPOINT)."
+                : $"too many arguments: '{string.Join(' ', positional.Skip(2))}'.");
+        m.RawSource = positional[0];
+        m.RawMountPoint = positional[1];
+        m.Source = Path.GetFullPath(positional[0]);
+        m.MountPoint = Path.GetFullPath(positional[1]);
+        return m;
+    }
+
+    private void ApplyOptions(string list)
+    {
+        foreach (var raw in list.Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries))
+        {
+            var eq = raw.IndexOf('=', StringComparison.Ordinal);
+            var key = eq < 0 ? raw : raw[..eq];
+            var value = eq < 0 ? null : raw[(eq + 1)..];
+            string Value() => value ?? throw new ArgumentException($"-o {key} needs a value ({key}=...).");
+            switch (key)
+            {
+                case "ro":
+                    break;
+                case "rw":
+                    throw new ArgumentException("'rw' is not available: XfsWin mounts are read-only until the write path lands. Drop 'rw'.");
+                case "allow_other":
+                    AllowOther = true;
+                    break;
+                case "default_permissions":
+                    DefaultPermissions = true;
+                    break;
+                case "uid":
+                    Uid = ParseId(Value(), "uid");
+                    break;
+                case "gid":
+                    Gid = ParseId(Value(), "gid");
+                    break;
+                case "attr_timeout":
+                    AttributeTimeout = ParseSeconds(Value(), key);
+                    break;
+                case "entry_timeout":
+                    EntryTimeout = ParseSeconds(Value(), key);
+                    break;
+                case "max_threads":
+                    MaxThreads = int.TryParse(Value(), NumberStyles.None, CultureInfo.InvariantCulture, out var n) && n is > 0 and <= 1024
+                        ? n
+                        : throw new ArgumentException($"max_threads must be a number from 1 to 1024, not '{value}'.");
+                    break;
+                case "clone_fd":
+                    CloneFd = true;
+                    break;
+                case "debug":
+                    Debug = true;
+                    Foreground = true;
+                    break;
+                case "fsname" or "subtype":
+                    throw new ArgumentException($"-o {key} is set by xfswin itself.");
+                default:
+                    ExtraOptions.Add(raw);
+                    break;
+            }
+        }
+    }
+
+    private static uint ParseId(string s, string what) =>
+        uint.TryParse(s, NumberStyles.None, CultureInfo.InvariantCulture, out var id)
+            ? id
+            : throw new ArgumentException($"{what} must be a numeric user or group id, not '{s}'.");
+
+    private static double ParseSeconds(string s, string what) =>
+        double.TryParse(s, NumberStyles.Float, CultureInfo.InvariantCulture, out var d) && d >= 0 && double.IsFinite(d)
+            ? d
+            : throw new ArgumentException($"{what} must be a number of seconds, not '{s}'.");
+
+    private static LogReplayMode ParseReplay(string s) => s switch
+    {
+        "memory" => LogReplayMode.Memory,
+        "place" or "in-place" => LogReplayMode.InPlace,
+        "none" => LogReplayMode.None,
+        _ => throw new ArgumentException($"--replay takes memory, place or none, not '{s}'."),
+    };
+}

@@ -1,0 +1,29 @@
+using System.Collections.Concurrent;
+using XfsWin.Inodes;
+using XfsWin.Metadata;
+
+namespace XfsWin.Extents;
+
+/// <summary>
+/// Keeps the extent maps of recently used inode forks so repeated reads and directory calls do not
+/// rebuild them. Bounded; entries are tied to the <see cref="Inode"/> object they were built from,
+/// so a re-read inode gets a fresh map.
+/// </summary>
+public sealed class ExtentMapCache
+{
+    private const int MaxEntries = 4096;
+    private readonly MountContext _mount;
+    private readonly ConcurrentDictionary<(ulong Ino, ForkKind Fork), ExtentMap> _maps = new();
+
+    public ExtentMapCache(MountContext mount) => _mount = mount;
+
+    public ExtentMap Get(Inode inode, ForkKind fork)
+    {
+        var key = (inode.Number, fork);
+        if (_maps.TryGetValue(key, out var map) && map.Inode == inode) return map;
+        map = new ExtentMap(_mount, inode, fork);
+        if (_maps.Count >= MaxEntries) _maps.Clear();
+        _maps[key] = map;
+        return map;
+    }
+}

@@ -1,0 +1,192 @@
+using System.Buffers.Binary;
+using XfsWin.Device;
+using XfsWin.Format;
+using XfsWin.Volume;
+
+namespace XfsWin.Journal;
+
+/// <summary>
+/// Log recovery: find the log's head and tail, replay every committed transaction into a
+/// copy-on-write overlay of the data device, then either keep the overlay (in-memory replay: the
+/// device is never written) or write it out and mark the log clean with an unmount record
+/// (in-place). Unfinished intents and unlinked-but-open inodes need the write path to finish; they
+/// are reported in memory and make in-place recovery refuse before anything is written.
+/// </summary>
+public static class LogRecovery
+{
+    public static LogRecoveryResult Recover(IBlockDevice dataDevice, IBlockDevice? externalLogDevice, Superblock sb, LogReplayMode mode,
+        IProgress<double>? progress = null)
+    {
+        var warnings = new List<string>();
+        if (sb.LogStart == 0 && externalLogDevice is null)
+        {
+            warnings.Add("the log is on an external device that was not given; if Linux did not unmount cleanly, the view may be stale. " +
+                         "Pass the log device to replay it.");
+            return new LogRecoveryResult { State = LogState.External, Device = dataDevice, Warnings = warnings };
+        }
+        uint unknownLogIncompat = sb.LogIncompat & ~SuperblockFeatures.LogIncompatKnown;
+        if (unknownLogIncompat != 0)
+            throw new XfsException(XfsError.Unsupported,
+                $"the log uses incompatible log features XfsWin does not know (0x{unknownLogIncompat:x}); mount the volume on Linux to replay it.");
+
+        var area = LogArea.For(dataDevice, externalLogDevice, sb);
+        var reader = new LogReader(area, sb.Uuid);
+        var pos = LogScanner.Find(reader, sb.HasLogV2 || sb.IsV5, sb.IsV5);
+        warnings.AddRange(pos.Warnings);
+        var result = new LogRecoveryResult
+        {
+            Device = dataDevice,
+            HeadLsn = pos.HeadLsn,
+            TailLsn = Lsn.Make(pos.HeadCycle, (uint)pos.TailBlock),
+            Warnings = warnings,
+        };
+        if (pos.Clean || pos.TailBlock == pos.HeadBlock)
+        {
+            result.State = LogState.Clean;
+            progress?.Report(1.0);
+            return result;
+        }
+        if (mode == LogReplayMode.None)
+        {
+            warnings.Add("the log is dirty (Linux did not unmount cleanly) and was not replayed: recent changes are missing from this view");
+            result.State = LogState.Dirty;
+            return result;
+        }
+        if (sb.IsV5 && sb.Lsn != 0 && sb.Lsn != ulong.MaxValue && sb.Lsn > pos.HeadLsn && Lsn.Cycle(sb.Lsn) > pos.HeadCycle)
+            throw new XfsCorruptionException("superblock", 0, $"its LSN {Lsn.Format(sb.Lsn)} is ahead of the log head {Lsn.Format(pos.HeadLsn)}");
+        if (mode == LogReplayMode.InPlace && (!dataDevice.CanWrite || (externalLogDevice is { CanWrite: false })))
+            throw new XfsException(XfsError.ReadOnly, "in-place log recovery needs the device opened for writing; open it read-write or use --replay=memory.");
+
+        long distance = LogScanner.Distance(area.Blocks, pos.TailBlock, pos.HeadBlock);
+        result.LogBytesReplayed = distance << LogArea.BBShift;
+        result.TailLsn = FindTailLsn(reader, pos);
+
+        var overlay = new OverlayDevice(dataDevice);
+        var replayer = new LogReplayer(overlay, sb, QuotaOn(dataDevice), (blk, problem) => reader.Corrupt(blk, problem));
+
+        // Pass 1: cancel table. Pass 2: apply.
+        Walk(reader, pos, sb, warnings, replayer, pass: 1, progress, 0.0, 0.3);
+        overlay.Prefetch(replayer.ReadAheadRanges());
+        progress?.Report(0.45);
+        Walk(reader, pos, sb, warnings, replayer, pass: 2, progress, 0.45, 0.9);
+        replayer.FlushStamps();
+        overlay.DropCleanPages();
+        warnings.AddRange(replayer.Warnings);
+
+        result.TransactionsReplayed = replayer.TransactionsReplayed;
+        result.UnfinishedIntents = replayer.UnfinishedIntents();
+        result.UnlinkedInodes = RecoveryChecks.CountUnlinkedInodes(overlay, sb, warnings);
+        var cowAgs = RecoveryChecks.AgsWithLeftoverCow(overlay, sb);
+        foreach (var (kind, count) in result.UnfinishedIntents)
+            warnings.Add($"{count} unfinished {kind} intent(s) in the log: Linux finishes them when it mounts the volume; XfsWin cannot finish them yet");
+        if (result.UnlinkedInodes > 0)
+            warnings.Add($"{result.UnlinkedInodes} inode(s) were unlinked while open at the crash; they are hidden here and Linux frees them when it mounts the volume");
+
+        if (cowAgs.Count > 0)
+            warnings.Add($"leftover copy-on-write staging extents in AG {string.Join(", ", cowAgs)}: Linux removes them when it mounts the volume; they hold no file data");
+
+        if (mode == LogReplayMode.Memory)
+        {
+            result.State = LogState.ReplayedInMemory;
+            result.Device = overlay;
+            progress?.Report(1.0);
+            return result;
+        }
+
+        // In place: refuse before writing anything if the kernel would have more to do.
+        var refusals = new List<string>();
+        if (result.UnfinishedIntents.Count > 0)
+            refusals.Add("unfinished intents (" + string.Join(", ", result.UnfinishedIntents.Select(kv => $"{kv.Value} {kv.Key}")) + ")");
+        if (result.UnlinkedInodes > 0) refusals.Add($"{result.UnlinkedInodes} unlinked-but-open inode(s) to free");
+        if (cowAgs.Count > 0) refusals.Add($"leftover copy-on-write staging extents to remove (AG {string.Join(", ", cowAgs)})");
+        if (refusals.Count > 0)
+            throw new XfsException(XfsError.Unsupported,
+                "the log holds work that only the kernel's write path can finish: " + string.Join("; ", refusals) +
+                ". xfswin cannot finish them yet, so nothing was written. Mount the volume once with Linux (it replays and finishes them), or open it with --replay=memory.");
+
+        RebuildSummaryCounters(overlay, sb);
+        overlay.FlushTo(dataDevice, (done, total) => progress?.Report(0.9 + 0.08 * done / Math.Max(1, total)));
+        LogWriter.WriteUnmountRecord(area, sb, pos);
+        area.Device.Flush();
+        result.State = LogState.ReplayedInPlace;
+        result.Device = dataDevice;
+        progress?.Report(1.0);
+        return result;
+    }
+
+    private static ulong FindTailLsn(LogReader reader, LogPosition pos)
+    {
+        Span<byte> bb = stackalloc byte[LogArea.BBSize];
+        if (!reader.TryReadHeader(pos.TailBlock, bb)) throw reader.Corrupt(pos.TailBlock, "the tail of the log is not a record header");
+        return new LogRecordHeader(bb).RecordLsn;
+    }
+
+    private static void Walk(LogReader reader, LogPosition pos, Superblock sb, List<string> warnings, LogReplayer replayer, int pass,
+        IProgress<double>? progress, double from, double to)
+    {
+        var area = reader.Area;
+        long distance = LogScanner.Distance(area.Blocks, pos.TailBlock, pos.HeadBlock);
+        var assembler = new TransactionAssembler(reader, pass == 1 ? replayer.CommitPass1 : replayer.CommitPass2);
+        long walked = 0, blk = pos.TailBlock;
+        int hblks = -1;
+        double lastReport = -1;
+        while (walked < distance)
+        {
+            var rec = reader.Read(blk);
+            if (hblks < 0) hblks = rec.HeaderBlocks;
+            else if (rec.HeaderBlocks != hblks)
+                throw reader.Corrupt(blk, $"record has {rec.HeaderBlocks} header sectors but the tail record has {hblks}");
+            if (!rec.CrcOk && !(rec.StoredCrc == 0 && !sb.IsV5))
+            {
+                if (sb.IsV5) throw reader.Corrupt(blk, $"record CRC mismatch (stored 0x{rec.StoredCrc:x8}) away from the head: the log is damaged. Mount with Linux or run xfs_repair");
+                if (pass == 1) warnings.Add($"log record at block {rec.Block} has a bad CRC (V4: replayed anyway, as Linux does)");
+            }
+            walked += rec.TotalBlocks;
+            if (walked > distance) throw reader.Corrupt(blk, "record runs past the head of the log");
+            replayer.CurrentRecordBlock = rec.Block;
+            assembler.Process(rec);
+            blk = area.Wrap(blk + rec.TotalBlocks);
+            double p = from + (to - from) * walked / distance;
+            if (progress is not null && p - lastReport >= 0.01)
+            {
+                progress.Report(p);
+                lastReport = p;
+            }
+        }
+    }
+
+    private static bool QuotaOn(IBlockDevice device)
+    {
+        Span<byte> sector = stackalloc byte[512];
+        device.Read(0, sector);
+        const ushort UquotaAcct = 0x1, PquotaAcct = 0x8, GquotaAcct = 0x40;
+        return (new SuperblockView(sector).Qflags & (UquotaAcct | PquotaAcct | GquotaAcct)) != 0;
+    }
+
+    /// <summary>
+    /// Lazy superblock counters are only exact at a clean unmount; after a dirty log the kernel rebuilds
+    /// them from the AG headers (xfs_initialize_perag_data). Do the same before marking the log clean.
+    /// </summary>
+    private static void RebuildSummaryCounters(IBlockDevice device, Superblock sb)
+    {
+        ulong icount = 0, ifree = 0, fdblocks = 0;
+        var hdr = new byte[sb.SectorSize];
+        for (uint ag = 0; ag < sb.AgCount; ag++)
+        {
+            device.Read(RecoveryChecks.AgiOffset(sb, ag), hdr);
+            icount += BinaryPrimitives.ReadUInt32BigEndian(hdr.AsSpan(AgiView.OffCount));
+            ifree += BinaryPrimitives.ReadUInt32BigEndian(hdr.AsSpan(AgiView.OffFreecount));
+            device.Read(RecoveryChecks.AgfOffset(sb, ag), hdr);
+            fdblocks += (ulong)BinaryPrimitives.ReadUInt32BigEndian(hdr.AsSpan(AgfView.OffFreeblks))
+                        + BinaryPrimitives.ReadUInt32BigEndian(hdr.AsSpan(AgfView.OffFlcount))
+                        + BinaryPrimitives.ReadUInt32BigEndian(hdr.AsSpan(AgfView.OffBtreeblks));
+        }
+        var sector = new byte[sb.SectorSize];
+        device.Read(0, sector);
+        BinaryPrimitives.WriteUInt64BigEndian(sector.AsSpan(SuperblockView.OffIcount), icount);
+        BinaryPrimitives.WriteUInt64BigEndian(sector.AsSpan(SuperblockView.OffIfree), ifree);
+        BinaryPrimitives.WriteUInt64BigEndian(sector.AsSpan(SuperblockView.OffFdblocks), fdblocks);
+        if (sb.IsV5) XfsCrc.Stamp(sector, SuperblockView.OffCrc);
+        device.Write(0, sector);
+    }
+}

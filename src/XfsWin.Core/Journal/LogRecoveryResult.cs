@@ -1,0 +1,21 @@
+using XfsWin.Device;
+using XfsWin.Volume;
+
+namespace XfsWin.Journal;
+
+/// <summary>What log recovery found and did, and which device the volume must read from.</summary>
+public sealed class LogRecoveryResult
+{
+    public LogState State;
+    /// <summary>What the volume must read from: the overlay (Memory), or the original device (clean, None, external, after an in-place flush).</summary>
+    public IBlockDevice Device = null!;
+    /// <summary>Intents whose done item is not in the log, by kind ("EFI", "RUI", ...), with counts.</summary>
+    public IReadOnlyDictionary<string, int> UnfinishedIntents = new Dictionary<string, int>();
+    public IReadOnlyList<string> Warnings = [];
+    /// <summary>Inodes on the AGI unlinked lists after replay (open but unlinked at the crash).</summary>
+    public int UnlinkedInodes;
+    /// <summary>Bytes of log between tail and head that were replayed.</summary>
+    public long LogBytesReplayed;
+    public ulong HeadLsn, TailLsn;
+    public int TransactionsReplayed;
+}

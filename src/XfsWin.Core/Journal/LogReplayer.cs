@@ -1,0 +1,543 @@
+using System.Buffers.Binary;
+using XfsWin.Device;
+using XfsWin.Format;
+
+namespace XfsWin.Journal;
+
+/// <summary>
+/// Applies committed transactions to a device (the copy-on-write overlay), as the kernel's two
+/// recovery passes do: pass 1 builds the buffer cancel table; pass 2 replays buffers, inodes, inode
+/// chunks and dquots in the kernel's item order, honours cancellations and the V5 LSN rule, pairs
+/// intents with their done items, and stamps LSN and CRC into replayed blocks once per recovery LSN
+/// (the point where the kernel submits its delayed-write list).
+/// </summary>
+public sealed class LogReplayer
+{
+    private readonly IBlockDevice _target;
+    private readonly Superblock _sb;
+    private readonly bool _quotaOn;
+    private readonly Func<long, string, XfsCorruptionException> _corrupt;
+    private readonly Dictionary<(long Blkno, int Len), int> _cancelled = new();
+    private readonly Dictionary<(long Blkno, int Len), ulong> _pendingStamp = new();
+    /// <summary>Unfinished intents in log order, keyed by (type, id).</summary>
+    private readonly Dictionary<(ushort Type, ulong Id), int> _intents = new();
+    private readonly List<(ushort Type, ulong Id)> _intentOrder = new();
+    private ulong _recoveryLsn;
+    private long _currentRecordBlock;
+
+    public LogReplayer(IBlockDevice target, Superblock sb, bool quotaOn, Func<long, string, XfsCorruptionException> corrupt)
+    {
+        _target = target;
+        _sb = sb;
+        _quotaOn = quotaOn;
+        _corrupt = corrupt;
+    }
+
+    public int TransactionsReplayed { get; private set; }
+    public long BuffersReplayed { get; private set; }
+    public long BuffersSkippedNewer { get; private set; }
+    public long BuffersCancelled { get; private set; }
+    public long InodesReplayed { get; private set; }
+    public long InodesSkippedNewer { get; private set; }
+    public long InodeChunksCreated { get; private set; }
+    public List<string> Warnings { get; } = new();
+
+    /// <summary>Records the record currently being processed, for error messages.</summary>
+    public long CurrentRecordBlock { set => _currentRecordBlock = value; }
+
+    // ---------------------------------------------------------------- pass 1
+
+    private readonly HashSet<(long Blkno, int Len)> _touched = new();
+
+    public void CommitPass1(LogTransaction trans)
+    {
+        foreach (var item in trans.Items)
+        {
+            if (item.Type == LogItemType.Inode && item.Regions[0].Length is InodeLogFormat.Size or InodeLogFormat.Size32)
+            {
+                var inf = new InodeLogFormat(item.Regions[0]);
+                if (inf.Blkno >= 0 && inf.Len > 0) _touched.Add((inf.Blkno, inf.Len));
+                continue;
+            }
+            if (item.Type != LogItemType.Buf) continue;
+            var f = CheckBufFormat(trans, item);
+            if ((f.Flags & BufLogFormat.FlagCancel) == 0)
+            {
+                _touched.Add((f.Blkno, f.Len));
+                continue;
+            }
+            var key = (f.Blkno, (int)f.Len);
+            _cancelled[key] = _cancelled.GetValueOrDefault(key) + 1;
+        }
+    }
+
+    /// <summary>
+    /// The metadata pass 2 will read, as device byte ranges sorted by offset, neighbours closer than
+    /// <paramref name="gap"/> merged (up to <paramref name="maxRange"/> bytes each): the kernel's readahead.
+    /// </summary>
+    public List<(long Offset, long Length)> ReadAheadRanges(long gap = 256 * 1024, long maxRange = 4 << 20)
+    {
+        var sorted = _touched.Select(t => (Offset: t.Blkno << LogArea.BBShift, End: (t.Blkno + t.Len) << LogArea.BBShift))
+            .Where(t => t.End <= _target.Length).OrderBy(t => t.Offset).ToList();
+        var ranges = new List<(long, long)>();
+        int i = 0;
+        while (i < sorted.Count)
+        {
+            long start = sorted[i].Offset, end = sorted[i].End;
+            int j = i + 1;
+            while (j < sorted.Count && sorted[j].Offset - end <= gap && Math.Max(end, sorted[j].End) - start <= maxRange)
+            {
+                end = Math.Max(end, sorted[j].End);
+                j++;
+            }
+            ranges.Add((start, end - start));
+            i = j;
+        }
+        return ranges;
+    }
+
+    // ---------------------------------------------------------------- pass 2
+
+    public void CommitPass2(LogTransaction trans)
+    {
+        // The kernel writes its delayed-write buffers (stamping LSN and CRC) whenever a commit with a new LSN arrives.
+        if (trans.Lsn != _recoveryLsn)
+        {
+            FlushStamps();
+            _recoveryLsn = trans.Lsn;
+        }
+        foreach (var item in Reorder(trans.Items)) ApplyItem(trans, item);
+        TransactionsReplayed++;
+    }
+
+    /// <summary>Stamps every block replayed since the last LSN change; call once more at the end of pass 2.</summary>
+    public void FlushStamps()
+    {
+        if (_pendingStamp.Count == 0) return;
+        foreach (var ((blkno, len), lsn) in _pendingStamp)
+        {
+            var buf = new byte[len << LogArea.BBShift];
+            _target.Read(blkno << LogArea.BBShift, buf);
+            if (MetadataLsn.Stamp(buf, _sb, lsn)) _target.Write(blkno << LogArea.BBShift, buf);
+        }
+        _pendingStamp.Clear();
+    }
+
+    /// <summary>Intents never matched by a done item, counted by kind.</summary>
+    public IReadOnlyDictionary<string, int> UnfinishedIntents()
+    {
+        var counts = new SortedDictionary<string, int>(StringComparer.Ordinal);
+        foreach (var key in _intentOrder)
+        {
+            if (!_intents.ContainsKey(key)) continue;
+            string name = LogItemType.Name(key.Type);
+            counts[name] = counts.GetValueOrDefault(name) + 1;
+        }
+        return counts;
+    }
+
+    /// <summary>xlog_recover_reorder_trans: buffers and icreates, then the rest, then inode buffers, then cancels.</summary>
+    private static IEnumerable<LogItem> Reorder(List<LogItem> items)
+    {
+        var buffers = new List<LogItem>();
+        var others = new List<LogItem>();
+        var inodeBuffers = new List<LogItem>();
+        var cancels = new List<LogItem>();
+        foreach (var item in items)
+        {
+            switch (item.Type)
+            {
+                case LogItemType.Icreate:
+                    buffers.Add(item);
+                    break;
+                case LogItemType.Buf:
+                    ushort flags = item.Regions[0].Length >= 6 ? BinaryPrimitives.ReadUInt16LittleEndian(item.Regions[0].AsSpan(BufLogFormat.OffFlags)) : (ushort)0;
+                    if ((flags & BufLogFormat.FlagCancel) != 0) cancels.Insert(0, item);
+                    else if ((flags & BufLogFormat.FlagInodeBuf) != 0) inodeBuffers.Add(item);
+                    else buffers.Add(item);
+                    break;
+                default:
+                    others.Add(item);
+                    break;
+            }
+        }
+        return buffers.Concat(others).Concat(inodeBuffers).Concat(cancels);
+    }
+
+    private void ApplyItem(LogTransaction trans, LogItem item)
+    {
+        ushort type = item.Type;
+        switch (type)
+        {
+            case LogItemType.Buf:
+                ApplyBuffer(trans, item);
+                return;
+            case LogItemType.Inode:
+                ApplyInode(trans, item);
+                return;
+            case LogItemType.Icreate:
+                ApplyIcreate(trans, item);
+                return;
+            case LogItemType.Dquot:
+                ApplyDquot(trans, item);
+                return;
+            case LogItemType.QuotaOff:
+                return;
+        }
+        if (IntentLogFormat.IsIntent(type))
+        {
+            string? bad = IntentLogFormat.CheckLength(type, item.Regions[0]);
+            if (bad is not null) throw Corrupt(trans, bad);
+            var key = (type, IntentLogFormat.Id(item.Regions[0]));
+            if (!_intents.ContainsKey(key)) _intentOrder.Add(key);
+            _intents[key] = 1;
+            return;
+        }
+        ushort intent = IntentLogFormat.IntentOf(type);
+        if (intent != 0)
+        {
+            string? bad = IntentLogFormat.CheckLength(type, item.Regions[0]);
+            if (bad is not null) throw Corrupt(trans, bad);
+            // An EFD names its EFI by efd_efi_id at offset 8, like every other done item.
+            _intents.Remove((intent, IntentLogFormat.Id(item.Regions[0])));
+            return;
+        }
+        throw Corrupt(trans, $"unrecognized log item type 0x{type:x4}");
+    }
+
+    private XfsCorruptionException Corrupt(LogTransaction trans, string problem) =>
+        _corrupt(_currentRecordBlock, $"transaction 0x{trans.Tid:x8} (LSN {Lsn.Format(trans.Lsn)}): {problem}");
+
+    private BufLogFormat CheckBufFormat(LogTransaction trans, LogItem item)
+    {
+        var r0 = item.Regions[0];
+        if (r0.Length < BufLogFormat.OffDataMap) throw Corrupt(trans, $"buffer item format region is {r0.Length} bytes");
+        var f = new BufLogFormat(r0);
+        if (f.MapSize < 0 || f.MapSize > BufLogFormat.MaxMapWords || f.FormatLength > r0.Length)
+            throw Corrupt(trans, $"buffer item bitmap of {f.MapSize} words does not fit its {r0.Length}-byte region");
+        if (f.Len == 0) throw Corrupt(trans, "buffer item of length 0");
+        long end = (f.Blkno + f.Len) << LogArea.BBShift;
+        if (f.Blkno < 0 || end > _target.Length)
+            throw Corrupt(trans, $"buffer item at daddr {f.Blkno} (+{f.Len}) is outside the data device");
+        return f;
+    }
+
+    private bool IsCancelled(long blkno, int len) => _cancelled.ContainsKey((blkno, len));
+
+    private void ApplyBuffer(LogTransaction trans, LogItem item)
+    {
+        var f = CheckBufFormat(trans, item);
+        long blkno = f.Blkno;
+        int len = f.Len;
+        if ((f.Flags & BufLogFormat.FlagCancel) != 0)
+        {
+            var key = (blkno, len);
+            if (_cancelled.TryGetValue(key, out int refs))
+            {
+                if (refs <= 1) _cancelled.Remove(key);
+                else _cancelled[key] = refs - 1;
+            }
+            return;
+        }
+        if (IsCancelled(blkno, len))
+        {
+            BuffersCancelled++;
+            return;
+        }
+        var buf = new byte[len << LogArea.BBShift];
+        long offset = blkno << LogArea.BBShift;
+        _target.Read(offset, buf);
+        ulong lsn = MetadataLsn.BufferLsn(buf, _sb);
+        if (lsn != 0 && lsn != ulong.MaxValue && lsn >= trans.Lsn)
+        {
+            BuffersSkippedNewer++;
+            return;
+        }
+        if ((f.Flags & BufLogFormat.FlagInodeBuf) != 0)
+        {
+            ApplyInodeBuffer(trans, item, f, buf);
+        }
+        else if ((f.Flags & (BufLogFormat.FlagUserDquot | BufLogFormat.FlagProjectDquot | BufLogFormat.FlagGroupDquot)) != 0)
+        {
+            if (!_quotaOn) return;
+            CopyRegions(trans, item, f, buf);
+        }
+        else
+        {
+            CopyRegions(trans, item, f, buf);
+            if (_sb.IsV5) _pendingStamp[(blkno, len)] = trans.Lsn;
+        }
+        _target.Write(offset, buf);
+        BuffersReplayed++;
+    }
+
+    /// <summary>xlog_recover_do_reg_buffer: copy each run of dirty chunks, capped at its region's length.</summary>
+    private void CopyRegions(LogTransaction trans, LogItem item, BufLogFormat f, byte[] buf)
+    {
+        int bits = f.MapSize * 32;
+        int bit = 0, region = 1;
+        while (true)
+        {
+            while (bit < bits && !f.IsChunkDirty(bit)) bit++;
+            if (bit >= bits) break;
+            int nbits = 0;
+            while (bit + nbits < bits && f.IsChunkDirty(bit + nbits)) nbits++;
+            if (region >= item.Regions.Count) throw Corrupt(trans, $"buffer daddr {f.Blkno}: bitmap names more regions than the {item.Regions.Count - 1} logged");
+            var src = item.Regions[region];
+            if (src.Length < nbits * BufLogFormat.ChunkSize) nbits = src.Length / BufLogFormat.ChunkSize;
+            if (nbits == 0) throw Corrupt(trans, $"buffer daddr {f.Blkno}: region {region} is shorter than a chunk");
+            int dst = bit * BufLogFormat.ChunkSize, n = nbits * BufLogFormat.ChunkSize;
+            if (dst + n > buf.Length) throw Corrupt(trans, $"buffer daddr {f.Blkno}: dirty chunk {bit} lies beyond the {buf.Length}-byte buffer");
+            src.AsSpan(0, n).CopyTo(buf.AsSpan(dst));
+            region++;
+            bit += nbits;
+        }
+    }
+
+    /// <summary>xlog_recover_do_inode_buffer: only the di_next_unlinked fields inside logged chunks are copied.</summary>
+    private void ApplyInodeBuffer(LogTransaction trans, LogItem item, BufLogFormat f, byte[] buf)
+    {
+        int inodeSize = _sb.InodeSize;
+        int perBuf = buf.Length / inodeSize;
+        int bits = f.MapSize * 32;
+        int bit = 0, index = 0, regOffset = 0, regBytes = 0;
+        for (int i = 0; i < perBuf; i++)
+        {
+            int field = i * inodeSize + DinodeView.OffNextUnlinked;
+            while (field >= regOffset + regBytes)
+            {
+                while (bit < bits && !f.IsChunkDirty(bit)) bit++;
+                if (bit >= bits) return;
+                int n = 0;
+                while (bit + n < bits && f.IsChunkDirty(bit + n)) n++;
+                regOffset = bit * BufLogFormat.ChunkSize;
+                regBytes = n * BufLogFormat.ChunkSize;
+                bit += n;
+                index++;
+            }
+            if (field < regOffset) continue;
+            if (index >= item.Regions.Count || field - regOffset + 4 > item.Regions[index].Length)
+                throw Corrupt(trans, $"inode buffer daddr {f.Blkno}: logged region {index} is too short");
+            uint logged = BinaryPrimitives.ReadUInt32BigEndian(item.Regions[index].AsSpan(field - regOffset));
+            if (logged == 0) throw Corrupt(trans, $"inode buffer daddr {f.Blkno}: logged di_next_unlinked of inode {i} is 0");
+            BinaryPrimitives.WriteUInt32BigEndian(buf.AsSpan(field), logged);
+            if (_sb.IsV5) XfsCrc.Stamp(buf.AsSpan(i * inodeSize, inodeSize), DinodeView.OffCrc);
+        }
+    }
+
+    /// <summary>xlog_recover_inode_commit_pass2.</summary>
+    private void ApplyInode(LogTransaction trans, LogItem item)
+    {
+        var r0 = item.Regions[0];
+        if (r0.Length is not (InodeLogFormat.Size or InodeLogFormat.Size32))
+            throw Corrupt(trans, $"inode item format region is {r0.Length} bytes");
+        var f = new InodeLogFormat(r0);
+        ulong ino = f.Ino;
+        if (IsCancelled(f.Blkno, f.Len)) return;
+        if (item.Regions.Count < 2) throw Corrupt(trans, $"inode {ino}: no inode core logged");
+        int inodeSize = _sb.InodeSize;
+        long clusterBytes = (long)f.Len << LogArea.BBShift;
+        if (f.Blkno < 0 || f.Boffset < 0 || f.Boffset + inodeSize > clusterBytes || (f.Blkno << LogArea.BBShift) + clusterBytes > _target.Length)
+            throw Corrupt(trans, $"inode {ino}: cluster buffer daddr {f.Blkno} (+{f.Len}), offset {f.Boffset} is out of range");
+        long offset = (f.Blkno << LogArea.BBShift) + f.Boffset;
+        var dip = new byte[inodeSize];
+        _target.Read(offset, dip);
+        var log = item.Regions[1];
+        if (BinaryPrimitives.ReadUInt16BigEndian(dip) != DinodeView.Magic)
+            throw Corrupt(trans, $"inode {ino}: the on-disk inode at daddr {f.Blkno} +{f.Boffset} has no IN magic");
+        if (log.Length < LogDinode.SizeV2 || LogDinode.Magic(log) != DinodeView.Magic)
+            throw Corrupt(trans, $"inode {ino}: the logged inode core has no IN magic");
+
+        if (dip[DinodeView.OffVersion] >= 3)
+        {
+            ulong diskLsn = BinaryPrimitives.ReadUInt64BigEndian(dip.AsSpan(DinodeView.OffLsn));
+            if (diskLsn != 0 && diskLsn != ulong.MaxValue && diskLsn > trans.Lsn)
+            {
+                InodesSkippedNewer++;
+                return;
+            }
+        }
+        else
+        {
+            // V4: replay unless the logged flush counter is older than the one on disk.
+            ushort diskIter = BinaryPrimitives.ReadUInt16BigEndian(dip.AsSpan(30));
+            ushort logIter = BinaryPrimitives.ReadUInt16LittleEndian(log.AsSpan(30));
+            if (logIter < diskIter && !(diskIter == ushort.MaxValue && logIter < ushort.MaxValue >> 1))
+            {
+                InodesSkippedNewer++;
+                return;
+            }
+        }
+
+        ushort mode = LogDinode.Mode(log);
+        byte format = LogDinode.Format(log);
+        const ushort S_IFMT = 0xF000, S_IFREG = 0x8000, S_IFDIR = 0x4000;
+        if ((mode & S_IFMT) == S_IFREG && format is not ((byte)ForkFormat.Extents or (byte)ForkFormat.Btree))
+            throw Corrupt(trans, $"inode {ino}: regular file with data fork format {format}");
+        if ((mode & S_IFMT) == S_IFDIR && format is not ((byte)ForkFormat.Extents or (byte)ForkFormat.Btree or (byte)ForkFormat.Local))
+            throw Corrupt(trans, $"inode {ino}: directory with data fork format {format}");
+        if (LogDinode.DataExtents(log) + LogDinode.AttrExtents(log) > LogDinode.Nblocks(log))
+            throw Corrupt(trans, $"inode {ino}: more extents than blocks");
+        if (LogDinode.ForkOffset(log) * 8 > inodeSize)
+            throw Corrupt(trans, $"inode {ino}: fork offset {LogDinode.ForkOffset(log)} beyond the inode");
+        int coreSize = _sb.IsV5 ? LogDinode.SizeV3 : LogDinode.SizeV2;
+        if (log.Length > coreSize) throw Corrupt(trans, $"inode {ino}: logged core of {log.Length} bytes (at most {coreSize})");
+
+        LogDinode.ToDisk(log, dip, trans.Lsn);
+        int dataFork = dip[DinodeView.OffVersion] >= 3 ? DinodeView.V3CoreSize : DinodeView.V2CoreSize;
+        int forkoff = dip[DinodeView.OffForkoff] << 3;
+        int dsize = forkoff != 0 ? forkoff : inodeSize - dataFork;
+        int attrFork = dataFork + forkoff;
+        int asize = forkoff != 0 ? inodeSize - attrFork : 0;
+
+        uint fields = f.Fields;
+        if ((fields & InodeLogFormat.FieldDev) != 0) BinaryPrimitives.WriteUInt32BigEndian(dip.AsSpan(dataFork), f.Rdev);
+
+        int next = 2;
+        if (f.RegionCount > 2 && (fields & InodeLogFormat.DataForkContentMask) != 0)
+        {
+            if (next >= item.Regions.Count) throw Corrupt(trans, $"inode {ino}: data fork region missing");
+            var src = item.Regions[next++];
+            switch (fields & InodeLogFormat.DataForkContentMask)
+            {
+                case InodeLogFormat.FieldDdata:
+                case InodeLogFormat.FieldDext:
+                    if (src.Length > dsize) throw Corrupt(trans, $"inode {ino}: data fork of {src.Length} bytes exceeds {dsize}");
+                    src.CopyTo(dip.AsSpan(dataFork));
+                    break;
+                case InodeLogFormat.FieldDbroot:
+                    BtreeRootToDisk(trans, ino, src, dip.AsSpan(dataFork, dsize));
+                    break;
+                default:
+                    throw Corrupt(trans, $"inode {ino}: conflicting data fork flags 0x{fields:x}");
+            }
+        }
+        if ((fields & InodeLogFormat.AttrForkMask) != 0 && f.RegionCount > next)
+        {
+            if (next >= item.Regions.Count) throw Corrupt(trans, $"inode {ino}: attribute fork region missing");
+            var src = item.Regions[next];
+            if (asize == 0) throw Corrupt(trans, $"inode {ino}: attribute fork logged but the inode has none");
+            switch (fields & InodeLogFormat.AttrForkMask)
+            {
+                case InodeLogFormat.FieldAdata:
+                case InodeLogFormat.FieldAext:
+                    if (src.Length > asize) throw Corrupt(trans, $"inode {ino}: attribute fork of {src.Length} bytes exceeds {asize}");
+                    src.CopyTo(dip.AsSpan(attrFork));
+                    break;
+                case InodeLogFormat.FieldAbroot:
+                    BtreeRootToDisk(trans, ino, src, dip.AsSpan(attrFork, asize));
+                    break;
+                default:
+                    throw Corrupt(trans, $"inode {ino}: conflicting attribute fork flags 0x{fields:x}");
+            }
+        }
+        if ((fields & (InodeLogFormat.FieldDowner | InodeLogFormat.FieldAowner)) != 0 && BinaryPrimitives.ReadUInt16BigEndian(dip.AsSpan(DinodeView.OffMode)) != 0)
+            Warnings.Add($"inode {ino}: a btree owner change (extent swap) was logged; its bmbt blocks' owner fields are left as they are");
+
+        if (dip[DinodeView.OffVersion] >= 3) XfsCrc.Stamp(dip, DinodeView.OffCrc);
+        _target.Write(offset, dip);
+        InodesReplayed++;
+    }
+
+    /// <summary>xfs_bmbt_to_bmdr: the in-memory long-form root (full block header) to the on-disk fork root.</summary>
+    private void BtreeRootToDisk(LogTransaction trans, ulong ino, byte[] src, Span<byte> fork)
+    {
+        int hdr = _sb.IsV5 ? 72 : 24;
+        if (src.Length < hdr || fork.Length < BmdrBlockView.HeaderSize + 16)
+            throw Corrupt(trans, $"inode {ino}: logged btree root of {src.Length} bytes");
+        ushort level = BinaryPrimitives.ReadUInt16BigEndian(src.AsSpan(BtreeBlockView.OffLevel));
+        ushort numrecs = BinaryPrimitives.ReadUInt16BigEndian(src.AsSpan(BtreeBlockView.OffNumrecs));
+        int maxrecs = (src.Length - hdr) / 16;
+        int dmxr = (fork.Length - BmdrBlockView.HeaderSize) / 16;
+        if (numrecs > maxrecs || numrecs > dmxr) throw Corrupt(trans, $"inode {ino}: btree root with {numrecs} records does not fit");
+        // Slots past numrecs keep whatever the fork held before, as in the kernel (it copies only what is used).
+        BinaryPrimitives.WriteUInt16BigEndian(fork, level);
+        BinaryPrimitives.WriteUInt16BigEndian(fork[2..], numrecs);
+        src.AsSpan(hdr, numrecs * 8).CopyTo(fork[BmdrBlockView.HeaderSize..]);
+        src.AsSpan(hdr + maxrecs * 8, numrecs * 8).CopyTo(fork[(BmdrBlockView.HeaderSize + dmxr * 8)..]);
+    }
+
+    /// <summary>xlog_recover_icreate_commit_pass2 + xfs_ialloc_inode_init: write a fresh inode chunk.</summary>
+    private void ApplyIcreate(LogTransaction trans, LogItem item)
+    {
+        var r0 = item.Regions[0];
+        if (r0.Length != IcreateLogFormat.Size) throw Corrupt(trans, $"icreate item of {r0.Length} bytes");
+        var ic = new IcreateLogFormat(r0);
+        if (ic.Ag >= _sb.AgCount || ic.Agbno == 0 || ic.Agbno >= _sb.AgBlocks || ic.Length == 0 || ic.Agbno + ic.Length > _sb.AgBlocks)
+            throw Corrupt(trans, $"icreate item names AG {ic.Ag} block {ic.Agbno} (+{ic.Length}) outside the file system");
+        if (ic.Isize != _sb.InodeSize) throw Corrupt(trans, $"icreate inode size {ic.Isize} differs from the superblock's {_sb.InodeSize}");
+        if (ic.Count >> _sb.InoPBlog != ic.Length) throw Corrupt(trans, $"icreate count {ic.Count} does not fill {ic.Length} blocks");
+
+        // Skip only when every cluster of the chunk was cancelled.
+        int clusterBlocks = Math.Max(1, InodeClusterBytes() / (int)_sb.BlockSize);
+        int clusters = (int)Math.Max(1, ic.Length / (uint)clusterBlocks);
+        int cancelled = 0;
+        long chunkByte = _sb.AgBlockToByte(ic.Ag, ic.Agbno);
+        int clusterBB = clusterBlocks * (int)_sb.BlockSize >> LogArea.BBShift;
+        for (int c = 0; c < clusters; c++)
+        {
+            long daddr = (chunkByte >> LogArea.BBShift) + (long)c * clusterBB;
+            if (IsCancelled(daddr, clusterBB)) cancelled++;
+        }
+        if (cancelled == clusters) return;
+
+        int inodeSize = _sb.InodeSize;
+        var chunk = new byte[checked((int)ic.Length * (int)_sb.BlockSize)];
+        ulong firstIno = ((ulong)ic.Ag << _sb.AgInoLog) | ((ulong)ic.Agbno << _sb.InoPBlog);
+        byte version = (byte)(_sb.IsV5 ? 3 : 2);
+        for (int i = 0; i < ic.Count; i++)
+        {
+            var d = chunk.AsSpan(i * inodeSize, inodeSize);
+            BinaryPrimitives.WriteUInt16BigEndian(d, DinodeView.Magic);
+            d[DinodeView.OffVersion] = version;
+            BinaryPrimitives.WriteUInt32BigEndian(d[DinodeView.OffGen..], ic.Gen);
+            BinaryPrimitives.WriteUInt32BigEndian(d[DinodeView.OffNextUnlinked..], AgiView.NullAgino);
+            if (version == 3)
+            {
+                BinaryPrimitives.WriteUInt64BigEndian(d[DinodeView.OffIno..], firstIno + (ulong)i);
+                _sb.MetaUuid.TryWriteBytes(d.Slice(DinodeView.OffUuid, 16), bigEndian: true, out _);
+                XfsCrc.Stamp(d, DinodeView.OffCrc);
+            }
+        }
+        _target.Write(chunkByte, chunk);
+        InodeChunksCreated++;
+    }
+
+    /// <summary>Inode cluster size: 8 KiB scaled by inode size on V5 (inode_cluster_size), at least a block.</summary>
+    private int InodeClusterBytes()
+    {
+        int size = 8192;
+        if (_sb.IsV5) size = size * _sb.InodeSize / 256;
+        return Math.Max(size, (int)_sb.BlockSize);
+    }
+
+    /// <summary>xlog_recover_dquot_commit_pass2: replayed only when quota accounting is on.</summary>
+    private void ApplyDquot(LogTransaction trans, LogItem item)
+    {
+        if (!_quotaOn) return;
+        var r0 = item.Regions[0];
+        if (r0.Length < DquotLogFormat.Size || item.Regions.Count < 2) throw Corrupt(trans, "dquot item is too short");
+        var q = new DquotLogFormat(r0);
+        var src = item.Regions[1];
+        if (src.Length < DquotLogFormat.DiskDquotSize) throw Corrupt(trans, $"dquot {q.Id}: logged dquot of {src.Length} bytes");
+        if (IsCancelled(q.Blkno, (int)(_sb.BlockSize >> LogArea.BBShift) * q.Len)) return;
+        long offset = (q.Blkno << LogArea.BBShift) + q.Boffset;
+        int size = _sb.IsV5 ? DquotLogFormat.DqblkSize : DquotLogFormat.DiskDquotSize;
+        if (q.Blkno < 0 || q.Boffset < 0 || offset + size > _target.Length) throw Corrupt(trans, $"dquot {q.Id} at daddr {q.Blkno} is out of range");
+        var dq = new byte[size];
+        _target.Read(offset, dq);
+        if (_sb.IsV5)
+        {
+            ulong lsn = BinaryPrimitives.ReadUInt64BigEndian(dq.AsSpan(DquotLogFormat.DqblkOffLsn));
+            if (lsn != 0 && lsn != ulong.MaxValue && lsn >= trans.Lsn) return;
+        }
+        src.AsSpan(0, DquotLogFormat.DiskDquotSize).CopyTo(dq);
+        if (_sb.IsV5)
+        {
+            BinaryPrimitives.WriteUInt64BigEndian(dq.AsSpan(DquotLogFormat.DqblkOffLsn), trans.Lsn);
+            _sb.MetaUuid.TryWriteBytes(dq.AsSpan(DquotLogFormat.DqblkOffUuid, 16), bigEndian: true, out _);
+            XfsCrc.Stamp(dq, DquotLogFormat.DqblkOffCrc);
+        }
+        _target.Write(offset, dq);
+    }
+}

@@ -1,0 +1,817 @@
+using System.Diagnostics;
+using System.Runtime.InteropServices;
+using System.Text;
+using XfsWin.Fuse.Interop;
+using XfsWin.Volume;
+
+namespace XfsWin.Fuse;
+
+/// <summary>
+/// Serves an <see cref="XfsVolume"/> to the Linux kernel through libfuse3's low-level API.
+/// It only translates: FUSE requests become engine calls, engine results and errors become FUSE
+/// replies. Node ids are XFS inode numbers, except that FUSE's root id (1) stands for the volume's
+/// root inode. The mount is read-only. Worker threads of the multithreaded session loop call the
+/// engine concurrently (the engine is thread-safe); the host itself keeps no per-inode state, so
+/// forget needs no bookkeeping.
+/// </summary>
+public sealed unsafe class FuseHost : IDisposable
+{
+    private const int ReadBufferSize = 1 << 20; // FUSE's largest request (256 pages) fits in one pooled buffer.
+    internal const int DirentPlusNameOffset = 152; // offsetof(struct fuse_direntplus, dirent.name); checked by a test.
+    internal const int DirentNameOffset = 24;      // offsetof(struct fuse_dirent, name); checked by a test.
+    private const int MaxLoggedErrors = 200;
+
+    private static readonly FuseLowLevelOps s_ops = CreateOps();
+
+    private readonly XfsVolume _volume;
+    private readonly FuseMountOptions _options;
+    private readonly ulong _rootInode;
+    private readonly uint _blockSize;
+    private readonly NativeBufferPool _buffers;
+    private readonly TextWriter _log;
+    private GCHandle _self;
+    private nint _session;
+    private string? _mountPoint;
+    private int _unmountRequested;
+    private int _loggedErrors;
+    private int _disposed;
+
+    public FuseHost(XfsVolume volume, FuseMountOptions? options = null, TextWriter? log = null)
+    {
+        _volume = volume;
+        _options = options ?? new FuseMountOptions();
+        _rootInode = volume.RootInode;
+        _blockSize = (uint)Environment.SystemPageSize;
+        _buffers = new NativeBufferPool(ReadBufferSize, Math.Max(2, _options.MaxThreads + 2));
+        _log = log ?? Console.Error;
+    }
+
+    /// <summary>Where the volume is mounted, once <see cref="Mount"/> succeeded.</summary>
+    public string? MountPoint => _mountPoint;
+
+    /// <summary>
+    /// Checks that FUSE can be used here: Linux on x86-64, /dev/fuse present, libfuse3 installed.
+    /// Throws <see cref="FuseUnavailableException"/> saying what to install or load.
+    /// </summary>
+    public static void EnsureAvailable()
+    {
+        if (!OperatingSystem.IsLinux())
+            throw new FuseUnavailableException("The FUSE host runs on Linux only. On Windows, mount with the WinFsp driver instead.");
+        if (RuntimeInformation.ProcessArchitecture != Architecture.X64)
+            throw new FuseUnavailableException(
+                $"The FUSE host supports Linux on x86-64 only (this is {RuntimeInformation.ProcessArchitecture}): " +
+                "its native structure layouts are declared for x86-64. Use 'xfswin extract' or 'xfswin cat' instead.");
+        if (!File.Exists("/dev/fuse"))
+            throw new FuseUnavailableException(
+                "FUSE is not available: /dev/fuse does not exist. Load the kernel module with 'modprobe fuse' " +
+                "(and install fuse3: apt-get install fuse3); in a container, start it with '--device /dev/fuse --cap-add SYS_ADMIN'.");
+        fixed (byte* dev = "/dev/fuse\0"u8)
+        {
+            if (FuseNative.access(dev, FuseNative.R_OK | FuseNative.W_OK) != 0)
+                throw new FuseUnavailableException(
+                    "FUSE is not available to this user: /dev/fuse cannot be opened for reading and writing. " +
+                    "Run as root, or have root make it usable by everyone ('chmod 0666 /dev/fuse', the usual setting).");
+        }
+        try
+        {
+            _ = FuseNative.fuse_version();
+        }
+        catch (DllNotFoundException e)
+        {
+            throw new FuseUnavailableException(
+                "FUSE is not available: libfuse3 (libfuse3.so.3) is not installed. Install it with 'apt-get install fuse3' " +
+                "(Debian, Ubuntu) or 'dnf install fuse3 fuse3-libs' (Fedora).", e);
+        }
+    }
+
+    /// <summary>Mounts the volume on <paramref name="mountPoint"/> (an existing directory). Call <see cref="Run"/> next.</summary>
+    public void Mount(string mountPoint)
+    {
+        ObjectDisposedException.ThrowIf(_disposed != 0, this);
+        if (_session != 0)
+            throw new InvalidOperationException("This host is already mounted.");
+        EnsureAvailable();
+        mountPoint = Path.GetFullPath(mountPoint);
+        if (!Directory.Exists(mountPoint))
+            throw new FuseMountException($"Mount point '{mountPoint}' does not exist or is not a directory: create it with 'mkdir -p {mountPoint}'.");
+
+        _self = GCHandle.Alloc(this);
+        var argList = new List<string> { "xfswin", "-o", BuildMountOptions() };
+        if (_options.Debug)
+            argList.Add("-d");
+        var native = new NativeStrings(argList);
+        try
+        {
+            var args = new FuseArgs { argc = argList.Count, argv = native.Pointers, allocated = 0 };
+            var ops = s_ops;
+            var session = FuseNative.fuse_session_new(&args, &ops, (nuint)sizeof(FuseLowLevelOps), GCHandle.ToIntPtr(_self));
+            FuseNative.fuse_opt_free_args(&args);
+            if (session == 0)
+                throw new FuseMountException($"libfuse refused the mount options '{argList[2]}' (see its message above).");
+            int rc;
+            var mp = Encoding.UTF8.GetBytes(mountPoint + "\0");
+            fixed (byte* pmp = mp)
+                rc = FuseNative.fuse_session_mount(session, pmp);
+            if (rc != 0)
+            {
+                FuseNative.fuse_session_destroy(session);
+                throw new FuseMountException(
+                    $"Could not mount on '{mountPoint}' (see libfuse's message above). Check that it is not already a mount point " +
+                    "('fusermount3 -u' it), that you may mount there, and for allow_other as a non-root user that /etc/fuse.conf has user_allow_other.");
+            }
+            _session = session;
+            _mountPoint = mountPoint;
+        }
+        catch
+        {
+            _self.Free();
+            throw;
+        }
+        finally
+        {
+            native.Dispose();
+        }
+    }
+
+    /// <summary>
+    /// Serves requests on <see cref="FuseMountOptions.MaxThreads"/> threads until the volume is
+    /// unmounted (fusermount3 -u, umount, <see cref="RequestUnmount"/>). Returns libfuse's result (0 = clean).
+    /// </summary>
+    public int Run()
+    {
+        if (_session == 0)
+            throw new InvalidOperationException("Mount first.");
+        var rc = FuseNative.SessionLoopMultiThreaded(_session, (uint)Math.Max(1, _options.MaxThreads), _options.CloneFd);
+        // After an external unmount this only closes the device descriptor.
+        FuseNative.fuse_session_unmount(_session);
+        return rc;
+    }
+
+    /// <summary>
+    /// Unmounts, which ends <see cref="Run"/>: safe to call from a signal handler thread. When files
+    /// are still open on the mount it is detached lazily and the loop ends once they are closed.
+    /// </summary>
+    public void RequestUnmount()
+    {
+        var mountPoint = _mountPoint;
+        if (_session == 0 || mountPoint is null || Interlocked.Exchange(ref _unmountRequested, 1) != 0)
+            return;
+        if (!TryUnmount(mountPoint, _log))
+        {
+            _log.WriteLine($"xfswin: could not unmount '{mountPoint}'; stopping the session anyway.");
+            FuseNative.fuse_session_exit(_session);
+        }
+    }
+
+    /// <summary>Unmounts a FUSE mount point: umount2 as root, fusermount3 otherwise; lazily when busy.</summary>
+    public static bool TryUnmount(string mountPoint, TextWriter log)
+    {
+        if (FuseNative.geteuid() == 0)
+        {
+            var path = Encoding.UTF8.GetBytes(mountPoint + "\0");
+            fixed (byte* p = path)
+            {
+                if (FuseNative.umount2(p, 0) == 0)
+                    return true;
+                if (Marshal.GetLastPInvokeError() == FuseNative.EBUSY)
+                {
+                    log.WriteLine($"xfswin: '{mountPoint}' is busy; detaching it now, the volume is released when the last open file is closed.");
+                    return FuseNative.umount2(p, FuseNative.MNT_DETACH) == 0;
+                }
+                return false;
+            }
+        }
+        return RunFusermount(mountPoint, lazy: false) || RunFusermount(mountPoint, lazy: true);
+    }
+
+    private static bool RunFusermount(string mountPoint, bool lazy)
+    {
+        try
+        {
+            var psi = new ProcessStartInfo("fusermount3") { UseShellExecute = false };
+            psi.ArgumentList.Add(lazy ? "-uz" : "-u");
+            psi.ArgumentList.Add(mountPoint);
+            using var p = Process.Start(psi)!;
+            p.WaitForExit();
+            return p.ExitCode == 0;
+        }
+        catch (System.ComponentModel.Win32Exception)
+        {
+            return false;
+        }
+    }
+
+    public void Dispose()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0)
+            return;
+        if (_session != 0)
+        {
+            FuseNative.fuse_session_unmount(_session);
+            FuseNative.fuse_session_destroy(_session);
+            _session = 0;
+        }
+        if (_self.IsAllocated)
+            _self.Free();
+        _buffers.Dispose();
+    }
+
+    private string BuildMountOptions()
+    {
+        var opts = new List<string> { "ro", "fsname=" + EscapeOption(_options.FileSystemName), "subtype=xfswin" };
+        if (_options.AllowOther)
+            opts.Add("allow_other");
+        if (_options.DefaultPermissions)
+            opts.Add("default_permissions");
+        opts.AddRange(_options.ExtraOptions);
+        return string.Join(',', opts);
+    }
+
+    /// <summary>libfuse splits option lists on commas; a backslash escapes the next character.</summary>
+    internal static string EscapeOption(string value) => value.Replace("\\", "\\\\", StringComparison.Ordinal).Replace(",", "\\,", StringComparison.Ordinal);
+
+    // ---- translation helpers -------------------------------------------------------------------
+
+    private ulong ToXfsInode(ulong nodeId) => nodeId == FuseConstants.FUSE_ROOT_ID ? _rootInode : nodeId;
+
+    private ulong ToNodeId(ulong xfsInode) => xfsInode == _rootInode ? FuseConstants.FUSE_ROOT_ID : xfsInode;
+
+    /// <summary>S_IF* bits for a directory entry's type (d_type &lt;&lt; 12).</summary>
+    internal static uint TypeBits(XfsFileType type) => type switch
+    {
+        XfsFileType.Fifo => 0x1000,
+        XfsFileType.CharacterDevice => 0x2000,
+        XfsFileType.Directory => 0x4000,
+        XfsFileType.BlockDevice => 0x6000,
+        XfsFileType.RegularFile => 0x8000,
+        XfsFileType.Symlink => 0xA000,
+        XfsFileType.Socket => 0xC000,
+        XfsFileType.Whiteout => 0xE000,
+        _ => 0,
+    };
+
+    /// <summary>glibc's makedev encoding (what st_rdev holds).</summary>
+    internal static ulong MakeDev(uint major, uint minor) =>
+        ((ulong)(major & 0xFFFFF000) << 32) | ((ulong)(major & 0xFFF) << 8) |
+        ((ulong)(minor & 0xFFFFFF00) << 12) | (minor & 0xFF);
+
+    private void FillStat(in InodeAttributes a, NativeStat* st)
+    {
+        *st = default;
+        st->st_ino = a.Inode;
+        st->st_mode = a.Mode;
+        st->st_nlink = a.LinkCount;
+        st->st_uid = _options.UidOverride ?? a.Uid;
+        st->st_gid = _options.GidOverride ?? a.Gid;
+        st->st_rdev = a.FileType is XfsFileType.CharacterDevice or XfsFileType.BlockDevice ? MakeDev(a.DeviceMajor, a.DeviceMinor) : 0;
+        st->st_size = a.Size;
+        st->st_blksize = _blockSize;
+        st->st_blocks = (a.AllocatedBytes + 511) / 512;
+        st->st_atim_sec = a.AccessTime.Seconds;
+        st->st_atim_nsec = a.AccessTime.Nanoseconds;
+        st->st_mtim_sec = a.ModifyTime.Seconds;
+        st->st_mtim_nsec = a.ModifyTime.Nanoseconds;
+        st->st_ctim_sec = a.ChangeTime.Seconds;
+        st->st_ctim_nsec = a.ChangeTime.Nanoseconds;
+    }
+
+    private void FillEntry(in InodeAttributes a, FuseEntryParam* e)
+    {
+        *e = default;
+        e->ino = ToNodeId(a.Inode);
+        e->generation = a.Generation;
+        FillStat(a, &e->attr);
+        e->attr_timeout = _options.AttributeTimeout;
+        e->entry_timeout = _options.EntryTimeout;
+    }
+
+    /// <summary>The errno for a failed request; engine failures worth a look are logged (a bounded number).</summary>
+    private int ErrnoFor(Exception e, string operation, ulong inode)
+    {
+        int errno;
+        bool worthLogging;
+        if (e is XfsException x)
+        {
+            errno = x.Errno;
+            worthLogging = x.Error is XfsError.Corrupt or XfsError.IoError or XfsError.NeedsRepair or XfsError.Unsupported;
+        }
+        else
+        {
+            errno = 5; // EIO: a bug in the engine or host must not take the mount down.
+            worthLogging = true;
+        }
+        if (worthLogging)
+        {
+            var n = Interlocked.Increment(ref _loggedErrors);
+            if (n <= MaxLoggedErrors)
+                _log.WriteLine($"xfswin: {operation} on inode {inode} failed: {(e is XfsException ? e.Message : e.ToString())}");
+            if (n == MaxLoggedErrors)
+                _log.WriteLine("xfswin: too many errors; not logging any more of them.");
+        }
+        return errno;
+    }
+
+    private static FuseHost HostOf(nint req) => (FuseHost)GCHandle.FromIntPtr(FuseNative.fuse_req_userdata(req)).Target!;
+
+    private static void ReplyError(nint req, Exception e, string operation, ulong nodeId)
+    {
+        int errno;
+        try
+        {
+            var host = HostOf(req);
+            errno = host.ErrnoFor(e, operation, host.ToXfsInode(nodeId));
+        }
+        catch (Exception)
+        {
+            errno = 5;
+        }
+        FuseNative.fuse_reply_err(req, errno);
+    }
+
+    // ---- callbacks (run on libfuse's worker threads; must never let an exception escape) ------
+
+    private static FuseLowLevelOps CreateOps() => new()
+    {
+        init = (nint)(delegate* unmanaged<nint, FuseConnInfo*, void>)&OnInit,
+        lookup = (nint)(delegate* unmanaged<nint, ulong, byte*, void>)&OnLookup,
+        getattr = (nint)(delegate* unmanaged<nint, ulong, FuseFileInfo*, void>)&OnGetAttr,
+        readlink = (nint)(delegate* unmanaged<nint, ulong, void>)&OnReadLink,
+        open = (nint)(delegate* unmanaged<nint, ulong, FuseFileInfo*, void>)&OnOpen,
+        read = (nint)(delegate* unmanaged<nint, ulong, nuint, long, FuseFileInfo*, void>)&OnRead,
+        opendir = (nint)(delegate* unmanaged<nint, ulong, FuseFileInfo*, void>)&OnOpenDir,
+        readdir = (nint)(delegate* unmanaged<nint, ulong, nuint, long, FuseFileInfo*, void>)&OnReadDir,
+        readdirplus = (nint)(delegate* unmanaged<nint, ulong, nuint, long, FuseFileInfo*, void>)&OnReadDirPlus,
+        statfs = (nint)(delegate* unmanaged<nint, ulong, void>)&OnStatFs,
+        getxattr = (nint)(delegate* unmanaged<nint, ulong, byte*, nuint, void>)&OnGetXattr,
+        listxattr = (nint)(delegate* unmanaged<nint, ulong, nuint, void>)&OnListXattr,
+    };
+
+    [UnmanagedCallersOnly]
+    private static void OnInit(nint userdata, FuseConnInfo* conn)
+    {
+        try
+        {
+            var wanted = FuseConstants.FUSE_CAP_ASYNC_READ | FuseConstants.FUSE_CAP_READDIRPLUS |
+                         FuseConstants.FUSE_CAP_READDIRPLUS_AUTO | FuseConstants.FUSE_CAP_PARALLEL_DIROPS |
+                         FuseConstants.FUSE_CAP_CACHE_SYMLINKS |
+                         // ACLs are served in the Linux format; with this the kernel also enforces
+                         // them (and the mode bits) itself, as it does for its own XFS.
+                         FuseConstants.FUSE_CAP_POSIX_ACL;
+            conn->want |= wanted & conn->capable;
+            // Nothing changes behind the kernel's back on a read-only mount: no need to revalidate cached pages.
+            conn->want &= ~FuseConstants.FUSE_CAP_AUTO_INVAL_DATA;
+            conn->time_gran = 1;
+        }
+        catch (Exception)
+        {
+            // Keep libfuse's defaults.
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnLookup(nint req, ulong parent, byte* name)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var nameSpan = MemoryMarshal.CreateReadOnlySpanFromNullTerminated(name);
+            FuseEntryParam e;
+            if (host._volume.TryLookup(host.ToXfsInode(parent), nameSpan, out var inode))
+            {
+                var attrs = host._volume.GetAttributes(inode);
+                host.FillEntry(attrs, &e);
+            }
+            else
+            {
+                // A negative entry: the kernel remembers the name is absent for entry_timeout.
+                e = default;
+                e.entry_timeout = host._options.EntryTimeout;
+            }
+            FuseNative.fuse_reply_entry(req, &e);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, $"lookup of '{Encoding.UTF8.GetString(MemoryMarshal.CreateReadOnlySpanFromNullTerminated(name))}' in directory", parent);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnGetAttr(nint req, ulong ino, FuseFileInfo* fi)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var attrs = host._volume.GetAttributes(host.ToXfsInode(ino));
+            NativeStat st;
+            host.FillStat(attrs, &st);
+            FuseNative.fuse_reply_attr(req, &st, host._options.AttributeTimeout);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "getattr", ino);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnReadLink(nint req, ulong ino)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var target = host._volume.ReadLink(host.ToXfsInode(ino));
+            var z = host._buffers.Rent(target.Length + 1);
+            try
+            {
+                target.CopyTo(new Span<byte>(z, target.Length));
+                z[target.Length] = 0;
+                FuseNative.fuse_reply_readlink(req, z);
+            }
+            finally
+            {
+                host._buffers.Return(z, target.Length + 1);
+            }
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "readlink", ino);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnOpen(nint req, ulong ino, FuseFileInfo* fi)
+    {
+        const int O_ACCMODE = 3;
+        const int EROFS = 30;
+        if ((fi->flags & O_ACCMODE) != 0)
+        {
+            FuseNative.fuse_reply_err(req, EROFS);
+            return;
+        }
+        // The data cannot change under a read-only mount: keep pages cached across opens.
+        fi->bits |= FuseFileInfo.KeepCacheBit;
+        FuseNative.fuse_reply_open(req, fi);
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnRead(nint req, ulong ino, nuint size, long offset, FuseFileInfo* fi)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var inode = host.ToXfsInode(ino);
+            var want = (int)Math.Min(size, (nuint)int.MaxValue);
+            var buffer = host._buffers.Rent(want);
+            try
+            {
+                // Straight from the device into native memory that libfuse writes to /dev/fuse.
+                var total = 0;
+                while (total < want)
+                {
+                    var n = host._volume.Read(inode, offset + total, new Span<byte>(buffer + total, want - total));
+                    if (n <= 0)
+                        break;
+                    total += n;
+                }
+                FuseNative.fuse_reply_buf(req, buffer, (nuint)total);
+            }
+            finally
+            {
+                host._buffers.Return(buffer, want);
+            }
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "read", ino);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnOpenDir(nint req, ulong ino, FuseFileInfo* fi)
+    {
+        // Directories cannot change under a read-only mount: let the kernel cache listings.
+        fi->bits |= FuseFileInfo.CacheReaddirBit | FuseFileInfo.KeepCacheBit;
+        FuseNative.fuse_reply_open(req, fi);
+    }
+
+    /// <summary>Writes entries straight into the reply buffer until the next one does not fit.</summary>
+    private struct DirentFiller : IDirectoryVisitor
+    {
+        public nint Request;
+        public byte* Buffer;
+        public nuint Capacity;
+        public nuint Used;
+
+        public bool Visit(ReadOnlySpan<byte> name, ulong inode, XfsFileType fileType, long nextCookie)
+        {
+            var need = (nuint)Align8(DirentNameOffset + name.Length);
+            if (need > Capacity - Used)
+                return false;
+            Span<byte> z = stackalloc byte[name.Length + 1];
+            name.CopyTo(z);
+            z[name.Length] = 0;
+            NativeStat st = default;
+            st.st_ino = inode;
+            st.st_mode = TypeBits(fileType);
+            nuint added;
+            fixed (byte* pz = z)
+                added = FuseNative.fuse_add_direntry(Request, Buffer + Used, Capacity - Used, pz, &st, nextCookie);
+            if (added > Capacity - Used)
+                return false; // libfuse wrote nothing: the entry did not fit after all
+            Used += added;
+            return true;
+        }
+    }
+
+    /// <summary>
+    /// Collects entries for readdirplus into scratch memory (the engine is not re-entered from
+    /// inside its own enumeration); attributes are fetched afterwards. Record layout:
+    /// inode (8), next cookie (8), type (1), name length (1), name, NUL, padded to 8.
+    /// </summary>
+    private struct DirentPlusCollector : IDirectoryVisitor
+    {
+        public byte* Scratch;
+        public int ScratchCapacity;
+        public int ScratchUsed;
+        public nuint ReplyCapacity;
+        public nuint ReplyNeeded;
+        public int Count;
+
+        public bool Visit(ReadOnlySpan<byte> name, ulong inode, XfsFileType fileType, long nextCookie)
+        {
+            if (name.Length > 255)
+                return false;
+            var need = (nuint)Align8(DirentPlusNameOffset + name.Length);
+            var record = Align8(18 + name.Length + 1);
+            if (ReplyNeeded + need > ReplyCapacity || ScratchUsed + record > ScratchCapacity)
+                return false;
+            var p = Scratch + ScratchUsed;
+            *(ulong*)p = inode;
+            *(long*)(p + 8) = nextCookie;
+            p[16] = (byte)fileType;
+            p[17] = (byte)name.Length;
+            name.CopyTo(new Span<byte>(p + 18, name.Length));
+            p[18 + name.Length] = 0;
+            ScratchUsed += record;
+            ReplyNeeded += need;
+            Count++;
+            return true;
+        }
+    }
+
+    internal static int Align8(int n) => (n + 7) & ~7;
+
+    [UnmanagedCallersOnly]
+    private static void OnReadDir(nint req, ulong ino, nuint size, long offset, FuseFileInfo* fi)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var buffer = host._buffers.Rent();
+            try
+            {
+                var filler = new DirentFiller { Request = req, Buffer = buffer, Capacity = Math.Min(size, (nuint)host._buffers.BufferSize) };
+                host._volume.ReadDirectory(host.ToXfsInode(ino), offset, ref filler);
+                FuseNative.fuse_reply_buf(req, buffer, filler.Used);
+            }
+            finally
+            {
+                host._buffers.Return(buffer);
+            }
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "readdir", ino);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnReadDirPlus(nint req, ulong ino, nuint size, long offset, FuseFileInfo* fi)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var buffer = host._buffers.Rent();
+            try
+            {
+                // Reply in the first half of the buffer, scratch records in the second.
+                var half = host._buffers.BufferSize / 2;
+                var capacity = Math.Min(size, (nuint)half);
+                var collector = new DirentPlusCollector { Scratch = buffer + half, ScratchCapacity = half, ReplyCapacity = capacity };
+                host._volume.ReadDirectory(host.ToXfsInode(ino), offset, ref collector);
+
+                nuint used = 0;
+                var p = collector.Scratch;
+                for (var i = 0; i < collector.Count; i++)
+                {
+                    var inode = *(ulong*)p;
+                    var next = *(long*)(p + 8);
+                    var type = (XfsFileType)p[16];
+                    var nameLength = p[17];
+                    var name = p + 18;
+                    FuseEntryParam e = default;
+                    var dotOrDotDot = (nameLength == 1 && name[0] == '.') || (nameLength == 2 && name[0] == '.' && name[1] == '.');
+                    if (!dotOrDotDot && host.TryGetAttributes(inode, out var attrs))
+                    {
+                        host.FillEntry(attrs, &e);
+                    }
+                    else
+                    {
+                        // Node id 0: the kernel lists the name but learns nothing about the inode
+                        // ("." and "..", or an inode that failed to read: its lookup reports the error).
+                        e.attr.st_ino = inode;
+                        e.attr.st_mode = TypeBits(type);
+                    }
+                    var added = FuseNative.fuse_add_direntry_plus(req, buffer + used, capacity - used, name, &e, next);
+                    if (added > capacity - used)
+                        break; // libfuse wrote nothing; the kernel asks again from the last entry's offset
+                    used += added;
+                    p += Align8(18 + nameLength + 1);
+                }
+                FuseNative.fuse_reply_buf(req, buffer, used);
+            }
+            finally
+            {
+                host._buffers.Return(buffer);
+            }
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "readdirplus", ino);
+        }
+    }
+
+    private bool TryGetAttributes(ulong inode, out InodeAttributes attributes)
+    {
+        try
+        {
+            attributes = _volume.GetAttributes(inode);
+            return true;
+        }
+        catch (Exception e)
+        {
+            ErrnoFor(e, "readdirplus (entry attributes)", inode);
+            attributes = default;
+            return false;
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnStatFs(nint req, ulong ino)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var s = host._volume.GetStats();
+            var v = new NativeStatvfs
+            {
+                f_bsize = (ulong)s.BlockSize,
+                f_frsize = (ulong)s.BlockSize,
+                f_blocks = s.TotalBlocks,
+                f_bfree = s.FreeBlocks,
+                f_bavail = s.FreeBlocks,
+                f_files = s.TotalInodes,
+                f_ffree = s.FreeInodes,
+                f_favail = s.FreeInodes,
+                f_namemax = (ulong)s.MaxNameLength,
+            };
+            FuseNative.fuse_reply_statfs(req, &v);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "statfs", ino);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnGetXattr(nint req, ulong ino, byte* name, nuint size)
+    {
+        const int ERANGE = 34;
+        const int ENODATA = 61;
+        const int EOPNOTSUPP = 95;
+        try
+        {
+            var host = HostOf(req);
+            var linuxName = Encoding.UTF8.GetString(MemoryMarshal.CreateReadOnlySpanFromNullTerminated(name));
+            if (!XattrNames.TryParseLinuxName(linuxName, out var ns, out var xfsName))
+            {
+                // Like the kernel: a name outside the namespaces XFS knows has no handler.
+                FuseNative.fuse_reply_err(req, EOPNOTSUPP);
+                return;
+            }
+            if (!host._volume.TryGetXattr(host.ToXfsInode(ino), ns, xfsName, out var value))
+            {
+                FuseNative.fuse_reply_err(req, ENODATA);
+                return;
+            }
+            if (linuxName.StartsWith("system.posix_acl_", StringComparison.Ordinal))
+            {
+                // Stored in XFS's own ACL format; the VFS wants the Linux one.
+                value = PosixAclXattr.FromXfs(value) ?? throw new XfsException(XfsError.Corrupt,
+                    $"the POSIX ACL stored in {linuxName} of inode {host.ToXfsInode(ino)} is malformed. Run xfs_repair on this volume from Linux.");
+            }
+            if (size == 0)
+                FuseNative.fuse_reply_xattr(req, (nuint)value.Length);
+            else if ((nuint)value.Length > size)
+                FuseNative.fuse_reply_err(req, ERANGE);
+            else
+                fixed (byte* pv = value)
+                    FuseNative.fuse_reply_buf(req, pv, (nuint)value.Length);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "getxattr", ino);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnListXattr(nint req, ulong ino, nuint size)
+    {
+        const int ERANGE = 34;
+        try
+        {
+            var host = HostOf(req);
+            var entries = host._volume.ListXattrs(host.ToXfsInode(ino));
+            // Like the kernel's XFS: trusted.* names are listed only to privileged callers.
+            var callerIsRoot = FuseNative.fuse_req_ctx(req)->uid == 0;
+            var list = new ArrayBufferWriter(256);
+            foreach (var entry in entries)
+            {
+                if (entry.Namespace == XattrNamespace.Parent)
+                    continue;
+                var linuxName = entry.LinuxName;
+                if (entry.Namespace == XattrNamespace.Trusted)
+                {
+                    // Like the kernel's XFS: the stored ACLs show up as system.posix_acl_* to
+                    // everyone and, like every trusted.* name, under their own name to root.
+                    if (linuxName.StartsWith("system.", StringComparison.Ordinal))
+                        list.AppendNulTerminated(linuxName);
+                    if (callerIsRoot)
+                        list.AppendNulTerminated("trusted." + Encoding.UTF8.GetString(entry.Name));
+                    continue;
+                }
+                list.AppendNulTerminated(linuxName);
+            }
+            if (size == 0)
+                FuseNative.fuse_reply_xattr(req, (nuint)list.Length);
+            else if ((nuint)list.Length > size)
+                FuseNative.fuse_reply_err(req, ERANGE);
+            else
+                fixed (byte* p = list.Bytes)
+                    FuseNative.fuse_reply_buf(req, p, (nuint)list.Length);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "listxattr", ino);
+        }
+    }
+
+    /// <summary>A growable byte list for the NUL-separated xattr name list.</summary>
+    private sealed class ArrayBufferWriter(int capacity)
+    {
+        public byte[] Bytes { get; private set; } = new byte[capacity];
+        public int Length { get; private set; }
+
+        public void AppendNulTerminated(string s)
+        {
+            var need = Encoding.UTF8.GetByteCount(s) + 1;
+            if (Length + need > Bytes.Length)
+            {
+                var bigger = new byte[Math.Max(Bytes.Length * 2, Length + need)];
+                Bytes.AsSpan(0, Length).CopyTo(bigger);
+                Bytes = bigger;
+            }
+            Length += Encoding.UTF8.GetBytes(s, Bytes.AsSpan(Length));
+            Bytes[Length++] = 0;
+        }
+    }
+
+    /// <summary>NUL-terminated UTF-8 copies of strings in native memory, with a NULL-terminated pointer array.</summary>
+    private sealed class NativeStrings : IDisposable
+    {
+        private readonly nint[] _strings;
+
+        public NativeStrings(IReadOnlyList<string> values)
+        {
+            _strings = new nint[values.Count];
+            Pointers = (byte**)NativeMemory.AllocZeroed((nuint)(values.Count + 1), (nuint)sizeof(nint));
+            for (var i = 0; i < values.Count; i++)
+            {
+                var bytes = Encoding.UTF8.GetBytes(values[i]);
+                var p = (byte*)NativeMemory.Alloc((nuint)bytes.Length + 1);
+                bytes.CopyTo(new Span<byte>(p, bytes.Length));
+                p[bytes.Length] = 0;
+                _strings[i] = (nint)p;
+                Pointers[i] = p;
+            }
+        }
+
+        public byte** Pointers { get; }
+
+        public void Dispose()
+        {
+            foreach (var p in _strings)
+                NativeMemory.Free((void*)p);
+            NativeMemory.Free(Pointers);
+        }
+    }
+}

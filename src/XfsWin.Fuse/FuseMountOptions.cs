@@ -1,0 +1,38 @@
+namespace XfsWin.Fuse;
+
+/// <summary>How a volume is presented through FUSE.</summary>
+public sealed record FuseMountOptions
+{
+    /// <summary>Let users other than the one who mounted see the mount (needs user_allow_other in /etc/fuse.conf when not root).</summary>
+    public bool AllowOther { get; init; }
+
+    /// <summary>Let the kernel enforce the permission bits (and POSIX ACLs) itself.</summary>
+    public bool DefaultPermissions { get; init; }
+
+    /// <summary>Report this owner for every file instead of the one stored on the volume.</summary>
+    public uint? UidOverride { get; init; }
+
+    /// <summary>Report this group for every file instead of the one stored on the volume.</summary>
+    public uint? GidOverride { get; init; }
+
+    /// <summary>Seconds the kernel may cache attributes. The mount is read-only, so long is safe.</summary>
+    public double AttributeTimeout { get; init; } = 3600;
+
+    /// <summary>Seconds the kernel may cache name lookups (positive and negative).</summary>
+    public double EntryTimeout { get; init; } = 3600;
+
+    /// <summary>Shown as the mount's source in /proc/mounts (the image or device path).</summary>
+    public string FileSystemName { get; init; } = "xfswin";
+
+    /// <summary>libfuse's request trace on stderr.</summary>
+    public bool Debug { get; init; }
+
+    /// <summary>Worker threads of the session loop.</summary>
+    public int MaxThreads { get; init; } = Math.Max(4, 2 * Environment.ProcessorCount);
+
+    /// <summary>One /dev/fuse descriptor per worker thread.</summary>
+    public bool CloneFd { get; init; }
+
+    /// <summary>Extra mount options passed to libfuse as they are (e.g. "max_read=131072").</summary>
+    public IReadOnlyList<string> ExtraOptions { get; init; } = [];
+}

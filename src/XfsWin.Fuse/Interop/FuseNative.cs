@@ -1,0 +1,150 @@
+using System.Runtime.InteropServices;
+
+namespace XfsWin.Fuse.Interop;
+
+/// <summary>
+/// The slice of libfuse3's low-level API the host uses (fuse_lowlevel.h, fuse_common.h), plus the
+/// few libc calls the mount command needs. Every call is blittable: no marshalling stubs run.
+/// </summary>
+internal static unsafe partial class FuseNative
+{
+    public const string LibFuse = "libfuse3.so.3";
+    private const string LibC = "libc";
+
+    [LibraryImport(LibFuse)]
+    public static partial nint fuse_session_new(FuseArgs* args, FuseLowLevelOps* ops, nuint opSize, nint userdata);
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_session_mount(nint session, byte* mountPoint);
+
+    [LibraryImport(LibFuse)]
+    public static partial void fuse_session_unmount(nint session);
+
+    [LibraryImport(LibFuse)]
+    public static partial void fuse_session_destroy(nint session);
+
+    [LibraryImport(LibFuse)]
+    public static partial void fuse_session_exit(nint session);
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_session_exited(nint session);
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_session_fd(nint session);
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_session_loop(nint session);
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_version();
+
+    [LibraryImport(LibFuse)]
+    public static partial nint fuse_req_userdata(nint req);
+
+    /// <summary>Returns a struct fuse_ctx*: uid, gid, pid, umask of the calling process (4 x 32-bit).</summary>
+    [LibraryImport(LibFuse)]
+    public static partial FuseContext* fuse_req_ctx(nint req);
+
+    [LibraryImport(LibFuse)]
+    public static partial void fuse_opt_free_args(FuseArgs* args);
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_reply_err(nint req, int errno);
+
+    [LibraryImport(LibFuse)]
+    public static partial void fuse_reply_none(nint req);
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_reply_entry(nint req, FuseEntryParam* entry);
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_reply_attr(nint req, NativeStat* attr, double attrTimeout);
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_reply_readlink(nint req, byte* link);
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_reply_open(nint req, FuseFileInfo* fi);
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_reply_buf(nint req, byte* buf, nuint size);
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_reply_statfs(nint req, NativeStatvfs* stats);
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_reply_xattr(nint req, nuint count);
+
+    [LibraryImport(LibFuse)]
+    public static partial nuint fuse_add_direntry(nint req, byte* buf, nuint bufSize, byte* name, NativeStat* stat, long nextOffset);
+
+    [LibraryImport(LibFuse)]
+    public static partial nuint fuse_add_direntry_plus(nint req, byte* buf, nuint bufSize, byte* name, FuseEntryParam* entry, long nextOffset);
+
+    // libfuse >= 3.12: an opaque loop configuration built with setters.
+    [LibraryImport(LibFuse)]
+    public static partial nint fuse_loop_cfg_create();
+
+    [LibraryImport(LibFuse)]
+    public static partial void fuse_loop_cfg_destroy(nint config);
+
+    [LibraryImport(LibFuse)]
+    public static partial void fuse_loop_cfg_set_max_threads(nint config, uint maxThreads);
+
+    [LibraryImport(LibFuse)]
+    public static partial void fuse_loop_cfg_set_idle_threads(nint config, uint idleThreads);
+
+    [LibraryImport(LibFuse)]
+    public static partial void fuse_loop_cfg_set_clone_fd(nint config, uint cloneFd);
+
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int setsid();
+
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int umount2(byte* target, int flags);
+
+    [LibraryImport(LibC)]
+    public static partial uint geteuid();
+
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int access(byte* path, int mode);
+
+    public const int R_OK = 4;
+    public const int W_OK = 2;
+
+    public const int MNT_DETACH = 2;
+    public const int EBUSY = 16;
+
+    /// <summary>
+    /// Runs the multithreaded session loop with the newest entry point the installed libfuse has:
+    /// fuse_session_loop_mt_312 (3.12+, opaque config) or fuse_session_loop_mt_32 (3.2 to 3.11).
+    /// </summary>
+    public static int SessionLoopMultiThreaded(nint session, uint maxThreads, bool cloneFd)
+    {
+        var lib = NativeLibrary.Load(LibFuse, typeof(FuseNative).Assembly, null);
+        if (NativeLibrary.TryGetExport(lib, "fuse_session_loop_mt_312", out var loop312))
+        {
+            var config = fuse_loop_cfg_create();
+            if (config == 0)
+                throw new OutOfMemoryException("fuse_loop_cfg_create failed");
+            try
+            {
+                fuse_loop_cfg_set_max_threads(config, maxThreads);
+                // Keep idle workers alive: creating and tearing threads down per burst costs more than it saves.
+                fuse_loop_cfg_set_idle_threads(config, maxThreads);
+                fuse_loop_cfg_set_clone_fd(config, cloneFd ? 1u : 0u);
+                return ((delegate* unmanaged<nint, nint, int>)loop312)(session, config);
+            }
+            finally
+            {
+                fuse_loop_cfg_destroy(config);
+            }
+        }
+        if (NativeLibrary.TryGetExport(lib, "fuse_session_loop_mt_32", out var loop32))
+        {
+            var config = new FuseLoopConfigV1 { clone_fd = cloneFd ? 1 : 0, max_idle_threads = maxThreads };
+            return ((delegate* unmanaged<nint, FuseLoopConfigV1*, int>)loop32)(session, &config);
+        }
+        return fuse_session_loop(session);
+    }
+}

@@ -1,0 +1,214 @@
+using System.Runtime.InteropServices;
+
+namespace XfsWin.Fuse.Interop;
+
+// Layouts of the libfuse3 (3.x, FUSE_USE_VERSION 312) and glibc structures the host exchanges with
+// native code, for Linux x86-64 (LP64). Each one is declared once, here, with explicit offsets;
+// tests/XfsWin.Fuse.Tests/NativeLayoutTests compiles a C program against the installed headers
+// and checks every size and offset below against what gcc computes.
+
+/// <summary>struct stat (glibc, x86-64).</summary>
+[StructLayout(LayoutKind.Explicit, Size = Size)]
+internal struct NativeStat
+{
+    public const int Size = 144;
+
+    [FieldOffset(0)] public ulong st_dev;
+    [FieldOffset(8)] public ulong st_ino;
+    [FieldOffset(16)] public ulong st_nlink;
+    [FieldOffset(24)] public uint st_mode;
+    [FieldOffset(28)] public uint st_uid;
+    [FieldOffset(32)] public uint st_gid;
+    [FieldOffset(40)] public ulong st_rdev;
+    [FieldOffset(48)] public long st_size;
+    [FieldOffset(56)] public long st_blksize;
+    [FieldOffset(64)] public long st_blocks;
+    [FieldOffset(72)] public long st_atim_sec;
+    [FieldOffset(80)] public long st_atim_nsec;
+    [FieldOffset(88)] public long st_mtim_sec;
+    [FieldOffset(96)] public long st_mtim_nsec;
+    [FieldOffset(104)] public long st_ctim_sec;
+    [FieldOffset(112)] public long st_ctim_nsec;
+}
+
+/// <summary>struct statvfs (glibc, x86-64).</summary>
+[StructLayout(LayoutKind.Explicit, Size = Size)]
+internal struct NativeStatvfs
+{
+    public const int Size = 112;
+
+    [FieldOffset(0)] public ulong f_bsize;
+    [FieldOffset(8)] public ulong f_frsize;
+    [FieldOffset(16)] public ulong f_blocks;
+    [FieldOffset(24)] public ulong f_bfree;
+    [FieldOffset(32)] public ulong f_bavail;
+    [FieldOffset(40)] public ulong f_files;
+    [FieldOffset(48)] public ulong f_ffree;
+    [FieldOffset(56)] public ulong f_favail;
+    [FieldOffset(64)] public ulong f_fsid;
+    [FieldOffset(72)] public ulong f_flag;
+    [FieldOffset(80)] public ulong f_namemax;
+}
+
+/// <summary>struct fuse_entry_param: the reply to lookup (and each readdirplus entry).</summary>
+[StructLayout(LayoutKind.Explicit, Size = Size)]
+internal struct FuseEntryParam
+{
+    public const int Size = 176;
+
+    /// <summary>The FUSE node id (0 = negative entry).</summary>
+    [FieldOffset(0)] public ulong ino;
+    [FieldOffset(8)] public ulong generation;
+    [FieldOffset(16)] public NativeStat attr;
+    [FieldOffset(160)] public double attr_timeout;
+    [FieldOffset(168)] public double entry_timeout;
+}
+
+/// <summary>struct fuse_file_info. The one-bit flags live in the word at <see cref="BitsOffset"/>.</summary>
+[StructLayout(LayoutKind.Explicit, Size = Size)]
+internal struct FuseFileInfo
+{
+    public const int Size = 40;
+    public const int BitsOffset = 4;
+
+    // Bit positions inside the bit-field word (gcc allocates bit-fields from the least significant bit on x86-64).
+    public const uint WritePageBit = 1u << 0;
+    public const uint DirectIoBit = 1u << 1;
+    public const uint KeepCacheBit = 1u << 2;
+    public const uint FlushBit = 1u << 3;
+    public const uint NonSeekableBit = 1u << 4;
+    public const uint FlockReleaseBit = 1u << 5;
+    public const uint CacheReaddirBit = 1u << 6;
+    public const uint NoFlushBit = 1u << 7;
+
+    [FieldOffset(0)] public int flags;
+    [FieldOffset(BitsOffset)] public uint bits;
+    [FieldOffset(16)] public ulong fh;
+    [FieldOffset(24)] public ulong lock_owner;
+    [FieldOffset(32)] public uint poll_events;
+}
+
+/// <summary>struct fuse_conn_info: negotiated in the init callback.</summary>
+[StructLayout(LayoutKind.Explicit, Size = Size)]
+internal struct FuseConnInfo
+{
+    public const int Size = 128;
+
+    [FieldOffset(0)] public uint proto_major;
+    [FieldOffset(4)] public uint proto_minor;
+    [FieldOffset(8)] public uint max_write;
+    [FieldOffset(12)] public uint max_read;
+    [FieldOffset(16)] public uint max_readahead;
+    [FieldOffset(20)] public uint capable;
+    [FieldOffset(24)] public uint want;
+    [FieldOffset(28)] public uint max_background;
+    [FieldOffset(32)] public uint congestion_threshold;
+    [FieldOffset(36)] public uint time_gran;
+}
+
+/// <summary>struct fuse_args (fuse_opt.h).</summary>
+[StructLayout(LayoutKind.Explicit, Size = Size)]
+internal unsafe struct FuseArgs
+{
+    public const int Size = 24;
+
+    [FieldOffset(0)] public int argc;
+    [FieldOffset(8)] public byte** argv;
+    [FieldOffset(16)] public int allocated;
+}
+
+/// <summary>struct fuse_ctx: who made a request.</summary>
+[StructLayout(LayoutKind.Explicit, Size = Size)]
+internal struct FuseContext
+{
+    public const int Size = 16;
+
+    [FieldOffset(0)] public uint uid;
+    [FieldOffset(4)] public uint gid;
+    [FieldOffset(8)] public int pid;
+    [FieldOffset(12)] public uint umask;
+}
+
+/// <summary>struct fuse_loop_config_v1 (what fuse_session_loop_mt_32 takes, libfuse 3.2 to 3.11).</summary>
+[StructLayout(LayoutKind.Explicit, Size = Size)]
+internal struct FuseLoopConfigV1
+{
+    public const int Size = 8;
+
+    [FieldOffset(0)] public int clone_fd;
+    [FieldOffset(4)] public uint max_idle_threads;
+}
+
+/// <summary>
+/// struct fuse_lowlevel_ops: one function pointer per request kind, in the header's order. A null
+/// entry makes libfuse answer ENOSYS (or a harmless default for forget/release/...).
+/// </summary>
+[StructLayout(LayoutKind.Sequential)]
+internal struct FuseLowLevelOps
+{
+    public const int PointerCount = 44;
+    public const int Size = PointerCount * 8;
+
+    public nint init;
+    public nint destroy;
+    public nint lookup;
+    public nint forget;
+    public nint getattr;
+    public nint setattr;
+    public nint readlink;
+    public nint mknod;
+    public nint mkdir;
+    public nint unlink;
+    public nint rmdir;
+    public nint symlink;
+    public nint rename;
+    public nint link;
+    public nint open;
+    public nint read;
+    public nint write;
+    public nint flush;
+    public nint release;
+    public nint fsync;
+    public nint opendir;
+    public nint readdir;
+    public nint releasedir;
+    public nint fsyncdir;
+    public nint statfs;
+    public nint setxattr;
+    public nint getxattr;
+    public nint listxattr;
+    public nint removexattr;
+    public nint access;
+    public nint create;
+    public nint getlk;
+    public nint setlk;
+    public nint bmap;
+    public nint ioctl;
+    public nint poll;
+    public nint write_buf;
+    public nint retrieve_reply;
+    public nint forget_multi;
+    public nint flock;
+    public nint fallocate;
+    public nint readdirplus;
+    public nint copy_file_range;
+    public nint lseek;
+}
+
+/// <summary>Constants from fuse_common.h / fuse_lowlevel.h.</summary>
+internal static class FuseConstants
+{
+    public const ulong FUSE_ROOT_ID = 1;
+
+    public const uint FUSE_CAP_ASYNC_READ = 1u << 0;
+    public const uint FUSE_CAP_EXPORT_SUPPORT = 1u << 4;
+    public const uint FUSE_CAP_SPLICE_WRITE = 1u << 7;
+    public const uint FUSE_CAP_SPLICE_MOVE = 1u << 8;
+    public const uint FUSE_CAP_AUTO_INVAL_DATA = 1u << 12;
+    public const uint FUSE_CAP_READDIRPLUS = 1u << 13;
+    public const uint FUSE_CAP_READDIRPLUS_AUTO = 1u << 14;
+    public const uint FUSE_CAP_ASYNC_DIO = 1u << 15;
+    public const uint FUSE_CAP_PARALLEL_DIROPS = 1u << 18;
+    public const uint FUSE_CAP_POSIX_ACL = 1u << 19;
+    public const uint FUSE_CAP_CACHE_SYMLINKS = 1u << 23;
+}

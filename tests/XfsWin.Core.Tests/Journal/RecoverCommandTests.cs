@@ -1,0 +1,80 @@
+using Xunit;
+using XfsWin.Cli.Commands;
+using XfsWin.TestSupport;
+
+namespace XfsWin.Tests.Journal;
+
+/// <summary><c>xfswin recover</c> on kernel-made dirty logs.</summary>
+public sealed class RecoverCommandTests : IDisposable
+{
+    private readonly string _tmp = Directory.CreateTempSubdirectory("xfswin-recover.").FullName;
+
+    public void Dispose() => Directory.Delete(_tmp, recursive: true);
+
+    private static (int Code, string Out, string Err) Run(params string[] args)
+    {
+        var o = new StringWriter();
+        var e = new StringWriter();
+        int code = RecoverCommand.Run(args, o, e);
+        return (code, o.ToString(), e.ToString());
+    }
+
+    [Fact]
+    public void DryRunReportsAndWritesNothingThenRecoverCleansTheLog()
+    {
+        var s = DirtyLogScenarios.Ensure("crash");
+        string img = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, "crash.img");
+
+        var dry = Run(img, "--dry-run");
+        Assert.True(dry.Code == 0, dry.Out + dry.Err);
+        Assert.Contains("ReplayedInMemory", dry.Out);
+        Assert.Contains("Nothing was written", dry.Out);
+        Assert.True(DirtyLogScenarios.FilesEqual(img, s.DirtyImage), "--dry-run changed the image");
+
+        var real = Run(img);
+        Assert.True(real.Code == 0, real.Out + real.Err);
+        Assert.Contains("ReplayedInPlace", real.Out);
+        Assert.Contains("recovering: 100%", real.Err);
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair"), "-n", img);
+        Assert.True(repair.ExitCode == 0, repair.StandardOutput + repair.StandardError);
+
+        var again = Run(img);
+        Assert.Equal(0, again.Code);
+        Assert.Contains("nothing to recover", again.Out);
+    }
+
+    [Fact]
+    public void RefusesWhatOnlyTheKernelCanFinish()
+    {
+        var s = DirtyLogScenarios.Ensure("cow");
+        string img = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, "cow.img");
+        var dry = Run(img, "--dry-run");
+        Assert.Equal(3, dry.Code);
+        Assert.Contains("would be refused", dry.Out);
+        var real = Run(img);
+        Assert.Equal(1, real.Code);
+        Assert.Contains("mount the volume once with Linux", real.Err, StringComparison.OrdinalIgnoreCase);
+        Assert.True(DirtyLogScenarios.FilesEqual(img, s.DirtyImage), "a refused recovery changed the image");
+    }
+
+    [Fact]
+    public void ExternalLogNeedsTheLogDevice()
+    {
+        var s = DirtyLogScenarios.Ensure("extlog");
+        var r = Run(s.DirtyImage, "--dry-run");
+        Assert.Equal(2, r.Code);
+        Assert.Contains("--log-device", r.Err);
+        var withLog = Run(s.DirtyImage, "--dry-run", "--log-device", s.DirtyLogDevice!);
+        Assert.True(withLog.Code == 0, withLog.Out + withLog.Err);
+    }
+
+    [Fact]
+    public void UsageErrors()
+    {
+        Assert.Equal(2, Run().Code);
+        Assert.Equal(2, Run("a", "b").Code);
+        var missing = Run(Path.Combine(_tmp, "no-such-image"));
+        Assert.Equal(1, missing.Code);
+        Assert.Contains("no-such-image", missing.Err);
+    }
+}

@@ -1,0 +1,69 @@
+using XfsWin.Driver.Semantics;
+using XfsWin.Volume;
+
+namespace XfsWin.Driver.Tests;
+
+public class MountOptionsTests
+{
+    [Fact]
+    public void DefaultsAreReadOnlyFriendly()
+    {
+        var o = new MountOptions();
+        Assert.Equal(LogReplayMode.Memory, o.Replay);
+        Assert.False(o.CaseInsensitive);
+        Assert.Equal("XFS", o.FileSystemName);
+        Assert.Equal(IdMappingMode.MountingUser, o.IdMapping);
+        Assert.False(WindowsMount.OpenOptions(o).Writable);
+        Assert.Equal(LogReplayMode.Memory, WindowsMount.OpenOptions(o).Replay);
+    }
+
+    [Fact]
+    public void ParsesEveryOption()
+    {
+        var o = MountOptions.Parse([
+            "--partition", "2", "--replay=place", "--case-insensitive", "--hide-dot-files", "--fs-name=NTFS",
+            "--absolute-symlinks=mountpoint", "--no-lx", "--id-map", "unix", "--uid-map", "0=S-1-5-18",
+            "--gid-map=100=S-1-5-32-545", "--owner", "S-1-5-21-1-2-3-1001", "--file-info-timeout", "0", "--debug"]);
+        Assert.Equal(2, o.Partition);
+        Assert.Equal(@"\\.\PhysicalDrive1@2", o.VolumeSource(@"\\.\PhysicalDrive1"));
+        Assert.Equal(LogReplayMode.InPlace, o.Replay);
+        Assert.Equal(LogReplayMode.InPlace, WindowsMount.OpenOptions(o).Replay);
+        Assert.True(o.CaseInsensitive && o.HideDotFiles && !o.LxSpecialFiles);
+        Assert.Equal("NTFS", o.FileSystemName);
+        Assert.Equal(AbsoluteSymlinkMode.MountPoint, o.AbsoluteSymlinks);
+        Assert.Equal(IdMappingMode.Unix, o.IdMapping);
+        Assert.Equal("S-1-5-18", o.UidMap[0]);
+        Assert.Equal("S-1-5-32-545", o.GidMap[100]);
+        Assert.Equal(0u, o.FileInfoTimeoutMs);
+        Assert.Equal(uint.MaxValue, o.DebugLog);
+        var ids = o.CreateIdentityMap(Sid.Parse("S-1-5-21-9-9-9-500"));
+        Assert.Equal("S-1-5-21-1-2-3-1001", ids.MountingUser.ToString());
+        Assert.Equal(Sid.LocalSystem, ids.OwnerSid(0));
+        Assert.Equal(Sid.UnixUser(7), ids.OwnerSid(7));
+    }
+
+    [Theory]
+    [InlineData("--replay=later")]
+    [InlineData("--partition=0")]
+    [InlineData("--fs-name=ext4")]
+    [InlineData("--uid-map=abc")]
+    [InlineData("--uid-map=5=notasid")]
+    [InlineData("--bogus")]
+    [InlineData("--partition")]
+    public void RejectsBadOptionsWithAClearMessage(string arg)
+    {
+        var e = Assert.ThrowsAny<Exception>(() => MountOptions.Parse([arg]));
+        Assert.True(e is ArgumentException or FormatException);
+        Assert.False(string.IsNullOrWhiteSpace(e.Message));
+    }
+
+    [Theory]
+    [InlineData("X:", true)]
+    [InlineData("z:", true)]
+    [InlineData("*", true)]
+    [InlineData("/mnt/x", false)]
+    [InlineData("XY:", false)]
+    [InlineData("1:", false)]
+    public void RecognizesDriveLetters(string mountPoint, bool expected) =>
+        Assert.Equal(expected, WindowsMount.IsDriveLetter(mountPoint));
+}

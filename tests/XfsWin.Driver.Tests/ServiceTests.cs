@@ -1,0 +1,60 @@
+using System.Runtime.InteropServices;
+using XfsWin.Driver.Semantics;
+using XfsWin.Service;
+
+namespace XfsWin.Driver.Tests;
+
+public unsafe class ServiceTests
+{
+    [Fact]
+    public void LauncherEntryHasTheValuesWinFspReads()
+    {
+        string exe = OperatingSystem.IsWindows() ? @"C:\Program Files\XfsWin\xfswin-service.exe" : "/opt/xfswin/xfswin-service.exe";
+        var values = LauncherRegistration.Values(exe).ToDictionary(v => v.Name);
+        Assert.Equal(@"SOFTWARE\WOW6432Node\WinFsp\Services\xfswin", LauncherRegistration.KeyPath);
+        Assert.Equal((RegistryValueKind.String, (object)exe), (values["Executable"].Kind, values["Executable"].Value));
+        Assert.Equal("launch %1 %2 %3 %4 %5 %6 %7 %8 %9", values["CommandLine"].Value);
+        Assert.Equal(Path.GetDirectoryName(exe), values["WorkDirectory"].Value);
+        Assert.Equal((RegistryValueKind.DWord, (object)1), (values["JobControl"].Kind, values["JobControl"].Value));
+        Assert.Equal("D:P(A;;RPWPLC;;;SY)(A;;RPWPLC;;;BA)", values["Security"].Value);
+        Assert.Throws<ArgumentException>(() => LauncherRegistration.Values("xfswin-service.exe"));
+        // The launcher quotes every %N, so unused ones arrive as empty arguments.
+        Assert.Equal(["img", "X:", "--case-insensitive"], LauncherRegistration.LaunchArguments(["img", "X:", "--case-insensitive", "", "", ""]));
+    }
+
+    [Fact]
+    public void MountTableParsesLinesOptionsAndQuotes()
+    {
+        var table = MountTable.Parse("""
+            # XfsWin mounts
+            "C:\images\my disk.img" X: --case-insensitive
+            \\.\PhysicalDrive2 Y: --partition 1 --replay=place   # the backup disk
+
+            D:\v.img C:\mnt\xfs
+            """);
+        Assert.Equal(3, table.Count);
+        Assert.Equal((@"C:\images\my disk.img", "X:"), (table[0].Source, table[0].MountPoint));
+        Assert.True(table[0].Options.CaseInsensitive);
+        Assert.Equal(1, table[1].Options.Partition);
+        Assert.Equal(Volume.LogReplayMode.InPlace, table[1].Options.Replay);
+        Assert.Equal(5, table[2].Line);
+        var e = Assert.Throws<FormatException>(() => MountTable.Parse("a.img X: --nope"));
+        Assert.Contains("line 1", e.Message);
+        Assert.Throws<FormatException>(() => MountTable.Parse("lonely.img"));
+        Assert.Throws<FormatException>(() => MountTable.Parse("\"unterminated X:"));
+    }
+
+    [Fact]
+    public void ServiceStructsMatchWinsvcH()
+    {
+        Assert.Equal(28, sizeof(ServiceStatus));            // seven DWORDs
+        Assert.Equal(16, sizeof(ServiceTableEntry));        // two pointers
+        Assert.Equal(8, (int)Marshal.OffsetOf<ServiceTableEntry>(nameof(ServiceTableEntry.ServiceMain)));
+        Assert.Equal(4, (int)Marshal.OffsetOf<ServiceStatus>(nameof(ServiceStatus.CurrentState)));
+        Assert.Equal(24, (int)Marshal.OffsetOf<ServiceStatus>(nameof(ServiceStatus.WaitHint)));
+    }
+
+    [Fact]
+    public void NtStatusDescriptionsAreHex() =>
+        Assert.Equal("NTSTATUS 0xC00000A2", NtStatus.Describe(NtStatus.MediaWriteProtected));
+}
