@@ -26,7 +26,8 @@ dotnet build -c Release "$repo/bench/XfsWin.Benchmarks" -v quiet -nologo
 
 echo "== run"
 args=("$@")
-[[ ${#args[@]} -gt 0 ]] || args=(--filter '*')
+# The read-path benchmarks of this script's images (LogRecoveryBenchmark has its own images and script).
+[[ ${#args[@]} -gt 0 ]] || args=(--filter '*SequentialReadBenchmarks*' '*DirectoryListingBenchmarks*' '*DirectoryLookupBenchmarks*' '*ExtentBenchmarks*')
 artifacts="$repo/BenchmarkDotNet.Artifacts"
 cd "$repo"
 dll="$repo/bench/XfsWin.Benchmarks/bin/Release/net10.0/XfsWin.Benchmarks.dll"
@@ -43,7 +44,7 @@ if [[ $# -eq 0 ]]; then
 fi
 
 echo "== summaries"
-for report in "$artifacts"/results/*-report-github.md; do
+for report in "$artifacts"/results/*-report-github.md "$artifacts"/*.md; do
     [[ -f "$report" ]] || continue
     echo "--- $(basename "$report" -report-github.md)"
     cat "$report"
