@@ -27,7 +27,7 @@ rate() { # rate CMD...: MiB/s of a dd run, from its byte count and elapsed time
     end=$(date +%s.%N)
     awk -v b="$length" -v s="$start" -v e="$end" 'BEGIN { printf "%.0f", b / 1048576 / (e - s) }'
 }
-echo "| Reader (O_DIRECT, $((length >> 20)) MiB) | bs | MiB/s per round |"
+echo "| Reader (O_DIRECT; /seq/big unless named) | bs | MiB/s per round |"
 echo "|---|---|---|"
 for bs in 1 4; do
     k=() r=()
@@ -37,4 +37,11 @@ for bs in 1 4; do
     done
     echo "| kernel XFS (loop mount, dd iflag=direct) | ${bs} MiB | ${k[*]} |"
     echo "| raw image range (dd iflag=direct) | ${bs} MiB | ${r[*]} |"
+done
+# The 10,000-extent file and its contiguous twin (40,960,000 bytes each), as ExtentBenchmarks reads them.
+length=$(grep -m1 '^frag.size=' "$manifest" | cut -d= -f2)
+for f in frag contig; do
+    k=()
+    for ((i = 0; i < rounds; i++)); do k+=("$(rate dd if="$mnt/ext/$f" of=/dev/null bs=1M iflag=direct)"); done
+    echo "| kernel XFS, /ext/$f (dd iflag=direct) | 1 MiB | ${k[*]} |"
 done
