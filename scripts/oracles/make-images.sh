@@ -86,7 +86,11 @@ if [[ $SCALE == proto ]]; then
     # comes from the protofile's own description (proto.py), cross-checked against xfs_db.
     python3 "$HERE/proto.py" generate "$WORK/proto" "$WORK/proto.txt" "$WORK/proto-desc.json"
     # shellcheck disable=SC2086
-    $MKFS -q -f $OPTS -L "$NAME" -p "$WORK/proto.txt" "$IMG" 2>&1 | grep -v 'V4 filesystems are deprecated' || true
+    if ! $MKFS -q -f $OPTS -L "$NAME" -p "$WORK/proto.txt" "$IMG" >"$WORK/mkfs.log" 2>&1; then
+        cat "$WORK/mkfs.log" >&2
+        echo "make-images.sh: mkfs.xfs -p failed for $NAME" >&2
+        exit 1
+    fi
     python3 "$HERE/proto.py" manifest "$WORK/proto-desc.json" "$IMG" "$DB" "$WORK/$NAME.json"
     SOURCE=protofile
 else

@@ -23,7 +23,7 @@ public static class Program
         CliCommandEntry.Parsed("cat", CatCommand.Description, CatCommand.Build),
         CliCommandEntry.Parsed("extract", ExtractCommand.Description, ExtractCommand.Build),
         CliCommandEntry.Raw("mount", "Mount a volume (Linux: FUSE at a directory; Windows: WinFsp at a drive letter)", MountCommand.Run),
-        // LEAD: when Commands/RecoverCommand.cs lands, add: CliCommandEntry.Raw("recover", "Recover files from a damaged volume", RecoverCommand.Run),
+        CliCommandEntry.Raw("recover", "Replay a dirty log onto the device and mark it clean (what Linux does at mount)", RecoverCommand.Run),
     ];
 
     public static int Main(string[] args) => Run(args, CliConsole.FromProcess());

@@ -351,6 +351,7 @@ public sealed unsafe class FuseHost : IDisposable
     {
         try
         {
+            var host = (FuseHost)GCHandle.FromIntPtr(userdata).Target!;
             var wanted = FuseConstants.FUSE_CAP_ASYNC_READ | FuseConstants.FUSE_CAP_READDIRPLUS |
                          FuseConstants.FUSE_CAP_READDIRPLUS_AUTO | FuseConstants.FUSE_CAP_PARALLEL_DIROPS |
                          FuseConstants.FUSE_CAP_CACHE_SYMLINKS |
@@ -360,6 +361,8 @@ public sealed unsafe class FuseHost : IDisposable
             conn->want |= wanted & conn->capable;
             // Nothing changes behind the kernel's back on a read-only mount: no need to revalidate cached pages.
             conn->want &= ~FuseConstants.FUSE_CAP_AUTO_INVAL_DATA;
+            if (!host._options.ReaddirPlus)
+                conn->want &= ~(FuseConstants.FUSE_CAP_READDIRPLUS | FuseConstants.FUSE_CAP_READDIRPLUS_AUTO);
             conn->time_gran = 1;
         }
         catch (Exception)

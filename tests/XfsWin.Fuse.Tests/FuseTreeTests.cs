@@ -68,6 +68,24 @@ public sealed class FuseTreeTests(TreeMounts mounts) : IClassFixture<TreeMounts>
         Assert.True(diffs.Count == 0, ManifestComparison.Format(diffs));
     }
 
+    /// <summary>The same with readdirplus offered: listings then carry attributes from FuseHost's readdirplus path.</summary>
+    [Fact]
+    public void Manifest_with_readdirplus_equals_the_kernels()
+    {
+        using var plus = new FuseMount(TestImages.Tree, "-o", "readdirplus=yes");
+        var diffs = ManifestComparison.Differences(ManifestComparison.Take(mounts.K), ManifestComparison.Take(plus.MountPoint));
+        Assert.True(diffs.Count == 0, ManifestComparison.Format(diffs));
+        AssertSameOutputIn(plus.MountPoint, "ls -l -a --time-style=full-iso dirs/block modes xattrs special | LC_ALL=C sort", minimumLines: 80);
+    }
+
+    private void AssertSameOutputIn(string fuseRoot, string script, int minimumLines)
+    {
+        var kernel = Shell.Bash($"cd {Q(mounts.K)}\n{script}");
+        var fuse = Shell.Bash($"cd {Q(fuseRoot)}\n{script}");
+        Assert.True(kernel.Split('\n').Length >= minimumLines, $"the oracle printed too little for:\n{script}\n{Cut(kernel, 3000)}");
+        Assert.Equal(kernel, fuse);
+    }
+
     [Fact]
     public void Every_inode_has_the_same_metadata_as_under_the_kernel()
     {

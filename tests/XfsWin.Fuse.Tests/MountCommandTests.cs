@@ -8,7 +8,7 @@ public sealed class MountArgumentsTests
     [Fact]
     public void Options_map_to_the_host_and_the_volume()
     {
-        var m = MountArguments.Parse(["-o", "ro,allow_other,default_permissions,uid=1000,gid=100,attr_timeout=5,entry_timeout=2.5,max_threads=3,clone_fd,max_read=131072",
+        var m = MountArguments.Parse(["-o", "ro,allow_other,default_permissions,uid=1000,gid=100,attr_timeout=5,entry_timeout=2.5,max_threads=3,clone_fd,readdirplus=yes,max_read=131072",
             "--replay=none", "-f", "img", "mnt"]);
         Assert.True(m.Foreground);
         Assert.Equal(LogReplayMode.None, m.Replay);
@@ -23,6 +23,7 @@ public sealed class MountArgumentsTests
         Assert.Equal(2.5, o.EntryTimeout);
         Assert.Equal(3, o.MaxThreads);
         Assert.True(o.CloneFd);
+        Assert.True(o.ReaddirPlus);
         Assert.Equal(["max_read=131072"], o.ExtraOptions);
         Assert.Equal(Path.GetFullPath("img"), o.FileSystemName);
     }
@@ -46,6 +47,7 @@ public sealed class MountArgumentsTests
         var o = m.ToHostOptions();
         Assert.False(o.AllowOther);
         Assert.Null(o.UidOverride);
+        Assert.False(o.ReaddirPlus);
         Assert.True(o.AttributeTimeout >= 60);
         Assert.True(o.EntryTimeout >= 60);
     }
@@ -55,6 +57,7 @@ public sealed class MountArgumentsTests
     [InlineData("uid=bob", "numeric")]
     [InlineData("fsname=x", "set by xfswin")]
     [InlineData("attr_timeout=-1", "seconds")]
+    [InlineData("readdirplus=maybe", "yes or no")]
     public void Bad_options_say_what_is_wrong(string option, string expected)
     {
         var e = Assert.Throws<ArgumentException>(() => MountArguments.Parse(["-o", option, "a", "b"]));

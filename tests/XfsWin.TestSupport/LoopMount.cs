@@ -36,7 +36,8 @@ public sealed class LoopMount : IDisposable
         try
         {
             dir = Directory.CreateTempSubdirectory("xfswin-mnt.").FullName;
-            var opts = readOnly ? "ro" : "rw";
+            // nouuid: tests run in parallel and may mount an image and a copy of it (same UUID) at once.
+            var opts = (readOnly ? "ro" : "rw") + ",nouuid";
             if (!string.IsNullOrEmpty(extraOptions))
                 opts += "," + extraOptions;
             Shell.RunChecked("mount", "-t", "xfs", "-o", opts, loop, dir);

@@ -115,7 +115,7 @@ internal static class CommandSupport
     public static string NormalizeVolumePath(string? path)
     {
         if (string.IsNullOrEmpty(path)) return "/";
-        var parts = path.Replace('\\', '/').Split('/', StringSplitOptions.RemoveEmptyEntries);
+        var parts = path.Split('/', StringSplitOptions.RemoveEmptyEntries);
         return "/" + string.Join('/', parts);
     }
 

@@ -37,6 +37,7 @@ public static class MountCommand
                                   entry_timeout=S      seconds the kernel caches names (3600)
                                   max_threads=N        worker threads (default 2 x CPUs, at least 4)
                                   clone_fd             one /dev/fuse descriptor per worker
+                                  readdirplus=yes|no   attributes with listings (default no)
                                   debug                libfuse's request trace (implies -f)
                                 others are passed to libfuse as they are
           --allow-other, --default-permissions, --uid N, --gid N   same as the -o forms
@@ -50,6 +51,22 @@ public static class MountCommand
 
     public static int Run(string[] args)
     {
+        // Windows: `xfswin mount SOURCE X: [driver options]` goes to the WinFsp host.
+        if (OperatingSystem.IsWindows() && args.Length >= 2 && XfsWin.Driver.WindowsMount.IsDriveLetter(args[1]))
+        {
+            XfsWin.Driver.MountOptions options;
+            try
+            {
+                options = XfsWin.Driver.MountOptions.Parse(args[2..]);
+            }
+            catch (ArgumentException e)
+            {
+                Console.Error.WriteLine($"xfswin mount: {e.Message}");
+                return 2;
+            }
+            return XfsWin.Driver.WindowsMount.Run(args[0], args[1], options);
+        }
+
         MountArguments parsed;
         try
         {
@@ -248,6 +265,7 @@ internal sealed class MountArguments
     public bool AllowOther { get; private set; }
     public bool DefaultPermissions { get; private set; }
     public bool CloneFd { get; private set; }
+    public bool ReaddirPlus { get; private set; }
     public uint? Uid { get; private set; }
     public uint? Gid { get; private set; }
     public double AttributeTimeout { get; private set; } = 3600;
@@ -269,6 +287,7 @@ internal sealed class MountArguments
             FileSystemName = Source,
             Debug = Debug,
             CloneFd = CloneFd,
+            ReaddirPlus = ReaddirPlus,
             ExtraOptions = ExtraOptions,
         };
         return MaxThreads is { } n ? o with { MaxThreads = n } : o;
@@ -382,6 +401,14 @@ internal sealed class MountArguments
                     break;
                 case "clone_fd":
                     CloneFd = true;
+                    break;
+                case "readdirplus":
+                    ReaddirPlus = Value() switch
+                    {
+                        "yes" => true,
+                        "no" => false,
+                        _ => throw new ArgumentException($"readdirplus takes yes or no, not '{value}'."),
+                    };
                     break;
                 case "debug":
                     Debug = true;

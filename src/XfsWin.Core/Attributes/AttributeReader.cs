@@ -78,15 +78,7 @@ public sealed class AttributeReader
             case ForkFormat.Extents or ForkFormat.Btree:
             {
                 var map = _maps.Get(inode, ForkKind.Attr);
-                var block = ReadAttrBlock(inode, map, 0, LeafMagic, NodeMagic);
-                int depth = 0;
-                while (new DaBlockInfoView(block).Magic == NodeMagic)
-                {
-                    var node = new DaNodeView(block, _v5);
-                    if (node.Count == 0 || node.Count > node.MaxEntries || ++depth > 8)
-                        throw _mount.Corrupt($"attribute node of inode {inode.Number}", inode.ByteOffset, "bad entry count or depth");
-                    block = ReadAttrBlock(inode, map, node.Before(0), LeafMagic, NodeMagic);
-                }
+                var block = FirstLeaf(inode, map);
                 ulong maxLeaves = Math.Max(inode.Nblocks, 1);
                 for (ulong hops = 0; ; hops++)
                 {
@@ -144,6 +136,31 @@ public sealed class AttributeReader
                 }
                 return false;
             }
+            case ForkFormat.Extents or ForkFormat.Btree when ns == XattrNamespace.Parent:
+            {
+                // Parent pointers are hashed with their parent's inode number mixed in (it is in the
+                // value, not the name), so a name alone cannot be looked up by hash: scan the leaves.
+                var map = _maps.Get(inode, ForkKind.Attr);
+                var block = FirstLeaf(inode, map);
+                for (ulong hops = 0; ; hops++)
+                {
+                    if (hops > Math.Max(inode.Nblocks, 1)) throw _mount.Corrupt($"attribute leaf chain of inode {inode.Number}", inode.ByteOffset, "more leaves than the inode owns blocks (a loop?)");
+                    var leaf = new AttrLeafView(block, _v5);
+                    int count = CheckLeafCount(inode, block);
+                    for (int j = 0; j < count; j++)
+                    {
+                        byte flags = leaf.Flags(j);
+                        if ((flags & AttrFlags.NamespaceMask) != want || (flags & AttrFlags.Incomplete) != 0) continue;
+                        var (nameOffset, nameLength, valueLength, localValueOffset, remoteBlock) = DecodeLeafEntry(inode, block, j);
+                        if (!block.AsSpan(nameOffset, nameLength).SequenceEqual(name)) continue;
+                        value = localValueOffset >= 0 ? block.AsSpan(localValueOffset, valueLength).ToArray() : ReadRemoteValue(inode, map, remoteBlock, valueLength);
+                        return true;
+                    }
+                    uint forw = new DaBlockInfoView(block).Forw;
+                    if (forw == 0) return false;
+                    block = ReadAttrBlock(inode, map, forw, LeafMagic, LeafMagic);
+                }
+            }
             case ForkFormat.Extents or ForkFormat.Btree:
             {
                 var map = _maps.Get(inode, ForkKind.Attr);
@@ -193,6 +210,21 @@ public sealed class AttributeReader
     }
 
     // ---------------------------------------------------------------- helpers
+
+    /// <summary>The leftmost leaf: block 0 itself, or found by descending the first child of each node.</summary>
+    private byte[] FirstLeaf(Inode inode, ExtentMap map)
+    {
+        var block = ReadAttrBlock(inode, map, 0, LeafMagic, NodeMagic);
+        int depth = 0;
+        while (new DaBlockInfoView(block).Magic == NodeMagic)
+        {
+            var node = new DaNodeView(block, _v5);
+            if (node.Count == 0 || node.Count > node.MaxEntries || ++depth > 8)
+                throw _mount.Corrupt($"attribute node of inode {inode.Number}", inode.ByteOffset, "bad entry count or depth");
+            block = ReadAttrBlock(inode, map, node.Before(0), LeafMagic, NodeMagic);
+        }
+        return block;
+    }
 
     /// <summary>An attribute fork in extent format with no extents is an empty fork (left after the last attribute was removed).</summary>
     private static bool HasAttributes(Inode inode) =>

@@ -224,7 +224,7 @@ public sealed partial class XfsVolume : IDisposable
     }
 
     private static IEnumerable<string> Split(string path) =>
-        path.Replace('\\', '/').Split('/', StringSplitOptions.RemoveEmptyEntries);
+        path.Split('/', StringSplitOptions.RemoveEmptyEntries);
 
     /// <summary>
     /// Enumerates entries from <paramref name="cookie"/> (0 = from the start, including "." and "..").

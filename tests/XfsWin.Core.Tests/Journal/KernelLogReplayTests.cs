@@ -41,6 +41,16 @@ public sealed class KernelLogReplayTests : IDisposable
     }
 
     [Fact]
+    public void OpeningADirtyVolumeReplaysItInMemory()
+    {
+        var s = DirtyLogScenarios.Ensure("crash");
+        using var volume = XfsVolume.Open(s.DirtyImage, new VolumeOpenOptions { Replay = LogReplayMode.Memory });
+        Assert.Equal(LogState.ReplayedInMemory, volume.Info.LogState);
+        var comparison = TreeComparer.Compare(volume, s.Manifest);
+        Assert.True(comparison.Identical, comparison.Format());
+    }
+
+    [Fact]
     public void WithoutReplayTheDirtyViewDiffersFromTheKernel()
     {
         // Guards the tree test above: the unreplayed volume must not already look like the kernel's view.
@@ -203,6 +213,21 @@ public sealed class KernelLogReplayTests : IDisposable
     }
 
     [Fact]
+    public void LargeRecordsWithExtendedHeadersOn4KLogSectors()
+    {
+        // xhdr4k is mounted with logbsize=256k on 4 KiB sectors: every record has 8 header sectors.
+        var s = DirtyLogScenarios.Ensure("xhdr4k");
+        using var data = FileBlockDevice.Open(s.DirtyImage, writable: false);
+        var sb = DirtyLogScenarios.ReadSuperblock(data);
+        Assert.Equal(4096, sb.LogSectorSize);
+        var pos = Position(data, out _);
+        Assert.Equal(256 * 1024, pos.RecordSize);
+        Assert.Equal(8, pos.HeaderBlocks);
+        var result = Recover(s, data, null, LogReplayMode.Memory);
+        Assert.True(result.LogBytesReplayed > 256 * 1024);
+    }
+
+    [Fact]
     public void ExternalLogWithoutItsDeviceIsReportedNotReplayed()
     {
         var s = DirtyLogScenarios.Ensure("extlog");
@@ -301,7 +326,7 @@ public sealed class KernelLogReplayTests : IDisposable
     }
 
     [Fact]
-    public void ReplayReadsOnlyTheLogNotTheVolume()
+    public void ReportsTheLogBytesBetweenTailAndHead()
     {
         var s = DirtyLogScenarios.Ensure("crash");
         using var data = FileBlockDevice.Open(s.DirtyImage, writable: false);

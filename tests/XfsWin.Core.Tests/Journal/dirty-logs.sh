@@ -141,7 +141,6 @@ for r in range(2000, 2030):
         break
 else:
     sys.exit("wrap scenario: the log did not wrap past its end")
-for i in range(40): os.setxattr(os.path.join(root, f"moved_{r}_999"), f"user.a{i}", f"v{i}".encode())
 PY
         ;;
 esac

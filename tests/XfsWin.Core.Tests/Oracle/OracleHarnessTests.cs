@@ -102,18 +102,28 @@ public sealed class OracleHarnessTests
     [Fact]
     public void Loop_mount_is_released_even_when_the_body_throws()
     {
-        var image = OracleImages.Ensure("b1k");
-        string? mountPoint = null, loop = null;
-        Assert.Throws<InvalidOperationException>((Action)(() =>
+        // A private copy: other tests may mount the shared image (and reuse loop numbers) meanwhile.
+        var dir = Directory.CreateTempSubdirectory("xfswin-loop.");
+        try
         {
-            using var mount = LoopMount.Mount(image.ImagePath, readOnly: true);
-            (mountPoint, loop) = (mount.MountPoint, mount.LoopDevice);
-            throw new InvalidOperationException("test body failed");
-        }));
-        Assert.NotNull(mountPoint);
-        Assert.False(LoopMount.IsMounted(mountPoint!));
-        var losetup = Shell.RunChecked("losetup", "-a").StandardOutput;
-        Assert.DoesNotContain(loop + ":", losetup, StringComparison.Ordinal);
+            var copy = OracleImages.CopyTo(OracleImages.Ensure("b1k"), dir.FullName);
+            string? mountPoint = null;
+            Assert.Throws<InvalidOperationException>((Action)(() =>
+            {
+                using var mount = LoopMount.Mount(copy, readOnly: true);
+                mountPoint = mount.MountPoint;
+                Assert.Contains(copy, Shell.RunChecked("losetup", "-j", copy).StandardOutput, StringComparison.Ordinal);
+                throw new InvalidOperationException("test body failed");
+            }));
+            Assert.NotNull(mountPoint);
+            Assert.False(LoopMount.IsMounted(mountPoint!));
+            Assert.False(Directory.Exists(mountPoint));
+            Assert.Equal("", Shell.RunChecked("losetup", "-j", copy).StandardOutput.Trim());
+        }
+        finally
+        {
+            dir.Delete(recursive: true);
+        }
     }
 
     [Theory]
