@@ -1,3 +1,4 @@
+using XfsWin.Attributes;
 using System.Buffers.Binary;
 using System.Collections.Concurrent;
 using XfsWin.Driver.Semantics;

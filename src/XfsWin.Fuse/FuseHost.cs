@@ -1,3 +1,4 @@
+using XfsWin.Attributes;
 using System.Diagnostics;
 using System.Runtime.InteropServices;
 using System.Text;
@@ -751,7 +752,7 @@ public sealed unsafe class FuseHost : IDisposable
             if (linuxName.StartsWith("system.posix_acl_", StringComparison.Ordinal))
             {
                 // Stored in XFS's own ACL format; the VFS wants the Linux one.
-                value = PosixAclXattr.FromXfs(value) ?? throw new XfsException(XfsError.Corrupt,
+                value = PosixAcl.TryXfsToLinux(value) ?? throw new XfsException(XfsError.Corrupt,
                     $"the POSIX ACL stored in {linuxName} of inode {host.ToXfsInode(ino)} is malformed. Run xfs_repair on this volume from Linux.");
             }
             if (size == 0)

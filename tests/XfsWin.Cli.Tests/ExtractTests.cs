@@ -1,3 +1,4 @@
+using XfsWin.Attributes;
 using System.Text;
 using XfsWin.Cli.Output;
 using XfsWin.Volume;

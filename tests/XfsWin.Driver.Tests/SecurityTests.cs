@@ -1,3 +1,4 @@
+using XfsWin.Attributes;
 using XfsWin.Driver.Semantics;
 using A = XfsWin.Driver.Semantics.AccessRights;
 

@@ -1,3 +1,4 @@
+using XfsWin.Attributes;
 using System.Buffers.Binary;
 
 namespace XfsWin.Driver.Semantics;

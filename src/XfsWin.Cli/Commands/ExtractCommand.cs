@@ -1,3 +1,4 @@
+using XfsWin.Attributes;
 using System.CommandLine;
 using System.Runtime.InteropServices;
 using System.Text;

@@ -1,3 +1,4 @@
+using XfsWin.Attributes;
 using System.CommandLine;
 using System.Text.Json;
 using XfsWin.Cli.Output;
@@ -42,8 +43,8 @@ public static class StatCommand
             if (linux is not ("system.posix_acl_access" or "system.posix_acl_default")) continue;
             if (!volume.TryGetXattr(inode, x.Namespace, x.Name, out var value)) continue;
             string text;
-            try { text = PosixAcl.ToText(PosixAcl.DecodeXfs(value)); }
-            catch (FormatException e) { text = "(malformed: " + e.Message + ")"; }
+            try { text = PosixAcl.ParseXfs(value).ToText(); }
+            catch (XfsException e) { text = "(malformed: " + e.Message + ")"; }
             if (linux == "system.posix_acl_access") access = text; else def = text;
         }
         return new StatJson
