@@ -132,8 +132,11 @@ public static class MountCommand
         {
             try
             {
+                // The background child reports on stdout, which its parent reads in order up to the
+                // ready line (its stderr is forwarded asynchronously and could lag behind).
+                var report = isChild ? Console.Out : Console.Error;
                 foreach (var warning in volume.Info.Warnings)
-                    Console.Error.WriteLine($"xfswin mount: warning: {warning}");
+                    report.WriteLine($"xfswin mount: warning: {warning}");
             }
             catch (XfsException e)
             {
@@ -215,9 +218,9 @@ public static class MountCommand
                 Console.Error.WriteLine($"xfswin: {parsed.Source} mounted read-only on {parsed.MountPoint} (server pid {child.Id}); unmount with 'fusermount3 -u {parsed.MountPoint}'.");
                 return 0;
             }
-            Console.Out.WriteLine(line);
+            Console.Error.WriteLine(line);
         }
-        child.WaitForExit();
+        child.WaitForExit(); // also waits for the forwarded stderr to be complete
         return child.ExitCode != 0 ? child.ExitCode : 1;
     }
 
