@@ -1,3 +1,14 @@
 using BenchmarkDotNet.Running;
+using XfsWin.Benchmarks;
 
+if (args.Length > 0 && args[0] == "interleaved")
+{
+    InterleavedSequentialRead.Run(args.Length > 1 ? int.Parse(args[1], System.Globalization.CultureInfo.InvariantCulture) : 6);
+    return;
+}
+if (args.Length > 0 && args[0] == "lookup-cpu")
+{
+    LookupCpuTime.Run(args.Length > 1 ? int.Parse(args[1], System.Globalization.CultureInfo.InvariantCulture) : 5);
+    return;
+}
 BenchmarkSwitcher.FromAssembly(typeof(Program).Assembly).Run(args);

@@ -33,6 +33,7 @@ public sealed unsafe class FuseHost : IDisposable
     private nint _session;
     private string? _mountPoint;
     private int _unmountRequested;
+    private int _initDone;
     private int _loggedErrors;
     private int _disposed;
 
@@ -141,10 +142,50 @@ public sealed unsafe class FuseHost : IDisposable
     {
         if (_session == 0)
             throw new InvalidOperationException("Mount first.");
+        if (_options.ReadAheadKiB > 0 && FuseNative.geteuid() == 0)
+            _ = Task.Run(SetReadAheadAfterInit);
         var rc = FuseNative.SessionLoopMultiThreaded(_session, (uint)Math.Max(1, _options.MaxThreads), _options.CloneFd);
         // After an external unmount this only closes the device descriptor.
         FuseNative.fuse_session_unmount(_session);
         return rc;
+    }
+
+    /// <summary>
+    /// The kernel lowers the mount's readahead to what FUSE_INIT negotiated (128 KiB by default) when
+    /// it processes the init reply, so the larger window is set once that has happened. The mount's
+    /// device number comes from /proc/self/mountinfo (a stat of the mount point could wait on init).
+    /// Best effort: a failure only leaves the default.
+    /// </summary>
+    private void SetReadAheadAfterInit()
+    {
+        try
+        {
+            for (var i = 0; i < 100 && Volatile.Read(ref _initDone) == 0; i++)
+                Thread.Sleep(20);
+            Thread.Sleep(50); // the reply is written after the init callback returns
+            var device = MountDevice(_mountPoint!);
+            if (device is not null)
+                File.WriteAllText($"/sys/class/bdi/{device}/read_ahead_kb", _options.ReadAheadKiB.ToString(System.Globalization.CultureInfo.InvariantCulture));
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            _log.WriteLine($"xfswin: could not raise the readahead of {_mountPoint}: {e.Message}");
+        }
+    }
+
+    /// <summary>"major:minor" of the FUSE mount at <paramref name="mountPoint"/>, from /proc/self/mountinfo.</summary>
+    internal static string? MountDevice(string mountPoint)
+    {
+        string? found = null;
+        foreach (var line in File.ReadLines("/proc/self/mountinfo"))
+        {
+            var f = line.Split(' ');
+            var sep = Array.IndexOf(f, "-");
+            if (f.Length > 4 && sep > 0 && sep + 1 < f.Length && f[sep + 1].StartsWith("fuse", StringComparison.Ordinal) &&
+                f[4].Replace("\\040", " ", StringComparison.Ordinal) == mountPoint)
+                found = f[2]; // the last one wins: the topmost mount on that path
+        }
+        return found;
     }
 
     /// <summary>
@@ -364,6 +405,7 @@ public sealed unsafe class FuseHost : IDisposable
             if (!host._options.ReaddirPlus)
                 conn->want &= ~(FuseConstants.FUSE_CAP_READDIRPLUS | FuseConstants.FUSE_CAP_READDIRPLUS_AUTO);
             conn->time_gran = 1;
+            Volatile.Write(ref host._initDone, 1);
         }
         catch (Exception)
         {

@@ -42,6 +42,13 @@ public sealed record FuseMountOptions
     /// </summary>
     public bool ReaddirPlus { get; init; }
 
+    /// <summary>
+    /// Kernel readahead for the mount, in KiB (the FUSE default is 128). A larger window keeps several
+    /// large read requests in flight, served by the worker threads in parallel. Set as root only
+    /// (through /sys/class/bdi); 0 leaves the kernel's default.
+    /// </summary>
+    public int ReadAheadKiB { get; init; } = 4096;
+
     /// <summary>Extra mount options passed to libfuse as they are (e.g. "max_read=131072").</summary>
     public IReadOnlyList<string> ExtraOptions { get; init; } = [];
 }

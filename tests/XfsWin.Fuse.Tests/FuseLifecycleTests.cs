@@ -97,6 +97,20 @@ public sealed class FuseLifecycleTests
     }
 
     [Fact]
+    public void The_mounts_readahead_window_is_raised_as_asked()
+    {
+        using var m = new FuseMount(TestImages.Tree, "-o", "read_ahead_kb=2048");
+        Assert.Equal("hello, xfs\n", File.ReadAllText(Path.Combine(m.MountPoint, "small.txt"))); // init has completed
+        var device = FuseHost.MountDevice(m.MountPoint);
+        Assert.NotNull(device);
+        var path = $"/sys/class/bdi/{device}/read_ahead_kb";
+        var sw = Stopwatch.StartNew();
+        while (File.ReadAllText(path).Trim() != "2048" && sw.Elapsed < TimeSpan.FromSeconds(10))
+            Thread.Sleep(50);
+        Assert.Equal("2048", File.ReadAllText(path).Trim());
+    }
+
+    [Fact]
     public void A_source_that_is_not_xfs_does_not_mount()
     {
         var dir = Shell.MakeTempDirectory("xfswin-bad");

@@ -38,6 +38,7 @@ public static class MountCommand
                                   max_threads=N        worker threads (default 2 x CPUs, at least 4)
                                   clone_fd             one /dev/fuse descriptor per worker
                                   readdirplus=yes|no   attributes with listings (default no)
+                                  read_ahead_kb=N      kernel readahead for the mount (4096; as root)
                                   debug                libfuse's request trace (implies -f)
                                 others are passed to libfuse as they are
           --allow-other, --default-permissions, --uid N, --gid N   same as the -o forms
@@ -266,6 +267,7 @@ internal sealed class MountArguments
     public bool DefaultPermissions { get; private set; }
     public bool CloneFd { get; private set; }
     public bool ReaddirPlus { get; private set; }
+    public int ReadAheadKiB { get; private set; } = 4096;
     public uint? Uid { get; private set; }
     public uint? Gid { get; private set; }
     public double AttributeTimeout { get; private set; } = 3600;
@@ -288,6 +290,7 @@ internal sealed class MountArguments
             Debug = Debug,
             CloneFd = CloneFd,
             ReaddirPlus = ReaddirPlus,
+            ReadAheadKiB = ReadAheadKiB,
             ExtraOptions = ExtraOptions,
         };
         return MaxThreads is { } n ? o with { MaxThreads = n } : o;
@@ -401,6 +404,11 @@ internal sealed class MountArguments
                     break;
                 case "clone_fd":
                     CloneFd = true;
+                    break;
+                case "read_ahead_kb":
+                    ReadAheadKiB = int.TryParse(Value(), NumberStyles.None, CultureInfo.InvariantCulture, out var kb) && kb <= 1 << 20
+                        ? kb
+                        : throw new ArgumentException($"read_ahead_kb must be a number of KiB (0 keeps the kernel's default), not '{value}'.");
                     break;
                 case "readdirplus":
                     ReaddirPlus = Value() switch

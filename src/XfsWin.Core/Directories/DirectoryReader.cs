@@ -1,4 +1,5 @@
 using System.Buffers.Binary;
+using System.Runtime.CompilerServices;
 using XfsWin.Extents;
 using XfsWin.Format;
 using XfsWin.Inodes;
@@ -23,6 +24,7 @@ public sealed class DirectoryReader
     private readonly int _dirBlockByteLog;
     private readonly bool _v5;
     private readonly bool _ftype;
+    private readonly ConditionalWeakTable<Inode, DirectoryShape> _shapes = new();
 
     private readonly ExtentMapCache _maps;
 
@@ -165,9 +167,15 @@ public sealed class DirectoryReader
             if (count == 0 || count > node.MaxEntries) throw BadCount(dir, "node", count);
             if (expectedLevel >= 0 && node.Level != expectedLevel) throw _mount.Corrupt($"directory node of inode {dir.Number}", 0, $"level {node.Level}, expected {expectedLevel}");
             expectedLevel = node.Level - 1;
-            int i = 0;
-            while (i < count - 1 && node.HashVal(i) < hash) i++;
-            dablk = node.Before(i);
+            // The child to follow is the first whose largest hash is >= ours (the last one otherwise):
+            // binary search, as node blocks hold hundreds of entries.
+            int lo = 0, hi = count - 1;
+            while (lo < hi)
+            {
+                int mid = (lo + hi) >> 1;
+                if (node.HashVal(mid) < hash) lo = mid + 1; else hi = mid;
+            }
+            dablk = node.Before(lo);
         }
         // Scan LEAFN blocks from here while hashes match (equal hashes may continue in the next leaf).
         for (int hops = 0; hops < 1024; hops++)
@@ -302,7 +310,27 @@ public sealed class DirectoryReader
 
     // ---------------------------------------------------------------- forms and block access
 
+    /// <summary>
+    /// The form and extent map of a directory, worked out once per <see cref="Inode"/> object (inodes
+    /// are immutable snapshots shared through the inode cache, so neither can change under it). Reusing
+    /// the map also reuses its B+tree cursor and the path it last descended, instead of allocating a
+    /// cursor and re-reading the first leaf/node block on every lookup.
+    /// </summary>
     private Form FormOf(Inode dir, out ExtentMap? map)
+    {
+        if (_shapes.TryGetValue(dir, out var shape))
+        {
+            map = shape.Map;
+            return shape.Form;
+        }
+        var form = WorkOutForm(dir, out map);
+        _shapes.AddOrUpdate(dir, new DirectoryShape(form, map));
+        return form;
+    }
+
+    private sealed record DirectoryShape(Form Form, ExtentMap? Map);
+
+    private Form WorkOutForm(Inode dir, out ExtentMap? map)
     {
         map = null;
         if (!dir.IsDirectory) throw new XfsException(XfsError.NotADirectory, $"inode {dir.Number} is not a directory");

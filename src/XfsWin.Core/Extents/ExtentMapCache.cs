@@ -14,6 +14,9 @@ public sealed class ExtentMapCache
     private const int MaxEntries = 4096;
     private readonly MountContext _mount;
     private readonly ConcurrentDictionary<(ulong Ino, ForkKind Fork), ExtentMap> _maps = new();
+    // Maps added since the last clear, kept by hand (ConcurrentDictionary.Count takes every lock of
+    // the table); it only bounds the cache, so a few miscounts racing with a clear are harmless.
+    private int _added;
 
     public ExtentMapCache(MountContext mount) => _mount = mount;
 
@@ -22,7 +25,11 @@ public sealed class ExtentMapCache
         var key = (inode.Number, fork);
         if (_maps.TryGetValue(key, out var map) && map.Inode == inode) return map;
         map = new ExtentMap(_mount, inode, fork);
-        if (_maps.Count >= MaxEntries) _maps.Clear();
+        if (Interlocked.Increment(ref _added) > MaxEntries)
+        {
+            _maps.Clear();
+            Volatile.Write(ref _added, 1);
+        }
         _maps[key] = map;
         return map;
     }
