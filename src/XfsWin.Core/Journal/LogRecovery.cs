@@ -127,7 +127,7 @@ public static class LogRecovery
     {
         var area = reader.Area;
         long distance = LogScanner.Distance(area.Blocks, pos.TailBlock, pos.HeadBlock);
-        var assembler = new TransactionAssembler(reader, pass == 1 ? replayer.CommitPass1 : replayer.CommitPass2);
+        var assembler = new TransactionAssembler(reader, pass == 1 ? replayer.CommitPass1 : replayer.CommitPass2, keepDataRegions: pass == 2);
         long walked = 0, blk = pos.TailBlock;
         int hblks = -1;
         double lastReport = -1;

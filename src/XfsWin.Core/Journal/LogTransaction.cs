@@ -7,6 +7,8 @@ public sealed class LogItem
 {
     public ushort Type => Regions.Count > 0 && Regions[0].Length >= 2 ? BinaryPrimitives.ReadUInt16LittleEndian(Regions[0]) : (ushort)0;
     public int Total { get; internal set; }
+    /// <summary>Regions received so far (all of them are in <see cref="Regions"/> unless only format regions are kept).</summary>
+    public int Received { get; internal set; }
     public List<byte[]> Regions { get; } = new();
 }
 
@@ -36,11 +38,14 @@ public sealed class TransactionAssembler
     private readonly Dictionary<uint, LogTransaction> _open = new();
     private readonly LogReader _reader;
     private readonly Action<LogTransaction> _commit;
+    private readonly bool _keepData;
 
-    public TransactionAssembler(LogReader reader, Action<LogTransaction> commit)
+    /// <param name="keepDataRegions">False keeps only each item's first (format) region: enough for the cancel pass.</param>
+    public TransactionAssembler(LogReader reader, Action<LogTransaction> commit, bool keepDataRegions = true)
     {
         _reader = reader;
         _commit = commit;
+        _keepData = keepDataRegions;
     }
 
     public long Commits { get; private set; }
@@ -110,7 +115,7 @@ public sealed class TransactionAssembler
             return;
         }
         var item = trans.Items.Count > 0 ? trans.Items[^1] : null;
-        if (item is null || (item.Total != 0 && item.Regions.Count == item.Total))
+        if (item is null || (item.Total != 0 && item.Received == item.Total))
         {
             item = new LogItem();
             trans.Items.Add(item);
@@ -123,7 +128,8 @@ public sealed class TransactionAssembler
                 throw _reader.Corrupt(rec.Block, $"transaction 0x{trans.Tid:x8}: item region count {size} is out of range");
             item.Total = size;
         }
-        item.Regions.Add(payload.ToArray());
+        if (item.Received == 0 || _keepData) item.Regions.Add(payload.ToArray());
+        item.Received++;
     }
 
     private void AppendToLastRegion(LogRecord rec, LogTransaction trans, ReadOnlySpan<byte> payload)
@@ -138,7 +144,8 @@ public sealed class TransactionAssembler
             return;
         }
         var item = trans.Items[^1];
-        if (item.Regions.Count == 0) throw _reader.Corrupt(rec.Block, $"transaction 0x{trans.Tid:x8}: continuation with no region to continue");
+        if (item.Received == 0) throw _reader.Corrupt(rec.Block, $"transaction 0x{trans.Tid:x8}: continuation with no region to continue");
+        if (item.Regions.Count < item.Received) return; // a data region the cancel pass does not keep
         var old = item.Regions[^1];
         var joined = new byte[old.Length + payload.Length];
         old.CopyTo(joined, 0);
