@@ -65,22 +65,9 @@ public sealed class ExtentMap
                 if (BmbtRecord.Decode(fork[(mid * BmbtRecord.Size)..]).FileOffset <= fileBlock) lo = mid; else hi = mid - 1;
             }
             var rec = Checked(BmbtRecord.Decode(fork[(lo * BmbtRecord.Size)..]), _inode.ByteOffset);
-            if (rec.FileOffset <= fileBlock && fileBlock < rec.FileEnd)
-            {
-                extent = rec;
-                return true;
-            }
-            if (rec.FileOffset > fileBlock)
-            {
-                nextStart = rec.FileOffset;
-                return false;
-            }
-            if (lo + 1 < n)
-            {
-                var next = BmbtRecord.Decode(fork[((lo + 1) * BmbtRecord.Size)..]);
-                if (next.FileOffset < rec.FileEnd) throw OutOfOrder(_inode.ByteOffset);
-                nextStart = next.FileOffset;
-            }
+            if (Classify(rec, fileBlock, out extent, out nextStart)) return true;
+            if (nextStart == ulong.MaxValue && lo + 1 < n)
+                nextStart = NextStart(rec, BmbtRecord.Decode(fork[((lo + 1) * BmbtRecord.Size)..]), _inode.ByteOffset);
             return false;
         }
 
@@ -89,25 +76,33 @@ public sealed class ExtentMap
         {
             if (!cursor.SeekLessOrEqual(fileBlock)) return false;
             var rec = Checked(BmbtRecord.Decode(cursor.Record), cursor.RecordBlockOffset);
-            if (rec.FileOffset <= fileBlock && fileBlock < rec.FileEnd)
-            {
-                extent = rec;
-                return true;
-            }
-            if (rec.FileOffset > fileBlock)
-            {
-                nextStart = rec.FileOffset;
-                return false;
-            }
-            if (cursor.MoveNext())
-            {
-                var next = Checked(BmbtRecord.Decode(cursor.Record), cursor.RecordBlockOffset);
-                if (next.FileOffset < rec.FileEnd) throw OutOfOrder(cursor.RecordBlockOffset);
-                nextStart = next.FileOffset;
-            }
+            if (Classify(rec, fileBlock, out extent, out nextStart)) return true;
+            if (nextStart == ulong.MaxValue && cursor.MoveNext())
+                nextStart = NextStart(rec, Checked(BmbtRecord.Decode(cursor.Record), cursor.RecordBlockOffset), cursor.RecordBlockOffset);
             return false;
         }
     }
+
+    /// <summary>
+    /// Given the last extent starting at or before <paramref name="fileBlock"/> (or the first extent),
+    /// true when it holds the block; otherwise <paramref name="nextStart"/> is set when that extent lies
+    /// after the block, and left at ulong.MaxValue when the caller must look at the following extent.
+    /// </summary>
+    private static bool Classify(in BmbtRecord rec, ulong fileBlock, out BmbtRecord extent, out ulong nextStart)
+    {
+        extent = default;
+        nextStart = ulong.MaxValue;
+        if (rec.FileOffset <= fileBlock && fileBlock < rec.FileEnd)
+        {
+            extent = rec;
+            return true;
+        }
+        if (rec.FileOffset > fileBlock) nextStart = rec.FileOffset;
+        return false;
+    }
+
+    private ulong NextStart(in BmbtRecord rec, in BmbtRecord next, long where) =>
+        next.FileOffset < rec.FileEnd ? throw OutOfOrder(where) : next.FileOffset;
 
     /// <summary>
     /// Visits extents in file order starting with the one holding or following <paramref name="fromBlock"/>.

@@ -35,6 +35,9 @@ public sealed record VolumeOpenOptions
     /// <summary>Partition number of a partitioned disk or image (same as a <c>source@N</c> suffix).</summary>
     public int? Partition { get; init; }
 
+    /// <summary>The device holding an external log (path, optionally <c>@N</c>); null for an internal log.</summary>
+    public string? LogDevice { get; init; }
+
     /// <summary>Metadata buffers kept in memory, in bytes.</summary>
     public long MetadataCacheBytes { get; init; } = 64L << 20;
 }

@@ -13,7 +13,23 @@ public sealed partial class XfsVolume
     private static (IBlockDevice Device, LogRecoveryResult Recovery) PrepareLog(IBlockDevice device, Superblock sb, VolumeOpenOptions options,
         List<string> warnings)
     {
-        var recovery = LogRecovery.Recover(device, null, sb, options.Replay);
+        IBlockDevice? logDevice = null;
+        if (options.LogDevice is not null)
+        {
+            if (sb.LogStart != 0)
+                throw new XfsException(XfsError.InvalidArgument, "a log device was given but this volume's log is internal; drop the log device option.");
+            logDevice = PartitionSpec.Open(options.LogDevice, null, writable: options.Replay == LogReplayMode.InPlace);
+        }
+        LogRecoveryResult recovery;
+        try
+        {
+            recovery = LogRecovery.Recover(device, logDevice, sb, options.Replay);
+        }
+        finally
+        {
+            // Recovery reads (and in place, writes) the log device only while it runs.
+            logDevice?.Dispose();
+        }
         warnings.AddRange(recovery.Warnings);
         if (recovery.State == LogState.ReplayedInMemory)
             warnings.Add($"Linux did not unmount this volume cleanly: {recovery.TransactionsReplayed} logged transaction(s) " +

@@ -283,71 +283,71 @@ public sealed partial class XfsVolume : IDisposable
 
     private int ReadCore(ulong inode, long offset, Span<byte> destination)
     {
-        var (ino, map, length) = PrepareRead(inode, offset, destination.Length);
-        if (length == 0) return 0;
-        var sb = _mount.Superblock;
+        var (_, map, length) = PrepareRead(inode, offset, destination.Length);
         var dest = destination[..length];
         long pos = offset;
         while (dest.Length > 0)
         {
-            ulong fileBlock = (ulong)(pos >> sb.BlockLog);
-            int n;
-            if (map.TryFind(fileBlock, out var ext, out ulong next))
-            {
-                long extentEnd = (long)(ext.FileEnd << sb.BlockLog);
-                n = (int)Math.Min(dest.Length, extentEnd - pos);
-                if (ext.Unwritten)
-                {
-                    dest[..n].Clear();
-                }
-                else
-                {
-                    long diskOffset = sb.FsbToByte(ext.StartBlock) + (pos - (long)(ext.FileOffset << sb.BlockLog));
-                    _mount.Device.Read(diskOffset, dest[..n]);
-                }
-            }
+            var segment = NextSegment(map, pos, dest.Length);
+            if (segment.IsZeros)
+                dest[..segment.Length].Clear();
             else
-            {
-                long holeEnd = next == ulong.MaxValue ? long.MaxValue : (long)(next << sb.BlockLog);
-                n = (int)Math.Min(dest.Length, holeEnd - pos);
-                dest[..n].Clear();
-            }
-            dest = dest[n..];
-            pos += n;
+                _mount.Device.Read(segment.DiskOffset, dest[..segment.Length]);
+            dest = dest[segment.Length..];
+            pos += segment.Length;
         }
-        _ = ino;
         return length;
     }
 
     public async ValueTask<int> ReadAsync(ulong inode, long offset, Memory<byte> destination, CancellationToken cancellationToken = default)
     {
+        try
+        {
+            return await ReadAsyncCore(inode, offset, destination, cancellationToken).ConfigureAwait(false);
+        }
+        catch (Exception e) when (IsMalformedData(e))
+        {
+            throw Malformed(e, inode);
+        }
+    }
+
+    private async ValueTask<int> ReadAsyncCore(ulong inode, long offset, Memory<byte> destination, CancellationToken cancellationToken)
+    {
         var (_, map, length) = PrepareRead(inode, offset, destination.Length);
-        if (length == 0) return 0;
-        var sb = _mount.Superblock;
         var dest = destination[..length];
         long pos = offset;
         while (dest.Length > 0)
         {
-            ulong fileBlock = (ulong)(pos >> sb.BlockLog);
-            int n;
-            if (map.TryFind(fileBlock, out var ext, out ulong next))
-            {
-                n = (int)Math.Min(dest.Length, (long)(ext.FileEnd << sb.BlockLog) - pos);
-                if (ext.Unwritten)
-                    dest.Span[..n].Clear();
-                else
-                    await _mount.Device.ReadAsync(sb.FsbToByte(ext.StartBlock) + (pos - (long)(ext.FileOffset << sb.BlockLog)), dest[..n], cancellationToken).ConfigureAwait(false);
-            }
+            var segment = NextSegment(map, pos, dest.Length);
+            if (segment.IsZeros)
+                dest.Span[..segment.Length].Clear();
             else
-            {
-                long holeEnd = next == ulong.MaxValue ? long.MaxValue : (long)(next << sb.BlockLog);
-                n = (int)Math.Min(dest.Length, holeEnd - pos);
-                dest.Span[..n].Clear();
-            }
-            dest = dest[n..];
-            pos += n;
+                await _mount.Device.ReadAsync(segment.DiskOffset, dest[..segment.Length], cancellationToken).ConfigureAwait(false);
+            dest = dest[segment.Length..];
+            pos += segment.Length;
         }
         return length;
+    }
+
+    /// <summary>A stretch of a read: bytes from one place on disk, or zeros (hole or unwritten extent).</summary>
+    private readonly record struct ReadSegment(long DiskOffset, int Length)
+    {
+        public bool IsZeros => DiskOffset < 0;
+    }
+
+    /// <summary>The longest stretch from file byte <paramref name="pos"/> that one extent (or one hole) covers.</summary>
+    private ReadSegment NextSegment(ExtentMap map, long pos, int remaining)
+    {
+        var sb = _mount.Superblock;
+        if (map.TryFind((ulong)(pos >> sb.BlockLog), out var ext, out ulong next))
+        {
+            int n = (int)Math.Min(remaining, (long)(ext.FileEnd << sb.BlockLog) - pos);
+            return ext.Unwritten
+                ? new ReadSegment(-1, n)
+                : new ReadSegment(sb.FsbToByte(ext.StartBlock) + (pos - (long)(ext.FileOffset << sb.BlockLog)), n);
+        }
+        long holeEnd = next == ulong.MaxValue ? long.MaxValue : (long)(next << sb.BlockLog);
+        return new ReadSegment(-1, (int)Math.Min(remaining, holeEnd - pos));
     }
 
     private (Inode Inode, ExtentMap Map, int Length) PrepareRead(ulong inode, long offset, int requested)
