@@ -115,23 +115,17 @@ public sealed class TempDir : IDisposable
     }
 }
 
-/// <summary>A read-only kernel loop mount (no atime updates), unmounted on dispose.</summary>
+/// <summary>A read-only kernel loop mount of a fixture image (the shared harness's mount: nouuid, always detached).</summary>
 public sealed class LoopMount : IDisposable
 {
-    private readonly TempDir _dir = new();
+    private readonly XfsWin.TestSupport.LoopMount _mount;
 
-    public LoopMount(string image, string? extraOptions = null)
-    {
-        Sh.Check("mount", "-o", "loop,ro" + (extraOptions is null ? "" : "," + extraOptions), image, _dir.Path);
-    }
+    public LoopMount(string image, string? extraOptions = null) =>
+        _mount = XfsWin.TestSupport.LoopMount.Mount(image, readOnly: true, extraOptions);
 
-    public string Path => _dir.Path;
+    public string Path => _mount.MountPoint;
 
-    public void Dispose()
-    {
-        Sh.Run("umount", _dir.Path);
-        _dir.Dispose();
-    }
+    public void Dispose() => _mount.Dispose();
 }
 
 /// <summary>Runs xfswin in-process with captured output.</summary>
