@@ -6,6 +6,42 @@ namespace XfsWin.Benchmarks;
 /// <summary>One extent of a file as the Linux kernel reported it (xfs_bmap): bytes in the file, bytes in the image.</summary>
 internal readonly record struct KernelExtent(long FileOffset, long ImageOffset, long Length);
 
+/// <summary>The raw baseline: reads a file's extents straight off the image, buffer by buffer, as XfsVolume.Read fills its buffer.</summary>
+internal static class RawExtentReader
+{
+    public static long Read(XfsWin.Device.IBlockDevice raw, IReadOnlyList<KernelExtent> extents, Span<byte> buffer)
+    {
+        long total = 0;
+        foreach (var e in extents)
+        {
+            for (long done = 0; done < e.Length;)
+            {
+                int n = (int)Math.Min(buffer.Length, e.Length - done);
+                raw.Read(e.ImageOffset + done, buffer[..n]);
+                done += n;
+                total += n;
+            }
+        }
+        return total;
+    }
+
+    public static async Task<long> ReadAsync(XfsWin.Device.IBlockDevice raw, IReadOnlyList<KernelExtent> extents, Memory<byte> buffer)
+    {
+        long total = 0;
+        foreach (var e in extents)
+        {
+            for (long done = 0; done < e.Length;)
+            {
+                int n = (int)Math.Min(buffer.Length, e.Length - done);
+                await raw.ReadAsync(e.ImageOffset + done, buffer[..n]).ConfigureAwait(false);
+                done += n;
+                total += n;
+            }
+        }
+        return total;
+    }
+}
+
 /// <summary>
 /// The benchmark volume built by <c>bench/make-bench-images.sh</c> (real mkfs.xfs, filled by the kernel)
 /// and its manifest: inode numbers, sizes and extent lists as the kernel reported them. Found through

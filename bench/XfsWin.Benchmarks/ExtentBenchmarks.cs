@@ -78,20 +78,5 @@ public class ExtentBenchmarks
     }
 
     /// <summary>Reads the extents in file order, filling the 1 MiB buffer as XfsVolume.Read does.</summary>
-    private long ReadRaw(IReadOnlyList<KernelExtent> extents)
-    {
-        var span = _buffer.Span;
-        long total = 0;
-        foreach (var e in extents)
-        {
-            for (long done = 0; done < e.Length;)
-            {
-                int n = (int)Math.Min(span.Length, e.Length - done);
-                _raw.Read(e.ImageOffset + done, span[..n]);
-                done += n;
-                total += n;
-            }
-        }
-        return total;
-    }
+    private long ReadRaw(IReadOnlyList<KernelExtent> extents) => RawExtentReader.Read(_raw, extents, _buffer.Span);
 }

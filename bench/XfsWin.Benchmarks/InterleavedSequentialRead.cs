@@ -70,37 +70,11 @@ internal static class InterleavedSequentialRead
         return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
     }
 
-    private static long ReadRaw(FileBlockDevice raw, IReadOnlyList<KernelExtent> extents, PinnedAlignedBuffer buffer)
-    {
-        long total = 0;
-        foreach (var e in extents)
-        {
-            for (long done = 0; done < e.Length;)
-            {
-                int n = (int)Math.Min(buffer.Length, e.Length - done);
-                raw.Read(e.ImageOffset + done, buffer.Span[..n]);
-                done += n;
-                total += n;
-            }
-        }
-        return total;
-    }
+    private static long ReadRaw(FileBlockDevice raw, IReadOnlyList<KernelExtent> extents, PinnedAlignedBuffer buffer) =>
+        RawExtentReader.Read(raw, extents, buffer.Span);
 
-    private static async Task<long> ReadRawAsync(FileBlockDevice raw, IReadOnlyList<KernelExtent> extents, PinnedAlignedBuffer buffer)
-    {
-        long total = 0;
-        foreach (var e in extents)
-        {
-            for (long done = 0; done < e.Length;)
-            {
-                int n = (int)Math.Min(buffer.Length, e.Length - done);
-                await raw.ReadAsync(e.ImageOffset + done, buffer.Memory[..n]).ConfigureAwait(false);
-                done += n;
-                total += n;
-            }
-        }
-        return total;
-    }
+    private static Task<long> ReadRawAsync(FileBlockDevice raw, IReadOnlyList<KernelExtent> extents, PinnedAlignedBuffer buffer) =>
+        RawExtentReader.ReadAsync(raw, extents, buffer.Memory);
 
     private static long ReadVolume(XfsVolume volume, ulong inode, PinnedAlignedBuffer buffer)
     {

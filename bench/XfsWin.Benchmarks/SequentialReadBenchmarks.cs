@@ -61,40 +61,10 @@ public class SequentialReadBenchmarks
     }
 
     [Benchmark(Baseline = true, Description = "raw O_DIRECT pread (kernel extents)")]
-    public long RawODirect()
-    {
-        var span = _buffer.Span;
-        long total = 0;
-        foreach (var e in _extents)
-        {
-            for (long done = 0; done < e.Length;)
-            {
-                int n = (int)Math.Min(span.Length, e.Length - done);
-                _raw.Read(e.ImageOffset + done, span[..n]);
-                done += n;
-                total += n;
-            }
-        }
-        return total;
-    }
+    public long RawODirect() => RawExtentReader.Read(_raw, _extents, _buffer.Span);
 
     [Benchmark(Description = "raw O_DIRECT async")]
-    public async Task<long> RawODirectAsync()
-    {
-        var memory = _buffer.Memory;
-        long total = 0;
-        foreach (var e in _extents)
-        {
-            for (long done = 0; done < e.Length;)
-            {
-                int n = (int)Math.Min(memory.Length, e.Length - done);
-                await _raw.ReadAsync(e.ImageOffset + done, memory[..n]).ConfigureAwait(false);
-                done += n;
-                total += n;
-            }
-        }
-        return total;
-    }
+    public Task<long> RawODirectAsync() => RawExtentReader.ReadAsync(_raw, _extents, _buffer.Memory);
 
     [Benchmark(Description = "XfsVolume.Read")]
     public long XfsWinRead()

@@ -43,7 +43,7 @@ public readonly ref struct AttrLeafView
     }
 
     public int HeaderSize => _v5 ? 80 : 32;
-    public ushort Count => BinaryPrimitives.ReadUInt16BigEndian(_b[(_v5 ? 56 : 12)..]);
+    public ushort Count => BinaryPrimitives.ReadUInt16BigEndian(_b[(_v5 ? DaBlockInfoView.SizeV5 : DaBlockInfoView.SizeV4)..]);
     public uint HashVal(int i) => BinaryPrimitives.ReadUInt32BigEndian(_b[(HeaderSize + i * EntrySize)..]);
     public ushort NameIndex(int i) => BinaryPrimitives.ReadUInt16BigEndian(_b[(HeaderSize + i * EntrySize + 4)..]);
     public byte Flags(int i) => _b[HeaderSize + i * EntrySize + 6];

@@ -56,8 +56,8 @@ public readonly ref struct DaNodeView
     }
 
     /// <summary>Offsets of count and level: right after the block info.</summary>
-    public ushort Count => BinaryPrimitives.ReadUInt16BigEndian(_b[(_hdr == 64 ? 56 : 12)..]);
-    public ushort Level => BinaryPrimitives.ReadUInt16BigEndian(_b[(_hdr == 64 ? 58 : 14)..]);
+    public ushort Count => BinaryPrimitives.ReadUInt16BigEndian(_b[(_hdr == 64 ? DaBlockInfoView.SizeV5 : DaBlockInfoView.SizeV4)..]);
+    public ushort Level => BinaryPrimitives.ReadUInt16BigEndian(_b[(_hdr == 64 ? DaBlockInfoView.SizeV5 + 2 : DaBlockInfoView.SizeV4 + 2)..]);
     public int HeaderSize => _hdr;
     public int MaxEntries => (_b.Length - _hdr) / EntrySize;
     public uint HashVal(int i) => BinaryPrimitives.ReadUInt32BigEndian(_b[(_hdr + i * EntrySize)..]);

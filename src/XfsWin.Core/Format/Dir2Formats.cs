@@ -133,8 +133,8 @@ public readonly ref struct DirectoryLeafView
     }
 
     public int HeaderSize => _v5 ? 64 : 16;
-    public ushort Count => BinaryPrimitives.ReadUInt16BigEndian(_b[(_v5 ? 56 : 12)..]);
-    public ushort Stale => BinaryPrimitives.ReadUInt16BigEndian(_b[(_v5 ? 58 : 14)..]);
+    public ushort Count => BinaryPrimitives.ReadUInt16BigEndian(_b[(_v5 ? DaBlockInfoView.SizeV5 : DaBlockInfoView.SizeV4)..]);
+    public ushort Stale => BinaryPrimitives.ReadUInt16BigEndian(_b[(_v5 ? DaBlockInfoView.SizeV5 + 2 : DaBlockInfoView.SizeV4 + 2)..]);
     public uint HashVal(int i) => BinaryPrimitives.ReadUInt32BigEndian(_b[(HeaderSize + i * EntrySize)..]);
     public uint Address(int i) => BinaryPrimitives.ReadUInt32BigEndian(_b[(HeaderSize + i * EntrySize + 4)..]);
 
