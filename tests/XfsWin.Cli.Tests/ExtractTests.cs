@@ -177,7 +177,8 @@ public class ExtractTests
         Sh.Check("chmod", "0777", dir.Path);
         string dest = Path.Combine(dir.Path, "out");
         var r = Sh.Run("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-            "dotnet", Path.Combine(AppContext.BaseDirectory, "xfswin.dll"), "extract", FixtureImages.Tree, dest);
+            "env", $"HOME={dir.Path}", $"DOTNET_CLI_HOME={dir.Path}",
+            "dotnet", Path.Combine(XfsWin.TestSupport.UnprivilegedRun.OutputDirectory, "xfswin.dll"), "extract", FixtureImages.Tree, dest);
         Assert.True(r.Code == ExitCodes.Partial, $"exit {r.Code}\n{r.Err}");
         Assert.Contains("2 device node(s) were not created", r.Err, StringComparison.Ordinal);
         Assert.Contains("trusted.secret", r.Err, StringComparison.Ordinal);

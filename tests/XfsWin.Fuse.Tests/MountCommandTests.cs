@@ -162,8 +162,10 @@ public sealed class MountCommandProcessTests
         try
         {
             Shell.Bash($"chmod 0755 {Quote(dir)}; mkdir {Quote(dir)}/mnt; chown 1000:1000 {Quote(dir)}/mnt");
-            var (file, prefix) = Shell.Xfswin;
-            var command = string.Join(' ', new[] { file }.Concat(prefix).Concat(["mount", "-f", "/nonexistent.img", dir + "/mnt"]).Select(Quote));
+            var (file, _) = Shell.Xfswin;
+            // The user must be able to read the program: run a world-readable copy of it.
+            var dll = Path.Combine(XfsWin.TestSupport.UnprivilegedRun.OutputDirectory, "xfswin.dll");
+            var command = string.Join(' ', new[] { file, dll, "mount", "-f", "/nonexistent.img", dir + "/mnt" }.Select(Quote));
             var r = Shell.Run("unshare", ["--mount", "--propagation", "private", "bash", "-euc",
                 $"mknod -m 0600 {Quote(dir)}/fuse c 10 229; mount --bind {Quote(dir)}/fuse /dev/fuse; " +
                 $"exec setpriv --reuid=1000 --regid=1000 --clear-groups env HOME={Quote(dir)} DOTNET_CLI_HOME={Quote(dir)} {command}"]);
