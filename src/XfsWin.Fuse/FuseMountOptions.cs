@@ -57,8 +57,11 @@ public sealed record FuseMountOptions
     /// </summary>
     public bool IoUring { get; init; } = true;
 
-    /// <summary>Ring entries (requests in flight) per io_uring queue; each has a payload buffer of the largest request size (1 MiB).</summary>
-    public int IoUringQueueDepth { get; init; } = 2;
+    /// <summary>
+    /// Ring entries (requests in flight) per io_uring queue. Each has a payload buffer of the largest
+    /// request size (1 MiB, committed only as it is used); large reads are served concurrently.
+    /// </summary>
+    public int IoUringQueueDepth { get; init; } = 4;
 
     /// <summary>Extra mount options passed to libfuse as they are (e.g. "max_read=131072").</summary>
     public IReadOnlyList<string> ExtraOptions { get; init; } = [];

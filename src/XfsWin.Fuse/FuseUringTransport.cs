@@ -1,3 +1,4 @@
+using System.Collections.Concurrent;
 using System.Globalization;
 using System.Runtime.InteropServices;
 using XfsWin.Fuse.Interop;
@@ -48,7 +49,13 @@ internal sealed unsafe class FuseUringTransport
     private const string EnableParameter = "/sys/module/fuse/parameters/enable_uring";
     private const string PossibleCpus = "/sys/devices/system/cpu/possible";
     private const ulong StopTag = ulong.MaxValue;
+    private const ulong DoneTag = ulong.MaxValue - 1;
     private const int MaxCpus = 1024;
+    private const uint FUSE_READ = 15;
+    private const int ReadInSize = 40;          // sizeof(struct fuse_read_in)
+    private const int ReadInSizeOffset = 16;    // offsetof(struct fuse_read_in, size)
+    /// <summary>Reads at least this large are served off the queue's CPU (see <see cref="Worker.TryHandOff"/>).</summary>
+    internal const int HandOffReadBytes = 128 * 1024;
 
     [ThreadStatic]
     private static Entry? t_entry;
@@ -68,6 +75,8 @@ internal sealed unsafe class FuseUringTransport
     private readonly int _stopFd;
     private readonly ManualResetEventSlim _go = new(false);
     private readonly CountdownEvent _setUp;
+    private readonly BlockingCollection<Entry> _bulk = new(new ConcurrentQueue<Entry>());
+    private readonly List<Thread> _bulkThreads = [];
     private int _payloadSize;
     private int _stopping;
     private int _stopped;
@@ -107,6 +116,18 @@ internal sealed unsafe class FuseUringTransport
             long n = 0;
             foreach (var w in _workers)
                 n += w is null ? 0 : Volatile.Read(ref w.Served);
+            return n;
+        }
+    }
+
+    /// <summary>Large reads served by the bulk threads so far (part of <see cref="RingRequests"/>).</summary>
+    public long HandedOffReads
+    {
+        get
+        {
+            long n = 0;
+            foreach (var w in _workers)
+                n += w is null ? 0 : Volatile.Read(ref w.HandedOff);
             return n;
         }
     }
@@ -170,6 +191,15 @@ internal sealed unsafe class FuseUringTransport
             t._workers[q] = w;
             w.Thread = new Thread(w.Run, 256 * 1024) { IsBackground = true, Name = $"xfswin-uring-{q}" };
             w.Thread.Start();
+        }
+        if (Environment.ProcessorCount > 1)
+        {
+            for (var i = 0; i < Environment.ProcessorCount; i++)
+            {
+                var b = new Thread(t.ServeBulk, 256 * 1024) { IsBackground = true, Name = $"xfswin-bulk-{i}" };
+                t._bulkThreads.Add(b);
+                b.Start();
+            }
         }
         // Every queue must be served, or the kernel never switches to the ring: give up unless all rings exist.
         if (!t._setUp.Wait(TimeSpan.FromSeconds(10)) || t._workers.Any(w => w.SetupError is not null))
@@ -239,6 +269,11 @@ internal sealed unsafe class FuseUringTransport
         _go.Set();
         foreach (var w in _workers)
             w?.Thread?.Join();
+        // Reads handed off are finished (their answers go nowhere now) before any buffer is freed.
+        _bulk.CompleteAdding();
+        foreach (var b in _bulkThreads)
+            b.Join();
+        _bulk.Dispose();
         foreach (var w in _workers)
             w?.FreeBuffers();
         IoUringNative.close(_stopFd);
@@ -407,6 +442,23 @@ internal sealed unsafe class FuseUringTransport
         }
     }
 
+    /// <summary>
+    /// The threads that serve large reads handed off by the queue threads. They are not pinned:
+    /// the scheduler runs them on whichever CPU is idle, so a sequential read keeps several CPUs busy.
+    /// </summary>
+    private void ServeBulk()
+    {
+        try
+        {
+            foreach (var e in _bulk.GetConsumingEnumerable())
+                e.Owner.ServeHandedOff(e);
+        }
+        catch (Exception ex)
+        {
+            _log.WriteLine($"xfswin: io_uring read thread failed: {ex}");
+        }
+    }
+
     /// <summary>A ring entry: its header and payload buffers and the request it holds.</summary>
     private sealed class Entry(Worker owner, int index)
     {
@@ -415,6 +467,8 @@ internal sealed unsafe class FuseUringTransport
         public FuseUringReqHeader* Header;
         public byte* Payload;
         public IoVec* Iov;
+        public byte* Request;       // a handed-off request in /dev/fuse's format
+        public int RequestLength;
         public ulong CommitId;
         public bool Replied;
         public bool Registered;
@@ -436,10 +490,13 @@ internal sealed unsafe class FuseUringTransport
         private byte* _scratch;     // a request laid out in /dev/fuse's format
         private int _scratchSize;
         private int _live;          // entries registered and not yet ended by the kernel
+        private int _doneFd = -1;   // signalled when handed-off requests are answered
+        private readonly ConcurrentQueue<Entry> _done = new();
 
         public Thread? Thread;
         public string? SetupError;
         public long Served;
+        public long HandedOff;
         public int PayloadCapacity;
 
         public void Run()
@@ -448,8 +505,8 @@ internal sealed unsafe class FuseUringTransport
             {
                 Pin();
                 var t = _t;
-                // One submission slot per entry, plus the stop eventfd's poll.
-                var slots = (uint)(t._entriesPerQueue + 1);
+                // One submission slot per entry, plus the polls of the stop and done eventfds.
+                var slots = (uint)(t._entriesPerQueue + 2);
                 const uint flags = IoUringConstants.IORING_SETUP_SQE128 | IoUringConstants.IORING_SETUP_SUBMIT_ALL |
                                    IoUringConstants.IORING_SETUP_SINGLE_ISSUER | IoUringConstants.IORING_SETUP_DEFER_TASKRUN;
                 _ring = IoUringRing.TryCreate(slots, flags, out var errno) ??
@@ -478,6 +535,10 @@ internal sealed unsafe class FuseUringTransport
                 if (Volatile.Read(ref t._stopping) != 0 || !t._advertised)
                     return;
                 AllocateEntries(t._entriesPerQueue, t._payloadSize);
+                _doneFd = IoUringNative.eventfd(0, IoUringConstants.EFD_CLOEXEC | IoUringConstants.EFD_NONBLOCK);
+                if (_doneFd < 0)
+                    throw new IOException($"eventfd failed (errno {Marshal.GetLastPInvokeError()})");
+                WatchDone();
                 foreach (var e in _entries)
                     Register(e);
                 if (Interlocked.Increment(ref t._workersRegistered) == t._workers.Length && t._debug)
@@ -509,9 +570,13 @@ internal sealed unsafe class FuseUringTransport
 
         private void AllocateEntries(int count, int payloadSize)
         {
-            const int headerStride = 320; // fuse_uring_req_header (288) rounded up to a multiple of 64, then the iovec pair
-            _headers = (byte*)NativeMemory.AlignedAlloc((nuint)(count * (headerStride + 2 * IoVec.Size)), 4096);
-            new Span<byte>(_headers, count * (headerStride + 2 * IoVec.Size)).Clear();
+            // Per entry: fuse_uring_req_header (288 bytes, rounded up to 320), room for a handed-off
+            // request (in header and fuse_read_in), then at the end of the block the iovec pairs.
+            const int headerStride = 320;
+            const int requestStride = 128;
+            var perEntry = headerStride + requestStride + 2 * IoVec.Size;
+            _headers = (byte*)NativeMemory.AlignedAlloc((nuint)(count * perEntry), 4096);
+            new Span<byte>(_headers, count * perEntry).Clear();
             _payloadsSize = (nuint)count * (nuint)payloadSize;
             // Anonymous memory: pages are committed when first written, so large payload buffers cost little until used.
             var p = IoUringNative.mmap(null, _payloadsSize, IoUringConstants.PROT_READ | IoUringConstants.PROT_WRITE,
@@ -523,7 +588,8 @@ internal sealed unsafe class FuseUringTransport
             _scratchSize = FuseInHeader.Size + FuseUringReqHeader.OpInSize + payloadSize;
             _scratch = (byte*)NativeMemory.AlignedAlloc((nuint)_scratchSize, 64);
             _entries = new Entry[count];
-            var iovs = (IoVec*)(_headers + count * headerStride);
+            var requests = _headers + count * headerStride;
+            var iovs = (IoVec*)(requests + count * requestStride);
             for (var i = 0; i < count; i++)
             {
                 var e = new Entry(this, i)
@@ -531,6 +597,7 @@ internal sealed unsafe class FuseUringTransport
                     Header = (FuseUringReqHeader*)(_headers + i * headerStride),
                     Payload = _payloads + (nuint)i * (nuint)payloadSize,
                     Iov = iovs + 2 * i,
+                    Request = requests + i * requestStride,
                 };
                 e.Iov[0].iov_base = e.Header;
                 e.Iov[0].iov_len = FuseUringReqHeader.Size;
@@ -542,6 +609,11 @@ internal sealed unsafe class FuseUringTransport
 
         public void FreeBuffers()
         {
+            if (_doneFd >= 0)
+            {
+                IoUringNative.close(_doneFd);
+                _doneFd = -1;
+            }
             // Only when the kernel has let go of every registered entry: until then it may still write to them.
             if (_live != 0)
                 return;
@@ -584,6 +656,67 @@ internal sealed unsafe class FuseUringTransport
 
         private void CommitAndFetch(Entry e) => Command(e, FuseUringConstants.FUSE_IO_URING_CMD_COMMIT_AND_FETCH, e.CommitId);
 
+        /// <summary>A one-shot poll on the done eventfd: its completion says handed-off requests have their answers.</summary>
+        private void WatchDone()
+        {
+            var sqe = _ring!.NextSqe();
+            if (sqe == null)
+                throw new InvalidOperationException("io_uring submission ring full");
+            sqe->opcode = IoUringConstants.IORING_OP_POLL_ADD;
+            sqe->fd = _doneFd;
+            sqe->poll32_events = IoUringConstants.POLLIN;
+            sqe->user_data = DoneTag;
+        }
+
+        /// <summary>Commits the handed-off requests that have been answered (only this thread submits to its ring).</summary>
+        private void CommitHandedOff()
+        {
+            ulong count;
+            _ = IoUringNative.read(_doneFd, &count, sizeof(ulong)); // resets the eventfd before the queue is drained
+            while (_done.TryDequeue(out var e))
+                CommitAndFetch(e);
+            WatchDone();
+        }
+
+        /// <summary>
+        /// A large read is served by a bulk thread instead: one queue thread serving 1 MiB reads one
+        /// after the other would keep a sequential read on the reader's CPU alone, while the kernel
+        /// has several readahead requests in flight. Small requests stay on this CPU, where they are
+        /// fastest; for a large read the wake-up of another CPU is small beside the copying.
+        /// </summary>
+        private bool TryHandOff(Entry e)
+        {
+            var h = e.Header;
+            if (_t._bulkThreads.Count == 0 || h->in_out.opcode != FUSE_READ || h->ring_ent_in_out.payload_sz != 0 ||
+                h->in_out.len != FuseInHeader.Size + ReadInSize ||
+                *(uint*)(&h->op_in + ReadInSizeOffset) < HandOffReadBytes)
+                return false;
+            e.CommitId = h->ring_ent_in_out.commit_id;
+            e.Replied = false;
+            *(FuseInHeader*)e.Request = h->in_out;
+            Buffer.MemoryCopy(&h->op_in, e.Request + FuseInHeader.Size, ReadInSize, ReadInSize);
+            e.RequestLength = FuseInHeader.Size + ReadInSize;
+            try
+            {
+                _t._bulk.Add(e);
+                Interlocked.Increment(ref HandedOff);
+                return true;
+            }
+            catch (InvalidOperationException)
+            {
+                return false; // stopping: serve it here
+            }
+        }
+
+        /// <summary>On a bulk thread: serves a handed-off request, then gives the entry back to the queue thread.</summary>
+        public void ServeHandedOff(Entry e)
+        {
+            Process(e, e.Request, e.RequestLength);
+            _done.Enqueue(e);
+            ulong one = 1;
+            IoUringNative.write(_doneFd, &one, sizeof(ulong));
+        }
+
         private void Serve()
         {
             var cqes = stackalloc IoUringCqe[32];
@@ -606,12 +739,19 @@ internal sealed unsafe class FuseUringTransport
                         stop = true;
                         continue;
                     }
+                    if (c.user_data == DoneTag)
+                    {
+                        CommitHandedOff();
+                        continue;
+                    }
                     if (c.user_data >= (ulong)_entries.Length)
                         continue;
                     var e = _entries[(int)c.user_data];
                     if (c.res == 0)
                     {
                         e.Retries = 0;
+                        if (TryHandOff(e))
+                            continue;
                         Handle(e);
                         CommitAndFetch(e);
                     }
@@ -661,11 +801,16 @@ internal sealed unsafe class FuseUringTransport
                 ReplyError(e, 5);
                 return;
             }
-            var total = (int)inHeader.len;
             *(FuseInHeader*)_scratch = inHeader;
             Buffer.MemoryCopy(&h->op_in, _scratch + FuseInHeader.Size, opHeader, opHeader);
             Buffer.MemoryCopy(e.Payload, _scratch + FuseInHeader.Size + opHeader, payloadBytes, payloadBytes);
-            var buf = new FuseMemBuf { size = (nuint)total, mem = _scratch };
+            Process(e, _scratch, (int)inHeader.len);
+        }
+
+        /// <summary>Has libfuse parse the request and run the host's callback, whose reply the writev hook puts into the entry.</summary>
+        private void Process(Entry e, byte* request, int length)
+        {
+            var buf = new FuseMemBuf { size = (nuint)length, mem = request };
             t_entry = e;
             try
             {
@@ -677,10 +822,10 @@ internal sealed unsafe class FuseUringTransport
             }
             if (!e.Replied)
             {
-                _t.LogUnanswered(inHeader.opcode);
+                _t.LogUnanswered(((FuseInHeader*)request)->opcode);
                 ReplyError(e, 5);
             }
-            Volatile.Write(ref Served, Served + 1);
+            Interlocked.Increment(ref Served);
         }
 
         private static void ReplyError(Entry e, int errno)

@@ -229,6 +229,8 @@ public sealed class IoUringTransportTests
             """;
         Assert.Equal(Shell.Bash($"cd {Q(k.MountPoint)}\n{script}"), Shell.Bash($"cd {Q(m.MountPoint)}\n{script}"));
         Assert.True(m.Host.IoUringRequests > 1000);
+        // random.bin (3 MB) and sparse.bin (100 MB) are read in large requests, served by the bulk threads.
+        Assert.True(m.Host.Uring!.HandedOffReads > 10, $"{m.Host.Uring.HandedOffReads} reads were handed off");
     }
 
     [Fact]

@@ -135,6 +135,7 @@ internal static class IoUringConstants
     public const int MAP_POPULATE = 0x8000;
 
     public const int EFD_CLOEXEC = 0x80000;
+    public const int EFD_NONBLOCK = 0x800;
     public const uint POLLIN = 1;
 
     public const int EINTR = 4;
