@@ -130,6 +130,9 @@ internal sealed unsafe class IoUringRing : IDisposable
         return (IoUringSqe*)sqe;
     }
 
+    /// <summary>Entries prepared and not yet handed to the kernel.</summary>
+    public uint PendingSubmissions => _sqLocalTail - Volatile.Read(ref *_sqTail);
+
     /// <summary>The 80-byte command area of a 128-byte entry.</summary>
     public static byte* CommandArea(IoUringSqe* sqe) => (byte*)sqe + IoUringSqe.CmdOffset;
 

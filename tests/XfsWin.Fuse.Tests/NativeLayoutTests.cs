@@ -39,6 +39,7 @@ public sealed class NativeLayoutTests
         (typeof(IoUringSqe), "struct io_uring_sqe"),
         (typeof(IoUringCqe), "struct io_uring_cqe"),
         (typeof(IoVec), "struct iovec"),
+        (typeof(IoUringNative.RLimit), "struct rlimit"),
         (typeof(FuseInHeader), "struct fuse_in_header"),
         (typeof(FuseOutHeader), "struct fuse_out_header"),
         (typeof(FuseInitIn), "struct fuse_init_in"),
@@ -144,7 +145,8 @@ public sealed class NativeLayoutTests
     private static Dictionary<string, long> CompileAndRunKernelProbe()
     {
         var c = new StringBuilder();
-        c.AppendLine("#include <linux/fuse.h>\n#include <linux/io_uring.h>\n#include <sys/uio.h>\n#include <sys/mman.h>\n#include <sys/syscall.h>");
+        c.AppendLine("#define _GNU_SOURCE\n#include <linux/fuse.h>\n#include <linux/io_uring.h>\n#include <sys/uio.h>\n#include <sys/mman.h>\n#include <sys/syscall.h>");
+        c.AppendLine("#include <sched.h>\n#include <fcntl.h>\n#include <sys/resource.h>");
         c.AppendLine("#include <sys/eventfd.h>\n#include <poll.h>\n#include <errno.h>\n#include <stddef.h>\n#include <stdio.h>");
         c.AppendLine("int main(void) {");
         void Print(Type managed, string native)

@@ -138,6 +138,12 @@ internal static class IoUringConstants
     public const int EFD_NONBLOCK = 0x800;
     public const uint POLLIN = 1;
 
+    public const int O_RDONLY = 0;
+    public const int O_CLOEXEC = 0x80000;
+    public const int RLIMIT_NICE = 13;
+    public const int SCHED_OTHER = 0;
+    public const int SCHED_IDLE = 5;
+
     public const int EINTR = 4;
     public const int EAGAIN = 11;
     public const int ENOTCONN = 107;
@@ -177,6 +183,27 @@ internal static unsafe partial class IoUringNative
     /// <summary>sched_setaffinity(2); pid 0 is the calling thread.</summary>
     [LibraryImport(LibC, SetLastError = true)]
     public static partial int sched_setaffinity(int pid, nuint cpusetsize, ulong* mask);
+
+    /// <summary>sched_setscheduler(2) with a struct sched_param (one int); pid 0 is the calling thread.</summary>
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int sched_setscheduler(int pid, int policy, int* param);
+
+    /// <summary>struct rlimit.</summary>
+    [StructLayout(LayoutKind.Explicit, Size = 16)]
+    public struct RLimit
+    {
+        [FieldOffset(0)] public ulong rlim_cur;
+        [FieldOffset(8)] public ulong rlim_max;
+    }
+
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int getrlimit(int resource, RLimit* limit);
+
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int open(byte* path, int flags);
+
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial nint pread(int fd, void* buf, nuint count, long offset);
 
     public static readonly void* MAP_FAILED = (void*)-1;
 
