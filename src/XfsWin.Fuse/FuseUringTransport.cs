@@ -389,7 +389,12 @@ internal sealed unsafe class FuseUringTransport
     private void AdvertiseInInitReply(IoVec* iov, int count)
     {
         var header = (FuseOutHeader*)iov[0].iov_base;
-        if (header->error != 0 || count < 2 || iov[1].iov_len < 36)
+        if (header->error != 0)
+        {
+            _fallbackReason = $"libfuse refused FUSE_INIT (error {-header->error})";
+            return;
+        }
+        if (count < 2 || iov[1].iov_len < FuseInitOut.Size)
         {
             _fallbackReason = "libfuse's FUSE_INIT reply has no room for the io_uring flag";
             return;

@@ -331,6 +331,9 @@ public sealed class IoUringTransportTests
         Assert.False(XfsWin.Cli.Commands.MountArguments.Parse(["-o", "io_uring=no", "a", "b"]).ToHostOptions().IoUring);
         Assert.True(XfsWin.Cli.Commands.MountArguments.Parse(["-o", "io_uring=yes", "a", "b"]).ToHostOptions().IoUring);
         Assert.Throws<ArgumentException>(() => XfsWin.Cli.Commands.MountArguments.Parse(["-o", "io_uring=maybe", "a", "b"]));
+        Assert.Equal(4, XfsWin.Cli.Commands.MountArguments.Parse(["a", "b"]).ToHostOptions().IoUringQueueDepth);
+        Assert.Equal(8, XfsWin.Cli.Commands.MountArguments.Parse(["-o", "io_uring_depth=8", "a", "b"]).ToHostOptions().IoUringQueueDepth);
+        Assert.Throws<ArgumentException>(() => XfsWin.Cli.Commands.MountArguments.Parse(["-o", "io_uring_depth=0", "a", "b"]));
     }
 
     [Theory]
