@@ -39,7 +39,18 @@ public sealed class DirectoryReader
         _ftype = _sb.HasFtype;
     }
 
-    private const int ReadAheadBytes = 256 * 1024;
+    /// <summary>
+    /// Listings read data blocks ahead in windows of this many bytes, one window beyond the block
+    /// being listed, in the background. Big directories are often fragmented into small extents
+    /// (they grow a block at a time, interleaved with their leaf blocks), so a window spans extents.
+    /// </summary>
+    private const int ReadAheadWindowBytes = 512 * 1024;
+
+    /// <summary>Physical gaps up to this size between wanted blocks are read through rather than split into two reads.</summary>
+    private const int ReadAheadMaxGapBytes = 64 * 1024;
+
+    /// <summary>The largest single read-ahead read.</summary>
+    private const int ReadAheadMaxSpanBytes = 1024 * 1024;
 
     private int DataHeaderSize => DirectoryDataBlock.HeaderSize(_v5);
     /// <summary>First directory block (in directory-block units) past the data space.</summary>
@@ -227,6 +238,8 @@ public sealed class DirectoryReader
         ulong fsbPerDirBlock = 1UL << _sb.DirBlockLog;
         ulong db = (ulong)((cookie << 3) >> _dirBlockByteLog);
         ulong limit = form == Form.Block ? 1 : LeafDirBlock;
+        ulong windowBlocks = (ulong)Math.Max(1, ReadAheadWindowBytes / _dirBlockSize);
+        bool first = true;
         while (db < limit)
         {
             ulong fileBlock = db * fsbPerDirBlock;
@@ -236,19 +249,69 @@ public sealed class DirectoryReader
                 db = (next + fsbPerDirBlock - 1) / fsbPerDirBlock;
                 continue;
             }
-            if (form != Form.Block && !ext.Unwritten)
+            if (form != Form.Block && (first || db % windowBlocks == 0))
             {
-                // Read ahead the rest of this extent's data blocks in one I/O (up to 256 KiB).
-                ulong runBlocks = Math.Min(ext.FileEnd - fileBlock, (limit - db) * fsbPerDirBlock);
-                int run = (int)Math.Min(runBlocks >> _sb.DirBlockLog, (ulong)Math.Max(1, ReadAheadBytes / _dirBlockSize));
-                if (run > 1)
-                    _mount.Buffers.Prefetch(_sb.FsbToByte(ext.StartBlock + (fileBlock - ext.FileOffset)), _dirBlockSize, run, dir.Number,
-                        new DirectoryDataVerifier(_sb, dir.Number, singleBlock: false));
+                // The rest of this window (waited for by ReadDataBlock when not yet cached) and the next one.
+                ulong windowEnd = (db / windowBlocks + 1) * windowBlocks;
+                ReadAheadDataBlocks(dir, map, db, windowEnd);
+                ReadAheadDataBlocks(dir, map, windowEnd, windowEnd + windowBlocks);
             }
+            first = false;
             var (block, _) = ReadDataBlock(dir, map, db, form == Form.Block);
             if (!EnumerateDataBlock(dir, block, db, form == Form.Block, cookie, ref visitor)) return;
             db++;
         }
+    }
+
+    /// <summary>
+    /// Starts background reads of the data blocks [<paramref name="fromDb"/>, <paramref name="toDb"/>)
+    /// that are neither cached nor already on their way, merging blocks that lie close together on
+    /// disk into one read.
+    /// </summary>
+    private void ReadAheadDataBlocks(Inode dir, ExtentMap map, ulong fromDb, ulong toDb)
+    {
+        toDb = Math.Min(toDb, LeafDirBlock);
+        if (fromDb >= toDb) return;
+        var verifier = new DirectoryDataVerifier(_sb, dir.Number, singleBlock: false);
+        ulong fsbPerDirBlock = 1UL << _sb.DirBlockLog;
+        Span<long> wanted = stackalloc long[Math.Max(1, ReadAheadMaxSpanBytes / _dirBlockSize)];
+        int count = 0;
+        long spanStart = 0, spanEnd = 0;
+        ulong db = fromDb;
+        while (db < toDb)
+        {
+            ulong fileBlock = db * fsbPerDirBlock;
+            if (!map.TryFind(fileBlock, out var ext, out ulong next))
+            {
+                if (next == ulong.MaxValue) break;
+                db = (next + fsbPerDirBlock - 1) / fsbPerDirBlock;
+                continue;
+            }
+            // Every directory block of this extent inside the window, without looking the map up again.
+            ulong extentEndDb = Math.Min(toDb, ext.FileEnd / fsbPerDirBlock);
+            ulong startDb = db;
+            for (; db < extentEndDb; db++)
+            {
+                long offset = _sb.FsbToByte(ext.StartBlock + (db * fsbPerDirBlock - ext.FileOffset));
+                if (ext.Unwritten || _mount.Buffers.IsCachedOrPending(offset, _dirBlockSize, dir.Number, verifier.Kind))
+                    continue;
+                bool joins = count > 0 && offset >= spanEnd && offset - spanEnd <= ReadAheadMaxGapBytes &&
+                             offset + _dirBlockSize - spanStart <= ReadAheadMaxSpanBytes && count < wanted.Length;
+                if (!joins)
+                {
+                    if (count > 0)
+                        _mount.Buffers.StartPrefetch(spanStart, (int)(spanEnd - spanStart), wanted[..count], _dirBlockSize, dir.Number, verifier);
+                    count = 0;
+                    spanStart = offset;
+                }
+                wanted[count++] = offset;
+                spanEnd = offset + _dirBlockSize;
+            }
+            if (db == startDb)
+                db++; // a directory block split across extents: left to its reader, which gathers the pieces
+        }
+        if (count > 0)
+            _mount.Buffers.StartPrefetch(spanStart, (int)(spanEnd - spanStart), wanted[..count], _dirBlockSize, dir.Number, verifier);
     }
 
     private bool EnumerateDataBlock<TVisitor>(Inode dir, byte[] block, ulong db, bool single, long cookie, ref TVisitor visitor) where TVisitor : IDirectoryVisitor

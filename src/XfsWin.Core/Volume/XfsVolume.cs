@@ -166,11 +166,75 @@ public sealed partial class XfsVolume : IDisposable
         if (name.Length > 255) throw new XfsException(XfsError.NameTooLong, "names are at most 255 bytes in XFS");
         try
         {
-            return _directories.TryLookup(_inodes.Get(directoryInode), name, out inode);
+            var dir = _inodes.Get(directoryInode);
+            if (dir.Size <= ChildrenReadAheadMaxDirectoryBytes && Volatile.Read(ref dir.ChildrenReadAhead) == 0 &&
+                Interlocked.Exchange(ref dir.ChildrenReadAhead, 1) == 0)
+                StartChildrenReadAhead(dir);
+            return _directories.TryLookup(dir, name, out inode);
         }
         catch (Exception e) when (IsMalformedData(e))
         {
             throw Malformed(e, directoryInode);
+        }
+    }
+
+    /// <summary>Directories up to this size (about 30,000 entries) have their children read ahead on the first lookup.</summary>
+    private const long ChildrenReadAheadMaxDirectoryBytes = 1L << 20;
+
+    private int _disposed;
+    private int _readAheadTasks;
+
+    /// <summary>Waits until no background read-ahead is planning or reading (or the timeout passed); true when idle.</summary>
+    internal bool WaitForReadAhead(TimeSpan timeout)
+    {
+        var deadline = Environment.TickCount64 + (long)timeout.TotalMilliseconds;
+        while (Volatile.Read(ref _readAheadTasks) > 0 || _mount.Buffers.ReadAheadsInFlight > 0)
+        {
+            if (Environment.TickCount64 >= deadline) return false;
+            Thread.Sleep(1);
+        }
+        return true;
+    }
+
+    /// <summary>
+    /// The first lookup in a directory starts a background read of the inode clusters its entries
+    /// live in. Lookups come in bursts per directory (ls -l, stat of many files, du, tar, a file
+    /// manager's view), and inodes created together sit together on disk: a few large reads then
+    /// replace one synchronous cluster read per lookup. Errors are ignored here; the lookups that
+    /// need the blocks read them again and report what is wrong.
+    /// </summary>
+    private void StartChildrenReadAhead(Inode dir)
+    {
+        if (!dir.IsDirectory || Volatile.Read(ref _disposed) != 0) return;
+        Interlocked.Increment(ref _readAheadTasks);
+        _ = Task.Run(() =>
+        {
+            try
+            {
+                if (Volatile.Read(ref _disposed) != 0) return;
+                var collector = new ChildCollector { Inodes = [] };
+                _directories.Enumerate(dir, 0, ref collector);
+                _inodes.ReadAhead(collector.Inodes);
+            }
+            catch (Exception e) when (e is IOException or ObjectDisposedException or InvalidOperationException)
+            {
+                // Read-ahead only.
+            }
+            finally
+            {
+                Interlocked.Decrement(ref _readAheadTasks);
+            }
+        });
+    }
+
+    private struct ChildCollector : IDirectoryVisitor
+    {
+        public List<ulong> Inodes;
+
+        public readonly bool Visit(ReadOnlySpan<byte> name, ulong inode, XfsFileType fileType, long nextCookie)
+        {
+            if (!name.SequenceEqual("."u8) && !name.SequenceEqual(".."u8)) Inodes.Add(inode);
+            return true;
         }
     }
 
@@ -438,6 +502,9 @@ public sealed partial class XfsVolume : IDisposable
 
     public void Dispose()
     {
+        // Background read-ahead must not touch the devices once they are closed.
+        Interlocked.Exchange(ref _disposed, 1);
+        WaitForReadAhead(TimeSpan.FromSeconds(10));
         if (_ownsDevice) _device.Dispose();
         if (!ReferenceEquals(_mount.Device, _device)) _mount.Device.Dispose();
     }
