@@ -386,7 +386,36 @@ public sealed unsafe class FuseHost : IDisposable
         statfs = (nint)(delegate* unmanaged<nint, ulong, void>)&OnStatFs,
         getxattr = (nint)(delegate* unmanaged<nint, ulong, byte*, nuint, void>)&OnGetXattr,
         listxattr = (nint)(delegate* unmanaged<nint, ulong, nuint, void>)&OnListXattr,
+        lseek = (nint)(delegate* unmanaged<nint, ulong, long, int, FuseFileInfo*, void>)&OnLseek,
     };
+
+    private const int SeekData = 3, SeekHole = 4, ENXIO = 6, EINVAL = 22;
+
+    /// <summary>
+    /// SEEK_DATA and SEEK_HOLE from the extent map (cp --sparse, tar --sparse, backup tools skip the
+    /// holes). The kernel handles the other whence values itself.
+    /// </summary>
+    [UnmanagedCallersOnly]
+    private static void OnLseek(nint req, ulong ino, long offset, int whence, FuseFileInfo* fi)
+    {
+        try
+        {
+            var host = HostOf(req);
+            if (whence is not (SeekData or SeekHole))
+            {
+                FuseNative.fuse_reply_err(req, EINVAL);
+                return;
+            }
+            if (host._volume.TrySeekDataOrHole(host.ToXfsInode(ino), offset, whence == SeekData, out var result))
+                FuseNative.fuse_reply_lseek(req, result);
+            else
+                FuseNative.fuse_reply_err(req, ENXIO);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "lseek", ino);
+        }
+    }
 
     [UnmanagedCallersOnly]
     private static void OnInit(nint userdata, FuseConnInfo* conn)

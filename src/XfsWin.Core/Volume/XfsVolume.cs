@@ -393,6 +393,55 @@ public sealed partial class XfsVolume : IDisposable
         return length;
     }
 
+    /// <summary>
+    /// lseek(2)'s SEEK_DATA (<paramref name="data"/> true) and SEEK_HOLE as the kernel's XFS answers
+    /// them from the extent map: written extents are data; holes, unwritten (preallocated) extents
+    /// and the end of the file are holes. Returns false where POSIX says ENXIO: an offset at or past
+    /// the end of the file, or no data after it.
+    /// </summary>
+    public bool TrySeekDataOrHole(ulong inode, long offset, bool data, out long result)
+    {
+        try
+        {
+            return TrySeekCore(inode, offset, data, out result);
+        }
+        catch (Exception e) when (IsMalformedData(e))
+        {
+            throw Malformed(e, inode);
+        }
+    }
+
+    private bool TrySeekCore(ulong inode, long offset, bool data, out long result)
+    {
+        result = 0;
+        if (offset < 0) throw new XfsException(XfsError.InvalidArgument, "negative file offset");
+        var ino = _inodes.Get(inode);
+        if (!ino.IsRegular) throw new XfsException(XfsError.InvalidArgument, $"inode {inode} is not a regular file");
+        if (offset >= ino.Size) return false;
+        var map = _maps.Get(ino, ForkKind.Data);
+        var blockLog = _mount.Superblock.BlockLog;
+        long pos = offset;
+        while (pos < ino.Size)
+        {
+            bool found = map.TryFind((ulong)(pos >> blockLog), out var ext, out ulong next);
+            bool isData = found && !ext.Unwritten;
+            if (isData == data)
+            {
+                result = pos;
+                return true;
+            }
+            if (found)
+                pos = (long)(ext.FileEnd << blockLog);
+            else if (next == ulong.MaxValue)
+                break;
+            else
+                pos = (long)(next << blockLog);
+        }
+        if (data) return false;
+        result = ino.Size; // the end of the file is a hole
+        return true;
+    }
+
     /// <summary>A stretch of a read: bytes from one place on disk, or zeros (hole or unwritten extent).</summary>
     private readonly record struct ReadSegment(long DiskOffset, int Length)
     {
