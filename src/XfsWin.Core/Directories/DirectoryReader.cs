@@ -265,18 +265,18 @@ public sealed class DirectoryReader
 
     /// <summary>
     /// Starts background reads of the data blocks [<paramref name="fromDb"/>, <paramref name="toDb"/>)
-    /// that are neither cached nor already on their way, merging blocks that lie close together on
-    /// disk into one read.
+    /// that are neither cached nor already on their way. The blocks are sorted by disk address and
+    /// those lying close together merged into one read: directories that grew a block at a time
+    /// often have their blocks in reverse or interleaved order on disk.
     /// </summary>
     private void ReadAheadDataBlocks(Inode dir, ExtentMap map, ulong fromDb, ulong toDb)
     {
-        toDb = Math.Min(toDb, LeafDirBlock);
+        toDb = Math.Min(toDb, Math.Min(LeafDirBlock, fromDb + (ulong)Math.Max(1, ReadAheadWindowBytes / _dirBlockSize)));
         if (fromDb >= toDb) return;
         var verifier = new DirectoryDataVerifier(_sb, dir.Number, singleBlock: false);
         ulong fsbPerDirBlock = 1UL << _sb.DirBlockLog;
-        Span<long> wanted = stackalloc long[Math.Max(1, ReadAheadMaxSpanBytes / _dirBlockSize)];
+        Span<long> wanted = stackalloc long[(int)(toDb - fromDb)];
         int count = 0;
-        long spanStart = 0, spanEnd = 0;
         ulong db = fromDb;
         while (db < toDb)
         {
@@ -293,25 +293,25 @@ public sealed class DirectoryReader
             for (; db < extentEndDb; db++)
             {
                 long offset = _sb.FsbToByte(ext.StartBlock + (db * fsbPerDirBlock - ext.FileOffset));
-                if (ext.Unwritten || _mount.Buffers.IsCachedOrPending(offset, _dirBlockSize, dir.Number, verifier.Kind))
-                    continue;
-                bool joins = count > 0 && offset >= spanEnd && offset - spanEnd <= ReadAheadMaxGapBytes &&
-                             offset + _dirBlockSize - spanStart <= ReadAheadMaxSpanBytes && count < wanted.Length;
-                if (!joins)
-                {
-                    if (count > 0)
-                        _mount.Buffers.StartPrefetch(spanStart, (int)(spanEnd - spanStart), wanted[..count], _dirBlockSize, dir.Number, verifier);
-                    count = 0;
-                    spanStart = offset;
-                }
-                wanted[count++] = offset;
-                spanEnd = offset + _dirBlockSize;
+                if (!ext.Unwritten && !_mount.Buffers.IsCachedOrPending(offset, _dirBlockSize, dir.Number, verifier.Kind))
+                    wanted[count++] = offset;
             }
             if (db == startDb)
                 db++; // a directory block split across extents: left to its reader, which gathers the pieces
         }
-        if (count > 0)
-            _mount.Buffers.StartPrefetch(spanStart, (int)(spanEnd - spanStart), wanted[..count], _dirBlockSize, dir.Number, verifier);
+        if (count == 0) return;
+        wanted = wanted[..count];
+        wanted.Sort();
+        int first = 0;
+        for (int i = 1; i <= count; i++)
+        {
+            bool joins = i < count && wanted[i] - (wanted[i - 1] + _dirBlockSize) <= ReadAheadMaxGapBytes &&
+                         wanted[i] + _dirBlockSize - wanted[first] <= ReadAheadMaxSpanBytes;
+            if (joins) continue;
+            long spanStart = wanted[first], spanEnd = wanted[i - 1] + _dirBlockSize;
+            _mount.Buffers.StartPrefetch(spanStart, (int)(spanEnd - spanStart), wanted[first..i], _dirBlockSize, dir.Number, verifier);
+            first = i;
+        }
     }
 
     private bool EnumerateDataBlock<TVisitor>(Inode dir, byte[] block, ulong db, bool single, long cookie, ref TVisitor visitor) where TVisitor : IDirectoryVisitor
