@@ -1,3 +1,4 @@
+using System.Buffers.Binary;
 using Xunit;
 using XfsWin.Device;
 using XfsWin.Format;
@@ -17,7 +18,7 @@ public sealed class KernelLogReplayTests : IDisposable
 
     public void Dispose() => Directory.Delete(_tmp, recursive: true);
 
-    public static TheoryData<string> TreeScenarios => new() { "crash", "cow", "wrap", "xhdr4k", "extlog", "mkfs613", "intents" };
+    public static TheoryData<string> TreeScenarios => new() { "crash", "cow", "wrap", "xhdr4k", "extlog", "mkfs613", "intents", "quota", "pairs" };
 
     private static LogRecoveryResult Recover(DirtyLogScenario s, FileBlockDevice data, FileBlockDevice? log, LogReplayMode mode) =>
         LogRecovery.Recover(data, log, DirtyLogScenarios.ReadSuperblock(data), mode);
@@ -69,6 +70,8 @@ public sealed class KernelLogReplayTests : IDisposable
     [InlineData("crash")]
     [InlineData("xhdr4k")]
     [InlineData("wrap")]
+    [InlineData("quota")]
+    [InlineData("pairs")]
     public void ReplayedBlocksEqualTheKernelsBlocks(string name)
     {
         var s = DirtyLogScenarios.Ensure(name);
@@ -87,6 +90,7 @@ public sealed class KernelLogReplayTests : IDisposable
         var a = new byte[512];
         var b = new byte[512];
         var differing = new List<long>();
+        string? firstBytes = null;
         long compared = 0;
         foreach (var (offset, length) in overlay.DirtyRanges())
         {
@@ -101,15 +105,21 @@ public sealed class KernelLogReplayTests : IDisposable
                     MaskSuperblockCounters(a);
                     MaskSuperblockCounters(b);
                 }
-                if (!a.AsSpan().SequenceEqual(b)) differing.Add(o / 512);
+                if (a.AsSpan().SequenceEqual(b)) continue;
+                differing.Add(o / 512);
+                firstBytes ??= $"daddr {o / 512} differs at bytes " +
+                    string.Join(", ", Enumerable.Range(0, 512).Where(i => a[i] != b[i]).Take(12).Select(i => $"{i} (ours 0x{a[i]:x2}, kernel 0x{b[i]:x2})"));
             }
         }
         Assert.True(compared > 100, $"only {compared} sectors replayed");
-        Assert.True(differing.Count == 0, $"{differing.Count} of {compared} replayed sectors differ from the kernel's, first daddrs: {string.Join(", ", differing.Take(20))}");
+        Assert.True(differing.Count == 0, $"{differing.Count} of {compared} replayed sectors differ from the kernel's, first daddrs: {string.Join(", ", differing.Take(20))}; {firstBytes}");
     }
 
     private static void MaskSuperblockCounters(Span<byte> sector)
     {
+        // "No quota inode" is 0 as mkfs 6.13 writes it, NULLFSINO as the kernel writes the superblock back.
+        foreach (int off in new[] { SuperblockView.OffUquotIno, SuperblockView.OffGquotIno, SuperblockView.OffPquotIno })
+            if (BinaryPrimitives.ReadUInt64BigEndian(sector[off..]) == 0) BinaryPrimitives.WriteUInt64BigEndian(sector[off..], ulong.MaxValue);
         sector.Slice(SuperblockView.OffIcount, 24).Clear();
         sector.Slice(SuperblockView.OffCrc, 4).Clear();
         sector.Slice(SuperblockView.OffLsn, 8).Clear();
@@ -136,6 +146,7 @@ public sealed class KernelLogReplayTests : IDisposable
     [InlineData("xhdr4k", "6.1")]
     [InlineData("extlog", "6.1")]
     [InlineData("mkfs613", "6.13")]
+    [InlineData("pairs", "6.13")]
     public void InPlaceRecoveryLeavesACleanConsistentVolume(string name, string xfsprogs)
     {
         var s = DirtyLogScenarios.Ensure(name);
@@ -220,6 +231,123 @@ public sealed class KernelLogReplayTests : IDisposable
         }
         Assert.True(DirtyLogScenarios.FilesEqual(copy, s.DirtyImage), "a refused in-place recovery changed the image");
     }
+
+    [Fact]
+    public void DquotsAreReplayedAsTheKernelReplaysThem()
+    {
+        // The quota scenario was made by a kernel mounted with uquota,gquota,pquota (user-mode Linux: this machine's
+        // kernel has no XFS quota) and replayed by it with the same options. Quota was switched on by that very mount,
+        // so the superblock on disk still says "no quota": only the logged superblock does.
+        var s = DirtyLogScenarios.Ensure("quota");
+        using var data = FileBlockDevice.Open(s.DirtyImage, writable: false);
+        using var kernel = FileBlockDevice.Open(s.KernelImage, writable: false);
+        var result = Recover(s, data, null, LogReplayMode.Memory);
+        Assert.True(result.QuotaAccounting, "the replayed superblock has quota accounting on");
+        Assert.True(result.DquotsReplayed > 0, "no logged dquot was replayed");
+        var overlay = Assert.IsType<OverlayDevice>(result.Device);
+
+        // Every block of the three quota files (located by xfs_db in the kernel's replay) equals the kernel's,
+        // and the log, not the disk, is what made some of them so.
+        var blocks = QuotaFileBlocks(s.KernelImage);
+        Assert.True(blocks.Count >= 3, $"xfs_db found {blocks.Count} quota file blocks");
+        int blockSize = (int)DirtyLogScenarios.ReadSuperblock(kernel).BlockSize;
+        var ours = new byte[blockSize];
+        var theirs = new byte[blockSize];
+        var before = new byte[blockSize];
+        var differing = new List<long>();
+        int changedByLog = 0;
+        foreach (long offset in blocks)
+        {
+            overlay.Read(offset, ours);
+            kernel.Read(offset, theirs);
+            data.Read(offset, before);
+            if (!ours.AsSpan().SequenceEqual(theirs)) differing.Add(offset / 512);
+            if (!before.AsSpan().SequenceEqual(theirs)) changedByLog++;
+        }
+        Assert.True(differing.Count == 0, $"{differing.Count} of {blocks.Count} dquot blocks differ from the kernel's, daddrs: {string.Join(", ", differing)}");
+        Assert.True(changedByLog > 0, "no dquot block differs between the dirty volume and the kernel's replay: the log carried nothing to check");
+    }
+
+    /// <summary>Byte offsets of every block of the user, group and project quota files, from xfs_db.</summary>
+    private static List<long> QuotaFileBlocks(string image)
+    {
+        var xfsDb = OracleImages.Tool("xfs_db");
+        var sb = Shell.RunChecked(xfsDb, "-r", "-c", "sb 0", "-c", "print uquotino gquotino pquotino blocksize agblocks", image).StandardOutput;
+        var fields = sb.Split('\n', StringSplitOptions.RemoveEmptyEntries).Select(l => l.Split(" = "))
+            .Where(p => p.Length == 2).ToDictionary(p => p[0].Trim(), p => p[1].Trim());
+        long blockSize = long.Parse(fields["blocksize"]), agBlocks = long.Parse(fields["agblocks"]);
+        var offsets = new List<long>();
+        foreach (var q in new[] { "uquotino", "gquotino", "pquotino" })
+        {
+            ulong ino = ulong.Parse(fields[q]);
+            Assert.True(ino != 0 && ino != ulong.MaxValue, $"the kernel's replay has no {q}");
+            var bmap = Shell.RunChecked(xfsDb, "-r", "-c", $"inode {ino}", "-c", "bmap", image).StandardOutput;
+            // "data offset 0 startblock 15 (0/15) count 1 flag 0"
+            foreach (System.Text.RegularExpressions.Match m in System.Text.RegularExpressions.Regex.Matches(bmap, @"\((\d+)/(\d+)\) count (\d+)"))
+            {
+                long ag = long.Parse(m.Groups[1].Value), agbno = long.Parse(m.Groups[2].Value), count = long.Parse(m.Groups[3].Value);
+                for (long i = 0; i < count; i++) offsets.Add((ag * agBlocks + agbno + i) * blockSize);
+            }
+        }
+        return offsets;
+    }
+
+    [Fact]
+    public void InPlaceRecoveryWithQuotaIsCleanForTheKernelWithQuota()
+    {
+        var s = DirtyLogScenarios.Ensure("quota");
+        Assert.NotNull(s.QuotaReport);
+        string copy = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, "quota.img");
+        using (var data = FileBlockDevice.Open(copy, writable: true))
+        {
+            var result = Recover(s, data, null, LogReplayMode.InPlace);
+            Assert.Equal(LogState.ReplayedInPlace, result.State);
+            Assert.True(result.DquotsReplayed > 0);
+            Assert.Equal(LogState.Clean, Recover(s, data, null, LogReplayMode.Memory).State);
+        }
+        // xfs_repair also checks every dquot's counts against the files it finds.
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair"), "-n", copy);
+        Assert.True(repair.ExitCode == 0, $"xfs_repair -n failed ({repair.ExitCode}):\n{repair.StandardOutput}\n{repair.StandardError}");
+
+        // A kernel with quota mounts it (read-only, with the scenario's quota options) without recovery and
+        // without a quotacheck (which would rebuild the counts and hide wrong dquots); it shows the same tree
+        // and the same quota report as after its own replay.
+        string prefix = Path.Combine(_tmp, "quota.inplace");
+        DirtyLogScenarios.GuestReport("quota", copy, prefix);
+        string dmesg = File.ReadAllText(prefix + ".dmesg");
+        Assert.Contains("XFS (ubda): Mounting V5", dmesg);
+        Assert.DoesNotContain("recovery", dmesg, StringComparison.OrdinalIgnoreCase);
+        Assert.DoesNotContain("Quotacheck", dmesg, StringComparison.Ordinal);
+        Assert.Equal(File.ReadAllText(s.ManifestPath), File.ReadAllText(prefix + ".json"));
+        string report = File.ReadAllText(prefix + ".quota");
+        Assert.Contains("#1001", report);
+        Assert.Equal(File.ReadAllText(s.QuotaReport!), report);
+    }
+
+    [Fact]
+    public void PairedIntentsOfEveryKindAreSeenAndFinished()
+    {
+        // A 6.13 volume with parent pointers and exchange-range: reflink and copy-on-write give BUI/CUI/RUI, the
+        // exchange XMI, parent pointers ATTRI, each finished by its done item in the log (dirty-logs.sh checks).
+        var s = DirtyLogScenarios.Ensure("pairs");
+        using var data = FileBlockDevice.Open(s.DirtyImage, writable: false);
+        var result = Recover(s, data, null, LogReplayMode.Memory);
+        var logprint = Shell.RunChecked(OracleImages.Tool("xfs_logprint", "6.13"), "-t", s.DirtyImage).StandardOutput;
+        foreach (var (intent, done) in new[] { ("BUI", "BUD"), ("CUI", "CUD"), ("RUI", "RUD"), ("ATTRI", "ATTRD"), ("XMI", "XMD") })
+        {
+            int logged = CountItems(logprint, intent), finished = CountItems(logprint, done);
+            Assert.True(logged > 0, $"xfs_logprint shows no {intent}");
+            Assert.Equal(logged, result.IntentsLogged.GetValueOrDefault(intent));
+            Assert.Equal(finished, result.IntentsFinished.GetValueOrDefault(intent));
+        }
+        Assert.Empty(result.UnfinishedIntents);
+        Assert.Equal(0, result.UnlinkedInodes);
+        Assert.DoesNotContain(result.Warnings, w => w.Contains("unfinished", StringComparison.Ordinal) || w.Contains("copy-on-write", StringComparison.Ordinal));
+    }
+
+    /// <summary>Items of one kind in an <c>xfs_logprint -t</c> listing: each starts with a "KIND: cnt:" line.</summary>
+    private static int CountItems(string logprint, string kind) =>
+        logprint.Split('\n').Count(l => l.StartsWith(kind + ": cnt:", StringComparison.Ordinal));
 
     [Fact]
     public void WrappedLogIsFoundAndReplayed()
@@ -312,6 +440,9 @@ public sealed class KernelLogReplayTests : IDisposable
         Assert.Contains(result.Warnings, w => w.Contains("torn write", StringComparison.Ordinal));
         Assert.Equal((uint)lastRecord, Lsn.Block(result.HeadLsn));
         Assert.True(result.TransactionsReplayed > 0, "nothing left to replay before the torn record");
+        // The kernel frees inodes left on the unlinked lists after its replay, which would change blocks beyond the
+        // replay; the crash workload ends with work that unlinks nothing, so that cutting its last record leaves none.
+        Assert.True(result.UnlinkedInodes == 0, $"the cut left {result.UnlinkedInodes} inode(s) on the unlinked lists");
         AssertReplayedBlocksMatch(Assert.IsType<OverlayDevice>(result.Device), kernel);
     }
 

@@ -3,8 +3,18 @@
 # usage: dirty-logs.sh SCENARIO OUTDIR
 # Writes OUTDIR/SCENARIO.dirty (never replayed), OUTDIR/SCENARIO.kernel (mounted and unmounted by the
 # kernel: its replay), OUTDIR/SCENARIO.json (manifest of the kernel's view after replay), and for
-# external-log scenarios OUTDIR/SCENARIO.logdev.dirty / .logdev.kernel. Needs root and loop devices.
+# external-log scenarios OUTDIR/SCENARIO.logdev.dirty / .logdev.kernel, for quota scenarios OUTDIR/SCENARIO.quota
+# (xfs_quota's report after the kernel's replay). Needs root and loop devices.
+# Scenarios the machine's kernel cannot run (quota: it is built without XFS quota support) run their kernel
+# steps in user-mode Linux (uml.sh), which calls this script back inside the guest:
+#   dirty-logs.sh --guest workload SCENARIO -        mount /dev/ubda, run the workload, shut down, unmount
+#   dirty-logs.sh --guest replay SCENARIO PREFIX     mount (the kernel replays), unmount; mount read-only and
+#                                                    write PREFIX.json, PREFIX.quota
+#   dirty-logs.sh --guest report SCENARIO PREFIX     mount read-only; write PREFIX.json, PREFIX.quota and the
+#                                                    kernel's messages of that mount to PREFIX.dmesg
 set -euo pipefail
+GUEST=""
+if [[ ${1:-} == --guest ]]; then GUEST=$2; shift 2; fi
 SCEN=$1; OUT=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 MANIFEST=${XFSWIN_MANIFEST:-$HERE/manifest.py}
@@ -22,7 +32,8 @@ cleanup() {
 trap cleanup EXIT
 
 IMG=$WORK/img; LOGIMG=""
-MOUNTOPTS=""; MKFSOPTS="-m rmapbt=1,reflink=1"; SIZE=1G
+MOUNTOPTS=""; MKFSOPTS="-m rmapbt=1,reflink=1"; SIZE=1G; KERNEL=host
+XFSPROGS613="$CACHE/xfsprogs-6.13/bin"
 case $SCEN in
     crash) ;;
     cow) ;;
@@ -32,17 +43,11 @@ case $SCEN in
     xhdr4k) MKFSOPTS="$MKFSOPTS -s size=4096"; MOUNTOPTS="logbsize=256k" ;;
     extlog) LOGIMG=$WORK/logdev; truncate -s 80M "$LOGIMG"; MKFSOPTS="$MKFSOPTS -l logdev=$LOGIMG,size=16384b" ;;
     intents) ;;
-    mkfs613) MKFS="$CACHE/xfsprogs-6.13/bin/mkfs.xfs"; MKFSOPTS="-n parent=1 -i exchange=1"
+    mkfs613|pairs) MKFS="$XFSPROGS613/mkfs.xfs"; MKFSOPTS="-n parent=1 -i exchange=1"
              [[ -x $MKFS ]] || { echo "dirty-logs.sh: $MKFS missing: run scripts/oracles/install.sh" >&2; exit 2; } ;;
+    quota) MOUNTOPTS="uquota,gquota,pquota"; KERNEL=uml ;;
     *) echo "dirty-logs.sh: unknown scenario $SCEN" >&2; exit 2 ;;
 esac
-
-truncate -s $SIZE "$IMG"
-$MKFS -q -f $MKFSOPTS "$IMG" >/dev/null
-LOOP=$(losetup --find --show "$IMG")
-opts=$MOUNTOPTS
-if [[ -n $LOGIMG ]]; then LOGLOOP=$(losetup --find --show "$LOGIMG"); opts="${opts:+$opts,}logdev=$LOGLOOP"; fi
-mount -t xfs ${opts:+-o $opts} "$LOOP" "$MNT"
 
 M=$MNT
 workload_common() {
@@ -88,10 +93,84 @@ workload_common() {
     mkdir $M/late_many; for i in $(seq 1 3000); do : > $M/late_many/a_fairly_long_file_name_$i; done
     for i in $(seq 1 200); do setfattr -n user.late -v "late value $i" $M/late_many/a_fairly_long_file_name_$i; done
     for i in $(seq 1 1000); do rm $M/late_many/a_fairly_long_file_name_$i; done
+    # Unlinked inodes are freed in the background: let that reach the log, so that the last checkpoint (the one a
+    # torn last record drops) unlinks nothing and its loss leaves no inode on the unlinked lists.
+    sync; sleep 1; sync
+    mkdir $M/late_tail; for i in $(seq 1 400); do echo "tail $i" > $M/late_tail/f$i; done
 }
 
+workload_quota() {
+    # Usage and limits of several users, groups and projects change; the last changes (after the final
+    # sync) reach only the log, as logged dquots.
+    mkdir -p $M/proj10 $M/proj20 $M/users
+    echo "10:$M/proj10" > $WORK/projects; echo "proj10:10" > $WORK/projid
+    xfs_quota -x -D $WORK/projects -P $WORK/projid -c 'project -s proj10' $M >/dev/null
+    xfs_io -c 'chproj 20' -c 'chattr +P' $M/proj20
+    xfs_quota -x -c 'limit -u bsoft=10m bhard=20m isoft=100 ihard=200 1001' -c 'limit -g bhard=50m 2001' \
+        -c 'limit -p bhard=30m ihard=500 20' $M
+    for u in 1001 1002 1003; do
+        mkdir $M/users/u$u; chown $u:$((u + 1000)) $M/users/u$u
+        for i in $(seq 1 20); do head -c $((u * 10 + i * 100)) /dev/urandom > $M/users/u$u/f$i; chown $u:$((u + 1000)) $M/users/u$u/f$i; done
+    done
+    for i in $(seq 1 30); do head -c 40000 /dev/urandom > $M/proj10/p$i; head -c 7000 /dev/urandom > $M/proj20/p$i; done
+    sync
+    for i in $(seq 1 10); do
+        rm $M/users/u1001/f$i; chown 1002:3002 $M/users/u1003/f$i; head -c 100000 /dev/urandom >> $M/proj10/p$i
+        mv $M/proj20/p$i $M/users/u1002/moved$i
+    done
+    for i in $(seq 1 15); do head -c 5000 /dev/urandom > $M/users/u1001/late$i; chown 1004:3004 $M/users/u1001/late$i; done
+    xfs_quota -x -c 'limit -u bhard=99m 1002' -c 'limit -p ihard=77 10' -c 'limit -g isoft=40 3002' $M
+    sync
+    # Only in the log from here on.
+    for i in $(seq 11 15); do chown 1003:2001 $M/users/u1002/f$i; rm $M/proj10/p$((i + 10)); done
+    chgrp 3004 $M/users/u1003/f20; rm $M/users/u1001/late1
+    xfs_quota -x -c 'limit -u ihard=150 1003' $M
+}
+
+workload_pairs() {
+    # Intents with their done items: reflink and copy-on-write (BUI, CUI, RUI), extent exchange (XMI), parent
+    # pointers (ATTRI). An intent and its done item committed while both are still in the CIL never reach the
+    # log (whiteouts), so a second process forces the log all the time: pairs are split across checkpoints.
+    mkdir $M/src $M/ns
+    # Files made here inherit a one-block copy-on-write extent size hint: no speculative CoW staging extent outlives
+    # the writes (leftover ones are the kernel's to remove at mount, and in-place recovery refuses them).
+    xfs_io -c 'cowextsize 4096' $M/src
+    python3 - $M/src/frag $M/src/other <<'PY2'
+import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+    for i in range(0, 4000, 2): os.pwrite(fd, os.urandom(4096), i * 4096)
+    os.fsync(fd); os.close(fd)
+PY2
+    sync
+    python3 - $M/forcer <<'PY2' & local forcer=$!
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
+end, i = time.time() + 120, 0
+while time.time() < end and not os.path.exists(sys.argv[1] + ".stop"):
+    os.pwrite(fd, b"x", i % 4096); os.fsync(fd); i += 1
+PY2
+    cp --reflink=always $M/src/frag $M/src/clone
+    python3 - $M/src/clone <<'PY2'
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)
+for i in range(0, 4000, 6): os.pwrite(fd, os.urandom(4096), i * 4096)
+os.fsync(fd); os.close(fd)
+PY2
+    "$XFSPROGS613/xfs_io" -c "exchangerange $M/src/other" $M/src/frag
+    for i in $(seq 1 200); do echo $i > $M/ns/f$i; done
+    for i in $(seq 1 50); do mv $M/ns/f$i $M/ns/g$i; ln $M/ns/f$((i + 50)) $M/ns/h$i; rm $M/ns/f$((i + 100)); done
+    mkdir $M/ns/sub; for i in $(seq 151 200); do mv $M/ns/f$i $M/ns/sub/; done
+    touch $M/forcer.stop; wait $forcer; rm $M/forcer $M/forcer.stop
+    # Everything done reaches the log: nothing is left for the kernel to finish at mount.
+    sync
+}
+
+run_workload() {
 case $SCEN in
     crash|xhdr4k|extlog|mkfs613) workload_common ;;
+    quota) workload_quota ;;
+    pairs) workload_pairs ;;
     intents)
         # Truncating a file of 20000 extents takes many chained transactions; shutting down in the middle
         # leaves free-extent and rmap intents whose done items never reached the log.
@@ -159,31 +238,106 @@ else:
 PY
         ;;
 esac
-xfs_io -x -c 'shutdown -f' $M
-[[ -n ${TRUNC:-} ]] && { wait $TRUNC || true; }
-exec 3<&-
-umount $M
-[[ -n $LOGLOOP ]] && { losetup -d $LOGLOOP; LOGLOOP=""; }
-losetup -d $LOOP; LOOP=""
+}
+
+quota_report() {
+    # Numeric ids, blocks and inodes, no header (it names the mount point and device).
+    local t
+    for t in u g p; do echo "[$t]"; xfs_quota -x -c "report -$t -n -N -b -i" "$1" 2>/dev/null; done
+}
+
+# Lines of a saved `xfs_logprint -t` listing that match an extended regular expression.
+count_lines() { grep -cE "$2" "$1" || true; }
+
+# ---- steps run inside the user-mode Linux guest (see uml.sh) ----
+if [[ -n $GUEST ]]; then
+    DEV=/dev/ubda
+    case $GUEST in
+        workload)
+            mount -t xfs ${MOUNTOPTS:+-o $MOUNTOPTS} $DEV $M
+            run_workload
+            xfs_io -x -c 'shutdown -f' $M
+            umount $M ;;
+        replay)
+            mount -t xfs ${MOUNTOPTS:+-o $MOUNTOPTS} $DEV $M
+            umount $M
+            mount -t xfs -o ro${MOUNTOPTS:+,$MOUNTOPTS} $DEV $M
+            python3 "$MANIFEST" $M "$OUT.json"
+            quota_report $M > "$OUT.quota"
+            umount $M ;;
+        report)
+            dmesg -C
+            mount -t xfs -o ro${MOUNTOPTS:+,$MOUNTOPTS} $DEV $M
+            python3 "$MANIFEST" $M "$OUT.json"
+            quota_report $M > "$OUT.quota"
+            dmesg > "$OUT.dmesg"
+            umount $M ;;
+        *) echo "dirty-logs.sh: unknown guest step $GUEST" >&2; exit 2 ;;
+    esac
+    exit 0
+fi
+
+
+truncate -s $SIZE "$IMG"
+$MKFS -q -f $MKFSOPTS "$IMG" >/dev/null
+if [[ $KERNEL == uml ]]; then
+    bash "$HERE/uml.sh" run "$IMG" -- env XFSWIN_MANIFEST="$MANIFEST" XFSWIN_CACHE="$CACHE" bash "$HERE/dirty-logs.sh" --guest workload "$SCEN" -
+else
+    LOOP=$(losetup --find --show "$IMG")
+    opts=$MOUNTOPTS
+    if [[ -n $LOGIMG ]]; then LOGLOOP=$(losetup --find --show "$LOGIMG"); opts="${opts:+$opts,}logdev=$LOGLOOP"; fi
+    mount -t xfs ${opts:+-o $opts} "$LOOP" "$MNT"
+    run_workload
+    xfs_io -x -c 'shutdown -f' $M
+    [[ -n ${TRUNC:-} ]] && { wait $TRUNC || true; }
+    exec 3<&-
+    umount $M
+    [[ -n $LOGLOOP ]] && { losetup -d $LOGLOOP; LOGLOOP=""; }
+    losetup -d $LOOP; LOOP=""
+fi
 
 if [[ $SCEN == intents ]] && ! xfs_logprint -t "$IMG" 2>/dev/null | grep -qE '^(EFI|RUI):'; then
     echo "dirty-logs.sh: intents: the shutdown came too late, no intent is in the log; run again" >&2; exit 3
+fi
+if [[ $SCEN == quota ]]; then
+    xfs_logprint -t "$IMG" >"$WORK/logprint" 2>/dev/null
+    if [[ $(count_lines "$WORK/logprint" '^[[:space:]]*DQUOT: #regs') -eq 0 ]]; then
+        echo "dirty-logs.sh: quota: no DQUOT item is in the dirty log (xfs_logprint -t)" >&2; exit 1
+    fi
+fi
+if [[ $SCEN == pairs ]]; then
+    # Every kind must be in the log, each intent with its done item (6.13's xfs_logprint knows them all).
+    # Whiteouts depend on timing: run again.
+    "$XFSPROGS613/xfs_logprint" -t "$IMG" >"$WORK/logprint" 2>/dev/null
+    for pair in BUI:BUD CUI:CUD RUI:RUD ATTRI:ATTRD XMI:XMD; do
+        i=$(count_lines "$WORK/logprint" "^${pair%:*}: cnt:"); d=$(count_lines "$WORK/logprint" "^${pair#*:}: cnt:")
+        if [[ $i -eq 0 || $i -ne $d ]]; then
+            echo "dirty-logs.sh: pairs: $i ${pair%:*} and $d ${pair#*:} items in the log (xfs_logprint -t); run again" >&2; exit 3
+        fi
+    done
 fi
 mkdir -p "$OUT"
 cp --sparse=always "$IMG" "$OUT/$SCEN.dirty.tmp"
 [[ -n $LOGIMG ]] && cp --sparse=always "$LOGIMG" "$OUT/$SCEN.logdev.dirty.tmp"
 
 # The kernel's replay: mount read-write (recovery), unmount; then record what it shows.
-LOOP=$(losetup --find --show "$IMG")
-opts=""
-if [[ -n $LOGIMG ]]; then LOGLOOP=$(losetup --find --show "$LOGIMG"); opts="logdev=$LOGLOOP"; fi
-mount -t xfs ${opts:+-o $opts} "$LOOP" "$MNT"
-umount "$MNT"
-mount -t xfs -o ro${opts:+,$opts} "$LOOP" "$MNT"
-python3 "$MANIFEST" "$MNT" "$OUT/$SCEN.json.tmp"
-umount "$MNT"
-[[ -n $LOGLOOP ]] && { losetup -d $LOGLOOP; LOGLOOP=""; }
-losetup -d $LOOP; LOOP=""
+if [[ $KERNEL == uml ]]; then
+    bash "$HERE/uml.sh" run "$IMG" -- env XFSWIN_MANIFEST="$MANIFEST" XFSWIN_CACHE="$CACHE" bash "$HERE/dirty-logs.sh" --guest replay "$SCEN" "$WORK/replay"
+    grep -q '^#' "$WORK/replay.quota" || { echo "dirty-logs.sh: $SCEN: xfs_quota reported nothing after the replay" >&2; exit 1; }
+    cp "$WORK/replay.json" "$OUT/$SCEN.json.tmp"
+    cp "$WORK/replay.quota" "$OUT/$SCEN.quota"
+else
+    LOOP=$(losetup --find --show "$IMG")
+    opts=""
+    if [[ -n $LOGIMG ]]; then LOGLOOP=$(losetup --find --show "$LOGIMG"); opts="logdev=$LOGLOOP"; fi
+    mount -t xfs ${opts:+-o $opts} "$LOOP" "$MNT"
+    umount "$MNT"
+    mount -t xfs -o ro${opts:+,$opts} "$LOOP" "$MNT"
+    python3 "$MANIFEST" "$MNT" "$OUT/$SCEN.json.tmp"
+    umount "$MNT"
+    [[ -n $LOGLOOP ]] && { losetup -d $LOGLOOP; LOGLOOP=""; }
+    losetup -d $LOOP; LOOP=""
+fi
 cp --sparse=always "$IMG" "$OUT/$SCEN.kernel.tmp"
 [[ -n $LOGIMG ]] && { cp --sparse=always "$LOGIMG" "$OUT/$SCEN.logdev.kernel"; mv "$OUT/$SCEN.logdev.dirty.tmp" "$OUT/$SCEN.logdev.dirty"; }
 mv "$OUT/$SCEN.kernel.tmp" "$OUT/$SCEN.kernel"
