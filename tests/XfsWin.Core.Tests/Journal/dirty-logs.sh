@@ -43,13 +43,38 @@ case $SCEN in
     xhdr4k) MKFSOPTS="$MKFSOPTS -s size=4096"; MOUNTOPTS="logbsize=256k" ;;
     extlog) LOGIMG=$WORK/logdev; truncate -s 80M "$LOGIMG"; MKFSOPTS="$MKFSOPTS -l logdev=$LOGIMG,size=16384b" ;;
     intents) ;;
-    mkfs613|pairs) MKFS="$XFSPROGS613/mkfs.xfs"; MKFSOPTS="-n parent=1 -i exchange=1"
+    mkfs613|pairs|intents613) MKFS="$XFSPROGS613/mkfs.xfs"; MKFSOPTS="-n parent=1 -i exchange=1"
              [[ -x $MKFS ]] || { echo "dirty-logs.sh: $MKFS missing: run scripts/oracles/install.sh" >&2; exit 2; } ;;
     quota) MOUNTOPTS="uquota,gquota,pquota"; KERNEL=uml ;;
     *) echo "dirty-logs.sh: unknown scenario $SCEN" >&2; exit 2 ;;
 esac
 
 M=$MNT
+BG=""          # workload processes the shutdown interrupts
+LATE_FROM=""   # log block where the work that must stay in the log began (host scenarios)
+# The log block of the head, read from the image (or external log) the loop device writes through.
+log_head() {
+    python3 - "${LOGIMG:-$IMG}" ${LOGIMG:+external} <<'PY'
+import struct, sys
+path, external = sys.argv[1], len(sys.argv) > 2
+with open(path, "rb") as f:
+    if external:
+        base, n = 0, None
+    else:
+        sb = f.read(512)
+        bs, = struct.unpack(">I", sb[4:8]); logstart, = struct.unpack(">Q", sb[48:56])
+        agblocks, = struct.unpack(">I", sb[84:88]); logblocks, = struct.unpack(">I", sb[96:100]); agblklog = sb[124]
+        base = ((logstart >> agblklog) * agblocks + (logstart & ((1 << agblklog) - 1))) * bs
+        n = logblocks * bs // 512
+    f.seek(base); data = f.read(n * 512 if n else -1)
+n = len(data) // 512
+def cyc(i):
+    w0, w1 = struct.unpack(">II", data[i*512:i*512+8])
+    return w1 if w0 == 0xFEEDBABE else w0
+c0 = cyc(0)
+print(next((i for i in range(1, n) if cyc(i) != c0), n))
+PY
+}
 workload_common() {
     mkdir -p $M/d1/sub $M/big $M/links $M/attrs
     for i in $(seq 1 200); do echo "file $i" > $M/d1/f$i; done
@@ -61,7 +86,7 @@ workload_common() {
     xfs_io -c 'fpunch 1M 512k' $M/big/large
     truncate -s 100M $M/big/sparse; echo tail >> $M/big/sparse
     for i in $(seq 1 40); do mv $M/d1/f$i $M/d1/renamed$i; done
-    for i in $(seq 41 80); do rm $M/d1/f$i; done
+    (cd $M/d1 && rm f{41..80})
     for i in $(seq 81 100); do ln $M/d1/f$i $M/links/h$i; done
     setfattr -n user.small -v abc $M/attrs/ 
     touch $M/attrs/a1 $M/attrs/a2 $M/attrs/a3 $M/attrs/a4 $M/attrs/a5
@@ -76,10 +101,11 @@ workload_common() {
     ln -s "$(head -c 300 /dev/zero | tr '\0' s)" $M/links/symlong
     mkfifo $M/links/fifo; mknod $M/links/chr c 1 3
     mkdir $M/grow; for i in $(seq 1 1500); do : > $M/grow/name_with_some_length_$i; done
-    for i in $(seq 1 1400); do rm $M/grow/name_with_some_length_$i; done
+    (cd $M/grow && rm name_with_some_length_{1..1400})
     chmod 600 $M/d1/f150; chown 1234:567 $M/d1/f151; touch -d '2001-02-03 04:05:06.123456789' $M/d1/f152
     sync
-    # Changes below live only in the log when the volume is shut down.
+    # Changes below live only in the log when the volume is shut down (checked after the shutdown).
+    LATE_FROM=$(log_head)
     for i in $(seq 1 100); do echo late$i > $M/d1/late$i; done
     for i in $(seq 1 20); do mv $M/d1/late$i $M/d1/sub/late$i; done
     rm -rf $M/d1/sub/dir1 $M/d1/sub/dir2
@@ -87,15 +113,17 @@ workload_common() {
     setfattr -x user.key7 $M/attrs/a3
     head -c 3M /dev/urandom >> $M/big/app
     mkdir $M/late_dir; for i in $(seq 1 300); do : > $M/late_dir/entry_$i; done
-    for i in $(seq 1 250); do rm $M/late_dir/entry_$i; done
+    (cd $M/late_dir && rm entry_{1..250})
     ln $M/d1/f190 $M/links/late_hard; mv $M/d1/f191 $M/late_dir/moved
     # Enough logged work after the last sync for many records between tail and head.
     mkdir $M/late_many; for i in $(seq 1 3000); do : > $M/late_many/a_fairly_long_file_name_$i; done
     for i in $(seq 1 200); do setfattr -n user.late -v "late value $i" $M/late_many/a_fairly_long_file_name_$i; done
-    for i in $(seq 1 1000); do rm $M/late_many/a_fairly_long_file_name_$i; done
-    # Unlinked inodes are freed in the background: let that reach the log, so that the last checkpoint (the one a
-    # torn last record drops) unlinks nothing and its loss leaves no inode on the unlinked lists.
-    sync; sleep 1; sync
+    (cd $M/late_many && rm a_fairly_long_file_name_{1..1000})
+    # Unlinked inodes are freed in the background: wait for that (the blockgc ioctl flushes inode inactivation) and
+    # force the log, so that the last checkpoint (the one a torn last record drops) unlinks nothing and its loss
+    # leaves no inode on the unlinked lists.
+    xfs_spaceman -c 'prealloc -s' $M
+    sync
     mkdir $M/late_tail; for i in $(seq 1 400); do echo "tail $i" > $M/late_tail/f$i; done
 }
 
@@ -171,6 +199,21 @@ case $SCEN in
     crash|xhdr4k|extlog|mkfs613) workload_common ;;
     quota) workload_quota ;;
     pairs) workload_pairs ;;
+    intents613)
+        # An extent exchange of two files of 20000 extents, cut short by the shutdown: the exchange (XMI) and the
+        # mapping updates of its current step (BUI) are in the middle of their chains. a and b have the same layout
+        # and contents, so how far the exchange got does not show in the tree.
+        python3 - $M/a $M/b <<'PY'
+import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+    for i in range(0, 40000, 2): os.pwrite(fd, b"y" * 4096, i * 4096)
+    os.fsync(fd); os.close(fd)
+PY
+        sync
+        "$XFSPROGS613/xfs_io" -c "exchangerange $M/b" $M/a 2>/dev/null & BG="$BG $!"
+        sleep 0.5   # the exchange takes seconds
+        ;;
     intents)
         # Truncating a file of 20000 extents takes many chained transactions; shutting down in the middle
         # leaves free-extent and rmap intents whose done items never reached the log.
@@ -182,7 +225,7 @@ os.fsync(fd); os.close(fd)
 PY
         echo keep > $M/kept
         sync
-        truncate -s 0 $M/frag 2>/dev/null & TRUNC=$!
+        truncate -s 0 $M/frag 2>/dev/null & BG="$BG $!"
         sleep 0.05
         ;;
     cow)
@@ -289,15 +332,46 @@ else
     mount -t xfs ${opts:+-o $opts} "$LOOP" "$MNT"
     run_workload
     xfs_io -x -c 'shutdown -f' $M
-    [[ -n ${TRUNC:-} ]] && { wait $TRUNC || true; }
+    for pid in $BG; do wait $pid || true; done
     exec 3<&-
     umount $M
     [[ -n $LOGLOOP ]] && { losetup -d $LOGLOOP; LOGLOOP=""; }
     losetup -d $LOOP; LOOP=""
+    # The kernel writes logged metadata back now and then (every xfssyncd_centisecs, or when memory is reclaimed,
+    # e.g. by someone's drop_caches), which moves the log tail on: the work meant to stay in the log must still be
+    # between tail and head.
+    if [[ -n $LATE_FROM ]]; then
+        tail=$(xfs_logprint -t ${LOGIMG:+-l "$LOGIMG"} "$IMG" 2>/dev/null | sed -n 's/.*log tail: \([0-9]*\) head.*/\1/p')
+        if [[ -z $tail ]] || (( tail > LATE_FROM )); then
+            echo "dirty-logs.sh: $SCEN: metadata was written back during the workload (log tail ${tail:-?} is past block $LATE_FROM, where the late work began); run again" >&2; exit 3
+        fi
+    fi
 fi
 
 if [[ $SCEN == intents ]] && ! xfs_logprint -t "$IMG" 2>/dev/null | grep -qE '^(EFI|RUI):'; then
     echo "dirty-logs.sh: intents: the shutdown came too late, no intent is in the log; run again" >&2; exit 3
+fi
+if [[ $SCEN == intents613 ]]; then
+    # Intents whose done item is not in the log, by kind, from xfs_logprint's listing (items in log order).
+    "$XFSPROGS613/xfs_logprint" -t "$IMG" >"$WORK/logprint" 2>/dev/null
+    unfinished=$(python3 - "$WORK/logprint" <<'PY'
+import re, sys
+done_of = {"EFD": "EFI", "RUD": "RUI", "CUD": "CUI", "BUD": "BUI", "ATTRD": "ATTRI", "XMD": "XMI"}
+pending = []
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"\s*([A-Z]+):\s+#regs:.*\bid:\s*(0x[0-9a-f]+)", line)
+    if not m: continue
+    kind, ident = m.groups()
+    if kind in done_of.values(): pending.append((kind, ident))
+    elif kind in done_of and (done_of[kind], ident) in pending: pending.remove((done_of[kind], ident))
+print(" ".join(sorted({k for k, _ in pending})))
+PY
+)
+    for kind in XMI BUI; do
+        if [[ " $unfinished " != *" $kind "* ]]; then
+            echo "dirty-logs.sh: intents613: no unfinished $kind in the log (unfinished: ${unfinished:-none}); run again" >&2; exit 3
+        fi
+    done
 fi
 if [[ $SCEN == quota ]]; then
     xfs_logprint -t "$IMG" >"$WORK/logprint" 2>/dev/null
