@@ -249,6 +249,9 @@ public sealed class KernelLogReplayTests : IDisposable
         var s = DirtyLogScenarios.Ensure("quota");
         using var data = FileBlockDevice.Open(s.DirtyImage, writable: false);
         using var kernel = FileBlockDevice.Open(s.KernelImage, writable: false);
+        var sector = new byte[512];
+        data.Read(0, sector);
+        Assert.Equal(0, new SuperblockView(sector).Qflags);
         var result = Recover(s, data, null, LogReplayMode.Memory);
         Assert.True(result.QuotaAccounting, "the replayed superblock has quota accounting on");
         Assert.True(result.DquotsReplayed > 0, "no logged dquot was replayed");
