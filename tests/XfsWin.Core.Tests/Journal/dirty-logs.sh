@@ -157,7 +157,8 @@ workload_quota() {
 workload_pairs() {
     # Intents with their done items: reflink and copy-on-write (BUI, CUI, RUI), extent exchange (XMI), parent
     # pointers (ATTRI). An intent and its done item committed while both are still in the CIL never reach the
-    # log (whiteouts), so a second process forces the log all the time: pairs are split across checkpoints.
+    # log (whiteouts), so a second process forces the log all the time: pairs are split across checkpoints, by
+    # chance. Rounds of work go on until xfs_logprint shows a finished pair of every kind in the log.
     mkdir $M/src $M/ns
     # Files made here inherit a one-block copy-on-write extent size hint: no speculative CoW staging extent outlives
     # the writes (leftover ones are the kernel's to remove at mount, and in-place recovery refuses them).
@@ -173,21 +174,37 @@ PY2
     python3 - $M/forcer <<'PY2' & local forcer=$!
 import os, sys, time
 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
-end, i = time.time() + 120, 0
+end, i = time.time() + 600, 0
 while time.time() < end and not os.path.exists(sys.argv[1] + ".stop"):
     os.pwrite(fd, b"x", i % 4096); os.fsync(fd); i += 1
 PY2
-    cp --reflink=always $M/src/frag $M/src/clone
-    python3 - $M/src/clone <<'PY2'
+    local round
+    for round in 1 2 3 4 5 6 7 8; do
+        cp --reflink=always $M/src/frag $M/src/clone$round
+        python3 - $M/src/clone$round $M/ns/r$round <<'PY2'
 import os, sys
-fd = os.open(sys.argv[1], os.O_WRONLY)
+clone, ns = sys.argv[1], sys.argv[2]
+fd = os.open(clone, os.O_WRONLY)          # copy-on-write over shared extents
 for i in range(0, 4000, 6): os.pwrite(fd, os.urandom(4096), i * 4096)
 os.fsync(fd); os.close(fd)
+os.mkdir(ns); os.mkdir(os.path.join(ns, "sub"))   # parent pointers change with every name
+for i in range(200):
+    with open(os.path.join(ns, f"f{i}"), "w") as f: f.write(str(i))
+for i in range(50):
+    os.rename(os.path.join(ns, f"f{i}"), os.path.join(ns, f"g{i}"))
+    os.link(os.path.join(ns, f"f{i + 50}"), os.path.join(ns, f"h{i}"))
+    os.unlink(os.path.join(ns, f"f{i + 100}"))
+    os.rename(os.path.join(ns, f"f{i + 150}"), os.path.join(ns, "sub", f"f{i + 150}"))
 PY2
-    "$XFSPROGS613/xfs_io" -c "exchangerange $M/src/other" $M/src/frag
-    for i in $(seq 1 200); do echo $i > $M/ns/f$i; done
-    for i in $(seq 1 50); do mv $M/ns/f$i $M/ns/g$i; ln $M/ns/f$((i + 50)) $M/ns/h$i; rm $M/ns/f$((i + 100)); done
-    mkdir $M/ns/sub; for i in $(seq 151 200); do mv $M/ns/f$i $M/ns/sub/; done
+        "$XFSPROGS613/xfs_io" -c "exchangerange $M/src/other" $M/src/frag
+        sync
+        "$XFSPROGS613/xfs_logprint" -t "$IMG" >"$WORK/logprint" 2>/dev/null || true
+        local kind missing=""
+        for kind in BUI BUD CUI CUD RUI RUD ATTRI ATTRD XMI XMD; do
+            [[ $(count_lines "$WORK/logprint" "^$kind: cnt:") -gt 0 ]] || missing="$missing $kind"
+        done
+        [[ -z $missing ]] && break
+    done
     touch $M/forcer.stop; wait $forcer; rm $M/forcer $M/forcer.stop
     # Everything done reaches the log: nothing is left for the kernel to finish at mount.
     sync
