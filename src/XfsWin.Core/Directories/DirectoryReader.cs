@@ -210,7 +210,7 @@ public sealed class DirectoryReader
         ulong db = (ulong)(byteOffset >> _dirBlockByteLog);
         int off = (int)(byteOffset & (_dirBlockSize - 1));
         if (byteOffset >= Dir2Space.LeafOffset) throw _mount.Corrupt($"directory hash entry of inode {dir.Number}", dir.ByteOffset, $"address {address} outside the data space");
-        bool single = dir.Size == _dirBlockSize;
+        bool single = FormOf(dir, out _) == Form.Block;
         var (block, _) = ReadDataBlock(dir, map, db, single);
         int end = DirectoryDataBlock.EntriesEnd(block, single);
         if (off < DataHeaderSize || off + 12 > end)
@@ -407,7 +407,10 @@ public sealed class DirectoryReader
             }
             case ForkFormat.Extents or ForkFormat.Btree:
                 map = _maps.Get(dir, ForkKind.Data);
-                if (dir.Size == _dirBlockSize) return Form.Block;
+                // Block form is a single directory block and nothing mapped after it (xfs_dir2_isblock looks at the
+                // end of the last extent, not at the size): a leaf directory that has shrunk back to one data block
+                // also has the size of one block, but keeps its leaf block at the leaf offset.
+                if (dir.Size == _dirBlockSize && !map.TryFind(LeafDaBlock, out _, out _)) return Form.Block;
                 if (dir.Size < _dirBlockSize || (dir.Size & (_dirBlockSize - 1)) != 0)
                     throw _mount.Corrupt($"directory inode {dir.Number}", dir.ByteOffset, $"size {dir.Size} is not a whole number of directory blocks");
                 if (!map.TryFind(LeafDaBlock, out _, out _))
