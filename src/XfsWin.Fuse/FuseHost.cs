@@ -37,6 +37,8 @@ public sealed unsafe class FuseHost : IDisposable
     private int _initDone;
     private int _loggedErrors;
     private int _disposed;
+    private FuseUringTransport? _uring;
+    private string _transportNote = "the session has not started";
 
     public FuseHost(XfsVolume volume, FuseMountOptions? options = null, TextWriter? log = null)
     {
@@ -176,11 +178,34 @@ public sealed unsafe class FuseHost : IDisposable
             throw new InvalidOperationException("Mount first.");
         if (_options.ReadAheadKiB > 0 && FuseNative.geteuid() == 0)
             _ = Task.Run(SetReadAheadAfterInit);
-        var rc = FuseNative.SessionLoopMultiThreaded(_session, (uint)Math.Max(1, _options.MaxThreads), _options.CloneFd);
+        _uring = FuseUringTransport.TryStart(_session, _options, _log, out _transportNote);
+        int rc;
+        try
+        {
+            rc = FuseNative.SessionLoopMultiThreaded(_session, (uint)Math.Max(1, _options.MaxThreads), _options.CloneFd);
+        }
+        finally
+        {
+            _uring?.Stop();
+        }
         // After an external unmount this only closes the device descriptor.
         FuseNative.fuse_session_unmount(_session);
         return rc;
     }
+
+    /// <summary>
+    /// What serves the kernel's requests: io_uring once the kernel agreed to it in FUSE_INIT and
+    /// every CPU's queue is registered, /dev/fuse otherwise (see <see cref="TransportDescription"/>).
+    /// </summary>
+    public FuseTransport Transport => _uring is { IsActive: true } ? FuseTransport.IoUring : FuseTransport.DevFuse;
+
+    /// <summary>The transport in words, with the reason when io_uring is not used.</summary>
+    public string TransportDescription => _uring?.Description ?? "/dev/fuse: " + _transportNote;
+
+    /// <summary>Requests served through io_uring so far.</summary>
+    public long IoUringRequests => _uring?.RingRequests ?? 0;
+
+    internal FuseUringTransport? Uring => _uring;
 
     /// <summary>
     /// The kernel lowers the mount's readahead to what FUSE_INIT negotiated (128 KiB by default) when
@@ -566,7 +591,9 @@ public sealed unsafe class FuseHost : IDisposable
             var host = HostOf(req);
             var inode = host.ToXfsInode(ino);
             var want = (int)Math.Min(size, (nuint)int.MaxValue);
-            var buffer = host._buffers.Rent(want);
+            // Served from an io_uring entry: read straight into the buffer the kernel takes the reply from.
+            var ringBuffer = FuseUringTransport.ReplyBuffer(want);
+            var buffer = ringBuffer != null ? ringBuffer : host._buffers.Rent(want);
             try
             {
                 // Straight from the device into native memory that libfuse writes to /dev/fuse.
@@ -582,7 +609,8 @@ public sealed unsafe class FuseHost : IDisposable
             }
             finally
             {
-                host._buffers.Return(buffer, want);
+                if (buffer != ringBuffer)
+                    host._buffers.Return(buffer, want);
             }
         }
         catch (Exception ex)

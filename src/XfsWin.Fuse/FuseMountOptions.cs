@@ -49,6 +49,20 @@ public sealed record FuseMountOptions
     /// </summary>
     public int ReadAheadKiB { get; init; } = 4096;
 
+    /// <summary>
+    /// Serve through FUSE over io_uring when the kernel offers it (Linux 6.14+, with
+    /// /sys/module/fuse/parameters/enable_uring set to Y by root): one queue per CPU, served by a
+    /// thread pinned to that CPU, so a request and its answer stay on the caller's CPU. Otherwise,
+    /// or when false, requests go through /dev/fuse.
+    /// </summary>
+    public bool IoUring { get; init; } = true;
+
+    /// <summary>
+    /// Ring entries (requests in flight) per io_uring queue. Each has a payload buffer of the largest
+    /// request size (1 MiB, committed only as it is used); large reads are served concurrently.
+    /// </summary>
+    public int IoUringQueueDepth { get; init; } = 4;
+
     /// <summary>Extra mount options passed to libfuse as they are (e.g. "max_read=131072").</summary>
     public IReadOnlyList<string> ExtraOptions { get; init; } = [];
 }

@@ -25,9 +25,79 @@ public sealed class NativeLayoutTests
         (typeof(FuseContext), "struct fuse_ctx"),
         (typeof(FuseLoopConfigV1), "struct fuse_loop_config_v1"),
         (typeof(FuseLowLevelOps), "struct fuse_lowlevel_ops"),
+        (typeof(FuseMemBuf), "struct fuse_buf"),
+        (typeof(FuseCustomIo), "struct fuse_custom_io"),
+    ];
+
+    // The io_uring transport's structures, checked against the kernel's UAPI headers (a separate
+    // program: <linux/fuse.h> does not mix with libfuse's headers).
+    private static readonly (Type Managed, string Native)[] KernelStructs =
+    [
+        (typeof(IoSqringOffsets), "struct io_sqring_offsets"),
+        (typeof(IoCqringOffsets), "struct io_cqring_offsets"),
+        (typeof(IoUringParams), "struct io_uring_params"),
+        (typeof(IoUringSqe), "struct io_uring_sqe"),
+        (typeof(IoUringCqe), "struct io_uring_cqe"),
+        (typeof(IoVec), "struct iovec"),
+        (typeof(IoUringNative.RLimit), "struct rlimit"),
+        (typeof(FuseInHeader), "struct fuse_in_header"),
+        (typeof(FuseOutHeader), "struct fuse_out_header"),
+        (typeof(FuseInitIn), "struct fuse_init_in"),
+        (typeof(FuseInitOut), "struct fuse_init_out"),
+    ];
+
+    // FUSE over io_uring (protocol 7.42, Linux 6.14) is newer than the kernel headers many systems
+    // install (this one's are 7.38). These structures are checked against the headers when they
+    // have them, and always against the values of the kernel's include/uapi/linux/fuse.h, pinned here.
+    private static readonly (Type Managed, string Native)[] UringStructs =
+    [
+        (typeof(FuseUringEntInOut), "struct fuse_uring_ent_in_out"),
+        (typeof(FuseUringReqHeader), "struct fuse_uring_req_header"),
+        (typeof(FuseUringCmdReq), "struct fuse_uring_cmd_req"),
+    ];
+
+    private static readonly Dictionary<string, long> PinnedUringLayout = new()
+    {
+        ["FuseUringEntInOut.sizeof"] = 32,
+        ["FuseUringEntInOut.flags"] = 0,
+        ["FuseUringEntInOut.commit_id"] = 8,
+        ["FuseUringEntInOut.payload_sz"] = 16,
+        ["FuseUringEntInOut.padding"] = 20,
+        ["FuseUringEntInOut.reserved"] = 24,
+        ["FuseUringReqHeader.sizeof"] = 288,   // 128 (FUSE_URING_IN_OUT_HEADER_SZ) + 128 (FUSE_URING_OP_IN_OUT_SZ) + 32
+        ["FuseUringReqHeader.in_out"] = 0,
+        ["FuseUringReqHeader.op_in"] = 128,
+        ["FuseUringReqHeader.ring_ent_in_out"] = 256,
+        ["FuseUringCmdReq.sizeof"] = 24,
+        ["FuseUringCmdReq.flags"] = 0,
+        ["FuseUringCmdReq.commit_id"] = 8,
+        ["FuseUringCmdReq.qid"] = 16,
+    };
+
+    // C# constant -> C expression, for the kernel-header program.
+    private static readonly (string Name, long Value, string C)[] KernelConstants =
+    [
+        .. typeof(IoUringConstants).GetFields(BindingFlags.Public | BindingFlags.Static).Where(f => f.IsLiteral)
+            .Select(f => (f.Name, Convert.ToInt64(f.GetRawConstantValue(), System.Globalization.CultureInfo.InvariantCulture), f.Name)),
+        ("FUSE_INIT", FuseUringConstants.FUSE_INIT, "FUSE_INIT"),
+        ("FUSE_INIT_EXT", FuseUringConstants.FUSE_INIT_EXT, "FUSE_INIT_EXT"),
+        ("FUSE_MAX_PAGES", FuseUringConstants.FUSE_MAX_PAGES, "FUSE_MAX_PAGES"),
+        ("FUSE_URING_IN_OUT_HEADER_SZ", FuseUringReqHeader.InOutSize, "FUSE_URING_IN_OUT_HEADER_SZ"),
+        ("FUSE_URING_OP_IN_OUT_SZ", FuseUringReqHeader.OpInSize, "FUSE_URING_OP_IN_OUT_SZ"),
+        ("FUSE_OVER_IO_URING", (long)FuseUringConstants.FUSE_OVER_IO_URING_FLAGS2 << 32, "FUSE_OVER_IO_URING"),
+        ("FUSE_IO_URING_CMD_REGISTER", FuseUringConstants.FUSE_IO_URING_CMD_REGISTER, "FUSE_IO_URING_CMD_REGISTER"),
+        ("FUSE_IO_URING_CMD_COMMIT_AND_FETCH", FuseUringConstants.FUSE_IO_URING_CMD_COMMIT_AND_FETCH, "FUSE_IO_URING_CMD_COMMIT_AND_FETCH"),
+    ];
+
+    // Constants that only headers of protocol 7.42 and later define (checked against the values above otherwise).
+    private static readonly HashSet<string> UringOnlyConstants =
+    [
+        "FUSE_URING_IN_OUT_HEADER_SZ", "FUSE_URING_OP_IN_OUT_SZ", "FUSE_OVER_IO_URING",
+        "FUSE_IO_URING_CMD_REGISTER", "FUSE_IO_URING_CMD_COMMIT_AND_FETCH",
     ];
 
     private static readonly Lazy<Dictionary<string, long>> Native = new(CompileAndRun);
+    private static readonly Lazy<Dictionary<string, long>> Kernel = new(CompileAndRunKernelProbe);
 
     private static string CField(string managedField) => managedField switch
     {
@@ -66,16 +136,49 @@ public sealed class NativeLayoutTests
             c.AppendLine($"  printf(\"const.{k.Name} %llu\\n\", (unsigned long long)({k.Name}));");
         c.AppendLine("  return 0;\n}");
 
+        var cflags = Shell.Run("pkg-config", ["--cflags", "fuse3"]);
+        Assert.True(cflags.ExitCode == 0, "pkg-config cannot find fuse3: install libfuse3-dev (apt-get install libfuse3-dev). " + cflags.Both);
+        return CompileC(c.ToString(), cflags.Stdout.Split(' ', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries));
+    }
+
+    /// <summary>The same for the kernel's UAPI headers: io_uring, the FUSE wire format, and the libc constants the transport uses.</summary>
+    private static Dictionary<string, long> CompileAndRunKernelProbe()
+    {
+        var c = new StringBuilder();
+        c.AppendLine("#define _GNU_SOURCE\n#include <linux/fuse.h>\n#include <linux/io_uring.h>\n#include <sys/uio.h>\n#include <sys/mman.h>\n#include <sys/syscall.h>");
+        c.AppendLine("#include <sched.h>\n#include <fcntl.h>\n#include <sys/resource.h>");
+        c.AppendLine("#include <sys/eventfd.h>\n#include <poll.h>\n#include <errno.h>\n#include <stddef.h>\n#include <stdio.h>");
+        c.AppendLine("int main(void) {");
+        void Print(Type managed, string native)
+        {
+            c.AppendLine($"  printf(\"{managed.Name}.sizeof %zu\\n\", sizeof({native}));");
+            foreach (var f in LayoutFields(managed))
+                c.AppendLine($"  printf(\"{managed.Name}.{f.Name} %zu\\n\", offsetof({native}, {f.Name}));");
+        }
+        foreach (var (managed, native) in KernelStructs)
+            Print(managed, native);
+        foreach (var (name, _, expr) in KernelConstants.Where(k => !UringOnlyConstants.Contains(k.Name)))
+            c.AppendLine($"  printf(\"const.{name} %lld\\n\", (long long)({expr}));");
+        c.AppendLine("#ifdef FUSE_URING_IN_OUT_HEADER_SZ\n  printf(\"has_uring 1\\n\");");
+        foreach (var (managed, native) in UringStructs)
+            Print(managed, native);
+        foreach (var (name, _, expr) in KernelConstants.Where(k => UringOnlyConstants.Contains(k.Name)))
+            c.AppendLine($"  printf(\"const.{name} %lld\\n\", (long long)({expr}));");
+        c.AppendLine("#else\n  printf(\"has_uring 0\\n\");\n#endif");
+        c.AppendLine("  return 0;\n}");
+        return CompileC(c.ToString(), []);
+    }
+
+    private static Dictionary<string, long> CompileC(string source, IEnumerable<string> cflags)
+    {
         var dir = Shell.MakeTempDirectory("xfswin-layout");
         try
         {
-            File.WriteAllText(Path.Combine(dir, "layout.c"), c.ToString());
-            var cflags = Shell.Run("pkg-config", ["--cflags", "fuse3"]);
-            Assert.True(cflags.ExitCode == 0, "pkg-config cannot find fuse3: install libfuse3-dev (apt-get install libfuse3-dev). " + cflags.Both);
-            var args = cflags.Stdout.Split(' ', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries).ToList();
+            File.WriteAllText(Path.Combine(dir, "layout.c"), source);
+            var args = cflags.ToList();
             args.AddRange(["-Wall", "-Werror", "-o", Path.Combine(dir, "layout"), Path.Combine(dir, "layout.c")]);
             var cc = Shell.Run("gcc", args);
-            Assert.True(cc.ExitCode == 0, "gcc failed on the layout probe:\n" + cc.Both + "\n" + c);
+            Assert.True(cc.ExitCode == 0, "gcc failed on the layout probe:\n" + cc.Both + "\n" + source);
             var run = Shell.Run(Path.Combine(dir, "layout"), []);
             Assert.Equal(0, run.ExitCode);
             return run.Stdout.Split('\n', StringSplitOptions.RemoveEmptyEntries)
@@ -110,6 +213,63 @@ public sealed class NativeLayoutTests
                 $"{name}.{f.Name}: C# offset {Marshal.OffsetOf(managed, f.Name)}, gcc says {native[$"{name}.{f.Name}"]}");
     }
 
+    public static TheoryData<string> KernelStructNames()
+    {
+        var data = new TheoryData<string>();
+        foreach (var (managed, _) in KernelStructs)
+            data.Add(managed.Name);
+        return data;
+    }
+
+    [Theory]
+    [MemberData(nameof(KernelStructNames))]
+    public void Kernel_struct_size_and_every_field_offset_match_gcc(string name)
+    {
+        var managed = KernelStructs.Single(s => s.Managed.Name == name).Managed;
+        AssertLayout(managed, Kernel.Value, "gcc (kernel headers)");
+    }
+
+    [Fact]
+    public void Io_uring_and_fuse_wire_constants_match_the_kernel_headers()
+    {
+        var native = Kernel.Value;
+        foreach (var (name, value, _) in KernelConstants.Where(k => !UringOnlyConstants.Contains(k.Name) || native["has_uring"] == 1))
+            Assert.True(value == native[$"const.{name}"], $"{name}: C# {value}, header {native[$"const.{name}"]}");
+    }
+
+    /// <summary>
+    /// FUSE's io_uring structures: against the installed headers when they are new enough, and in
+    /// any case against the kernel's own definitions (include/uapi/linux/fuse.h, 7.42 and later).
+    /// </summary>
+    [Fact]
+    public void Fuse_uring_structures_match_the_kernels_definitions()
+    {
+        foreach (var (managed, _) in UringStructs)
+        {
+            AssertLayout(managed, PinnedUringLayout, "include/uapi/linux/fuse.h");
+            if (Kernel.Value["has_uring"] == 1)
+                AssertLayout(managed, Kernel.Value, "gcc (kernel headers)");
+        }
+        Assert.Equal(FuseUringReqHeader.Size, FuseUringReqHeader.InOutSize + FuseUringReqHeader.OpInSize + FuseUringEntInOut.Size);
+        Assert.Equal(1UL << 41, (ulong)FuseUringConstants.FUSE_OVER_IO_URING_FLAGS2 << 32);
+        Assert.Equal(1u, FuseUringConstants.FUSE_IO_URING_CMD_REGISTER);
+        Assert.Equal(2u, FuseUringConstants.FUSE_IO_URING_CMD_COMMIT_AND_FETCH);
+        // The command must fit the 80-byte command area of a 128-byte submission entry.
+        Assert.True(FuseUringCmdReq.Size <= IoUringSqe.CmdSize);
+        Assert.Equal(IoUringSqe.Size128, IoUringSqe.CmdOffset + IoUringSqe.CmdSize);
+    }
+
+    private static void AssertLayout(Type managed, Dictionary<string, long> native, string source)
+    {
+        var name = managed.Name;
+        Assert.True(native[$"{name}.sizeof"] == Marshal.SizeOf(managed), $"{name}: C# size {Marshal.SizeOf(managed)}, {source} says {native[$"{name}.sizeof"]}");
+        var fields = LayoutFields(managed).ToList();
+        Assert.NotEmpty(fields);
+        foreach (var f in fields)
+            Assert.True(native[$"{name}.{f.Name}"] == (long)Marshal.OffsetOf(managed, f.Name),
+                $"{name}.{f.Name}: C# offset {Marshal.OffsetOf(managed, f.Name)}, {source} says {native[$"{name}.{f.Name}"]}");
+    }
+
     [Fact]
     public void Declared_size_constants_match_the_structs()
     {
@@ -120,6 +280,18 @@ public sealed class NativeLayoutTests
         Assert.Equal(FuseConnInfo.Size, Marshal.SizeOf<FuseConnInfo>());
         Assert.Equal(FuseLowLevelOps.Size, Marshal.SizeOf<FuseLowLevelOps>());
         Assert.Equal(FuseLowLevelOps.PointerCount, typeof(FuseLowLevelOps).GetFields(BindingFlags.Public | BindingFlags.Instance).Length);
+        Assert.Equal(FuseMemBuf.Size, Marshal.SizeOf<FuseMemBuf>());
+        Assert.Equal(FuseCustomIo.Size, Marshal.SizeOf<FuseCustomIo>());
+        Assert.Equal(IoUringParams.Size, Marshal.SizeOf<IoUringParams>());
+        Assert.Equal(IoUringSqe.Size, Marshal.SizeOf<IoUringSqe>());
+        Assert.Equal(IoUringCqe.Size, Marshal.SizeOf<IoUringCqe>());
+        Assert.Equal(FuseInHeader.Size, Marshal.SizeOf<FuseInHeader>());
+        Assert.Equal(FuseOutHeader.Size, Marshal.SizeOf<FuseOutHeader>());
+        Assert.Equal(FuseInitIn.Size, Marshal.SizeOf<FuseInitIn>());
+        Assert.Equal(FuseInitOut.Size, Marshal.SizeOf<FuseInitOut>());
+        Assert.Equal(FuseUringReqHeader.Size, Marshal.SizeOf<FuseUringReqHeader>());
+        Assert.Equal(FuseUringEntInOut.Size, Marshal.SizeOf<FuseUringEntInOut>());
+        Assert.Equal(FuseUringCmdReq.Size, Marshal.SizeOf<FuseUringCmdReq>());
     }
 
     [Fact]

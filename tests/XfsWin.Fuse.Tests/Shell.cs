@@ -60,6 +60,7 @@ internal static class Shell
     {
         get
         {
+            _ = IoUringMode.SuiteMode; // XFSWIN_TEST_IO_URING is in force before any server starts
             var dll = Path.Combine(AppContext.BaseDirectory, "xfswin.dll");
             if (!File.Exists(dll))
                 throw new FileNotFoundException($"xfswin.dll is not next to the tests ({AppContext.BaseDirectory}); build the solution.");

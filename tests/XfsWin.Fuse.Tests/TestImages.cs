@@ -12,7 +12,14 @@ internal static class TestImages
     private static readonly Lazy<string> s_tree = new(() => Build("tree.sh"));
 
     /// <summary>The image of Images/tree.sh: every kind of inode, directory form, xattr form and odd name.</summary>
-    public static string Tree => s_tree.Value;
+    public static string Tree
+    {
+        get
+        {
+            _ = IoUringMode.SuiteMode; // XFSWIN_TEST_IO_URING: every test that mounts passes here first
+            return s_tree.Value;
+        }
+    }
 
     private static string Build(string script)
     {
@@ -77,6 +84,19 @@ internal sealed partial class FuseMount : IDisposable
         var pid = ServerPid().Match(r.Stderr);
         ServerProcessId = pid.Success ? int.Parse(pid.Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture) : 0;
         Output = r.Both;
+        if (IoUringMode.SuiteRunsOnIoUring && !options.Any(o => o.Contains("io_uring=no", StringComparison.Ordinal)) && ServerProcessId > 0)
+        {
+            try
+            {
+                _ = Directory.EnumerateFileSystemEntries(MountPoint).Any(); // waits for FUSE_INIT
+                IoUringMode.AssertServesThroughIoUring(ServerProcessId, "xfswin mount " + string.Join(' ', options));
+            }
+            catch
+            {
+                Dispose();
+                throw;
+            }
+        }
     }
 
     public string MountPoint { get; }

@@ -39,6 +39,10 @@ public static class MountCommand
                                   clone_fd             one /dev/fuse descriptor per worker
                                   readdirplus=yes|no   attributes with listings (default no)
                                   read_ahead_kb=N      kernel readahead for the mount (4096; as root)
+                                  io_uring=yes|no      FUSE over io_uring when the kernel offers it
+                                                       (default yes; root enables it in the kernel with
+                                                       'echo Y > /sys/module/fuse/parameters/enable_uring')
+                                  io_uring_depth=N     requests in flight per CPU with io_uring (default 4)
                                   debug                libfuse's request trace (implies -f)
                                 others are passed to libfuse as they are
           --allow-other, --default-permissions, --uid N, --gid N   same as the -o forms
@@ -276,6 +280,8 @@ internal sealed class MountArguments
     public bool DefaultPermissions { get; private set; }
     public bool CloneFd { get; private set; }
     public bool ReaddirPlus { get; private set; }
+    public bool IoUring { get; private set; } = true;
+    public int? IoUringDepth { get; private set; }
     public int ReadAheadKiB { get; private set; } = 4096;
     public uint? Uid { get; private set; }
     public uint? Gid { get; private set; }
@@ -300,8 +306,11 @@ internal sealed class MountArguments
             CloneFd = CloneFd,
             ReaddirPlus = ReaddirPlus,
             ReadAheadKiB = ReadAheadKiB,
+            IoUring = IoUring,
             ExtraOptions = ExtraOptions,
         };
+        if (IoUringDepth is { } depth)
+            o = o with { IoUringQueueDepth = depth };
         return MaxThreads is { } n ? o with { MaxThreads = n } : o;
     }
 
@@ -426,6 +435,19 @@ internal sealed class MountArguments
                         "no" => false,
                         _ => throw new ArgumentException($"readdirplus takes yes or no, not '{value}'."),
                     };
+                    break;
+                case "io_uring":
+                    IoUring = Value() switch
+                    {
+                        "yes" => true,
+                        "no" => false,
+                        _ => throw new ArgumentException($"io_uring takes yes or no, not '{value}'."),
+                    };
+                    break;
+                case "io_uring_depth":
+                    IoUringDepth = int.TryParse(Value(), NumberStyles.None, CultureInfo.InvariantCulture, out var depth) && depth is > 0 and <= 64
+                        ? depth
+                        : throw new ArgumentException($"io_uring_depth must be a number from 1 to 64, not '{value}'.");
                     break;
                 case "debug":
                     Debug = true;

@@ -1,0 +1,1019 @@
+using System.Collections.Concurrent;
+using System.Globalization;
+using System.Runtime.InteropServices;
+using XfsWin.Fuse.Interop;
+
+namespace XfsWin.Fuse;
+
+/// <summary>How the kernel's requests reach a <see cref="FuseHost"/>.</summary>
+public enum FuseTransport
+{
+    /// <summary>read and write on /dev/fuse, served by libfuse's multithreaded loop.</summary>
+    DevFuse,
+
+    /// <summary>FUSE over io_uring: one queue per CPU, served by a thread pinned to that CPU.</summary>
+    IoUring,
+}
+
+/// <summary>
+/// FUSE over io_uring (Linux 6.14+, enabled by root with
+/// <c>echo Y &gt; /sys/module/fuse/parameters/enable_uring</c>) beside the classic /dev/fuse loop.
+/// <para>
+/// The kernel keeps one request queue per possible CPU and puts each request on the queue of the
+/// CPU its caller runs on. For every queue this transport runs one thread pinned to that CPU, with
+/// its own io_uring through which it registers a few ring entries (a header buffer and a payload
+/// buffer each). A request arrives as the completion of an entry's command; the thread answers it
+/// and fetches the next one with a single COMMIT_AND_FETCH. Caller and server thus stay on one CPU:
+/// no cross-CPU wake-up per request, which on virtual machines costs tens of microseconds.
+/// </para>
+/// <para>
+/// libfuse 3.14 knows nothing of io_uring, so the transport hooks into it instead of replacing it:
+/// fuse_session_custom_io installs our read and writev for the /dev/fuse descriptor. The read hook
+/// sees the kernel's FUSE_INIT (does it offer FUSE_OVER_IO_URING?); the writev hook adds the flag to
+/// libfuse's INIT reply and, once the kernel has it, lets the queue threads register. A request
+/// taken from a ring entry is laid out again in /dev/fuse's format (in header, opcode header,
+/// payload) and handed to fuse_session_process_buf, so libfuse parses it and runs the host's
+/// callback as usual. The callbacks reply before they return, on the same thread, so the writev
+/// hook recognises the reply (same thread, same unique id) and copies it into the entry instead of
+/// writing it to /dev/fuse. Everything else (FUSE_INIT, FORGET and INTERRUPT, which the kernel
+/// always sends through /dev/fuse, requests made before the ring is ready) still goes through
+/// libfuse's loop on /dev/fuse.
+/// </para>
+/// <para>
+/// Large reads are the exception to serving on the caller's CPU: a queue thread hands them to a few
+/// unpinned bulk threads, so the readahead requests of a sequential read are served in parallel on
+/// every CPU, and commits them when they are answered.
+/// </para>
+/// <para>
+/// Unmounting ends every entry's command with an error (ENOTCONN); a queue thread ends when all its
+/// entries have, or when <see cref="Stop"/> signals the eventfd each ring watches.
+/// </para>
+/// </summary>
+internal sealed unsafe class FuseUringTransport
+{
+    private const string EnableParameter = "/sys/module/fuse/parameters/enable_uring";
+    private const string PossibleCpus = "/sys/devices/system/cpu/possible";
+    private const ulong StopTag = ulong.MaxValue;
+    private const ulong DoneTag = ulong.MaxValue - 1;
+    private const int MaxCpus = 1024;
+    private const uint FUSE_READ = 15;
+    private const int ReadInSize = 40;          // sizeof(struct fuse_read_in)
+    private const int ReadInSizeOffset = 16;    // offsetof(struct fuse_read_in, size)
+    /// <summary>Reads at least this large are served off the queue's CPU (see <see cref="Worker.TryHandOff"/>).</summary>
+    internal const int HandOffReadBytes = 128 * 1024;
+
+    [ThreadStatic]
+    private static Entry? t_entry;
+
+    private static readonly FuseCustomIo s_io = new()
+    {
+        read = (nint)(delegate* unmanaged<int, void*, nuint, nint, nint>)&OnDeviceRead,
+        writev = (nint)(delegate* unmanaged<int, IoVec*, int, nint, nint>)&OnDeviceWritev,
+    };
+
+    private readonly nint _session;
+    private readonly int _fuseFd;
+    private readonly TextWriter _log;
+    private readonly bool _debug;
+    private readonly Worker[] _workers;
+    private readonly int _entriesPerQueue;
+    private readonly int _stopFd;
+    private readonly ManualResetEventSlim _go = new(false);
+    private readonly CountdownEvent _setUp;
+    private readonly BlockingCollection<Entry> _bulk = new(new ConcurrentQueue<Entry>());
+    private readonly List<Thread> _bulkThreads = [];
+    private int _payloadSize;
+    private int _stopping;
+
+    // FUSE_INIT, as seen by the device hooks.
+    private int _initSeen;
+    private ulong _initUnique;
+    private bool _kernelOffers;
+    private int _initReplied;
+    private volatile bool _advertised;
+    private volatile string? _fallbackReason;
+    private int _registrationFailures;
+    private int _workersRegistered;
+    private int _unansweredLogged;
+    private long _deviceRequests;
+
+    private FuseUringTransport(nint session, int fuseFd, int queues, int entriesPerQueue, int stopFd, TextWriter log, bool debug)
+    {
+        _session = session;
+        _fuseFd = fuseFd;
+        _entriesPerQueue = entriesPerQueue;
+        _stopFd = stopFd;
+        _log = log;
+        _debug = debug;
+        _workers = new Worker[queues];
+        _setUp = new CountdownEvent(queues);
+    }
+
+    /// <summary>True once the kernel agreed to io_uring and every queue registered its entries without error.</summary>
+    public bool IsActive => _advertised && Volatile.Read(ref _workersRegistered) == _workers.Length && Volatile.Read(ref _registrationFailures) == 0;
+
+    /// <summary>Requests served through the ring so far.</summary>
+    public long RingRequests
+    {
+        get
+        {
+            long n = 0;
+            foreach (var w in _workers)
+                n += w is null ? 0 : Volatile.Read(ref w.Served);
+            return n;
+        }
+    }
+
+    /// <summary>Large reads served by the bulk threads so far (part of <see cref="RingRequests"/>).</summary>
+    public long HandedOffReads
+    {
+        get
+        {
+            long n = 0;
+            foreach (var w in _workers)
+                n += w is null ? 0 : Volatile.Read(ref w.HandedOff);
+            return n;
+        }
+    }
+
+    /// <summary>Requests read from /dev/fuse so far (FUSE_INIT, FORGET, INTERRUPT, requests made before the ring was ready).</summary>
+    public long DeviceRequests => Volatile.Read(ref _deviceRequests);
+
+    /// <summary>What serves requests, in words (for logs and diagnostics).</summary>
+    public string Description =>
+        IsActive
+            ? $"io_uring: {_workers.Length} queue(s), one per CPU, {_entriesPerQueue} entries each, {_payloadSize / 1024} KiB payload buffers"
+            : "/dev/fuse: " + (_fallbackReason ?? (Volatile.Read(ref _initReplied) == 0 ? "waiting for FUSE_INIT" : "io_uring is not active"));
+
+    /// <summary>True when the fuse module lets servers use io_uring (root sets it; the default is N).</summary>
+    public static bool KernelEnabled(out string reason)
+    {
+        try
+        {
+            var value = File.ReadAllText(EnableParameter).Trim();
+            reason = value == "Y" ? "" : $"io_uring is off in the kernel ({EnableParameter} is {value}; as root: echo Y > {EnableParameter})";
+            return value == "Y";
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            reason = "this kernel has no FUSE over io_uring (Linux 6.14+ built with CONFIG_FUSE_IO_URING)";
+            return false;
+        }
+    }
+
+    /// <summary>
+    /// Sets up the transport for a mounted session before its loop starts: one thread and ring per
+    /// queue, and the device hooks. Returns null, with the reason, when io_uring is not wanted or
+    /// cannot work here; the session is then served through /dev/fuse alone, untouched.
+    /// </summary>
+    public static FuseUringTransport? TryStart(nint session, FuseMountOptions options, TextWriter log, out string reason)
+    {
+        if (!options.IoUring)
+        {
+            reason = "io_uring=no";
+            return null;
+        }
+        if (!KernelEnabled(out reason))
+            return null;
+        var queues = CountPossibleCpus();
+        if (queues is < 1 or > MaxCpus)
+        {
+            reason = $"cannot tell the possible CPUs from {PossibleCpus}";
+            return null;
+        }
+        var stopFd = IoUringNative.eventfd(0, IoUringConstants.EFD_CLOEXEC);
+        if (stopFd < 0)
+        {
+            reason = $"eventfd failed (errno {Marshal.GetLastPInvokeError()})";
+            return null;
+        }
+        var depth = Math.Clamp(options.IoUringQueueDepth, 1, 64);
+        var t = new FuseUringTransport(session, FuseNative.fuse_session_fd(session), queues, depth, stopFd, log, options.Debug);
+        for (var q = 0; q < queues; q++)
+        {
+            var w = new Worker(t, q);
+            t._workers[q] = w;
+            w.Thread = new Thread(w.Run, 256 * 1024) { IsBackground = true, Name = $"xfswin-uring-{q}" };
+            w.Thread.Start();
+        }
+        if (Environment.ProcessorCount > 1)
+        {
+            for (var i = 0; i < Environment.ProcessorCount; i++)
+            {
+                var b = new Thread(t.ServeBulk, 256 * 1024) { IsBackground = true, Name = $"xfswin-bulk-{i}" };
+                t._bulkThreads.Add(b);
+                b.Start();
+            }
+        }
+        // Every queue must be served, or the kernel never switches to the ring: give up unless all rings exist.
+        if (!t._setUp.Wait(TimeSpan.FromSeconds(10)) || t._workers.Any(w => w.SetupError is not null))
+        {
+            reason = "cannot set up io_uring: " + (t._workers.Select(w => w.SetupError).FirstOrDefault(e => e is not null) ?? "a queue thread did not start");
+            t.Stop();
+            return null;
+        }
+        var io = s_io;
+        var rc = FuseUringNative.fuse_session_custom_io(session, &io, t._fuseFd);
+        if (rc != 0)
+        {
+            reason = $"libfuse refused custom I/O hooks (fuse_session_custom_io: {rc})";
+            t.Stop();
+            return null;
+        }
+        reason = "";
+        return t;
+    }
+
+    /// <summary>Number of possible CPUs (the kernel's num_possible_cpus, its number of queues), from a list like "0-3,8-11".</summary>
+    internal static int CountPossibleCpus()
+    {
+        try
+        {
+            return CountCpuList(File.ReadAllText(PossibleCpus));
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException or FormatException)
+        {
+            return -1;
+        }
+    }
+
+    internal static int CountCpuList(string list)
+    {
+        var n = 0;
+        foreach (var part in list.Trim().Split(',', StringSplitOptions.RemoveEmptyEntries))
+        {
+            var dash = part.IndexOf('-', StringComparison.Ordinal);
+            if (dash < 0)
+            {
+                _ = int.Parse(part, NumberStyles.None, CultureInfo.InvariantCulture);
+                n++;
+            }
+            else
+            {
+                var from = int.Parse(part[..dash], NumberStyles.None, CultureInfo.InvariantCulture);
+                var to = int.Parse(part[(dash + 1)..], NumberStyles.None, CultureInfo.InvariantCulture);
+                if (to < from)
+                    throw new FormatException(list);
+                n += to - from + 1;
+            }
+        }
+        return n;
+    }
+
+    /// <summary>
+    /// Ends the queue threads and waits for them. Called once the session loop has returned (the
+    /// kernel has normally ended every entry by then), or when setting up failed.
+    /// </summary>
+    public void Stop()
+    {
+        if (Interlocked.Exchange(ref _stopping, 1) != 0)
+            return;
+        ulong one = 1;
+        IoUringNative.write(_stopFd, &one, sizeof(ulong));
+        _go.Set();
+        foreach (var w in _workers)
+            w?.Thread?.Join();
+        // Reads handed off are finished (their answers go nowhere now) before any buffer is freed.
+        _bulk.CompleteAdding();
+        foreach (var b in _bulkThreads)
+            b.Join();
+        _bulk.Dispose();
+        foreach (var w in _workers)
+            w?.FreeBuffers();
+        IoUringNative.close(_stopFd);
+        _go.Dispose();
+        _setUp.Dispose();
+    }
+
+    // ---- device hooks (libfuse calls them for /dev/fuse; userdata is the FuseHost's handle) -----
+
+    private static FuseUringTransport? TransportOf(nint userdata)
+    {
+        try
+        {
+            return (GCHandle.FromIntPtr(userdata).Target as FuseHost)?.Uring;
+        }
+        catch (InvalidOperationException)
+        {
+            return null;
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static nint OnDeviceRead(int fd, void* buffer, nuint length, nint userdata)
+    {
+        var n = IoUringNative.read(fd, buffer, length);
+        var errno = Marshal.GetLastPInvokeError();
+        if (n >= FuseInHeader.Size)
+        {
+            try
+            {
+                TransportOf(userdata)?.SawDeviceRequest((FuseInHeader*)buffer, n);
+            }
+            catch (Exception)
+            {
+                // Observation only: the request is served regardless.
+            }
+        }
+        // libfuse looks at errno after the call: it must be read's (ENODEV ends the loop at unmount).
+        Marshal.SetLastSystemError(errno);
+        return n;
+    }
+
+    [UnmanagedCallersOnly]
+    private static nint OnDeviceWritev(int fd, IoVec* iov, int count, nint userdata)
+    {
+        try
+        {
+            var entry = t_entry;
+            if (entry is not null && !entry.Replied && count >= 1 && iov[0].iov_len >= FuseOutHeader.Size &&
+                ((FuseOutHeader*)iov[0].iov_base)->unique == entry.CommitId)
+                return entry.Owner.AnswerOnRing(entry, iov, count);
+            var t = TransportOf(userdata);
+            if (t is not null)
+                return t.WriteToDevice(fd, iov, count);
+        }
+        catch (Exception)
+        {
+            // Fall through to a plain write.
+        }
+        var n = IoUringNative.writev(fd, iov, count);
+        Marshal.SetLastSystemError(Marshal.GetLastPInvokeError());
+        return n;
+    }
+
+    private void SawDeviceRequest(FuseInHeader* header, nint length)
+    {
+        Interlocked.Increment(ref _deviceRequests);
+        if (header->opcode != FuseUringConstants.FUSE_INIT || Interlocked.Exchange(ref _initSeen, 1) != 0)
+            return;
+        _initUnique = header->unique;
+        if (length >= FuseInHeader.Size + 20)
+        {
+            var init = (FuseInitIn*)(header + 1);
+            _kernelOffers = (init->flags & FuseUringConstants.FUSE_INIT_EXT) != 0 &&
+                            (init->flags2 & FuseUringConstants.FUSE_OVER_IO_URING_FLAGS2) != 0;
+        }
+    }
+
+    private nint WriteToDevice(int fd, IoVec* iov, int count)
+    {
+        var isInitReply = Volatile.Read(ref _initSeen) != 0 && Volatile.Read(ref _initReplied) == 0 && count >= 1 &&
+                          iov[0].iov_len >= FuseOutHeader.Size && ((FuseOutHeader*)iov[0].iov_base)->unique == _initUnique;
+        if (isInitReply)
+            AdvertiseInInitReply(iov, count);
+        var n = IoUringNative.writev(fd, iov, count);
+        var errno = Marshal.GetLastPInvokeError();
+        if (isInitReply && Interlocked.Exchange(ref _initReplied, 1) == 0)
+        {
+            if (n >= 0 && _advertised)
+            {
+                // The kernel has processed the reply (and now holds new requests until every queue is registered).
+                _go.Set();
+            }
+            else
+            {
+                if (n < 0)
+                {
+                    _advertised = false;
+                    _fallbackReason = $"writing the FUSE_INIT reply failed (errno {errno})";
+                }
+                Stop();
+            }
+        }
+        Marshal.SetLastSystemError(errno);
+        return n;
+    }
+
+    /// <summary>Adds FUSE_OVER_IO_URING to libfuse's FUSE_INIT reply when the kernel offered it, and learns the payload size.</summary>
+    private void AdvertiseInInitReply(IoVec* iov, int count)
+    {
+        var header = (FuseOutHeader*)iov[0].iov_base;
+        if (header->error != 0 || count < 2 || iov[1].iov_len < 36)
+        {
+            _fallbackReason = "libfuse's FUSE_INIT reply has no room for the io_uring flag";
+            return;
+        }
+        if (!_kernelOffers)
+        {
+            _fallbackReason = "the kernel did not offer io_uring in FUSE_INIT";
+            return;
+        }
+        var init = (FuseInitOut*)iov[1].iov_base;
+        if ((init->flags & FuseUringConstants.FUSE_INIT_EXT) == 0)
+        {
+            _fallbackReason = "libfuse's FUSE_INIT reply has no extended flags";
+            return;
+        }
+        if (Volatile.Read(ref _stopping) != 0)
+        {
+            _fallbackReason = "the transport is stopping";
+            return;
+        }
+        // The kernel wants payload buffers of at least max(FUSE_MIN_READ_BUFFER, max_write, max_pages pages).
+        var page = Environment.SystemPageSize;
+        var maxPages = (init->flags & FuseUringConstants.FUSE_MAX_PAGES) != 0 ? Math.Max(1, (int)init->max_pages) : FuseUringConstants.FUSE_DEFAULT_MAX_PAGES_PER_REQ;
+        var payload = Math.Max(FuseUringConstants.FUSE_MIN_READ_BUFFER, Math.Max((int)Math.Min(init->max_write, 64u << 20), maxPages * page));
+        _payloadSize = (payload + page - 1) / page * page;
+        init->flags2 |= FuseUringConstants.FUSE_OVER_IO_URING_FLAGS2;
+        _advertised = true;
+    }
+
+    /// <summary>
+    /// On a thread serving a ring entry: the entry's payload buffer when <paramref name="size"/>
+    /// bytes fit, so a reply can be built where the kernel will read it (the writev hook then copies
+    /// nothing). Null otherwise.
+    /// </summary>
+    internal static byte* ReplyBuffer(int size)
+    {
+        var e = t_entry;
+        return e is not null && !e.Replied && size <= e.Owner.PayloadCapacity ? e.Payload : null;
+    }
+
+    private void LogUnanswered(uint opcode)
+    {
+        if (Interlocked.Increment(ref _unansweredLogged) <= 10)
+            _log.WriteLine($"xfswin: request (opcode {opcode}) from the io_uring queue was not answered; replying EIO.");
+    }
+
+    private void RegistrationFailed(int qid, int error)
+    {
+        if (Interlocked.Increment(ref _registrationFailures) == 1)
+        {
+            _fallbackReason = $"the kernel refused to register queue {qid} (errno {error})";
+            _log.WriteLine($"xfswin: io_uring registration failed (queue {qid}, errno {error}); serving through /dev/fuse.");
+        }
+    }
+
+    /// <summary>
+    /// The threads that serve large reads handed off by the queue threads. They are not pinned:
+    /// the scheduler runs them on whichever CPU is idle, so a sequential read keeps several CPUs busy.
+    /// </summary>
+    private void ServeBulk()
+    {
+        try
+        {
+            foreach (var e in _bulk.GetConsumingEnumerable())
+                e.Owner.ServeHandedOff(e);
+        }
+        catch (Exception ex)
+        {
+            _log.WriteLine($"xfswin: io_uring read thread failed: {ex}");
+        }
+    }
+
+    /// <summary>
+    /// Keeps a waiting caller on the CPU of the queue thread that answers it.
+    /// <para>
+    /// When an answer is committed, the kernel wakes the caller while the queue thread still runs on
+    /// their common CPU. Seeing that CPU busy and another one idle, the scheduler moves the caller
+    /// to the idle CPU; its next request then goes to that CPU's queue, whose answer moves it back,
+    /// and every request pays the wake-up of an idle CPU again (measured: 80k to 95k migrations for
+    /// 100k stat calls, no faster than /dev/fuse). But a CPU whose only runnable thread has the
+    /// SCHED_IDLE policy counts as idle for that choice: the queue thread submits its commits as a
+    /// SCHED_IDLE thread, so the caller is woken on this CPU and runs at once, and returns to
+    /// SCHED_OTHER right after (measured: about 100 migrations for the same 100k calls).
+    /// </para>
+    /// <para>
+    /// A SCHED_IDLE thread gets almost no CPU while a normal thread wants the same CPU (measured:
+    /// woken 3 ms late at the median, 25 ms at worst, beside a busy loop). So the queue thread does
+    /// this only when it is the only runnable thread of the machine (the running count of
+    /// /proc/loadavg, looked at no more than once a millisecond): then nothing is there to starve it
+    /// during its few microseconds as an idle thread, and the caller could only have moved to an
+    /// idle CPU; on a busy machine the caller stays anyway, for want of an idle CPU. The pair of
+    /// policy changes costs about 4 µs per request, against about 30 µs for an idle-vCPU wake-up.
+    /// (Staying SCHED_IDLE through bursts of requests, changing policy only at their ends, measured
+    /// slower.) Leaving SCHED_IDLE needs CAP_SYS_NICE (or an RLIMIT_NICE of 20): without it the
+    /// queue thread never leaves SCHED_OTHER.
+    /// </para>
+    /// </summary>
+    private sealed class CallerKeeper : IDisposable
+    {
+        private static readonly long s_recheckTicks = System.Diagnostics.Stopwatch.Frequency / 1000;
+        private readonly FuseUringTransport _t;
+        private readonly int _loadFd = -1;
+        private bool _enabled;
+        private bool _alone;
+        private long _checkedAt;
+
+        public CallerKeeper(FuseUringTransport t)
+        {
+            _t = t;
+            _enabled = MayLeaveIdlePolicy();
+            if (_enabled)
+            {
+                fixed (byte* path = "/proc/loadavg\0"u8)
+                    _loadFd = IoUringNative.open(path, IoUringConstants.O_RDONLY | IoUringConstants.O_CLOEXEC);
+                _enabled = _loadFd >= 0;
+            }
+            _checkedAt = System.Diagnostics.Stopwatch.GetTimestamp() - s_recheckTicks;
+        }
+
+        /// <summary>True when committing as an idle thread is both safe and useful now.</summary>
+        public bool ShouldYieldCpu()
+        {
+            if (!_enabled)
+                return false;
+            var now = System.Diagnostics.Stopwatch.GetTimestamp();
+            if (now - _checkedAt >= s_recheckTicks)
+            {
+                _alone = OnlyRunnableThread();
+                _checkedAt = now;
+            }
+            return _alone;
+        }
+
+        public void BecomeIdle()
+        {
+            var param = 0;
+            IoUringNative.sched_setscheduler(0, IoUringConstants.SCHED_IDLE, &param);
+        }
+
+        public void BecomeNormal()
+        {
+            var param = 0;
+            if (IoUringNative.sched_setscheduler(0, IoUringConstants.SCHED_OTHER, &param) != 0)
+            {
+                // Not expected (the permission was checked); do not risk it again.
+                _enabled = false;
+                _t._log.WriteLine($"xfswin: an io_uring queue thread could not leave SCHED_IDLE (errno {Marshal.GetLastPInvokeError()}).");
+            }
+        }
+
+        /// <summary>The running count of /proc/loadavg ("0.00 0.01 0.05 1/123 4567") is 1: this thread alone.</summary>
+        private bool OnlyRunnableThread()
+        {
+            var buf = stackalloc byte[128];
+            var n = (int)IoUringNative.pread(_loadFd, buf, 128, 0);
+            if (n <= 0)
+                return false;
+            var text = new ReadOnlySpan<byte>(buf, n);
+            var spaces = 0;
+            var i = 0;
+            while (i < text.Length && spaces < 3)
+            {
+                if (text[i++] == (byte)' ')
+                    spaces++;
+            }
+            return i + 1 < text.Length && text[i] == (byte)'1' && text[i + 1] == (byte)'/';
+        }
+
+        /// <summary>Whether this thread could switch back from SCHED_IDLE: CAP_SYS_NICE, or an RLIMIT_NICE that allows nice 0.</summary>
+        private static bool MayLeaveIdlePolicy()
+        {
+            try
+            {
+                foreach (var line in File.ReadLines("/proc/thread-self/status"))
+                {
+                    if (line.StartsWith("CapEff:", StringComparison.Ordinal) &&
+                        ulong.TryParse(line.AsSpan(7).Trim(), NumberStyles.HexNumber, CultureInfo.InvariantCulture, out var caps) &&
+                        (caps & (1UL << 23)) != 0) // CAP_SYS_NICE
+                        return true;
+                }
+                var limit = default(IoUringNative.RLimit);
+                return IoUringNative.getrlimit(IoUringConstants.RLIMIT_NICE, &limit) == 0 && limit.rlim_cur >= 20;
+            }
+            catch (IOException)
+            {
+                return false;
+            }
+        }
+
+        public void Dispose()
+        {
+            if (_loadFd >= 0)
+                IoUringNative.close(_loadFd);
+        }
+    }
+
+    /// <summary>A ring entry: its header and payload buffers and the request it holds.</summary>
+    private sealed class Entry(Worker owner, int index)
+    {
+        public readonly Worker Owner = owner;
+        public readonly int Index = index;
+        public FuseUringReqHeader* Header;
+        public byte* Payload;
+        public IoVec* Iov;
+        public byte* Request;       // a handed-off request in /dev/fuse's format
+        public int RequestLength;
+        public ulong CommitId;
+        public bool Replied;
+        public bool Registered;
+        public bool Dead;
+        public uint LastCommand;
+        public int Retries;
+    }
+
+    /// <summary>One queue: its thread (pinned to the queue's CPU), ring and entries.</summary>
+    private sealed class Worker(FuseUringTransport transport, int qid)
+    {
+        private readonly FuseUringTransport _t = transport;
+        private readonly int _qid = qid;
+        private IoUringRing? _ring;
+        private Entry[] _entries = [];
+        private byte* _headers;     // the entries' header buffers and iovecs, one block
+        private byte* _payloads;    // the entries' payload buffers, one anonymous mapping
+        private nuint _payloadsSize;
+        private byte* _scratch;     // a request laid out in /dev/fuse's format
+        private int _scratchSize;
+        private int _live;          // entries registered and not yet ended by the kernel
+        private int _doneFd = -1;   // signalled when handed-off requests are answered
+        private readonly ConcurrentQueue<Entry> _done = new();
+
+        public Thread? Thread;
+        public string? SetupError;
+        public long Served;
+        public long HandedOff;
+        public int PayloadCapacity;
+
+        public void Run()
+        {
+            try
+            {
+                Pin();
+                var t = _t;
+                // One submission slot per entry, plus the polls of the stop and done eventfds.
+                var slots = (uint)(t._entriesPerQueue + 2);
+                // SQE128: FUSE's commands need the large command area. Only this thread submits, and
+                // completions are run when it asks for them (DEFER_TASKRUN): the kernel does not
+                // interrupt it for io_uring work while it serves a request. Measured: the fastest of
+                // the usual flag sets for a stat loop (plain, COOP_TASKRUN, SINGLE_ISSUER alone).
+                const uint flags = IoUringConstants.IORING_SETUP_SQE128 | IoUringConstants.IORING_SETUP_SUBMIT_ALL |
+                                   IoUringConstants.IORING_SETUP_SINGLE_ISSUER | IoUringConstants.IORING_SETUP_DEFER_TASKRUN;
+                _ring = IoUringRing.TryCreate(slots, flags, out var errno) ??
+                        IoUringRing.TryCreate(slots, IoUringConstants.IORING_SETUP_SQE128, out errno);
+                if (_ring is null)
+                {
+                    SetupError = $"io_uring_setup failed (errno {errno})";
+                    t._setUp.Signal();
+                    return;
+                }
+                var sqe = _ring.NextSqe();
+                sqe->opcode = IoUringConstants.IORING_OP_POLL_ADD;
+                sqe->fd = t._stopFd;
+                sqe->poll32_events = IoUringConstants.POLLIN;
+                sqe->user_data = StopTag;
+                var rc = _ring.SubmitAndWait(0);
+                if (rc < 0)
+                {
+                    SetupError = $"io_uring_enter failed (errno {-rc})";
+                    t._setUp.Signal();
+                    return;
+                }
+                t._setUp.Signal();
+
+                t._go.Wait();
+                if (Volatile.Read(ref t._stopping) != 0 || !t._advertised)
+                    return;
+                AllocateEntries(t._entriesPerQueue, t._payloadSize);
+                _doneFd = IoUringNative.eventfd(0, IoUringConstants.EFD_CLOEXEC | IoUringConstants.EFD_NONBLOCK);
+                if (_doneFd < 0)
+                    throw new IOException($"eventfd failed (errno {Marshal.GetLastPInvokeError()})");
+                WatchDone();
+                foreach (var e in _entries)
+                    Register(e);
+                if (Interlocked.Increment(ref t._workersRegistered) == t._workers.Length && t._debug)
+                    t._log.WriteLine($"xfswin: serving through {t.Description}");
+                Serve();
+            }
+            catch (Exception e)
+            {
+                SetupError ??= e.Message;
+                _t._log.WriteLine($"xfswin: io_uring queue {_qid} failed: {e}");
+            }
+            finally
+            {
+                t_entry = null;
+                // Closing the ring cancels whatever is still registered (the kernel ends those entries).
+                _ring?.Dispose();
+            }
+        }
+
+        /// <summary>Keeps this thread on the queue's CPU; where that is not allowed (cpusets), it runs anywhere.</summary>
+        private void Pin()
+        {
+            var mask = stackalloc ulong[MaxCpus / 64];
+            new Span<ulong>(mask, MaxCpus / 64).Clear();
+            mask[_qid / 64] = 1UL << (_qid % 64);
+            if (IoUringNative.sched_setaffinity(0, MaxCpus / 8, mask) != 0 && _t._debug)
+                _t._log.WriteLine($"xfswin: could not pin io_uring queue {_qid} to its CPU (errno {Marshal.GetLastPInvokeError()}).");
+        }
+
+        private void AllocateEntries(int count, int payloadSize)
+        {
+            // Per entry: fuse_uring_req_header (288 bytes, rounded up to 320), room for a handed-off
+            // request (in header and fuse_read_in), then at the end of the block the iovec pairs.
+            const int headerStride = 320;
+            const int requestStride = 128;
+            var perEntry = headerStride + requestStride + 2 * IoVec.Size;
+            _headers = (byte*)NativeMemory.AlignedAlloc((nuint)(count * perEntry), 4096);
+            new Span<byte>(_headers, count * perEntry).Clear();
+            _payloadsSize = (nuint)count * (nuint)payloadSize;
+            // Anonymous memory: pages are committed when first written, so large payload buffers cost little until used.
+            var p = IoUringNative.mmap(null, _payloadsSize, IoUringConstants.PROT_READ | IoUringConstants.PROT_WRITE,
+                IoUringConstants.MAP_PRIVATE | IoUringConstants.MAP_ANONYMOUS, -1, 0);
+            if (p == IoUringNative.MAP_FAILED)
+                throw new OutOfMemoryException($"cannot map {_payloadsSize} bytes of io_uring payload buffers (errno {Marshal.GetLastPInvokeError()})");
+            _payloads = (byte*)p;
+            PayloadCapacity = payloadSize;
+            _scratchSize = FuseInHeader.Size + FuseUringReqHeader.OpInSize + payloadSize;
+            _scratch = (byte*)NativeMemory.AlignedAlloc((nuint)_scratchSize, 64);
+            _entries = new Entry[count];
+            var requests = _headers + count * headerStride;
+            var iovs = (IoVec*)(requests + count * requestStride);
+            for (var i = 0; i < count; i++)
+            {
+                var e = new Entry(this, i)
+                {
+                    Header = (FuseUringReqHeader*)(_headers + i * headerStride),
+                    Payload = _payloads + (nuint)i * (nuint)payloadSize,
+                    Iov = iovs + 2 * i,
+                    Request = requests + i * requestStride,
+                };
+                e.Iov[0].iov_base = e.Header;
+                e.Iov[0].iov_len = FuseUringReqHeader.Size;
+                e.Iov[1].iov_base = e.Payload;
+                e.Iov[1].iov_len = (nuint)payloadSize;
+                _entries[i] = e;
+            }
+        }
+
+        public void FreeBuffers()
+        {
+            if (_doneFd >= 0)
+            {
+                IoUringNative.close(_doneFd);
+                _doneFd = -1;
+            }
+            // Only when the kernel has let go of every registered entry: until then it may still write to them.
+            if (_live != 0)
+                return;
+            if (_payloads != null)
+                IoUringNative.munmap(_payloads, _payloadsSize);
+            _payloads = null;
+            NativeMemory.AlignedFree(_headers);
+            _headers = null;
+            NativeMemory.AlignedFree(_scratch);
+            _scratch = null;
+        }
+
+        /// <summary>A free submission entry; when the kernel has not consumed earlier ones yet, they are submitted first.</summary>
+        private IoUringSqe* NextSqe()
+        {
+            var sqe = _ring!.NextSqe();
+            for (var tries = 0; sqe == null && tries < 100; tries++)
+            {
+                _ring.SubmitAndWait(0);
+                sqe = _ring.NextSqe();
+                if (sqe == null)
+                    Thread.Sleep(1);
+            }
+            return sqe != null ? sqe : throw new InvalidOperationException("the io_uring submission ring stays full");
+        }
+
+        private IoUringSqe* Command(Entry e, uint command, ulong commitId)
+        {
+            var sqe = NextSqe();
+            sqe->opcode = IoUringConstants.IORING_OP_URING_CMD;
+            sqe->fd = _t._fuseFd;
+            sqe->cmd_op = command;
+            sqe->user_data = (ulong)e.Index;
+            var cmd = (FuseUringCmdReq*)IoUringRing.CommandArea(sqe);
+            cmd->commit_id = commitId;
+            cmd->qid = (ushort)_qid;
+            e.LastCommand = command;
+            return sqe;
+        }
+
+        private void Register(Entry e)
+        {
+            var sqe = Command(e, FuseUringConstants.FUSE_IO_URING_CMD_REGISTER, 0);
+            sqe->addr = (ulong)e.Iov;
+            sqe->len = 2;
+            if (!e.Registered)
+            {
+                e.Registered = true;
+                _live++;
+            }
+        }
+
+        private void CommitAndFetch(Entry e) => Command(e, FuseUringConstants.FUSE_IO_URING_CMD_COMMIT_AND_FETCH, e.CommitId);
+
+        /// <summary>A one-shot poll on the done eventfd: its completion says handed-off requests have their answers.</summary>
+        private void WatchDone()
+        {
+            var sqe = NextSqe();
+            sqe->opcode = IoUringConstants.IORING_OP_POLL_ADD;
+            sqe->fd = _doneFd;
+            sqe->poll32_events = IoUringConstants.POLLIN;
+            sqe->user_data = DoneTag;
+        }
+
+        /// <summary>Commits the handed-off requests that have been answered (only this thread submits to its ring).</summary>
+        private void CommitHandedOff()
+        {
+            ulong count;
+            _ = IoUringNative.read(_doneFd, &count, sizeof(ulong)); // resets the eventfd before the queue is drained
+            while (_done.TryDequeue(out var e))
+                CommitAndFetch(e);
+            WatchDone();
+        }
+
+        /// <summary>
+        /// A large read is served by a bulk thread instead: one queue thread serving 1 MiB reads one
+        /// after the other would keep a sequential read on the reader's CPU alone, while the kernel
+        /// has several readahead requests in flight. Small requests stay on this CPU, where they are
+        /// fastest; for a large read the wake-up of another CPU is small beside the copying.
+        /// </summary>
+        private bool TryHandOff(Entry e)
+        {
+            var h = e.Header;
+            if (_t._bulkThreads.Count == 0 || h->in_out.opcode != FUSE_READ || h->ring_ent_in_out.payload_sz != 0 ||
+                h->in_out.len != FuseInHeader.Size + ReadInSize ||
+                *(uint*)(&h->op_in + ReadInSizeOffset) < HandOffReadBytes)
+                return false;
+            e.CommitId = h->ring_ent_in_out.commit_id;
+            e.Replied = false;
+            *(FuseInHeader*)e.Request = h->in_out;
+            Buffer.MemoryCopy(&h->op_in, e.Request + FuseInHeader.Size, ReadInSize, ReadInSize);
+            e.RequestLength = FuseInHeader.Size + ReadInSize;
+            try
+            {
+                _t._bulk.Add(e);
+                Interlocked.Increment(ref HandedOff);
+                return true;
+            }
+            catch (InvalidOperationException)
+            {
+                return false; // stopping: serve it here
+            }
+        }
+
+        /// <summary>On a bulk thread: serves a handed-off request, then gives the entry back to the queue thread.</summary>
+        public void ServeHandedOff(Entry e)
+        {
+            Process(e, e.Request, e.RequestLength);
+            _done.Enqueue(e);
+            ulong one = 1;
+            IoUringNative.write(_doneFd, &one, sizeof(ulong));
+        }
+
+        private void Serve()
+        {
+            var cqes = stackalloc IoUringCqe[32];
+            var ring = _ring!;
+            var stop = false;
+            using var keeper = new CallerKeeper(_t);
+            while (!stop && _live > 0)
+            {
+                if (ring.PendingSubmissions > 0 && keeper.ShouldYieldCpu())
+                {
+                    // Hand the answers over as an idle-policy thread, so their callers are woken here (see CallerKeeper).
+                    keeper.BecomeIdle();
+                    ring.SubmitAndWait(0);
+                    keeper.BecomeNormal();
+                }
+                var rc = ring.SubmitAndWait(1);
+                if (rc < 0)
+                {
+                    _t._log.WriteLine($"xfswin: io_uring queue {_qid}: io_uring_enter failed (errno {-rc}); the queue stops.");
+                    return;
+                }
+                var n = ring.TakeCompletions(new Span<IoUringCqe>(cqes, 32));
+                for (var i = 0; i < n; i++)
+                {
+                    var c = cqes[i];
+                    if (c.user_data == StopTag)
+                    {
+                        stop = true;
+                        continue;
+                    }
+                    if (c.user_data == DoneTag)
+                    {
+                        CommitHandedOff();
+                        continue;
+                    }
+                    if (c.user_data >= (ulong)_entries.Length)
+                        continue;
+                    var e = _entries[(int)c.user_data];
+                    if (c.res == 0)
+                    {
+                        e.Retries = 0;
+                        if (TryHandOff(e))
+                            continue;
+                        Handle(e);
+                        CommitAndFetch(e);
+                    }
+                    else if ((c.res == -IoUringConstants.EAGAIN || c.res == -IoUringConstants.EINTR) && ++e.Retries <= 100)
+                    {
+                        // The command did not reach the kernel's queue: issue it again.
+                        if (e.LastCommand == FuseUringConstants.FUSE_IO_URING_CMD_REGISTER)
+                        {
+                            Thread.Sleep(1);
+                            Register(e);
+                        }
+                        else
+                        {
+                            CommitAndFetch(e);
+                        }
+                    }
+                    else
+                    {
+                        // Unmounted (ENOTCONN), aborted, or refused: the kernel is done with this entry.
+                        if (!e.Dead)
+                        {
+                            e.Dead = true;
+                            _live--;
+                        }
+                        if (e.LastCommand == FuseUringConstants.FUSE_IO_URING_CMD_REGISTER && c.res != -IoUringConstants.ENOTCONN)
+                            _t.RegistrationFailed(_qid, -c.res);
+                    }
+                }
+            }
+            // Hand the last answers to the kernel before the ring goes away.
+            ring.SubmitAndWait(0);
+        }
+
+        /// <summary>Serves the request an entry holds: the host's callback answers it into the entry.</summary>
+        private void Handle(Entry e)
+        {
+            var h = e.Header;
+            var inHeader = h->in_out;
+            var payloadBytes = h->ring_ent_in_out.payload_sz;
+            e.CommitId = h->ring_ent_in_out.commit_id;
+            e.Replied = false;
+            // in.len counts the request as /dev/fuse would deliver it, so what is left after the
+            // header and the payload is the opcode's own header, which the kernel put in op_in.
+            var opHeader = (long)inHeader.len - FuseInHeader.Size - payloadBytes;
+            if (opHeader < 0 || opHeader > FuseUringReqHeader.OpInSize || payloadBytes > (uint)PayloadCapacity)
+            {
+                ReplyError(e, 5);
+                return;
+            }
+            *(FuseInHeader*)_scratch = inHeader;
+            Buffer.MemoryCopy(&h->op_in, _scratch + FuseInHeader.Size, opHeader, opHeader);
+            Buffer.MemoryCopy(e.Payload, _scratch + FuseInHeader.Size + opHeader, payloadBytes, payloadBytes);
+            Process(e, _scratch, (int)inHeader.len);
+        }
+
+        /// <summary>Has libfuse parse the request and run the host's callback, whose reply the writev hook puts into the entry.</summary>
+        private void Process(Entry e, byte* request, int length)
+        {
+            var buf = new FuseMemBuf { size = (nuint)length, mem = request };
+            t_entry = e;
+            try
+            {
+                FuseUringNative.fuse_session_process_buf(_t._session, &buf);
+            }
+            finally
+            {
+                t_entry = null;
+            }
+            if (!e.Replied)
+            {
+                _t.LogUnanswered(((FuseInHeader*)request)->opcode);
+                ReplyError(e, 5);
+            }
+            Interlocked.Increment(ref Served);
+        }
+
+        private static void ReplyError(Entry e, int errno)
+        {
+            var h = e.Header;
+            var o = (FuseOutHeader*)&h->in_out;
+            o->len = FuseOutHeader.Size;
+            o->error = -errno;
+            o->unique = e.CommitId;
+            h->ring_ent_in_out.payload_sz = 0;
+            h->ring_ent_in_out.padding = 0;
+            e.Replied = true;
+        }
+
+        /// <summary>Called by the writev hook on this thread: the reply goes into the entry (out header, then payload).</summary>
+        public nint AnswerOnRing(Entry e, IoVec* iov, int count)
+        {
+            var h = e.Header;
+            nuint body = 0;
+            for (var i = 1; i < count; i++)
+                body += iov[i].iov_len;
+            if (body > (nuint)PayloadCapacity)
+            {
+                ReplyError(e, 5);
+                return (nint)(iov[0].iov_len + body);
+            }
+            *(FuseOutHeader*)&h->in_out = *(FuseOutHeader*)iov[0].iov_base;
+            var at = e.Payload;
+            for (var i = 1; i < count; i++)
+            {
+                var n = iov[i].iov_len;
+                if (iov[i].iov_base != at) // a reply built in the payload buffer is already in place
+                    Buffer.MemoryCopy(iov[i].iov_base, at, n, n);
+                at += n;
+            }
+            h->ring_ent_in_out.payload_sz = (uint)body;
+            h->ring_ent_in_out.padding = 0; // protocol 7.46 gives it a meaning; zero is what older kernels expect too
+            e.Replied = true;
+            return (nint)(iov[0].iov_len + body);
+        }
+    }
+}
