@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# XfsWin's FUSE host against the kernel's own XFS (loop mount) on the same image, in one run:
+# XfsWin's FUSE host against the kernel's own XFS (loop mount) on the same image, in one run, with
+# both FUSE transports: classic /dev/fuse, and FUSE over io_uring (Linux 6.14+ with
+# CONFIG_FUSE_IO_URING; the script turns /sys/module/fuse/parameters/enable_uring on for those runs
+# and restores it afterwards):
 #   - sequential read of a 1 GiB file (and the raw image file, as the device's ceiling)
 #   - stat of 100k files, find over 100k entries, readdir of a 1M-entry directory
 # Every measurement starts cold: the file system is mounted afresh and the page, dentry and inode
@@ -48,11 +51,27 @@ xfswin=(dotnet "$PWD/src/XfsWin.Cli/bin/Release/net10.0/xfswin.dll")
 
 mnt=$(mktemp -d /tmp/xfswin-bench-XXXXXX)
 unmount_all() { fusermount3 -u "$mnt" 2>/dev/null || umount "$mnt" 2>/dev/null || true; }
-trap 'unmount_all; rmdir "$mnt"' EXIT
+uring_param=/sys/module/fuse/parameters/enable_uring
+uring_orig=$(cat "$uring_param" 2>/dev/null || echo "")
+restore_uring() { [ -z "$uring_orig" ] || echo "$uring_orig" > "$uring_param" 2>/dev/null || true; }
+trap 'unmount_all; rmdir "$mnt"; restore_uring' EXIT
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 mount_kernel() { mount -t xfs -o loop,ro "$img" "$mnt"; }
-mount_fuse() { "${xfswin[@]}" mount "$img" "$mnt" 2>/dev/null; }
+mount_fuse() { "${xfswin[@]}" mount -o io_uring=no "$img" "$mnt" 2>/dev/null; }
+mount_uring() {
+  echo Y > "$uring_param"
+  local out pid i
+  out=$("${xfswin[@]}" mount "$img" "$mnt" 2>&1)
+  pid=$(sed -n 's/.*server pid \([0-9]*\).*/\1/p' <<<"$out")
+  # Serving through io_uring means queue threads waiting in io_uring_enter (system call 426).
+  for i in $(seq 50); do
+    grep -qs '^426 ' /proc/"$pid"/task/*/syscall && return 0
+    sleep 0.1
+  done
+  echo "FUSE over io_uring did not start (server pid ${pid:-?}): $out" >&2
+  return 1
+}
 
 # seconds of wall time for a command, with the file system freshly mounted and caches dropped
 timed() { # kind command...
@@ -84,17 +103,22 @@ raw_read() { drop_caches; local t0 t1; t0=$(date +%s.%N); dd if="$img" of=/dev/n
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "Measuring ($runs runs each, best reported)..."
 raw=$(raw_read)
-declare -A k f
+have_uring=0
+[ -w "$uring_param" ] && have_uring=1
+declare -A k f u
 for t in read_big stat_100k find_100k readdir_1m; do
   k[$t]=$(best kernel "$t")
   f[$t]=$(best fuse "$t")
-  echo "  $t: kernel ${k[$t]} s, fuse ${f[$t]} s"
+  if [ $have_uring = 1 ]; then u[$t]=$(best uring "$t"); restore_uring; else u[$t]=""; fi
+  echo "  $t: kernel ${k[$t]} s, fuse /dev/fuse ${f[$t]} s, fuse io_uring ${u[$t]:-n/a} s"
 done
 rm -f "$statlist"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 ratio() { awk -v k="$1" -v f="$2" 'BEGIN { printf "%.2f", k / f }'; }   # kernel time / fuse time = fuse speed relative to the kernel
 mbps() { awk -v t="$1" 'BEGIN { printf "%.0f", 1024 / t }'; }
+cell() { if [ -z "$1" ]; then echo "not available"; elif [ "${2:-}" = mb ]; then echo "$1 s ($(mbps "$1") MiB/s)"; else echo "$1 s"; fi; }
+uratio() { if [ -z "${u[$1]}" ]; then echo "-"; else echo "$(ratio "${k[$1]}" "${u[$1]}")x"; fi; }
 
 cat <<REPORT
 
@@ -105,12 +129,12 @@ Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | se
 Image: $(basename "$img") on $(df --output=source "$cache" | tail -1), 6 GiB sparse; every run mounts afresh after dropping caches; best of $runs.
 Load average (1/5/15 min) at start: $load_start; at end: $load_end (other jobs share the machine).
 
-| Measurement | Kernel XFS (loop) | XfsWin FUSE | FUSE / kernel speed | Goal |
-|---|---|---|---|---|
-| Sequential read, 1 GiB file (dd bs=1M) | ${k[read_big]} s ($(mbps "${k[read_big]}") MiB/s) | ${f[read_big]} s ($(mbps "${f[read_big]}") MiB/s) | $(ratio "${k[read_big]}" "${f[read_big]}")x | ≥ 0.8x |
-| stat of 100k files | ${k[stat_100k]} s | ${f[stat_100k]} s | $(ratio "${k[stat_100k]}" "${f[stat_100k]}")x | ≥ 0.5x |
-| find over 100k entries | ${k[find_100k]} s | ${f[find_100k]} s | $(ratio "${k[find_100k]}" "${f[find_100k]}")x | ≥ 0.5x |
-| readdir of a 1M-entry directory (ls -f) | ${k[readdir_1m]} s | ${f[readdir_1m]} s | $(ratio "${k[readdir_1m]}" "${f[readdir_1m]}")x | ≥ 0.5x |
+| Measurement | Kernel XFS (loop) | XfsWin FUSE, /dev/fuse | speed vs kernel | XfsWin FUSE, io_uring | speed vs kernel | Goal |
+|---|---|---|---|---|---|---|
+| Sequential read, 1 GiB file (dd bs=1M) | ${k[read_big]} s ($(mbps "${k[read_big]}") MiB/s) | ${f[read_big]} s ($(mbps "${f[read_big]}") MiB/s) | $(ratio "${k[read_big]}" "${f[read_big]}")x | $(cell "${u[read_big]}" mb) | $(uratio read_big) | ≥ 0.8x |
+| stat of 100k files | ${k[stat_100k]} s | ${f[stat_100k]} s | $(ratio "${k[stat_100k]}" "${f[stat_100k]}")x | $(cell "${u[stat_100k]}") | $(uratio stat_100k) | ≥ 0.5x |
+| find over 100k entries | ${k[find_100k]} s | ${f[find_100k]} s | $(ratio "${k[find_100k]}" "${f[find_100k]}")x | $(cell "${u[find_100k]}") | $(uratio find_100k) | ≥ 0.5x |
+| readdir of a 1M-entry directory (ls -f) | ${k[readdir_1m]} s | ${f[readdir_1m]} s | $(ratio "${k[readdir_1m]}" "${f[readdir_1m]}")x | $(cell "${u[readdir_1m]}") | $(uratio readdir_1m) | ≥ 0.5x |
 
 Raw image file, first 1 GiB with O_DIRECT (the device's ceiling): $(printf '%.3f' "$raw") s ($(mbps "$raw") MiB/s).
 REPORT

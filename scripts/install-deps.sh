@@ -39,3 +39,12 @@ grep -qw xfs /proc/filesystems || { echo "The kernel has no XFS driver: the test
 if [ -x scripts/oracles/install.sh ]; then
   scripts/oracles/install.sh
 fi
+
+# User-mode Linux (Linux 6.1 with XFS quota, which the machine's kernel may lack) for the log tests' quota scenario.
+if [ -f tests/XfsWin.Core.Tests/Journal/uml.sh ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    bash tests/XfsWin.Core.Tests/Journal/uml.sh install
+  else
+    echo "Skipping user-mode Linux (the log tests fetch it when run as root)." >&2
+  fi
+fi

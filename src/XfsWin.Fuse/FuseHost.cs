@@ -50,6 +50,36 @@ public sealed unsafe class FuseHost : IDisposable
         _log = log ?? Console.Error;
     }
 
+    /// <summary>
+    /// Runs the request paths once on the root directory before the mount appears, so the first
+    /// real requests do not wait for the JIT to compile them (the server runs with optimized code
+    /// from the first call, which makes that compilation slower: about 0.1 s for a first `find`).
+    /// Best effort: problems with the root surface again, and are reported, when it is used.
+    /// </summary>
+    private void WarmUp()
+    {
+        var scratch = _buffers.Rent();
+        try
+        {
+            var filler = new DirentFiller { Buffer = scratch, Capacity = (nuint)Math.Min(_buffers.BufferSize, 4096) };
+            _volume.ReadDirectory(_rootInode, 0, ref filler);
+            var attrs = _volume.GetAttributes(_rootInode);
+            NativeStat st;
+            FillStat(attrs, &st);
+            FuseEntryParam e;
+            if (_volume.TryLookup(_rootInode, ".."u8, out var parent))
+                FillEntry(_volume.GetAttributes(parent), &e);
+            _ = _volume.ListXattrs(_rootInode);
+        }
+        catch (Exception ex) when (ex is XfsException or IOException)
+        {
+        }
+        finally
+        {
+            _buffers.Return(scratch);
+        }
+    }
+
     /// <summary>Where the volume is mounted, once <see cref="Mount"/> succeeded.</summary>
     public string? MountPoint => _mountPoint;
 
@@ -99,6 +129,7 @@ public sealed unsafe class FuseHost : IDisposable
         if (!Directory.Exists(mountPoint))
             throw new FuseMountException($"Mount point '{mountPoint}' does not exist or is not a directory: create it with 'mkdir -p {mountPoint}'.");
 
+        WarmUp();
         _self = GCHandle.Alloc(this);
         var argList = new List<string> { "xfswin", "-o", BuildMountOptions() };
         if (_options.Debug)
@@ -411,7 +442,36 @@ public sealed unsafe class FuseHost : IDisposable
         statfs = (nint)(delegate* unmanaged<nint, ulong, void>)&OnStatFs,
         getxattr = (nint)(delegate* unmanaged<nint, ulong, byte*, nuint, void>)&OnGetXattr,
         listxattr = (nint)(delegate* unmanaged<nint, ulong, nuint, void>)&OnListXattr,
+        lseek = (nint)(delegate* unmanaged<nint, ulong, long, int, FuseFileInfo*, void>)&OnLseek,
     };
+
+    private const int SeekData = 3, SeekHole = 4, ENXIO = 6, EINVAL = 22;
+
+    /// <summary>
+    /// SEEK_DATA and SEEK_HOLE from the extent map (cp --sparse, tar --sparse, backup tools skip the
+    /// holes). The kernel handles the other whence values itself.
+    /// </summary>
+    [UnmanagedCallersOnly]
+    private static void OnLseek(nint req, ulong ino, long offset, int whence, FuseFileInfo* fi)
+    {
+        try
+        {
+            var host = HostOf(req);
+            if (whence is not (SeekData or SeekHole))
+            {
+                FuseNative.fuse_reply_err(req, EINVAL);
+                return;
+            }
+            if (host._volume.TrySeekDataOrHole(host.ToXfsInode(ino), offset, whence == SeekData, out var result))
+                FuseNative.fuse_reply_lseek(req, result);
+            else
+                FuseNative.fuse_reply_err(req, ENXIO);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "lseek", ino);
+        }
+    }
 
     [UnmanagedCallersOnly]
     private static void OnInit(nint userdata, FuseConnInfo* conn)
@@ -567,31 +627,29 @@ public sealed unsafe class FuseHost : IDisposable
         FuseNative.fuse_reply_open(req, fi);
     }
 
-    /// <summary>Writes entries straight into the reply buffer until the next one does not fit.</summary>
+    /// <summary>
+    /// Writes entries straight into the reply buffer, in the kernel's struct fuse_dirent layout
+    /// (ino, off, namelen, type, name, zero padding to 8 bytes), until the next one does not fit.
+    /// </summary>
     private struct DirentFiller : IDirectoryVisitor
     {
-        public nint Request;
         public byte* Buffer;
         public nuint Capacity;
         public nuint Used;
 
         public bool Visit(ReadOnlySpan<byte> name, ulong inode, XfsFileType fileType, long nextCookie)
         {
-            var need = (nuint)Align8(DirentNameOffset + name.Length);
-            if (need > Capacity - Used)
+            var need = Align8(DirentNameOffset + name.Length);
+            if ((nuint)need > Capacity - Used)
                 return false;
-            Span<byte> z = stackalloc byte[name.Length + 1];
-            name.CopyTo(z);
-            z[name.Length] = 0;
-            NativeStat st = default;
-            st.st_ino = inode;
-            st.st_mode = TypeBits(fileType);
-            nuint added;
-            fixed (byte* pz = z)
-                added = FuseNative.fuse_add_direntry(Request, Buffer + Used, Capacity - Used, pz, &st, nextCookie);
-            if (added > Capacity - Used)
-                return false; // libfuse wrote nothing: the entry did not fit after all
-            Used += added;
+            var p = Buffer + Used;
+            *(ulong*)p = inode;
+            *(long*)(p + 8) = nextCookie;
+            *(uint*)(p + 16) = (uint)name.Length;
+            *(uint*)(p + 20) = TypeBits(fileType) >> 12; // DT_* values are the S_IFMT bits shifted down
+            name.CopyTo(new Span<byte>(p + DirentNameOffset, name.Length));
+            new Span<byte>(p + DirentNameOffset + name.Length, need - DirentNameOffset - name.Length).Clear();
+            Used += (nuint)need;
             return true;
         }
     }
@@ -643,7 +701,7 @@ public sealed unsafe class FuseHost : IDisposable
             var buffer = host._buffers.Rent();
             try
             {
-                var filler = new DirentFiller { Request = req, Buffer = buffer, Capacity = Math.Min(size, (nuint)host._buffers.BufferSize) };
+                var filler = new DirentFiller { Buffer = buffer, Capacity = Math.Min(size, (nuint)host._buffers.BufferSize) };
                 host._volume.ReadDirectory(host.ToXfsInode(ino), offset, ref filler);
                 FuseNative.fuse_reply_buf(req, buffer, filler.Used);
             }

@@ -205,6 +205,12 @@ public static class MountCommand
         foreach (var a in ReExecArguments(args, parsed))
             psi.ArgumentList.Add(a);
         psi.Environment[ChildEnvironmentVariable] = "1";
+        // The server lives long and its first requests are the ones people time (ls right after
+        // mounting): have every method compiled optimized at once rather than first through the
+        // quick tier (bench/fuse-vs-kernel.sh: a cold listing of 1M entries 0.57 s instead of 0.8 s).
+        // A value already set by the user wins.
+        if (!psi.Environment.ContainsKey("DOTNET_TieredCompilation"))
+            psi.Environment["DOTNET_TieredCompilation"] = "0";
 
         using var child = Process.Start(psi)!;
         child.StandardInput.Close();

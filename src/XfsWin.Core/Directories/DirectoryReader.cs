@@ -39,7 +39,18 @@ public sealed class DirectoryReader
         _ftype = _sb.HasFtype;
     }
 
-    private const int ReadAheadBytes = 256 * 1024;
+    /// <summary>
+    /// Listings read data blocks ahead in windows of this many bytes, one window beyond the block
+    /// being listed, in the background. Big directories are often fragmented into small extents
+    /// (they grow a block at a time, interleaved with their leaf blocks), so a window spans extents.
+    /// </summary>
+    private const int ReadAheadWindowBytes = 512 * 1024;
+
+    /// <summary>Physical gaps up to this size between wanted blocks are read through rather than split into two reads.</summary>
+    private const int ReadAheadMaxGapBytes = 64 * 1024;
+
+    /// <summary>The largest single read-ahead read.</summary>
+    private const int ReadAheadMaxSpanBytes = 1024 * 1024;
 
     private int DataHeaderSize => DirectoryDataBlock.HeaderSize(_v5);
     /// <summary>First directory block (in directory-block units) past the data space.</summary>
@@ -199,7 +210,7 @@ public sealed class DirectoryReader
         ulong db = (ulong)(byteOffset >> _dirBlockByteLog);
         int off = (int)(byteOffset & (_dirBlockSize - 1));
         if (byteOffset >= Dir2Space.LeafOffset) throw _mount.Corrupt($"directory hash entry of inode {dir.Number}", dir.ByteOffset, $"address {address} outside the data space");
-        bool single = dir.Size == _dirBlockSize;
+        bool single = FormOf(dir, out _) == Form.Block;
         var (block, _) = ReadDataBlock(dir, map, db, single);
         int end = DirectoryDataBlock.EntriesEnd(block, single);
         if (off < DataHeaderSize || off + 12 > end)
@@ -227,6 +238,8 @@ public sealed class DirectoryReader
         ulong fsbPerDirBlock = 1UL << _sb.DirBlockLog;
         ulong db = (ulong)((cookie << 3) >> _dirBlockByteLog);
         ulong limit = form == Form.Block ? 1 : LeafDirBlock;
+        ulong windowBlocks = (ulong)Math.Max(1, ReadAheadWindowBytes / _dirBlockSize);
+        bool first = true;
         while (db < limit)
         {
             ulong fileBlock = db * fsbPerDirBlock;
@@ -236,18 +249,68 @@ public sealed class DirectoryReader
                 db = (next + fsbPerDirBlock - 1) / fsbPerDirBlock;
                 continue;
             }
-            if (form != Form.Block && !ext.Unwritten)
+            if (form != Form.Block && (first || db % windowBlocks == 0))
             {
-                // Read ahead the rest of this extent's data blocks in one I/O (up to 256 KiB).
-                ulong runBlocks = Math.Min(ext.FileEnd - fileBlock, (limit - db) * fsbPerDirBlock);
-                int run = (int)Math.Min(runBlocks >> _sb.DirBlockLog, (ulong)Math.Max(1, ReadAheadBytes / _dirBlockSize));
-                if (run > 1)
-                    _mount.Buffers.Prefetch(_sb.FsbToByte(ext.StartBlock + (fileBlock - ext.FileOffset)), _dirBlockSize, run, dir.Number,
-                        new DirectoryDataVerifier(_sb, dir.Number, singleBlock: false));
+                // The rest of this window (waited for by ReadDataBlock when not yet cached) and the next one.
+                ulong windowEnd = (db / windowBlocks + 1) * windowBlocks;
+                ReadAheadDataBlocks(dir, map, db, windowEnd);
+                ReadAheadDataBlocks(dir, map, windowEnd, windowEnd + windowBlocks);
             }
+            first = false;
             var (block, _) = ReadDataBlock(dir, map, db, form == Form.Block);
             if (!EnumerateDataBlock(dir, block, db, form == Form.Block, cookie, ref visitor)) return;
             db++;
+        }
+    }
+
+    /// <summary>
+    /// Starts background reads of the data blocks [<paramref name="fromDb"/>, <paramref name="toDb"/>)
+    /// that are neither cached nor already on their way. The blocks are sorted by disk address and
+    /// those lying close together merged into one read: directories that grew a block at a time
+    /// often have their blocks in reverse or interleaved order on disk.
+    /// </summary>
+    private void ReadAheadDataBlocks(Inode dir, ExtentMap map, ulong fromDb, ulong toDb)
+    {
+        toDb = Math.Min(toDb, Math.Min(LeafDirBlock, fromDb + (ulong)Math.Max(1, ReadAheadWindowBytes / _dirBlockSize)));
+        if (fromDb >= toDb) return;
+        var verifier = new DirectoryDataVerifier(_sb, dir.Number, singleBlock: false);
+        ulong fsbPerDirBlock = 1UL << _sb.DirBlockLog;
+        Span<long> wanted = stackalloc long[(int)(toDb - fromDb)];
+        int count = 0;
+        ulong db = fromDb;
+        while (db < toDb)
+        {
+            ulong fileBlock = db * fsbPerDirBlock;
+            if (!map.TryFind(fileBlock, out var ext, out ulong next))
+            {
+                if (next == ulong.MaxValue) break;
+                db = (next + fsbPerDirBlock - 1) / fsbPerDirBlock;
+                continue;
+            }
+            // Every directory block of this extent inside the window, without looking the map up again.
+            ulong extentEndDb = Math.Min(toDb, ext.FileEnd / fsbPerDirBlock);
+            ulong startDb = db;
+            for (; db < extentEndDb; db++)
+            {
+                long offset = _sb.FsbToByte(ext.StartBlock + (db * fsbPerDirBlock - ext.FileOffset));
+                if (!ext.Unwritten && !_mount.Buffers.IsCachedOrPending(offset, _dirBlockSize, dir.Number, verifier.Kind))
+                    wanted[count++] = offset;
+            }
+            if (db == startDb)
+                db++; // a directory block split across extents: left to its reader, which gathers the pieces
+        }
+        if (count == 0) return;
+        wanted = wanted[..count];
+        wanted.Sort();
+        int first = 0;
+        for (int i = 1; i <= count; i++)
+        {
+            bool joins = i < count && wanted[i] - (wanted[i - 1] + _dirBlockSize) <= ReadAheadMaxGapBytes &&
+                         wanted[i] + _dirBlockSize - wanted[first] <= ReadAheadMaxSpanBytes;
+            if (joins) continue;
+            long spanStart = wanted[first], spanEnd = wanted[i - 1] + _dirBlockSize;
+            _mount.Buffers.StartPrefetch(spanStart, (int)(spanEnd - spanStart), wanted[first..i], _dirBlockSize, dir.Number, verifier);
+            first = i;
         }
     }
 
@@ -344,7 +407,10 @@ public sealed class DirectoryReader
             }
             case ForkFormat.Extents or ForkFormat.Btree:
                 map = _maps.Get(dir, ForkKind.Data);
-                if (dir.Size == _dirBlockSize) return Form.Block;
+                // Block form is a single directory block and nothing mapped after it (xfs_dir2_isblock looks at the
+                // end of the last extent, not at the size): a leaf directory that has shrunk back to one data block
+                // also has the size of one block, but keeps its leaf block at the leaf offset.
+                if (dir.Size == _dirBlockSize && !map.TryFind(LeafDaBlock, out _, out _)) return Form.Block;
                 if (dir.Size < _dirBlockSize || (dir.Size & (_dirBlockSize - 1)) != 0)
                     throw _mount.Corrupt($"directory inode {dir.Number}", dir.ByteOffset, $"size {dir.Size} is not a whole number of directory blocks");
                 if (!map.TryFind(LeafDaBlock, out _, out _))

@@ -9,6 +9,9 @@ namespace XfsWin.Inodes;
 /// </summary>
 public sealed class Inode
 {
+    /// <summary>Set once the inodes this directory names were read ahead (see XfsVolume.TryLookup).</summary>
+    internal int ChildrenReadAhead;
+
     internal Inode(ulong number, byte[] raw, long byteOffset, Superblock sb)
     {
         Number = number;

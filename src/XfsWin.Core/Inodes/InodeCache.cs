@@ -68,15 +68,17 @@ public sealed class InodeCache
         }
     }
 
-    private Inode Load(ulong ino)
+    private static RawBlockVerifier ClusterVerifier => new("inode cluster", 1);
+
+    /// <summary>
+    /// Where the cluster holding <paramref name="ino"/> lies. Inodes are read a whole chunk-aligned
+    /// cluster at a time (what the kernel reads too), so the neighbours a listing asks for next come
+    /// from the cache. Chunks start on inode-alignment boundaries inside their AG; the cluster never
+    /// leaves the AG (or the device: a truncated image falls back to the one block).
+    /// </summary>
+    private (long Offset, int Length) ClusterOf(ulong ino)
     {
         var sb = _mount.Superblock;
-        if (!sb.IsValidInode(ino))
-            throw _mount.Corrupt("inode number", 0, $"inode {ino} does not exist on this volume (outside every allocation group)");
-        long offset = sb.InodeToByte(ino);
-        // Inodes are read a whole chunk-aligned cluster at a time (what the kernel reads too), so
-        // the neighbours a directory listing asks for next come from the cache. Chunks start on
-        // inode-alignment boundaries inside their AG; the cluster never leaves the AG.
         uint agno = sb.InoToAgno(ino);
         uint agbno = sb.InoToAgino(ino) >> sb.InoPBlog;
         uint clusterBlocks = ClusterBlocks(sb);
@@ -85,11 +87,60 @@ public sealed class InodeCache
         long clusterOffset = sb.AgBlockToByte(agno, clusterStart);
         int clusterLength = (int)(blocks << sb.BlockLog);
         if (clusterOffset + clusterLength > _mount.Device.Length)
+            return (sb.InodeToByte(ino) & ~((long)sb.BlockSize - 1), (int)sb.BlockSize);
+        return (clusterOffset, clusterLength);
+    }
+
+    /// <summary>Largest single read-ahead read of inode clusters, and the largest gap read through.</summary>
+    private const int ReadAheadMaxSpanBytes = 1024 * 1024, ReadAheadMaxGapBytes = 64 * 1024;
+
+    /// <summary>
+    /// Starts background reads of the clusters holding <paramref name="inodes"/> that are not cached,
+    /// clusters close together on disk merged into one read of up to 1 MiB. Invalid numbers are
+    /// skipped: whoever asks for them gets the error. Meant for background callers: it waits when
+    /// many read-aheads are in flight.
+    /// </summary>
+    public void ReadAhead(List<ulong> inodes)
+    {
+        var sb = _mount.Superblock;
+        var clusters = new List<long>(inodes.Count);
+        int length = 0;
+        foreach (var ino in inodes)
         {
-            clusterOffset = offset & ~((long)sb.BlockSize - 1);
-            clusterLength = (int)sb.BlockSize;
+            if (!sb.IsValidInode(ino) || _inodes.ContainsKey(ino)) continue;
+            var (offset, len) = ClusterOf(ino);
+            if (length == 0) length = len;
+            if (len == length && !_mount.Buffers.IsCachedOrPending(offset, len, 0, ClusterVerifier.Kind)) clusters.Add(offset);
         }
-        var cluster = _mount.Buffers.Read(clusterOffset, clusterLength, 0, new RawBlockVerifier("inode cluster", 1));
+        if (clusters.Count == 0) return;
+        clusters.Sort();
+        Span<long> wanted = stackalloc long[Math.Max(1, ReadAheadMaxSpanBytes / length)];
+        int count = 0;
+        long spanStart = 0, spanEnd = 0;
+        foreach (var offset in clusters)
+        {
+            if (count > 0 && offset < spanEnd) continue; // duplicate
+            bool joins = count > 0 && offset - spanEnd <= ReadAheadMaxGapBytes && offset + length - spanStart <= ReadAheadMaxSpanBytes && count < wanted.Length;
+            if (!joins)
+            {
+                if (count > 0) _mount.Buffers.StartPrefetch(spanStart, (int)(spanEnd - spanStart), wanted[..count], length, 0, ClusterVerifier, waitForSlot: true);
+                count = 0;
+                spanStart = offset;
+            }
+            wanted[count++] = offset;
+            spanEnd = offset + length;
+        }
+        if (count > 0) _mount.Buffers.StartPrefetch(spanStart, (int)(spanEnd - spanStart), wanted[..count], length, 0, ClusterVerifier, waitForSlot: true);
+    }
+
+    private Inode Load(ulong ino)
+    {
+        var sb = _mount.Superblock;
+        if (!sb.IsValidInode(ino))
+            throw _mount.Corrupt("inode number", 0, $"inode {ino} does not exist on this volume (outside every allocation group)");
+        long offset = sb.InodeToByte(ino);
+        var (clusterOffset, clusterLength) = ClusterOf(ino);
+        var cluster = _mount.Buffers.Read(clusterOffset, clusterLength, 0, ClusterVerifier);
         var raw = cluster.AsSpan((int)(offset - clusterOffset), sb.InodeSize).ToArray();
         var check = DinodeView.Verify(raw, ino, sb);
         if (!check.IsOk) throw _mount.Corrupt($"inode {ino}", offset, check.ToString());

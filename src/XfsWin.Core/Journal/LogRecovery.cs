@@ -63,7 +63,7 @@ public static class LogRecovery
         result.TailLsn = FindTailLsn(reader, pos);
 
         var overlay = new OverlayDevice(dataDevice);
-        var replayer = new LogReplayer(overlay, sb, QuotaOn(dataDevice), (blk, problem) => reader.Corrupt(blk, problem));
+        var replayer = new LogReplayer(overlay, sb, (blk, problem) => reader.Corrupt(blk, problem));
 
         // Pass 1: cancel table. Pass 2: apply.
         Walk(reader, pos, sb, warnings, replayer, pass: 1, progress, 0.0, 0.3);
@@ -75,6 +75,10 @@ public static class LogRecovery
         warnings.AddRange(replayer.Warnings);
 
         result.TransactionsReplayed = replayer.TransactionsReplayed;
+        result.QuotaAccounting = replayer.QuotaAccounting;
+        result.DquotsReplayed = replayer.DquotsReplayed;
+        result.IntentsLogged = replayer.IntentsLogged();
+        result.IntentsFinished = replayer.IntentsFinished();
         result.UnfinishedIntents = replayer.UnfinishedIntents();
         result.UnlinkedInodes = RecoveryChecks.CountUnlinkedInodes(overlay, sb, warnings);
         var cowAgs = RecoveryChecks.AgsWithLeftoverCow(overlay, sb);
@@ -127,7 +131,9 @@ public static class LogRecovery
     {
         var area = reader.Area;
         long distance = LogScanner.Distance(area.Blocks, pos.TailBlock, pos.HeadBlock);
-        var assembler = new TransactionAssembler(reader, pass == 1 ? replayer.CommitPass1 : replayer.CommitPass2, keepDataRegions: pass == 2);
+        var assembler = pass == 1
+            ? new TransactionAssembler(reader, replayer.CommitPass1, keepDataRegions: false, keepDataOf: LogReplayer.KeepsDataInPass1)
+            : new TransactionAssembler(reader, replayer.CommitPass2);
         long walked = 0, blk = pos.TailBlock;
         int hblks = -1;
         double lastReport = -1;
@@ -154,14 +160,6 @@ public static class LogRecovery
                 lastReport = p;
             }
         }
-    }
-
-    private static bool QuotaOn(IBlockDevice device)
-    {
-        Span<byte> sector = stackalloc byte[512];
-        device.Read(0, sector);
-        const ushort UquotaAcct = 0x1, PquotaAcct = 0x8, GquotaAcct = 0x40;
-        return (new SuperblockView(sector).Qflags & (UquotaAcct | PquotaAcct | GquotaAcct)) != 0;
     }
 
     /// <summary>

@@ -9,6 +9,10 @@ public sealed class LogRecoveryResult
     public LogState State;
     /// <summary>What the volume must read from: the overlay (Memory), or the original device (clean, None, external, after an in-place flush).</summary>
     public IBlockDevice Device = null!;
+    /// <summary>Intent items between tail and head, by kind ("EFI", "BUI", "ATTRI", ...), with counts.</summary>
+    public IReadOnlyDictionary<string, int> IntentsLogged = new Dictionary<string, int>();
+    /// <summary>Of <see cref="IntentsLogged"/>, those whose done item is in the log too (the kernel has nothing left to do for them), by kind.</summary>
+    public IReadOnlyDictionary<string, int> IntentsFinished = new Dictionary<string, int>();
     /// <summary>Intents whose done item is not in the log, by kind ("EFI", "RUI", ...), with counts.</summary>
     public IReadOnlyDictionary<string, int> UnfinishedIntents = new Dictionary<string, int>();
     public IReadOnlyList<string> Warnings = [];
@@ -18,4 +22,8 @@ public sealed class LogRecoveryResult
     public long LogBytesReplayed;
     public ulong HeadLsn, TailLsn;
     public int TransactionsReplayed;
+    /// <summary>Whether quota accounting is on in the superblock as the log leaves it: dquots were replayed only then.</summary>
+    public bool QuotaAccounting;
+    /// <summary>Logged dquots written (those whose on-disk copy was not newer).</summary>
+    public long DquotsReplayed;
 }

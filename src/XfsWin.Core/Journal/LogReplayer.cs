@@ -15,22 +15,29 @@ public sealed class LogReplayer
 {
     private readonly IBlockDevice _target;
     private readonly Superblock _sb;
-    private readonly bool _quotaOn;
+    /// <summary>The superblock sector as the log leaves it (pass 1), for the quota decision.</summary>
+    private readonly byte[] _lastSuperblock;
+    private readonly ulong _diskSuperblockLsn;
     private readonly Func<long, string, XfsCorruptionException> _corrupt;
     private readonly Dictionary<(long Blkno, int Len), int> _cancelled = new();
     private readonly Dictionary<(long Blkno, int Len), ulong> _pendingStamp = new();
     /// <summary>Unfinished intents in log order, keyed by (type, id).</summary>
     private readonly Dictionary<(ushort Type, ulong Id), int> _intents = new();
     private readonly List<(ushort Type, ulong Id)> _intentOrder = new();
+    private readonly Dictionary<ushort, int> _intentsLogged = new();
+    private readonly Dictionary<ushort, int> _intentsFinished = new();
     private ulong _recoveryLsn;
     private long _currentRecordBlock;
 
-    public LogReplayer(IBlockDevice target, Superblock sb, bool quotaOn, Func<long, string, XfsCorruptionException> corrupt)
+    /// <param name="target">The device replayed into; its sector 0 must still be the superblock on disk.</param>
+    public LogReplayer(IBlockDevice target, Superblock sb, Func<long, string, XfsCorruptionException> corrupt)
     {
         _target = target;
         _sb = sb;
-        _quotaOn = quotaOn;
         _corrupt = corrupt;
+        _lastSuperblock = new byte[LogArea.BBSize];
+        target.Read(0, _lastSuperblock);
+        _diskSuperblockLsn = sb.IsV5 ? new SuperblockView(_lastSuperblock).Lsn : 0;
     }
 
     public int TransactionsReplayed { get; private set; }
@@ -40,6 +47,7 @@ public sealed class LogReplayer
     public long InodesReplayed { get; private set; }
     public long InodesSkippedNewer { get; private set; }
     public long InodeChunksCreated { get; private set; }
+    public long DquotsReplayed { get; private set; }
     public List<string> Warnings { get; } = new();
 
     /// <summary>Records the record currently being processed, for error messages.</summary>
@@ -64,11 +72,41 @@ public sealed class LogReplayer
             if ((f.Flags & BufLogFormat.FlagCancel) == 0)
             {
                 _touched.Add((f.Blkno, f.Len));
+                if (f.Blkno == 0) FollowSuperblock(trans, item, f);
                 continue;
             }
             var key = (f.Blkno, (int)f.Len);
             _cancelled[key] = _cancelled.GetValueOrDefault(key) + 1;
         }
+    }
+
+    // ---------------------------------------------------------------- quota accounting
+
+    private const ushort UquotaAcct = 0x1, PquotaAcct = 0x8, GquotaAcct = 0x40;
+
+    /// <summary>
+    /// Whether dquots and dquot buffers are replayed. Invariant: the kernel replays them only when it is mounted
+    /// with quota, i.e. when accounting was on for the mount that wrote the log; the superblock's quota flags say
+    /// so, but the sector on disk may predate the log (accounting switched on by the mount that crashed: the new
+    /// flags were logged, never written back). So the flags that count are those of the superblock as the log
+    /// leaves it, known after pass 1 and used throughout pass 2.
+    /// </summary>
+    public bool QuotaAccounting => (new SuperblockView(_lastSuperblock).Qflags & (UquotaAcct | PquotaAcct | GquotaAcct)) != 0;
+
+    /// <summary>For the assembler's cancel pass: keep the data of superblock buffer items (daddr 0), which pass 1 follows.</summary>
+    public static bool KeepsDataInPass1(ReadOnlySpan<byte> format) =>
+        format.Length >= 2 && BinaryPrimitives.ReadUInt16LittleEndian(format) == LogItemType.Buf &&
+        (format.Length < BufLogFormat.OffMapSize || BinaryPrimitives.ReadInt64LittleEndian(format[BufLogFormat.OffBlkno..]) == 0);
+
+    /// <summary>Applies a logged superblock to the copy pass 1 keeps, unless (V5) the one on disk is not older, as pass 2 does.</summary>
+    private void FollowSuperblock(LogTransaction trans, LogItem item, BufLogFormat f)
+    {
+        if (item.Regions.Count < item.Total) return;
+        if (_diskSuperblockLsn != 0 && _diskSuperblockLsn != ulong.MaxValue && _diskSuperblockLsn >= trans.Lsn) return;
+        var buf = new byte[Math.Max(f.Len << LogArea.BBShift, LogArea.BBSize)];
+        _lastSuperblock.CopyTo(buf, 0);
+        CopyRegions(trans, item, f, buf);
+        buf.AsSpan(0, LogArea.BBSize).CopyTo(_lastSuperblock);
     }
 
     /// <summary>
@@ -136,6 +174,15 @@ public sealed class LogReplayer
         return counts;
     }
 
+    /// <summary>Intent items replayed (between tail and head), counted by kind.</summary>
+    public IReadOnlyDictionary<string, int> IntentsLogged() => ByName(_intentsLogged);
+
+    /// <summary>Of <see cref="IntentsLogged"/>, those a later done item in the log finished, by kind.</summary>
+    public IReadOnlyDictionary<string, int> IntentsFinished() => ByName(_intentsFinished);
+
+    private static SortedDictionary<string, int> ByName(Dictionary<ushort, int> counts) =>
+        new(counts.ToDictionary(kv => LogItemType.Name(kv.Key), kv => kv.Value), StringComparer.Ordinal);
+
     /// <summary>xlog_recover_reorder_trans: buffers and icreates, then the rest, then inode buffers, then cancels.</summary>
     private static IEnumerable<LogItem> Reorder(List<LogItem> items)
     {
@@ -191,6 +238,7 @@ public sealed class LogReplayer
             var key = (type, IntentLogFormat.Id(item.Regions[0]));
             if (!_intents.ContainsKey(key)) _intentOrder.Add(key);
             _intents[key] = 1;
+            _intentsLogged[type] = _intentsLogged.GetValueOrDefault(type) + 1;
             return;
         }
         ushort intent = IntentLogFormat.IntentOf(type);
@@ -198,8 +246,10 @@ public sealed class LogReplayer
         {
             string? bad = IntentLogFormat.CheckLength(type, item.Regions[0]);
             if (bad is not null) throw Corrupt(trans, bad);
-            // An EFD names its EFI by efd_efi_id at offset 8, like every other done item.
-            _intents.Remove((intent, IntentLogFormat.Id(item.Regions[0])));
+            // An EFD names its EFI by efd_efi_id at offset 8, like every other done item. One whose intent lies
+            // before the tail finishes nothing.
+            if (_intents.Remove((intent, IntentLogFormat.Id(item.Regions[0]))))
+                _intentsFinished[intent] = _intentsFinished.GetValueOrDefault(intent) + 1;
             return;
         }
         throw Corrupt(trans, $"unrecognized log item type 0x{type:x4}");
@@ -259,7 +309,7 @@ public sealed class LogReplayer
         }
         else if ((f.Flags & (BufLogFormat.FlagUserDquot | BufLogFormat.FlagProjectDquot | BufLogFormat.FlagGroupDquot)) != 0)
         {
-            if (!_quotaOn) return;
+            if (!QuotaAccounting) return;
             CopyRegions(trans, item, f, buf);
         }
         else
@@ -511,18 +561,27 @@ public sealed class LogReplayer
         return Math.Max(size, (int)_sb.BlockSize);
     }
 
-    /// <summary>xlog_recover_dquot_commit_pass2: replayed only when quota accounting is on.</summary>
+    /// <summary>
+    /// xlog_recover_dquot_commit_pass2: replayed only when quota accounting is on (<see cref="QuotaAccounting"/>).
+    /// Invariant: only the logged xfs_disk_dquot and (V5) the dqblk CRC change. Unlike buffers, inodes and the
+    /// kernel's own dquot flushes, recovery leaves dd_lsn and the UUID of the dqblk as they are on disk; the kernel
+    /// stamps dd_lsn only when it later flushes a dquot it changed itself.
+    /// </summary>
     private void ApplyDquot(LogTransaction trans, LogItem item)
     {
-        if (!_quotaOn) return;
+        if (!QuotaAccounting) return;
         var r0 = item.Regions[0];
         if (r0.Length < DquotLogFormat.Size || item.Regions.Count < 2) throw Corrupt(trans, "dquot item is too short");
         var q = new DquotLogFormat(r0);
         var src = item.Regions[1];
         if (src.Length < DquotLogFormat.DiskDquotSize) throw Corrupt(trans, $"dquot {q.Id}: logged dquot of {src.Length} bytes");
+        int size = _sb.IsV5 ? DquotLogFormat.DqblkSize : DquotLogFormat.DiskDquotSize;
+        if (src.Length > size) throw Corrupt(trans, $"dquot {q.Id}: logged dquot of {src.Length} bytes is larger than a dquot block entry");
+        if (BinaryPrimitives.ReadUInt16BigEndian(src) != DquotLogFormat.Magic || src[DquotLogFormat.OffVersion] != DquotLogFormat.Version ||
+            BinaryPrimitives.ReadUInt32BigEndian(src.AsSpan(DquotLogFormat.OffDiskId)) != q.Id)
+            throw Corrupt(trans, $"dquot {q.Id}: the logged dquot has no DQ magic, a bad version or another id");
         if (IsCancelled(q.Blkno, (int)(_sb.BlockSize >> LogArea.BBShift) * q.Len)) return;
         long offset = (q.Blkno << LogArea.BBShift) + q.Boffset;
-        int size = _sb.IsV5 ? DquotLogFormat.DqblkSize : DquotLogFormat.DiskDquotSize;
         if (q.Blkno < 0 || q.Boffset < 0 || offset + size > _target.Length) throw Corrupt(trans, $"dquot {q.Id} at daddr {q.Blkno} is out of range");
         var dq = new byte[size];
         _target.Read(offset, dq);
@@ -531,13 +590,9 @@ public sealed class LogReplayer
             ulong lsn = BinaryPrimitives.ReadUInt64BigEndian(dq.AsSpan(DquotLogFormat.DqblkOffLsn));
             if (lsn != 0 && lsn != ulong.MaxValue && lsn >= trans.Lsn) return;
         }
-        src.AsSpan(0, DquotLogFormat.DiskDquotSize).CopyTo(dq);
-        if (_sb.IsV5)
-        {
-            BinaryPrimitives.WriteUInt64BigEndian(dq.AsSpan(DquotLogFormat.DqblkOffLsn), trans.Lsn);
-            _sb.MetaUuid.TryWriteBytes(dq.AsSpan(DquotLogFormat.DqblkOffUuid, 16), bigEndian: true, out _);
-            XfsCrc.Stamp(dq, DquotLogFormat.DqblkOffCrc);
-        }
+        src.CopyTo(dq, 0);
+        if (_sb.IsV5) XfsCrc.Stamp(dq, DquotLogFormat.DqblkOffCrc);
         _target.Write(offset, dq);
+        DquotsReplayed++;
     }
 }

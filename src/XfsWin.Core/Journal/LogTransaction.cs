@@ -9,6 +9,8 @@ public sealed class LogItem
     public int Total { get; internal set; }
     /// <summary>Regions received so far (all of them are in <see cref="Regions"/> unless only format regions are kept).</summary>
     public int Received { get; internal set; }
+    /// <summary>Whether the assembler keeps this item's data regions (always, or for the items its filter picks).</summary>
+    internal bool KeepData { get; set; }
     public List<byte[]> Regions { get; } = new();
 }
 
@@ -28,6 +30,9 @@ public sealed class LogTransaction
     public List<LogItem> Items { get; } = new();
 }
 
+/// <summary>Picks items by their first (format) region.</summary>
+public delegate bool FormatRegionFilter(ReadOnlySpan<byte> formatRegion);
+
 /// <summary>
 /// Turns records into committed transactions (xlog_recover_process_data and its helpers): state is
 /// kept per transaction id because checkpoints interleave at record boundaries; ops of a tid not
@@ -39,13 +44,18 @@ public sealed class TransactionAssembler
     private readonly LogReader _reader;
     private readonly Action<LogTransaction> _commit;
     private readonly bool _keepData;
+    private readonly FormatRegionFilter? _keepDataOf;
 
     /// <param name="keepDataRegions">False keeps only each item's first (format) region: enough for the cancel pass.</param>
-    public TransactionAssembler(LogReader reader, Action<LogTransaction> commit, bool keepDataRegions = true)
+    /// <param name="keepDataOf">With <paramref name="keepDataRegions"/> false, still keeps the data regions of the items
+    /// whose first (format) region this returns true for.</param>
+    public TransactionAssembler(LogReader reader, Action<LogTransaction> commit, bool keepDataRegions = true,
+        FormatRegionFilter? keepDataOf = null)
     {
         _reader = reader;
         _commit = commit;
         _keepData = keepDataRegions;
+        _keepDataOf = keepDataOf;
     }
 
     public long Commits { get; private set; }
@@ -128,7 +138,8 @@ public sealed class TransactionAssembler
                 throw _reader.Corrupt(rec.Block, $"transaction 0x{trans.Tid:x8}: item region count {size} is out of range");
             item.Total = size;
         }
-        if (item.Received == 0 || _keepData) item.Regions.Add(payload.ToArray());
+        if (item.Received == 0) item.KeepData = _keepData || (_keepDataOf?.Invoke(payload) ?? false);
+        if (item.Received == 0 || item.KeepData) item.Regions.Add(payload.ToArray());
         item.Received++;
     }
 

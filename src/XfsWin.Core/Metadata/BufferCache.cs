@@ -35,7 +35,11 @@ public sealed class BufferCache
     private readonly IBlockDevice _device;
     private readonly VolumeHealth _health;
     private readonly ConcurrentDictionary<Key, Entry> _entries = new();
+    // Blocks an asynchronous read-ahead is fetching: a reader that misses the cache waits for that
+    // read instead of issuing its own (the read-ahead is usually the larger, earlier request).
+    private readonly ConcurrentDictionary<Key, Task> _pending = new();
     private readonly long _capacityBytes;
+    private int _readAheadsInFlight;
     private long _bytes;
     private int _sweeping;
 
@@ -50,6 +54,9 @@ public sealed class BufferCache
 
     public long CachedBytes => Interlocked.Read(ref _bytes);
 
+    /// <summary>Asynchronous read-aheads still reading (the owner waits for none before closing the device).</summary>
+    public int ReadAheadsInFlight => Volatile.Read(ref _readAheadsInFlight);
+
     /// <summary>
     /// Returns the verified contents of <paramref name="length"/> bytes at <paramref name="byteOffset"/>.
     /// <paramref name="owner"/> is part of the identity (the inode or AG the caller expects to own it).
@@ -62,6 +69,15 @@ public sealed class BufferCache
         {
             hit.Referenced = true;
             return hit.Data;
+        }
+        if (_pending.TryGetValue(key, out var inFlight))
+        {
+            inFlight.Wait();
+            if (_entries.TryGetValue(key, out hit))
+            {
+                hit.Referenced = true;
+                return hit.Data;
+            }
         }
         if (byteOffset < 0 || byteOffset + length > _device.Length)
             throw _health.Report(verifier.Structure, byteOffset, $"address outside the device ({_device.Length} bytes)");
@@ -93,15 +109,86 @@ public sealed class BufferCache
         _device.Read(byteOffset, run);
         long added = 0;
         for (int i = 0; i < count; i++)
-        {
-            long offset = byteOffset + (long)i * blockLength;
-            var key = new Key(offset, blockLength, verifier.Kind, owner);
-            if (_entries.ContainsKey(key)) continue;
-            var slice = run.AsSpan(i * blockLength, blockLength);
-            if (!verifier.Verify(slice, offset).IsOk) continue;
-            if (_entries.TryAdd(key, new Entry(slice.ToArray()))) added += blockLength;
-        }
+            added += AddVerified(run.AsSpan(i * blockLength, blockLength), byteOffset + (long)i * blockLength, owner, verifier);
         if (Interlocked.Add(ref _bytes, added) > _capacityBytes) Sweep();
+    }
+
+    /// <summary>Whether the buffer is cached or being read ahead (a cheap check before planning read-ahead).</summary>
+    public bool IsCachedOrPending(long byteOffset, int length, ulong owner, int kind)
+    {
+        var key = new Key(byteOffset, length, kind, owner);
+        return _entries.ContainsKey(key) || _pending.ContainsKey(key);
+    }
+
+    /// <summary>
+    /// Asynchronous read-ahead: one device read of <paramref name="spanLength"/> bytes at
+    /// <paramref name="spanOffset"/>, in the background, caching the buffers of <paramref name="blockLength"/>
+    /// bytes that start at <paramref name="blockOffsets"/> (inside the span) and verify. The span may
+    /// cover bytes nobody asked for (small gaps between wanted blocks cost less than another read).
+    /// Buffers already cached or pending are left alone; readers that miss a pending buffer wait for
+    /// this read. Failures are silent: a buffer that did not arrive is read, verified and reported by
+    /// whoever needs it. When too many read-aheads are in flight this returns without doing anything,
+    /// or, with <paramref name="waitForSlot"/> (callers that are themselves background work), waits.
+    /// </summary>
+    public void StartPrefetch<TVerifier>(long spanOffset, int spanLength, ReadOnlySpan<long> blockOffsets, int blockLength, ulong owner,
+        TVerifier verifier, bool waitForSlot = false)
+        where TVerifier : struct, IBufferVerifier
+    {
+        if (spanOffset < 0 || spanLength <= 0 || spanOffset + spanLength > _device.Length) return;
+        while (Interlocked.Increment(ref _readAheadsInFlight) > MaxReadAheadsInFlight)
+        {
+            Interlocked.Decrement(ref _readAheadsInFlight);
+            if (!waitForSlot) return;
+            Thread.Sleep(1);
+        }
+        var done = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
+        var keys = new List<Key>(blockOffsets.Length);
+        foreach (var offset in blockOffsets)
+        {
+            if (offset < spanOffset || offset + blockLength > spanOffset + spanLength) continue;
+            var key = new Key(offset, blockLength, verifier.Kind, owner);
+            if (!_entries.ContainsKey(key) && _pending.TryAdd(key, done.Task)) keys.Add(key);
+        }
+        if (keys.Count == 0)
+        {
+            Interlocked.Decrement(ref _readAheadsInFlight);
+            done.SetResult();
+            return;
+        }
+        _ = Task.Run(() =>
+        {
+            try
+            {
+                var span = GC.AllocateUninitializedArray<byte>(spanLength);
+                _device.Read(spanOffset, span);
+                long added = 0;
+                foreach (var key in keys)
+                    added += AddVerified(span.AsSpan((int)(key.Offset - spanOffset), blockLength), key.Offset, owner, verifier);
+                if (Interlocked.Add(ref _bytes, added) > _capacityBytes) Sweep();
+            }
+            catch (Exception e) when (e is IOException or UnauthorizedAccessException or ObjectDisposedException)
+            {
+                // Read-ahead only: the buffers are read again, and errors reported, by their readers.
+            }
+            finally
+            {
+                foreach (var key in keys) _pending.TryRemove(key, out _);
+                Interlocked.Decrement(ref _readAheadsInFlight);
+                done.SetResult();
+            }
+        });
+    }
+
+    private const int MaxReadAheadsInFlight = 16;
+
+    private long AddVerified<TVerifier>(ReadOnlySpan<byte> block, long offset, ulong owner, TVerifier verifier)
+        where TVerifier : struct, IBufferVerifier
+    {
+        var key = new Key(offset, block.Length, verifier.Kind, owner);
+        if (_entries.ContainsKey(key) || !verifier.Verify(block, offset).IsOk) return 0;
+        var copy = GC.AllocateUninitializedArray<byte>(block.Length, pinned: true);
+        block.CopyTo(copy);
+        return _entries.TryAdd(key, new Entry(copy)) ? block.Length : 0;
     }
 
     /// <summary>Drops everything (after the device under the cache changed, e.g. log replay in place).</summary>

@@ -166,11 +166,75 @@ public sealed partial class XfsVolume : IDisposable
         if (name.Length > 255) throw new XfsException(XfsError.NameTooLong, "names are at most 255 bytes in XFS");
         try
         {
-            return _directories.TryLookup(_inodes.Get(directoryInode), name, out inode);
+            var dir = _inodes.Get(directoryInode);
+            if (dir.Size <= ChildrenReadAheadMaxDirectoryBytes && Volatile.Read(ref dir.ChildrenReadAhead) == 0 &&
+                Interlocked.Exchange(ref dir.ChildrenReadAhead, 1) == 0)
+                StartChildrenReadAhead(dir);
+            return _directories.TryLookup(dir, name, out inode);
         }
         catch (Exception e) when (IsMalformedData(e))
         {
             throw Malformed(e, directoryInode);
+        }
+    }
+
+    /// <summary>Directories up to this size (about 30,000 entries) have their children read ahead on the first lookup.</summary>
+    private const long ChildrenReadAheadMaxDirectoryBytes = 1L << 20;
+
+    private int _disposed;
+    private int _readAheadTasks;
+
+    /// <summary>Waits until no background read-ahead is planning or reading (or the timeout passed); true when idle.</summary>
+    internal bool WaitForReadAhead(TimeSpan timeout)
+    {
+        var deadline = Environment.TickCount64 + (long)timeout.TotalMilliseconds;
+        while (Volatile.Read(ref _readAheadTasks) > 0 || _mount.Buffers.ReadAheadsInFlight > 0)
+        {
+            if (Environment.TickCount64 >= deadline) return false;
+            Thread.Sleep(1);
+        }
+        return true;
+    }
+
+    /// <summary>
+    /// The first lookup in a directory starts a background read of the inode clusters its entries
+    /// live in. Lookups come in bursts per directory (ls -l, stat of many files, du, tar, a file
+    /// manager's view), and inodes created together sit together on disk: a few large reads then
+    /// replace one synchronous cluster read per lookup. Errors are ignored here; the lookups that
+    /// need the blocks read them again and report what is wrong.
+    /// </summary>
+    private void StartChildrenReadAhead(Inode dir)
+    {
+        if (!dir.IsDirectory || Volatile.Read(ref _disposed) != 0) return;
+        Interlocked.Increment(ref _readAheadTasks);
+        _ = Task.Run(() =>
+        {
+            try
+            {
+                if (Volatile.Read(ref _disposed) != 0) return;
+                var collector = new ChildCollector { Inodes = [] };
+                _directories.Enumerate(dir, 0, ref collector);
+                _inodes.ReadAhead(collector.Inodes);
+            }
+            catch (Exception e) when (e is IOException or ObjectDisposedException or InvalidOperationException)
+            {
+                // Read-ahead only.
+            }
+            finally
+            {
+                Interlocked.Decrement(ref _readAheadTasks);
+            }
+        });
+    }
+
+    private struct ChildCollector : IDirectoryVisitor
+    {
+        public List<ulong> Inodes;
+
+        public readonly bool Visit(ReadOnlySpan<byte> name, ulong inode, XfsFileType fileType, long nextCookie)
+        {
+            if (!name.SequenceEqual("."u8) && !name.SequenceEqual(".."u8)) Inodes.Add(inode);
+            return true;
         }
     }
 
@@ -329,6 +393,55 @@ public sealed partial class XfsVolume : IDisposable
         return length;
     }
 
+    /// <summary>
+    /// lseek(2)'s SEEK_DATA (<paramref name="data"/> true) and SEEK_HOLE as the kernel's XFS answers
+    /// them from the extent map: written extents are data; holes, unwritten (preallocated) extents
+    /// and the end of the file are holes. Returns false where POSIX says ENXIO: an offset at or past
+    /// the end of the file, or no data after it.
+    /// </summary>
+    public bool TrySeekDataOrHole(ulong inode, long offset, bool data, out long result)
+    {
+        try
+        {
+            return TrySeekCore(inode, offset, data, out result);
+        }
+        catch (Exception e) when (IsMalformedData(e))
+        {
+            throw Malformed(e, inode);
+        }
+    }
+
+    private bool TrySeekCore(ulong inode, long offset, bool data, out long result)
+    {
+        result = 0;
+        if (offset < 0) throw new XfsException(XfsError.InvalidArgument, "negative file offset");
+        var ino = _inodes.Get(inode);
+        if (!ino.IsRegular) throw new XfsException(XfsError.InvalidArgument, $"inode {inode} is not a regular file");
+        if (offset >= ino.Size) return false;
+        var map = _maps.Get(ino, ForkKind.Data);
+        var blockLog = _mount.Superblock.BlockLog;
+        long pos = offset;
+        while (pos < ino.Size)
+        {
+            bool found = map.TryFind((ulong)(pos >> blockLog), out var ext, out ulong next);
+            bool isData = found && !ext.Unwritten;
+            if (isData == data)
+            {
+                result = pos;
+                return true;
+            }
+            if (found)
+                pos = (long)(ext.FileEnd << blockLog);
+            else if (next == ulong.MaxValue)
+                break;
+            else
+                pos = (long)(next << blockLog);
+        }
+        if (data) return false;
+        result = ino.Size; // the end of the file is a hole
+        return true;
+    }
+
     /// <summary>A stretch of a read: bytes from one place on disk, or zeros (hole or unwritten extent).</summary>
     private readonly record struct ReadSegment(long DiskOffset, int Length)
     {
@@ -438,6 +551,9 @@ public sealed partial class XfsVolume : IDisposable
 
     public void Dispose()
     {
+        // Background read-ahead must not touch the devices once they are closed.
+        Interlocked.Exchange(ref _disposed, 1);
+        WaitForReadAhead(TimeSpan.FromSeconds(10));
         if (_ownsDevice) _device.Dispose();
         if (!ReferenceEquals(_mount.Device, _device)) _mount.Device.Dispose();
     }

@@ -76,6 +76,9 @@ internal static unsafe partial class FuseNative
     public static partial int fuse_reply_xattr(nint req, nuint count);
 
     [LibraryImport(LibFuse)]
+    public static partial int fuse_reply_lseek(nint req, long offset);
+
+    [LibraryImport(LibFuse)]
     public static partial nuint fuse_add_direntry(nint req, byte* buf, nuint bufSize, byte* name, NativeStat* stat, long nextOffset);
 
     [LibraryImport(LibFuse)]
