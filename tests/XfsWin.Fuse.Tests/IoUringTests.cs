@@ -1,18 +1,20 @@
 using System.Diagnostics;
+using System.Runtime.InteropServices;
 using XfsWin.Volume;
 
 namespace XfsWin.Fuse.Tests;
 
 /// <summary>
 /// The fuse module's switch for FUSE over io_uring (/sys/module/fuse/parameters/enable_uring),
-/// which only root may flip. It is global to the machine: tests that set it restore it.
+/// which only root may flip. It is global to the machine: tests that set it restore it, and hold
+/// a machine-wide lock meanwhile (several test processes may run at once on one machine).
 /// <para>
 /// XFSWIN_TEST_IO_URING=on runs the whole suite with it set to Y (and checks that the mounts really
 /// serve through io_uring), =off with it set to N; unset leaves it as the machine has it. The old
 /// value comes back when the test process exits.
 /// </para>
 /// </summary>
-internal static class IoUringMode
+internal static partial class IoUringMode
 {
     public const string Parameter = "/sys/module/fuse/parameters/enable_uring";
     private static readonly Lazy<string?> s_suiteMode = new(ApplySuiteMode);
@@ -30,30 +32,116 @@ internal static class IoUringMode
         var mode = Environment.GetEnvironmentVariable("XFSWIN_TEST_IO_URING")?.Trim().ToLowerInvariant();
         if (mode is not ("on" or "off"))
             return null;
-        if (!KernelSupports)
-            throw new InvalidOperationException($"XFSWIN_TEST_IO_URING={mode}, but this kernel has no FUSE over io_uring ({Parameter} is missing).");
-        var previous = Read();
-        Write(mode == "on");
-        AppDomain.CurrentDomain.ProcessExit += (_, _) => File.WriteAllText(Parameter, previous);
+        RequireKernelSupport();
+        string previous;
+        using (SwitchLock.Take(exclusive: true))
+        {
+            previous = Read();
+            Write(mode == "on");
+        }
+        AppDomain.CurrentDomain.ProcessExit += (_, _) =>
+        {
+            using (SwitchLock.Take(exclusive: true))
+                File.WriteAllText(Parameter, previous);
+        };
         return mode;
     }
+
+    /// <summary>Fails, saying what is needed, when this kernel has no FUSE over io_uring.</summary>
+    public static void RequireKernelSupport()
+    {
+        if (!KernelSupports)
+            throw new InvalidOperationException(
+                $"This kernel has no FUSE over io_uring ({Parameter} is missing): the io_uring tests need Linux 6.14 or later " +
+                "built with CONFIG_FUSE_IO_URING=y.");
+    }
+
+    /// <summary>
+    /// For a suite run on io_uring: while held, no other test process changes the switch, so a
+    /// server started now gets io_uring. Null when this process already holds the switch itself.
+    /// </summary>
+    public static IDisposable? HoldSwitch() => SuiteRunsOnIoUring && !SwitchLock.HeldExclusively ? SwitchLock.Take(exclusive: false) : null;
 
     public static string Read() => File.ReadAllText(Parameter).Trim();
 
     public static void Write(bool enabled) => File.WriteAllText(Parameter, enabled ? "Y" : "N");
 
-    /// <summary>Sets the switch until disposed, then puts back what it was.</summary>
+    /// <summary>Sets the switch until disposed, then puts back what it was; no other test process touches it meanwhile.</summary>
     public static IDisposable Set(bool enabled)
     {
+        RequireKernelSupport();
         _ = SuiteMode;
+        var held = SwitchLock.Take(exclusive: true);
         var previous = Read();
         Write(enabled);
-        return new Restore(previous);
+        return new Restore(previous, held);
     }
 
-    private sealed class Restore(string previous) : IDisposable
+    private sealed class Restore(string previous, SwitchLock held) : IDisposable
     {
-        public void Dispose() => File.WriteAllText(Parameter, previous);
+        public void Dispose()
+        {
+            File.WriteAllText(Parameter, previous);
+            held.Dispose();
+        }
+    }
+
+    /// <summary>flock(2) on /tmp/xfswin-enable-uring.lock: exclusive to change the switch, shared to rely on it.</summary>
+    private sealed partial class SwitchLock : IDisposable
+    {
+        private const string Path = "/tmp/xfswin-enable-uring.lock";
+        private const int LOCK_SH = 1, LOCK_EX = 2, LOCK_NB = 4;
+        private static int s_exclusive;
+        private readonly bool _exclusive;
+        private int _fd;
+
+        private SwitchLock(int fd, bool exclusive)
+        {
+            _fd = fd;
+            _exclusive = exclusive;
+            if (exclusive)
+                Interlocked.Increment(ref s_exclusive);
+        }
+
+        public static bool HeldExclusively => Volatile.Read(ref s_exclusive) > 0;
+
+        public static SwitchLock Take(bool exclusive)
+        {
+            // libc's open, not FileStream: .NET takes its own flock on the files it opens.
+            var fd = open(Path, 0x42 /* O_RDWR | O_CREAT */ | 0x80000 /* O_CLOEXEC */, 438 /* 0666 */);
+            if (fd < 0)
+                throw new IOException($"cannot open {Path} (errno {Marshal.GetLastPInvokeError()})");
+            var sw = Stopwatch.StartNew();
+            while (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0)
+            {
+                if (sw.Elapsed > TimeSpan.FromMinutes(10))
+                {
+                    close(fd);
+                    throw new TimeoutException($"another test process has held {Path} for 10 minutes (it changes {Parameter})");
+                }
+                Thread.Sleep(20);
+            }
+            return new SwitchLock(fd, exclusive);
+        }
+
+        public void Dispose()
+        {
+            var fd = Interlocked.Exchange(ref _fd, -1);
+            if (fd < 0)
+                return;
+            if (_exclusive)
+                Interlocked.Decrement(ref s_exclusive);
+            close(fd); // releases the lock
+        }
+
+        [LibraryImport("libc", SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]
+        private static partial int open(string path, int flags, int mode);
+
+        [LibraryImport("libc", SetLastError = true)]
+        private static partial int flock(int fd, int operation);
+
+        [LibraryImport("libc")]
+        private static partial int close(int fd);
     }
 
     /// <summary>
@@ -185,8 +273,6 @@ public sealed class IoUringTransportTests
     [Fact]
     public void With_enable_uring_requests_are_served_through_the_ring_by_threads_pinned_to_each_cpu()
     {
-        if (!IoUringMode.KernelSupports)
-            return; // no FUSE over io_uring in this kernel: nothing to test here
         using var on = IoUringMode.Set(true);
         using var m = new InProcessMount(TestImages.Tree);
         Assert.Equal(FuseTransport.IoUring, m.Host.Transport);
@@ -225,8 +311,6 @@ public sealed class IoUringTransportTests
     [Fact]
     public void A_caller_making_one_request_after_another_stays_on_its_cpu()
     {
-        if (!IoUringMode.KernelSupports || CpuCount < 2)
-            return;
         using var on = IoUringMode.Set(true);
         using var m = new FuseMount(TestImages.Tree);
         IoUringMode.AssertServesThroughIoUring(m.ServerProcessId, "xfswin mount");
@@ -258,8 +342,6 @@ public sealed class IoUringTransportTests
     [Fact]
     public void Files_read_through_the_ring_match_the_kernels_xfs()
     {
-        if (!IoUringMode.KernelSupports)
-            return;
         using var on = IoUringMode.Set(true);
         using var k = new KernelMount(TestImages.Tree);
         using var m = new InProcessMount(TestImages.Tree);
@@ -279,12 +361,12 @@ public sealed class IoUringTransportTests
     [Fact]
     public void With_enable_uring_off_the_host_serves_through_dev_fuse()
     {
-        using var off = IoUringMode.KernelSupports ? IoUringMode.Set(false) : null;
+        using var off = IoUringMode.Set(false);
         using var m = new InProcessMount(TestImages.Tree);
         Assert.Equal("hello, xfs\n", File.ReadAllText(Path.Combine(m.MountPoint, "small.txt")));
         Assert.Equal(FuseTransport.DevFuse, m.Host.Transport);
         Assert.StartsWith("/dev/fuse", m.Host.TransportDescription, StringComparison.Ordinal);
-        Assert.Contains(IoUringMode.KernelSupports ? "enable_uring is N" : "no FUSE over io_uring", m.Host.TransportDescription, StringComparison.Ordinal);
+        Assert.Contains("enable_uring is N", m.Host.TransportDescription, StringComparison.Ordinal);
         Assert.Equal(0, m.Host.IoUringRequests);
         Assert.Null(m.Host.Uring); // not even the device hooks are installed
         Assert.Empty(IoUringMode.QueueThreads(Environment.ProcessId));
@@ -295,7 +377,7 @@ public sealed class IoUringTransportTests
     [Fact]
     public void Option_io_uring_no_keeps_dev_fuse_even_when_the_kernel_offers_io_uring()
     {
-        using var on = IoUringMode.KernelSupports ? IoUringMode.Set(true) : null;
+        using var on = IoUringMode.Set(true);
         using var m = new InProcessMount(TestImages.Tree, new FuseMountOptions { IoUring = false });
         Assert.Equal("hello, xfs\n", File.ReadAllText(Path.Combine(m.MountPoint, "small.txt")));
         Assert.Equal(FuseTransport.DevFuse, m.Host.Transport);
@@ -308,8 +390,6 @@ public sealed class IoUringTransportTests
     [InlineData("INT")]
     public void Server_on_io_uring_unmounts_on_a_signal_and_exits(string signal)
     {
-        if (!IoUringMode.KernelSupports)
-            return;
         using var on = IoUringMode.Set(true);
         using var m = new FuseMount(TestImages.Tree);
         Assert.Equal("hello, xfs\n", File.ReadAllText(Path.Combine(m.MountPoint, "small.txt")));

@@ -73,6 +73,7 @@ internal sealed partial class FuseMount : IDisposable
 {
     public FuseMount(string image, params string[] options)
     {
+        using var holdSwitch = IoUringMode.HoldSwitch(); // until the transport is checked below
         MountPoint = Shell.MakeTempDirectory("xfswin-fuse");
         var r = Shell.RunXfswin(["mount", .. options, image, MountPoint], TimeSpan.FromMinutes(2));
         if (r.ExitCode != 0 || !Shell.IsMounted(MountPoint, "fuse.xfswin"))
