@@ -63,6 +63,9 @@ public sealed record FuseMountOptions
     /// </summary>
     public int IoUringQueueDepth { get; init; } = 4;
 
+    /// <summary>Tests only: this io_uring queue fails after FUSE_INIT, as if its buffers could not be allocated.</summary>
+    internal int IoUringQueueFailingForTests { get; init; } = -1;
+
     /// <summary>Extra mount options passed to libfuse as they are (e.g. "max_read=131072").</summary>
     public IReadOnlyList<string> ExtraOptions { get; init; } = [];
 }

@@ -77,6 +77,7 @@ internal sealed unsafe class FuseUringTransport
     private readonly bool _debug;
     private readonly Worker[] _workers;
     private readonly int _entriesPerQueue;
+    private readonly int _failingQueue;
     private readonly int _stopFd;
     private readonly ManualResetEventSlim _go = new(false);
     private readonly CountdownEvent _setUp;
@@ -97,8 +98,9 @@ internal sealed unsafe class FuseUringTransport
     private int _unansweredLogged;
     private long _deviceRequests;
 
-    private FuseUringTransport(nint session, int fuseFd, int queues, int entriesPerQueue, int stopFd, TextWriter log, bool debug)
+    private FuseUringTransport(nint session, int fuseFd, int queues, int entriesPerQueue, int stopFd, TextWriter log, bool debug, int failingQueue)
     {
+        _failingQueue = failingQueue;
         _session = session;
         _fuseFd = fuseFd;
         _entriesPerQueue = entriesPerQueue;
@@ -188,7 +190,8 @@ internal sealed unsafe class FuseUringTransport
             return null;
         }
         var depth = Math.Clamp(options.IoUringQueueDepth, 1, 64);
-        var t = new FuseUringTransport(session, FuseNative.fuse_session_fd(session), queues, depth, stopFd, log, options.Debug);
+        var t = new FuseUringTransport(session, FuseNative.fuse_session_fd(session), queues, depth, stopFd, log, options.Debug,
+            options.IoUringQueueFailingForTests);
         for (var q = 0; q < queues; q++)
         {
             var w = new Worker(t, q);
@@ -633,6 +636,8 @@ internal sealed unsafe class FuseUringTransport
 
         public void Run()
         {
+            var setUp = false;
+            var registering = false;
             try
             {
                 Pin();
@@ -650,7 +655,6 @@ internal sealed unsafe class FuseUringTransport
                 if (_ring is null)
                 {
                     SetupError = $"io_uring_setup failed (errno {errno})";
-                    t._setUp.Signal();
                     return;
                 }
                 var sqe = _ring.NextSqe();
@@ -662,14 +666,17 @@ internal sealed unsafe class FuseUringTransport
                 if (rc < 0)
                 {
                     SetupError = $"io_uring_enter failed (errno {-rc})";
-                    t._setUp.Signal();
                     return;
                 }
+                setUp = true;
                 t._setUp.Signal();
 
                 t._go.Wait();
                 if (Volatile.Read(ref t._stopping) != 0 || !t._advertised)
                     return;
+                registering = true;
+                if (_qid == t._failingQueue)
+                    throw new OutOfMemoryException("injected by a test: no payload buffers for this queue");
                 AllocateEntries(t._entriesPerQueue, t._payloadSize);
                 _doneFd = IoUringNative.eventfd(0, IoUringConstants.EFD_CLOEXEC | IoUringConstants.EFD_NONBLOCK);
                 if (_doneFd < 0)
@@ -685,12 +692,46 @@ internal sealed unsafe class FuseUringTransport
             {
                 SetupError ??= e.Message;
                 _t._log.WriteLine($"xfswin: io_uring queue {_qid} failed: {e}");
+                if (registering && _live == 0)
+                    GiveUpOnRing();
             }
             finally
             {
+                if (!setUp)
+                    _t._setUp.Signal(); // TryStart sees SetupError
                 t_entry = null;
                 // Closing the ring cancels whatever is still registered (the kernel ends those entries).
                 _ring?.Dispose();
+            }
+        }
+
+        /// <summary>
+        /// After FUSE_INIT promised io_uring, a queue that cannot register would leave the kernel
+        /// holding every request back, waiting for the ring. A registration the kernel must refuse
+        /// (empty buffers) makes it give up on io_uring for this mount and use /dev/fuse instead.
+        /// </summary>
+        private void GiveUpOnRing()
+        {
+            try
+            {
+                var iov = stackalloc IoVec[2];
+                new Span<byte>(iov, 2 * IoVec.Size).Clear();
+                var sqe = _ring?.NextSqe();
+                if (sqe == null)
+                    return;
+                sqe->opcode = IoUringConstants.IORING_OP_URING_CMD;
+                sqe->fd = _t._fuseFd;
+                sqe->cmd_op = FuseUringConstants.FUSE_IO_URING_CMD_REGISTER;
+                sqe->addr = (ulong)iov;
+                sqe->len = 2;
+                sqe->user_data = StopTag - 2;
+                ((FuseUringCmdReq*)IoUringRing.CommandArea(sqe))->qid = (ushort)_qid;
+                _ring!.SubmitAndWait(0);
+                _t.RegistrationFailed(_qid, 0);
+            }
+            catch (Exception e)
+            {
+                _t._log.WriteLine($"xfswin: io_uring queue {_qid} could not hand back to /dev/fuse: {e.Message}");
             }
         }
 

@@ -223,8 +223,16 @@ internal sealed class InProcessMount : IDisposable
         }
         _thread = new Thread(() => _runResult = Host.Run()) { IsBackground = true, Name = "test-fuse-run" };
         _thread.Start();
-        // The first access waits for FUSE_INIT, so once it answers the transport is settled.
-        Assert.True(Directory.Exists(Path.Combine(MountPoint, "dirs")) || Directory.EnumerateFileSystemEntries(MountPoint).Any());
+        // The first access waits for FUSE_INIT, so once it answers the transport is settled. Bounded:
+        // a transport that leaves the kernel waiting must fail the test, not hang it.
+        var answered = false;
+        var probe = new Thread(() => answered = Directory.EnumerateFileSystemEntries(MountPoint).Any()) { IsBackground = true };
+        probe.Start();
+        if (!probe.Join(TimeSpan.FromSeconds(30)) || !answered)
+        {
+            Shell.Run("umount", ["-l", MountPoint]);
+            throw new InvalidOperationException($"the mount did not answer its first request within 30 s ({Host.TransportDescription}):\n{Log}");
+        }
     }
 
     public FuseHost Host { get; }
@@ -356,6 +364,25 @@ public sealed class IoUringTransportTests
         Assert.True(m.Host.IoUringRequests > 1000);
         // random.bin (3 MB) and sparse.bin (100 MB) are read in large requests, served by the bulk threads.
         Assert.True(m.Host.Uring!.HandedOffReads > 10, $"{m.Host.Uring.HandedOffReads} reads were handed off");
+    }
+
+    /// <summary>
+    /// Once FUSE_INIT has promised io_uring, the kernel holds requests back until every queue is
+    /// registered: a queue that fails then must make the kernel fall back, or the mount hangs.
+    /// </summary>
+    [Fact]
+    public void A_queue_that_fails_after_init_leaves_the_mount_on_dev_fuse_instead_of_hanging()
+    {
+        using var on = IoUringMode.Set(true);
+        using var m = new InProcessMount(TestImages.Tree, new FuseMountOptions { IoUringQueueFailingForTests = CpuCount - 1 });
+        Assert.Equal("hello, xfs\n", File.ReadAllText(Path.Combine(m.MountPoint, "small.txt")));
+        Assert.Equal(FuseTransport.DevFuse, m.Host.Transport);
+        Assert.Contains("refused to register", m.Host.TransportDescription, StringComparison.Ordinal);
+        Assert.Contains("injected by a test", m.Log, StringComparison.Ordinal);
+        Assert.True(m.Host.Uring!.DeviceRequests > 2);
+        var elapsed = m.Unmount(out var rc);
+        Assert.Equal(0, rc);
+        Assert.True(elapsed < TimeSpan.FromSeconds(5), $"Run took {elapsed} to end after the unmount");
     }
 
     [Fact]
