@@ -46,11 +46,6 @@ public sealed class DirectoryReader
     /// </summary>
     private const int ReadAheadWindowBytes = 512 * 1024;
 
-    /// <summary>Physical gaps up to this size between wanted blocks are read through rather than split into two reads.</summary>
-    private const int ReadAheadMaxGapBytes = 64 * 1024;
-
-    /// <summary>The largest single read-ahead read.</summary>
-    private const int ReadAheadMaxSpanBytes = 1024 * 1024;
 
     private int DataHeaderSize => DirectoryDataBlock.HeaderSize(_v5);
     /// <summary>First directory block (in directory-block units) past the data space.</summary>
@@ -265,9 +260,9 @@ public sealed class DirectoryReader
 
     /// <summary>
     /// Starts background reads of the data blocks [<paramref name="fromDb"/>, <paramref name="toDb"/>)
-    /// that are neither cached nor already on their way. The blocks are sorted by disk address and
-    /// those lying close together merged into one read: directories that grew a block at a time
-    /// often have their blocks in reverse or interleaved order on disk.
+    /// that are neither cached nor already on their way, close neighbours on disk merged into one read
+    /// (directories that grew a block at a time often have their blocks in reverse or interleaved
+    /// order on disk).
     /// </summary>
     private void ReadAheadDataBlocks(Inode dir, ExtentMap map, ulong fromDb, ulong toDb)
     {
@@ -299,19 +294,7 @@ public sealed class DirectoryReader
             if (db == startDb)
                 db++; // a directory block split across extents: left to its reader, which gathers the pieces
         }
-        if (count == 0) return;
-        wanted = wanted[..count];
-        wanted.Sort();
-        int first = 0;
-        for (int i = 1; i <= count; i++)
-        {
-            bool joins = i < count && wanted[i] - (wanted[i - 1] + _dirBlockSize) <= ReadAheadMaxGapBytes &&
-                         wanted[i] + _dirBlockSize - wanted[first] <= ReadAheadMaxSpanBytes;
-            if (joins) continue;
-            long spanStart = wanted[first], spanEnd = wanted[i - 1] + _dirBlockSize;
-            _mount.Buffers.StartPrefetch(spanStart, (int)(spanEnd - spanStart), wanted[first..i], _dirBlockSize, dir.Number, verifier);
-            first = i;
-        }
+        _mount.Buffers.StartPrefetchScattered(wanted[..count], _dirBlockSize, dir.Number, verifier);
     }
 
     private bool EnumerateDataBlock<TVisitor>(Inode dir, byte[] block, ulong db, bool single, long cookie, ref TVisitor visitor) where TVisitor : IDirectoryVisitor

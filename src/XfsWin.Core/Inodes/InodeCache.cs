@@ -1,3 +1,4 @@
+using System.Runtime.InteropServices;
 using System.Collections.Concurrent;
 using XfsWin.Format;
 using XfsWin.Metadata;
@@ -91,9 +92,6 @@ public sealed class InodeCache
         return (clusterOffset, clusterLength);
     }
 
-    /// <summary>Largest single read-ahead read of inode clusters, and the largest gap read through.</summary>
-    private const int ReadAheadMaxSpanBytes = 1024 * 1024, ReadAheadMaxGapBytes = 64 * 1024;
-
     /// <summary>
     /// Starts background reads of the clusters holding <paramref name="inodes"/> that are not cached,
     /// clusters close together on disk merged into one read of up to 1 MiB. Invalid numbers are
@@ -112,25 +110,12 @@ public sealed class InodeCache
             if (length == 0) length = len;
             if (len == length && !_mount.Buffers.IsCachedOrPending(offset, len, 0, ClusterVerifier.Kind)) clusters.Add(offset);
         }
-        if (clusters.Count == 0) return;
+        // Each cluster once (many inodes share one), then scattered read-ahead merges neighbours.
         clusters.Sort();
-        Span<long> wanted = stackalloc long[Math.Max(1, ReadAheadMaxSpanBytes / length)];
-        int count = 0;
-        long spanStart = 0, spanEnd = 0;
-        foreach (var offset in clusters)
-        {
-            if (count > 0 && offset < spanEnd) continue; // duplicate
-            bool joins = count > 0 && offset - spanEnd <= ReadAheadMaxGapBytes && offset + length - spanStart <= ReadAheadMaxSpanBytes && count < wanted.Length;
-            if (!joins)
-            {
-                if (count > 0) _mount.Buffers.StartPrefetch(spanStart, (int)(spanEnd - spanStart), wanted[..count], length, 0, ClusterVerifier, waitForSlot: true);
-                count = 0;
-                spanStart = offset;
-            }
-            wanted[count++] = offset;
-            spanEnd = offset + length;
-        }
-        if (count > 0) _mount.Buffers.StartPrefetch(spanStart, (int)(spanEnd - spanStart), wanted[..count], length, 0, ClusterVerifier, waitForSlot: true);
+        int unique = 0;
+        for (int k = 0; k < clusters.Count; k++)
+            if (unique == 0 || clusters[k] != clusters[unique - 1]) clusters[unique++] = clusters[k];
+        _mount.Buffers.StartPrefetchScattered(CollectionsMarshal.AsSpan(clusters)[..unique], length, 0, ClusterVerifier, waitForSlot: true);
     }
 
     private Inode Load(ulong ino)

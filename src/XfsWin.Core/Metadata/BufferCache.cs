@@ -181,6 +181,31 @@ public sealed class BufferCache
 
     private const int MaxReadAheadsInFlight = 16;
 
+    /// <summary>Largest single read-ahead read, and the largest gap between wanted buffers read through rather than split.</summary>
+    private const int ReadAheadMaxSpanBytes = 1024 * 1024, ReadAheadMaxGapBytes = 64 * 1024;
+
+    /// <summary>
+    /// Read-ahead of scattered buffers of one kind: sorts <paramref name="blockOffsets"/> (in place)
+    /// by disk address, merges buffers that lie close together into reads of up to 1 MiB (reading
+    /// through gaps of up to 64 KiB), and starts each with <see cref="StartPrefetch"/>.
+    /// </summary>
+    public void StartPrefetchScattered<TVerifier>(Span<long> blockOffsets, int blockLength, ulong owner, TVerifier verifier, bool waitForSlot = false)
+        where TVerifier : struct, IBufferVerifier
+    {
+        if (blockOffsets.IsEmpty) return;
+        blockOffsets.Sort();
+        int first = 0;
+        for (int i = 1; i <= blockOffsets.Length; i++)
+        {
+            bool joins = i < blockOffsets.Length && blockOffsets[i] - (blockOffsets[i - 1] + blockLength) <= ReadAheadMaxGapBytes &&
+                         blockOffsets[i] + blockLength - blockOffsets[first] <= ReadAheadMaxSpanBytes;
+            if (joins) continue;
+            long spanStart = blockOffsets[first], spanEnd = blockOffsets[i - 1] + blockLength;
+            StartPrefetch(spanStart, (int)(spanEnd - spanStart), blockOffsets[first..i], blockLength, owner, verifier, waitForSlot);
+            first = i;
+        }
+    }
+
     private long AddVerified<TVerifier>(ReadOnlySpan<byte> block, long offset, ulong owner, TVerifier verifier)
         where TVerifier : struct, IBufferVerifier
     {
