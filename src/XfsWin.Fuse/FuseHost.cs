@@ -596,7 +596,7 @@ public sealed unsafe class FuseHost : IDisposable
             var buffer = ringBuffer != null ? ringBuffer : host._buffers.Rent(want);
             try
             {
-                // Straight from the device into native memory that libfuse writes to /dev/fuse.
+                // Straight from the device into the ring entry, or into native memory libfuse writes to /dev/fuse.
                 var total = 0;
                 while (total < want)
                 {

@@ -92,27 +92,6 @@ public sealed class BufferCache
         return data;
     }
 
-    /// <summary>
-    /// Read-ahead: fetches <paramref name="count"/> consecutive buffers of <paramref name="blockLength"/>
-    /// bytes starting at <paramref name="byteOffset"/> with one device read, and caches each one that
-    /// verifies. Nothing is thrown for a block that fails: it is verified again, and reported, when
-    /// someone actually reads it.
-    /// </summary>
-    public void Prefetch<TVerifier>(long byteOffset, int blockLength, int count, ulong owner, TVerifier verifier)
-        where TVerifier : struct, IBufferVerifier
-    {
-        if (count <= 1 || byteOffset < 0 || byteOffset + (long)blockLength * count > _device.Length) return;
-        // Only when the first block is missing: a walk through a prefetched run then costs no I/O
-        // until it reaches the first block the previous run did not cover.
-        if (_entries.ContainsKey(new Key(byteOffset, blockLength, verifier.Kind, owner))) return;
-        var run = GC.AllocateUninitializedArray<byte>(blockLength * count);
-        _device.Read(byteOffset, run);
-        long added = 0;
-        for (int i = 0; i < count; i++)
-            added += AddVerified(run.AsSpan(i * blockLength, blockLength), byteOffset + (long)i * blockLength, owner, verifier);
-        if (Interlocked.Add(ref _bytes, added) > _capacityBytes) Sweep();
-    }
-
     /// <summary>Whether the buffer is cached or being read ahead (a cheap check before planning read-ahead).</summary>
     public bool IsCachedOrPending(long byteOffset, int length, ulong owner, int kind)
     {
