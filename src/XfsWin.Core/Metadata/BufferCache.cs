@@ -22,7 +22,7 @@ public interface IBufferVerifier
 /// immutable (this cache serves the read path). Eviction is second-chance (CLOCK-like): entries
 /// touched since the last sweep survive one more.
 /// </summary>
-public sealed class BufferCache
+public sealed class BufferCache : IDisposable
 {
     private readonly record struct Key(long Offset, int Length, int Kind, ulong Owner);
 
@@ -39,6 +39,9 @@ public sealed class BufferCache
     // read instead of issuing its own (the read-ahead is usually the larger, earlier request).
     private readonly ConcurrentDictionary<Key, Task> _pending = new();
     private readonly long _capacityBytes;
+    // Read-ahead reads run here: four reads in flight keep a disk busy; each only reads and
+    // verifies, never waiting for another, so the threads cannot starve each other.
+    private readonly BackgroundWorkers _readers = new("xfswin-readahead", 4);
     private int _readAheadsInFlight;
     private long _bytes;
     private int _sweeping;
@@ -134,7 +137,7 @@ public sealed class BufferCache
             done.SetResult();
             return;
         }
-        _ = Task.Run(() =>
+        void ReadSpan()
         {
             try
             {
@@ -155,10 +158,20 @@ public sealed class BufferCache
                 Interlocked.Decrement(ref _readAheadsInFlight);
                 done.SetResult();
             }
-        });
+        }
+        if (!_readers.TryQueue(ReadSpan))
+        {
+            // Closing: nobody will read these; readers that found them pending read for themselves.
+            foreach (var key in keys) _pending.TryRemove(key, out _);
+            Interlocked.Decrement(ref _readAheadsInFlight);
+            done.SetResult();
+        }
     }
 
     private const int MaxReadAheadsInFlight = 16;
+
+    /// <summary>Lets queued read-ahead finish and stops its threads; later read-ahead requests are ignored. Reads still work.</summary>
+    public void Dispose() => _readers.Dispose();
 
     /// <summary>Largest single read-ahead read, and the largest gap between wanted buffers read through rather than split.</summary>
     private const int ReadAheadMaxSpanBytes = 1024 * 1024, ReadAheadMaxGapBytes = 64 * 1024;

@@ -183,6 +183,9 @@ public sealed partial class XfsVolume : IDisposable
 
     private int _disposed;
     private int _readAheadTasks;
+    // One thread plans children read-ahead (it lists a directory, waiting for the block reads it
+    // starts on the buffer cache's own read-ahead threads, so it must not share them).
+    private readonly BackgroundWorkers _readAheadPlanner = new("xfswin-planner", 1);
 
     /// <summary>Waits until no background read-ahead is planning or reading (or the timeout passed); true when idle.</summary>
     internal bool WaitForReadAhead(TimeSpan timeout)
@@ -207,7 +210,9 @@ public sealed partial class XfsVolume : IDisposable
     {
         if (!dir.IsDirectory || Volatile.Read(ref _disposed) != 0) return;
         Interlocked.Increment(ref _readAheadTasks);
-        _ = Task.Run(() =>
+        if (!_readAheadPlanner.TryQueue(PlanChildrenReadAhead)) Interlocked.Decrement(ref _readAheadTasks);
+
+        void PlanChildrenReadAhead()
         {
             try
             {
@@ -216,15 +221,11 @@ public sealed partial class XfsVolume : IDisposable
                 _directories.Enumerate(dir, 0, ref collector);
                 _inodes.ReadAhead(collector.Inodes);
             }
-            catch (Exception e) when (e is IOException or ObjectDisposedException or InvalidOperationException)
-            {
-                // Read-ahead only.
-            }
             finally
             {
                 Interlocked.Decrement(ref _readAheadTasks);
             }
-        });
+        }
     }
 
     private struct ChildCollector : IDirectoryVisitor
@@ -553,7 +554,9 @@ public sealed partial class XfsVolume : IDisposable
     {
         // Background read-ahead must not touch the devices once they are closed.
         Interlocked.Exchange(ref _disposed, 1);
+        _readAheadPlanner.Dispose();
         WaitForReadAhead(TimeSpan.FromSeconds(10));
+        _mount.Buffers.Dispose();
         if (_ownsDevice) _device.Dispose();
         if (!ReferenceEquals(_mount.Device, _device)) _mount.Device.Dispose();
     }

@@ -36,8 +36,17 @@ public sealed class ReadAheadTests
 
         public readonly System.Collections.Concurrent.ConcurrentQueue<(long Offset, int Length)> Log = new();
 
+        /// <summary>Reads issued from .NET thread-pool threads other than <see cref="CallerThread"/>.</summary>
+        public int PoolThreadReads => Volatile.Read(ref _poolThreadReads);
+        private int _poolThreadReads;
+
+        /// <summary>The test's own thread (which may be a pool thread; its reads are not background work).</summary>
+        public int CallerThread { get; set; } = Environment.CurrentManagedThreadId;
+
         public void Read(long offset, Span<byte> destination)
         {
+            if (Thread.CurrentThread.IsThreadPoolThread && Environment.CurrentManagedThreadId != CallerThread)
+                Interlocked.Increment(ref _poolThreadReads);
             Log.Enqueue((offset, destination.Length));
             Interlocked.Increment(ref _reads);
             Interlocked.Add(ref _bytes, destination.Length);
@@ -137,6 +146,9 @@ public sealed class ReadAheadTests
         // Directory blocks not yet cached by the listing the read-ahead did may still be read.
         long dirBlocks = volume.GetAttributes(dir.Ino).Size / volume.Info.DirectoryBlockSize + 8;
         Assert.True(device.Reads <= dirBlocks, $"{device.Reads} device reads for {dir.Children.Count} lookups and stats after the read-ahead ({readsForLookupAndReadAhead} before)");
+        // Read-ahead runs on the volume's own threads: on the thread pool, a planner waiting for its
+        // directory blocks starved the reads queued behind it (see BackgroundWorkers).
+        Assert.Equal(0, device.PoolThreadReads);
         Assert.True(volume.IsHealthy);
     }
 
