@@ -178,7 +178,9 @@ public sealed unsafe class FuseHost : IDisposable
             throw new InvalidOperationException("Mount first.");
         if (_options.ReadAheadKiB > 0 && FuseNative.geteuid() == 0)
             _ = Task.Run(SetReadAheadAfterInit);
-        _uring = FuseUringTransport.TryStart(_session, _options, _log, out _transportNote);
+        _uring = FuseUringTransport.TryStart(this, _session, _options, _log, out _transportNote);
+        if (_uring is null && FuseUringTransport.InstallDeviceHooks(_session) is var hooks and not 0)
+            _log.WriteLine($"xfswin: libfuse refused the device hooks ({hooks}); birth times (statx) are not served.");
         int rc;
         try
         {
@@ -372,6 +374,59 @@ public sealed unsafe class FuseHost : IDisposable
         st->st_ctim_sec = a.ChangeTime.Seconds;
         st->st_ctim_nsec = a.ChangeTime.Nanoseconds;
     }
+
+    /// <summary>
+    /// Answers FUSE_STATX, which libfuse 3.14 does not know (it would say ENOSYS, and the kernel
+    /// would then never ask again): the reply carries the birth time (XFS v5's di_crtime; V4 inodes
+    /// have none) beside the basic fields. The kernel asks only when a statx(2) caller wants more
+    /// than the basic fields, so plain stat, ls and find never pay for it.
+    /// Writes the whole reply (out header, then body when there is no error); returns its length.
+    /// </summary>
+    internal int AnswerStatx(FuseInHeader* request, FuseOutHeader* reply, FuseStatxOut* body)
+    {
+        reply->unique = request->unique;
+        reply->error = 0;
+        try
+        {
+            var a = _volume.GetAttributes(ToXfsInode(request->nodeid));
+            *body = default;
+            var timeout = Math.Max(0, _options.AttributeTimeout);
+            body->attr_valid = (ulong)Math.Min(timeout, ulong.MaxValue / 2);
+            body->attr_valid_nsec = (uint)Math.Min(999_999_999, (timeout - Math.Floor(timeout)) * 1e9);
+            var sx = &body->stat;
+            sx->mask = FuseStatxConstants.STATX_BASIC_STATS;
+            sx->blksize = (uint)_blockSize;
+            sx->nlink = a.LinkCount;
+            sx->uid = _options.UidOverride ?? a.Uid;
+            sx->gid = _options.GidOverride ?? a.Gid;
+            sx->mode = (ushort)a.Mode;
+            sx->ino = a.Inode;
+            sx->size = (ulong)a.Size;
+            sx->blocks = (ulong)((a.AllocatedBytes + 511) / 512);
+            sx->atime = SxTime(a.AccessTime);
+            sx->mtime = SxTime(a.ModifyTime);
+            sx->ctime = SxTime(a.ChangeTime);
+            if (a.CreationTime is { } birth)
+            {
+                sx->btime = SxTime(birth);
+                sx->mask |= FuseStatxConstants.STATX_BTIME;
+            }
+            if (a.FileType is XfsFileType.CharacterDevice or XfsFileType.BlockDevice)
+            {
+                sx->rdev_major = a.DeviceMajor;
+                sx->rdev_minor = a.DeviceMinor;
+            }
+            reply->len = (uint)(FuseOutHeader.Size + FuseStatxOut.Size);
+        }
+        catch (Exception e)
+        {
+            reply->error = -ErrnoFor(e, "statx", ToXfsInode(request->nodeid));
+            reply->len = (uint)FuseOutHeader.Size;
+        }
+        return (int)reply->len;
+    }
+
+    private static FuseSxTime SxTime(XfsTimestamp t) => new() { tv_sec = t.Seconds, tv_nsec = t.Nanoseconds };
 
     private void FillEntry(in InodeAttributes a, FuseEntryParam* e)
     {

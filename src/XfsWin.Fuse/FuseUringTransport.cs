@@ -71,6 +71,7 @@ internal sealed unsafe class FuseUringTransport
         writev = (nint)(delegate* unmanaged<int, IoVec*, int, nint, nint>)&OnDeviceWritev,
     };
 
+    private readonly FuseHost _host;
     private readonly nint _session;
     private readonly int _fuseFd;
     private readonly TextWriter _log;
@@ -98,8 +99,9 @@ internal sealed unsafe class FuseUringTransport
     private int _unansweredLogged;
     private long _deviceRequests;
 
-    private FuseUringTransport(nint session, int fuseFd, int queues, int entriesPerQueue, int stopFd, TextWriter log, bool debug, int failingQueue)
+    private FuseUringTransport(FuseHost host, nint session, int fuseFd, int queues, int entriesPerQueue, int stopFd, TextWriter log, bool debug, int failingQueue)
     {
+        _host = host;
         _failingQueue = failingQueue;
         _session = session;
         _fuseFd = fuseFd;
@@ -168,7 +170,7 @@ internal sealed unsafe class FuseUringTransport
     /// queue, and the device hooks. Returns null, with the reason, when io_uring is not wanted or
     /// cannot work here; the session is then served through /dev/fuse alone, untouched.
     /// </summary>
-    public static FuseUringTransport? TryStart(nint session, FuseMountOptions options, TextWriter log, out string reason)
+    public static FuseUringTransport? TryStart(FuseHost host, nint session, FuseMountOptions options, TextWriter log, out string reason)
     {
         if (!options.IoUring)
         {
@@ -190,7 +192,7 @@ internal sealed unsafe class FuseUringTransport
             return null;
         }
         var depth = Math.Clamp(options.IoUringQueueDepth, 1, 64);
-        var t = new FuseUringTransport(session, FuseNative.fuse_session_fd(session), queues, depth, stopFd, log, options.Debug,
+        var t = new FuseUringTransport(host, session, FuseNative.fuse_session_fd(session), queues, depth, stopFd, log, options.Debug,
             options.IoUringQueueFailingForTests);
         for (var q = 0; q < queues; q++)
         {
@@ -215,8 +217,7 @@ internal sealed unsafe class FuseUringTransport
             t.Stop();
             return null;
         }
-        var io = s_io;
-        var rc = FuseUringNative.fuse_session_custom_io(session, &io, t._fuseFd);
+        var rc = InstallDeviceHooks(session);
         if (rc != 0)
         {
             reason = $"libfuse refused custom I/O hooks (fuse_session_custom_io: {rc})";
@@ -290,11 +291,23 @@ internal sealed unsafe class FuseUringTransport
 
     // ---- device hooks (libfuse calls them for /dev/fuse; userdata is the FuseHost's handle) -----
 
-    private static FuseUringTransport? TransportOf(nint userdata)
+    /// <summary>
+    /// Has libfuse read and write /dev/fuse through <see cref="OnDeviceRead"/> and
+    /// <see cref="OnDeviceWritev"/>: with io_uring they watch FUSE_INIT and route replies to the
+    /// ring; in every case the read hook answers the requests libfuse does not know (FUSE_STATX).
+    /// Returns libfuse's result (0 = installed).
+    /// </summary>
+    internal static int InstallDeviceHooks(nint session)
+    {
+        var io = s_io;
+        return FuseUringNative.fuse_session_custom_io(session, &io, FuseNative.fuse_session_fd(session));
+    }
+
+    private static FuseHost? HostOf(nint userdata)
     {
         try
         {
-            return (GCHandle.FromIntPtr(userdata).Target as FuseHost)?.Uring;
+            return GCHandle.FromIntPtr(userdata).Target as FuseHost;
         }
         catch (InvalidOperationException)
         {
@@ -302,25 +315,55 @@ internal sealed unsafe class FuseUringTransport
         }
     }
 
+    private static FuseUringTransport? TransportOf(nint userdata) => HostOf(userdata)?.Uring;
+
     [UnmanagedCallersOnly]
     private static nint OnDeviceRead(int fd, void* buffer, nuint length, nint userdata)
     {
-        var n = IoUringNative.read(fd, buffer, length);
-        var errno = Marshal.GetLastPInvokeError();
-        if (n >= FuseInHeader.Size)
+        while (true)
         {
-            try
+            var n = IoUringNative.read(fd, buffer, length);
+            var errno = Marshal.GetLastPInvokeError();
+            if (n >= FuseInHeader.Size && ((FuseInHeader*)buffer)->opcode == FuseStatxConstants.FUSE_STATX && TryAnswerOnDevice(fd, (FuseInHeader*)buffer, userdata))
+                continue;
+            if (n >= FuseInHeader.Size)
             {
-                TransportOf(userdata)?.SawDeviceRequest((FuseInHeader*)buffer, n);
+                try
+                {
+                    TransportOf(userdata)?.SawDeviceRequest((FuseInHeader*)buffer, n);
+                }
+                catch (Exception)
+                {
+                    // Observation only: the request is served regardless.
+                }
             }
-            catch (Exception)
-            {
-                // Observation only: the request is served regardless.
-            }
+            // libfuse looks at errno after the call: it must be read's (ENODEV ends the loop at unmount).
+            Marshal.SetLastSystemError(errno);
+            return n;
         }
-        // libfuse looks at errno after the call: it must be read's (ENODEV ends the loop at unmount).
-        Marshal.SetLastSystemError(errno);
-        return n;
+    }
+
+    /// <summary>Answers a request libfuse does not know straight on /dev/fuse; false leaves it to libfuse (which says ENOSYS).</summary>
+    private static bool TryAnswerOnDevice(int fd, FuseInHeader* request, nint userdata)
+    {
+        try
+        {
+            if (HostOf(userdata) is not { } host)
+                return false;
+            FuseOutHeader header;
+            FuseStatxOut body;
+            var length = host.AnswerStatx(request, &header, &body);
+            var iov = stackalloc IoVec[2];
+            iov[0] = new IoVec { iov_base = &header, iov_len = FuseOutHeader.Size };
+            iov[1] = new IoVec { iov_base = &body, iov_len = (nuint)(length - FuseOutHeader.Size) };
+            // A failed write means the request is gone (interrupted or unmounting): nothing to redo.
+            IoUringNative.writev(fd, iov, length > FuseOutHeader.Size ? 2 : 1);
+            return true;
+        }
+        catch (Exception)
+        {
+            return false;
+        }
     }
 
     [UnmanagedCallersOnly]
@@ -1005,6 +1048,18 @@ internal sealed unsafe class FuseUringTransport
         /// <summary>Has libfuse parse the request and run the host's callback, whose reply the writev hook puts into the entry.</summary>
         private void Process(Entry e, byte* request, int length)
         {
+            if (((FuseInHeader*)request)->opcode == FuseStatxConstants.FUSE_STATX)
+            {
+                FuseOutHeader header;
+                FuseStatxOut body;
+                var answer = _t._host.AnswerStatx((FuseInHeader*)request, &header, &body);
+                var iov = stackalloc IoVec[2];
+                iov[0] = new IoVec { iov_base = &header, iov_len = FuseOutHeader.Size };
+                iov[1] = new IoVec { iov_base = &body, iov_len = (nuint)(answer - FuseOutHeader.Size) };
+                AnswerOnRing(e, iov, answer > FuseOutHeader.Size ? 2 : 1);
+                Interlocked.Increment(ref Served);
+                return;
+            }
             var buf = new FuseMemBuf { size = (nuint)length, mem = request };
             t_entry = e;
             try

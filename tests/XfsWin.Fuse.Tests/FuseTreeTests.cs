@@ -100,6 +100,17 @@ public sealed class FuseTreeTests(TreeMounts mounts) : IClassFixture<TreeMounts>
     }
 
     [Fact]
+    public void Birth_times_are_the_kernels_to_the_nanosecond()
+    {
+        // stat's %w asks statx(2) for STATX_BTIME: FUSE turns that into FUSE_STATX, which libfuse
+        // 3.14 does not know and the host answers itself. The kernel's XFS reports di_crtime.
+        const string script = "find . -path ./dirs/node -prune -o -print0 | LC_ALL=C sort -z | xargs -0 stat --printf '%n|%w|%W|%F|%s|%i|%h\\n'";
+        AssertSameOutput(script, minimumLines: 420);
+        var (kernel, _) = Both("stat --printf '%w' small.txt");
+        Assert.True(kernel.Length > 20 && kernel != "-", $"the oracle reports no birth time: '{kernel}'");
+    }
+
+    [Fact]
     public void Directory_listings_come_in_the_same_order()
     {
         // ls -f: raw readdir order, which follows XFS directory offsets in both.

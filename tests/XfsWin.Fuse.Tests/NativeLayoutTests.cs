@@ -74,6 +74,47 @@ public sealed class NativeLayoutTests
         ["FuseUringCmdReq.qid"] = 16,
     };
 
+    // FUSE_STATX (protocol 7.39) is newer than this machine's headers too: pinned from the kernel's
+    // include/uapi/linux/fuse.h (fuse_statx is bit for bit struct statx).
+    private static readonly Dictionary<string, long> PinnedStatxLayout = new()
+    {
+        ["FuseSxTime.sizeof"] = 16, ["FuseSxTime.tv_sec"] = 0, ["FuseSxTime.tv_nsec"] = 8, ["FuseSxTime.reserved"] = 12,
+        ["FuseStatxIn.sizeof"] = 24, ["FuseStatxIn.getattr_flags"] = 0, ["FuseStatxIn.reserved"] = 4, ["FuseStatxIn.fh"] = 8,
+        ["FuseStatxIn.sx_flags"] = 16, ["FuseStatxIn.sx_mask"] = 20,
+        ["FuseStatx.sizeof"] = 256, ["FuseStatx.mask"] = 0, ["FuseStatx.blksize"] = 4, ["FuseStatx.attributes"] = 8,
+        ["FuseStatx.nlink"] = 16, ["FuseStatx.uid"] = 20, ["FuseStatx.gid"] = 24, ["FuseStatx.mode"] = 28, ["FuseStatx.ino"] = 32,
+        ["FuseStatx.size"] = 40, ["FuseStatx.blocks"] = 48, ["FuseStatx.attributes_mask"] = 56, ["FuseStatx.atime"] = 64,
+        ["FuseStatx.btime"] = 80, ["FuseStatx.ctime"] = 96, ["FuseStatx.mtime"] = 112, ["FuseStatx.rdev_major"] = 128,
+        ["FuseStatx.rdev_minor"] = 132, ["FuseStatx.dev_major"] = 136, ["FuseStatx.dev_minor"] = 140,
+        ["FuseStatxOut.sizeof"] = 288, ["FuseStatxOut.attr_valid"] = 0, ["FuseStatxOut.attr_valid_nsec"] = 8,
+        ["FuseStatxOut.flags"] = 12, ["FuseStatxOut.stat"] = 32,
+    };
+
+    [Fact]
+    public void Fuse_statx_structures_match_the_kernels_definitions()
+    {
+        foreach (var managed in new[] { typeof(FuseSxTime), typeof(FuseStatxIn), typeof(FuseStatx), typeof(FuseStatxOut) })
+            AssertLayout(managed, PinnedStatxLayout, "include/uapi/linux/fuse.h");
+        // struct statx, as glibc declares it, is the same layout (the kernel copies one into the other).
+        var glibc = CompileC("""
+            #define _GNU_SOURCE
+            #include <stdio.h>
+            #include <stddef.h>
+            #include <sys/stat.h>
+            int main(void) {
+              printf("sizeof %zu\nbtime %zu\nmtime %zu\nrdev_major %zu\nmode %zu\n", sizeof(struct statx),
+                offsetof(struct statx, stx_btime), offsetof(struct statx, stx_mtime), offsetof(struct statx, stx_rdev_major),
+                offsetof(struct statx, stx_mode));
+              return 0;
+            }
+            """, []);
+        Assert.Equal(glibc["sizeof"], Marshal.SizeOf<FuseStatx>());
+        Assert.Equal(glibc["btime"], (long)Marshal.OffsetOf<FuseStatx>(nameof(FuseStatx.btime)));
+        Assert.Equal(glibc["mtime"], (long)Marshal.OffsetOf<FuseStatx>(nameof(FuseStatx.mtime)));
+        Assert.Equal(glibc["rdev_major"], (long)Marshal.OffsetOf<FuseStatx>(nameof(FuseStatx.rdev_major)));
+        Assert.Equal(glibc["mode"], (long)Marshal.OffsetOf<FuseStatx>(nameof(FuseStatx.mode)));
+    }
+
     // C# constant -> C expression, for the kernel-header program.
     private static readonly (string Name, long Value, string C)[] KernelConstants =
     [
