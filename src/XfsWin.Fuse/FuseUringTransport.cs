@@ -343,6 +343,15 @@ internal sealed unsafe class FuseUringTransport
         }
     }
 
+    /// <summary>The host's answer to FUSE_STATX as iovecs (out header, then the body unless it is an error); returns their count.</summary>
+    private static int StatxReply(FuseHost host, FuseInHeader* request, FuseOutHeader* header, FuseStatxOut* body, IoVec* iov)
+    {
+        var length = host.AnswerStatx(request, header, body);
+        iov[0] = new IoVec { iov_base = header, iov_len = FuseOutHeader.Size };
+        iov[1] = new IoVec { iov_base = body, iov_len = (nuint)(length - FuseOutHeader.Size) };
+        return length > FuseOutHeader.Size ? 2 : 1;
+    }
+
     /// <summary>Answers a request libfuse does not know straight on /dev/fuse; false leaves it to libfuse (which says ENOSYS).</summary>
     private static bool TryAnswerOnDevice(int fd, FuseInHeader* request, nint userdata)
     {
@@ -352,12 +361,10 @@ internal sealed unsafe class FuseUringTransport
                 return false;
             FuseOutHeader header;
             FuseStatxOut body;
-            var length = host.AnswerStatx(request, &header, &body);
             var iov = stackalloc IoVec[2];
-            iov[0] = new IoVec { iov_base = &header, iov_len = FuseOutHeader.Size };
-            iov[1] = new IoVec { iov_base = &body, iov_len = (nuint)(length - FuseOutHeader.Size) };
+            var count = StatxReply(host, request, &header, &body, iov);
             // A failed write means the request is gone (interrupted or unmounting): nothing to redo.
-            IoUringNative.writev(fd, iov, length > FuseOutHeader.Size ? 2 : 1);
+            IoUringNative.writev(fd, iov, count);
             return true;
         }
         catch (Exception)
@@ -1052,11 +1059,8 @@ internal sealed unsafe class FuseUringTransport
             {
                 FuseOutHeader header;
                 FuseStatxOut body;
-                var answer = _t._host.AnswerStatx((FuseInHeader*)request, &header, &body);
                 var iov = stackalloc IoVec[2];
-                iov[0] = new IoVec { iov_base = &header, iov_len = FuseOutHeader.Size };
-                iov[1] = new IoVec { iov_base = &body, iov_len = (nuint)(answer - FuseOutHeader.Size) };
-                AnswerOnRing(e, iov, answer > FuseOutHeader.Size ? 2 : 1);
+                AnswerOnRing(e, iov, StatxReply(_t._host, (FuseInHeader*)request, &header, &body, iov));
                 Interlocked.Increment(ref Served);
                 return;
             }
