@@ -1,3 +1,4 @@
+using XfsWin.Inodes;
 using System.Buffers.Binary;
 using XfsWin.Device;
 using XfsWin.Format;
@@ -84,14 +85,14 @@ public static class LogRecovery
         var cowAgs = RecoveryChecks.AgsWithLeftoverCow(overlay, sb);
         foreach (var (kind, count) in result.UnfinishedIntents)
             warnings.Add($"{count} unfinished {kind} intent(s) in the log: Linux finishes them when it mounts the volume; XfsWin cannot finish them yet");
-        if (result.UnlinkedInodes > 0)
-            warnings.Add($"{result.UnlinkedInodes} inode(s) were unlinked while open at the crash; they are hidden here and Linux frees them when it mounts the volume");
 
         if (cowAgs.Count > 0)
             warnings.Add($"leftover copy-on-write staging extents in AG {string.Join(", ", cowAgs)}: Linux removes them when it mounts the volume; they hold no file data");
 
         if (mode == LogReplayMode.Memory)
         {
+            if (result.UnlinkedInodes > 0)
+                warnings.Add($"{result.UnlinkedInodes} inode(s) were unlinked while open at the crash; they are hidden here (in-place recovery frees them, as Linux does at mount)");
             result.State = LogState.ReplayedInMemory;
             result.Device = overlay;
             progress?.Report(1.0);
@@ -102,21 +103,61 @@ public static class LogRecovery
         var refusals = new List<string>();
         if (result.UnfinishedIntents.Count > 0)
             refusals.Add("unfinished intents (" + string.Join(", ", result.UnfinishedIntents.Select(kv => $"{kv.Value} {kv.Key}")) + ")");
-        if (result.UnlinkedInodes > 0) refusals.Add($"{result.UnlinkedInodes} unlinked-but-open inode(s) to free");
         if (cowAgs.Count > 0) refusals.Add($"leftover copy-on-write staging extents to remove (AG {string.Join(", ", cowAgs)})");
+        if (result.UnlinkedInodes > 0 && refusals.Count == 0)
+        {
+            // Changes the overlay only; a refusal here still leaves the disk untouched.
+            try
+            {
+                result.UnlinkedInodesFreed = UnlinkedInodeFreeing.FreeAll(overlay, sb);
+            }
+            catch (XfsException e) when (e.Error == XfsError.Unsupported)
+            {
+                refusals.Add($"{result.UnlinkedInodes} unlinked-but-open inode(s) to free ({e.Message})");
+            }
+        }
         if (refusals.Count > 0)
             throw new XfsException(XfsError.Unsupported,
                 "the log holds work that only the kernel's write path can finish: " + string.Join("; ", refusals) +
                 ". xfswin cannot finish them yet, so nothing was written. Mount the volume once with Linux (it replays and finishes them), or open it with --replay=memory.");
 
         RebuildSummaryCounters(overlay, sb);
+        // Replay alone is idempotent: a crash while it is written out leaves the log dirty, and replaying
+        // again finishes the job. Freeing unlinked inodes is not (its blocks are not in the log), so it
+        // is fenced with NEEDSREPAIR: set on disk before anything else is written and cleared last, a
+        // crash in between leaves a volume the kernel refuses to mount until xfs_repair has run.
+        bool fenced = result.UnlinkedInodesFreed > 0;
+        if (fenced) SetNeedsRepair(dataDevice, overlay, sb.SectorSize, true);
         overlay.FlushTo(dataDevice, (done, total) => progress?.Report(0.9 + 0.08 * done / Math.Max(1, total)));
         LogWriter.WriteUnmountRecord(area, sb, pos);
         area.Device.Flush();
+        if (fenced)
+        {
+            dataDevice.Flush();
+            SetNeedsRepair(dataDevice, null, sb.SectorSize, false);
+            warnings.Add($"freed {result.UnlinkedInodesFreed} inode(s) unlinked while open at the crash, as Linux does after its replay");
+        }
         result.State = LogState.ReplayedInPlace;
         result.Device = dataDevice;
         progress?.Report(1.0);
         return result;
+    }
+
+    /// <summary>Sets or clears the NEEDSREPAIR incompatible feature in the primary superblock on disk (and in the overlay's copy), flushed.</summary>
+    private static void SetNeedsRepair(IBlockDevice disk, IBlockDevice? overlay, int sectorSize, bool on)
+    {
+        foreach (var device in overlay is null ? [disk] : new[] { disk, overlay })
+        {
+            var sector = new byte[sectorSize];
+            device.Read(0, sector);
+            var incompat = sector.AsSpan(SuperblockView.OffFeaturesIncompat);
+            uint value = BinaryPrimitives.ReadUInt32BigEndian(incompat);
+            value = on ? value | SuperblockFeatures.IncompatNeedsRepair : value & ~SuperblockFeatures.IncompatNeedsRepair;
+            BinaryPrimitives.WriteUInt32BigEndian(incompat, value);
+            XfsCrc.Stamp(sector, SuperblockView.OffCrc);
+            device.Write(0, sector);
+        }
+        disk.Flush();
     }
 
     private static ulong FindTailLsn(LogReader reader, LogPosition pos)

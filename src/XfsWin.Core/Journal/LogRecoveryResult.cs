@@ -18,6 +18,8 @@ public sealed class LogRecoveryResult
     public IReadOnlyList<string> Warnings = [];
     /// <summary>Inodes on the AGI unlinked lists after replay (open but unlinked at the crash).</summary>
     public int UnlinkedInodes;
+    /// <summary>Of those, how many in-place recovery freed (as the kernel does after its replay).</summary>
+    public int UnlinkedInodesFreed;
     /// <summary>Bytes of log between tail and head that were replayed.</summary>
     public long LogBytesReplayed;
     public ulong HeadLsn, TailLsn;

@@ -1,0 +1,401 @@
+using System.Buffers.Binary;
+using XfsWin.Btree;
+using XfsWin.Device;
+using XfsWin.Format;
+
+namespace XfsWin.Allocation;
+
+/// <summary>
+/// Returns blocks of one AG to free space and drops their reverse mappings, as the kernel's
+/// xfs_free_ag_extent and xfs_rmap_unmap do, on a device holding a V5 volume (recovery's overlay).
+/// <para>
+/// Invariants kept: both free-space trees hold the same extents, merged with their neighbours (a
+/// freed extent touching free space on either side becomes one record); agf_freeblks counts them
+/// and agf_longest is the largest. Tree changes that would split or join blocks are refused (see
+/// The free-space and reverse-map trees take the blocks they grow by from the AG free list (AGFL)
+/// and give back the blocks they shrink by, as the kernel's allocbt/rmapbt block hooks do:
+/// agf_btreeblks and agf_rmap_blocks follow, and the reverse mapping (OWN_AG covers both the AGFL
+/// and those trees) does not change. The AGF and AGFL are written by <see cref="Commit"/>; the
+/// superblock counters are the caller's to rebuild.
+/// </para>
+/// </summary>
+public sealed class AgSpaceEditor : IAgBtreeHost
+{
+    /// <summary>Reverse-mapping flags in the high bits of rm_offset.</summary>
+    public const ulong RmapAttrFork = 1UL << 63, RmapBmbtBlock = 1UL << 62, RmapUnwritten = 1UL << 61;
+    private const ulong RmapOffsetMask = (1UL << 54) - 1;
+
+    private readonly IBlockDevice _device;
+    private readonly Superblock _sb;
+    private readonly uint _agno;
+    private readonly byte[] _agf;
+    private readonly long _agfOffset;
+    private readonly byte[] _agfl;
+    private readonly long _agflOffset;
+    private readonly int _agflSlots;
+
+    public AgSpaceEditor(IBlockDevice device, Superblock sb, uint agno)
+    {
+        _device = device;
+        _sb = sb;
+        _agno = agno;
+        _agfOffset = sb.AgBlockToByte(agno, 0) + sb.SectorSize;
+        _agf = new byte[sb.SectorSize];
+        device.Read(_agfOffset, _agf);
+        if (BinaryPrimitives.ReadUInt32BigEndian(_agf) != AgfView.Magic || !XfsCrc.Verify(_agf, AgfView.OffCrc))
+            throw new XfsException(XfsError.Corrupt, $"AGF of AG {agno} fails verification");
+        _agflOffset = sb.AgBlockToByte(agno, 0) + 3L * sb.SectorSize;
+        _agfl = new byte[sb.SectorSize];
+        device.Read(_agflOffset, _agfl);
+        if (BinaryPrimitives.ReadUInt32BigEndian(_agfl) != AgflLayout.Magic || !XfsCrc.Verify(_agfl, AgflLayout.OffCrc))
+            throw new XfsException(XfsError.Corrupt, $"AGFL of AG {agno} fails verification");
+        _agflSlots = (sb.SectorSize - AgflLayout.SizeV5) / 4;
+    }
+
+    private uint AgfU32(int offset) => BinaryPrimitives.ReadUInt32BigEndian(_agf.AsSpan(offset));
+    private void SetAgfU32(int offset, uint value) => BinaryPrimitives.WriteUInt32BigEndian(_agf.AsSpan(offset), value);
+
+    private AgBtreeEditor ByBlock => new(_device, _sb, _agno, AgBtreeKind.FreeSpaceByBlock, AgfU32(AgfView.OffBnoRoot), (int)AgfU32(AgfView.OffBnoLevel), this);
+    private AgBtreeEditor ByCount => new(_device, _sb, _agno, AgBtreeKind.FreeSpaceByCount, AgfU32(AgfView.OffCntRoot), (int)AgfU32(AgfView.OffCntLevel), this);
+    private AgBtreeEditor ReverseMap => new(_device, _sb, _agno, AgBtreeKind.ReverseMap, AgfU32(AgfView.OffRmapRoot), (int)AgfU32(AgfView.OffRmapLevel), this);
+
+    private static (int Root, int Level) RootFields(AgBtreeKind kind) => kind switch
+    {
+        AgBtreeKind.FreeSpaceByBlock => (AgfView.OffBnoRoot, AgfView.OffBnoLevel),
+        AgBtreeKind.FreeSpaceByCount => (AgfView.OffCntRoot, AgfView.OffCntLevel),
+        AgBtreeKind.ReverseMap => (AgfView.OffRmapRoot, AgfView.OffRmapLevel),
+        _ => throw new ArgumentOutOfRangeException(nameof(kind), "not a tree of the AGF"),
+    };
+
+    uint IAgBtreeHost.TakeBlock(AgBtreeKind kind)
+    {
+        _ = RootFields(kind);
+        uint count = AgfU32(AgfView.OffFlcount);
+        if (count == 0)
+            throw new XfsException(XfsError.Unsupported, $"the free list of AG {_agno} is empty, and a {kind} block must split");
+        uint first = AgfU32(AgfView.OffFlfirst);
+        if (first >= _agflSlots) throw new XfsException(XfsError.Corrupt, $"AGF of AG {_agno}: flfirst {first} is outside the free list");
+        uint bno = BinaryPrimitives.ReadUInt32BigEndian(_agfl.AsSpan(AgflLayout.OffBno + 4 * (int)first));
+        if (bno == 0 || bno >= AgfU32(AgfView.OffLength))
+            throw new XfsException(XfsError.Corrupt, $"AGFL of AG {_agno}: slot {first} holds block {bno}, outside the AG");
+        SetAgfU32(AgfView.OffFlfirst, (first + 1) % (uint)_agflSlots);
+        SetAgfU32(AgfView.OffFlcount, count - 1);
+        SetAgfU32(AgfView.OffBtreeblks, AgfU32(AgfView.OffBtreeblks) + 1);
+        if (kind == AgBtreeKind.ReverseMap) SetAgfU32(AgfView.OffRmapBlocks, AgfU32(AgfView.OffRmapBlocks) + 1);
+        return bno;
+    }
+
+    void IAgBtreeHost.ReleaseBlock(AgBtreeKind kind, uint agbno)
+    {
+        _ = RootFields(kind);
+        uint count = AgfU32(AgfView.OffFlcount);
+        if (count >= _agflSlots)
+            throw new XfsException(XfsError.Unsupported, $"the free list of AG {_agno} is full, and a {kind} block must be freed");
+        uint last = (AgfU32(AgfView.OffFllast) + 1) % (uint)_agflSlots;
+        BinaryPrimitives.WriteUInt32BigEndian(_agfl.AsSpan(AgflLayout.OffBno + 4 * (int)last), agbno);
+        SetAgfU32(AgfView.OffFllast, last);
+        SetAgfU32(AgfView.OffFlcount, count + 1);
+        SetAgfU32(AgfView.OffBtreeblks, AgfU32(AgfView.OffBtreeblks) - 1);
+        if (kind == AgBtreeKind.ReverseMap) SetAgfU32(AgfView.OffRmapBlocks, AgfU32(AgfView.OffRmapBlocks) - 1);
+    }
+
+    void IAgBtreeHost.SetRoot(AgBtreeKind kind, uint root, int levels)
+    {
+        var (rootField, levelField) = RootFields(kind);
+        SetAgfU32(rootField, root);
+        SetAgfU32(levelField, (uint)levels);
+    }
+
+    /// <summary>Blocks freed through this editor so far.</summary>
+    public long BlocksFreed { get; private set; }
+
+    /// <summary>Makes [<paramref name="agbno"/>, +<paramref name="length"/>) free space, merged with free neighbours.</summary>
+    public void FreeExtent(uint agbno, uint length)
+    {
+        if (length == 0 || agbno == 0 || (ulong)agbno + length > AgfU32(AgfView.OffLength))
+            throw new XfsException(XfsError.Corrupt, $"AG {_agno}: cannot free blocks {agbno}+{length}: outside the AG");
+        EnsureFreeList();
+        var byBlock = ByBlock;
+        Span<byte> key = stackalloc byte[8];
+        uint end = agbno + length;
+
+        // The free extent at or before agbno, and the one at or before the end.
+        Rec(key, agbno, 0);
+        var at = byBlock.FindLessOrEqual(key);
+        (uint Start, uint Length)? left = null, right = null;
+        if (at.LeafIndex >= 0)
+        {
+            var r = Decode(byBlock.RecordAt(at));
+            if ((ulong)r.Start + r.Length > agbno)
+                throw new XfsException(XfsError.Corrupt, $"AG {_agno}: blocks {agbno}+{length} are already free (bnobt record {r.Start}+{r.Length})");
+            if (r.Start + r.Length == agbno) left = r;
+        }
+        var next = byBlock.RecordAfter(at); // with no record at or before agbno: the first record
+        if (next is not null)
+        {
+            var r = Decode(next);
+            if (r.Start < end)
+                throw new XfsException(XfsError.Corrupt, $"AG {_agno}: blocks {agbno}+{length} overlap free space (bnobt record {r.Start}+{r.Length})");
+            if (r.Start == end) right = r;
+        }
+
+        uint newStart = left?.Start ?? agbno;
+        uint newLength = (left?.Length ?? 0) + length + (right?.Length ?? 0);
+
+        // By block: the merged record replaces its neighbours.
+        if (left is { } l)
+        {
+            if (right is { } r0) Delete(ByBlock, r0.Start, r0.Length);
+            Replace(ByBlock, l.Start, l.Length, newStart, newLength);
+        }
+        else if (right is { } r1)
+        {
+            Replace(ByBlock, r1.Start, r1.Length, newStart, newLength);
+        }
+        else
+        {
+            Span<byte> rec = stackalloc byte[8];
+            Rec(rec, newStart, newLength);
+            ByBlock.Insert(rec);
+        }
+
+        // By count: neighbours leave, the merged extent enters at its size's place.
+        if (left is { } l2) Delete(ByCount, l2.Start, l2.Length);
+        if (right is { } r2) Delete(ByCount, r2.Start, r2.Length);
+        Span<byte> merged = stackalloc byte[8];
+        Rec(merged, newStart, newLength);
+        ByCount.Insert(merged);
+
+        SetAgfU32(AgfView.OffFreeblks, AgfU32(AgfView.OffFreeblks) + length);
+        var longest = ByCount.LastRecord();
+        SetAgfU32(AgfView.OffLongest, longest is null ? 0 : Decode(longest).Length);
+        BlocksFreed += length;
+    }
+
+    /// <summary>
+    /// Removes the reverse mapping of [<paramref name="agbno"/>, +<paramref name="length"/>) for
+    /// <paramref name="owner"/>: file data at <paramref name="fileOffset"/> (with the attr-fork and
+    /// unwritten flags in <paramref name="flags"/>), or extent-btree blocks (<see cref="RmapBmbtBlock"/>).
+    /// The mapping may be part of a longer record, which keeps the rest.
+    /// </summary>
+    public void UnmapReverse(uint agbno, uint length, ulong owner, ulong fileOffset, ulong flags)
+    {
+        if (!_sb.HasRmapbt) return;
+        EnsureFreeList();
+        var rmap = ReverseMap;
+        // Extent-btree blocks and non-file owners (XFS_RMAP_OWN_*, small negative numbers) have no file offset.
+        bool bmbt = (flags & RmapBmbtBlock) != 0 || owner >= 0xFFFF_FFFF_FFFF_FFF0UL;
+        Span<byte> key = stackalloc byte[20];
+        BinaryPrimitives.WriteUInt32BigEndian(key, agbno);
+        BinaryPrimitives.WriteUInt64BigEndian(key[4..], owner);
+        BinaryPrimitives.WriteUInt64BigEndian(key[12..], (bmbt ? 0 : fileOffset) | (flags & ~RmapUnwritten));
+        var pos = rmap.FindLessOrEqual(key);
+        if (pos.LeafIndex < 0) throw NoMapping(agbno, length, owner);
+        var rec = rmap.RecordAt(pos);
+        uint start = BinaryPrimitives.ReadUInt32BigEndian(rec);
+        uint count = BinaryPrimitives.ReadUInt32BigEndian(rec.AsSpan(4));
+        ulong recOwner = BinaryPrimitives.ReadUInt64BigEndian(rec.AsSpan(8));
+        ulong recOffsetField = BinaryPrimitives.ReadUInt64BigEndian(rec.AsSpan(16));
+        ulong recFlags = recOffsetField & ~RmapOffsetMask;
+        ulong recOffset = recOffsetField & RmapOffsetMask;
+        const ulong forkAndBmbt = RmapAttrFork | RmapBmbtBlock;
+        if (recOwner != owner || start > agbno || (ulong)start + count < (ulong)agbno + length ||
+            (recFlags & forkAndBmbt) != (flags & forkAndBmbt) || (!bmbt && recOffset + (agbno - start) != fileOffset))
+            throw NoMapping(agbno, length, owner);
+
+        uint before = agbno - start, after = start + count - (agbno + length);
+        var piece = new byte[24];
+        if (before == 0 && after == 0)
+        {
+            rmap.Delete(pos);
+            return;
+        }
+        if (before > 0)
+        {
+            rec.CopyTo(piece, 0);
+            BinaryPrimitives.WriteUInt32BigEndian(piece.AsSpan(4), before);
+            rmap.Update(pos, piece);
+        }
+        if (after > 0)
+        {
+            rec.CopyTo(piece, 0);
+            BinaryPrimitives.WriteUInt32BigEndian(piece, agbno + length);
+            BinaryPrimitives.WriteUInt32BigEndian(piece.AsSpan(4), after);
+            if (!bmbt) BinaryPrimitives.WriteUInt64BigEndian(piece.AsSpan(16), (recOffset + before + length) | recFlags);
+            if (before > 0) rmap.Insert(piece);
+            else rmap.Update(pos, piece);
+        }
+    }
+
+    private const ulong OwnAg = unchecked((ulong)-5L); // XFS_RMAP_OWN_AG: AG headers' neighbours, the AGFL and the AGFL-fed trees
+    private bool _refilling;
+
+    /// <summary>The kernel's xfs_alloc_min_freelist: two blocks per level a split could add to the bno, cnt and rmap trees.</summary>
+    private uint MinFreeList() =>
+        2 * AgfU32(AgfView.OffBnoLevel) + 2 * AgfU32(AgfView.OffCntLevel) + (_sb.HasRmapbt ? 2 * AgfU32(AgfView.OffRmapLevel) : 0);
+
+    /// <summary>
+    /// Brings the free list to its minimum before a tree change, as xfs_alloc_fix_freelist does:
+    /// blocks beyond it go back to free space (from the head of the list, losing their OWN_AG
+    /// mapping), so the blocks joins park there never overflow the list; missing blocks come from
+    /// the smallest free extent that holds them (or the largest there is), gaining an OWN_AG mapping,
+    /// so splits always find blocks.
+    /// </summary>
+    private void EnsureFreeList()
+    {
+        if (_refilling) return;
+        _refilling = true;
+        Span<byte> key = stackalloc byte[8], rest = stackalloc byte[8];
+        try
+        {
+            for (int guard = 0; guard < 64; guard++)
+            {
+                uint need = MinFreeList(), count = AgfU32(AgfView.OffFlcount);
+                if (count > need)
+                {
+                    TrimOne();
+                    continue;
+                }
+                if (count == need) return;
+                uint want = need - count;
+                Rec(key, 0, want);
+                var byCount = ByCount;
+                var at = byCount.FindLessOrEqual(key);
+                var pick = byCount.RecordAfter(at) ?? byCount.LastRecord();
+                if (pick is null) throw new XfsException(XfsError.Unsupported, $"AG {_agno} has no free space to refill its free list");
+                var (start, length) = Decode(pick);
+                uint take = Math.Min(want, length);
+                if (take == length) Delete(ByBlock, start, length);
+                else Replace(ByBlock, start, length, start + take, length - take);
+                Delete(ByCount, start, length);
+                if (take < length)
+                {
+                    Rec(rest, start + take, length - take);
+                    ByCount.Insert(rest);
+                }
+                SetAgfU32(AgfView.OffFreeblks, AgfU32(AgfView.OffFreeblks) - take);
+                var longest = ByCount.LastRecord();
+                SetAgfU32(AgfView.OffLongest, longest is null ? 0 : Decode(longest).Length);
+                MapAg(start, take);
+                for (uint b = start; b < start + take; b++)
+                {
+                    uint last = (AgfU32(AgfView.OffFllast) + 1) % (uint)_agflSlots;
+                    BinaryPrimitives.WriteUInt32BigEndian(_agfl.AsSpan(AgflLayout.OffBno + 4 * (int)last), b);
+                    SetAgfU32(AgfView.OffFllast, last);
+                    SetAgfU32(AgfView.OffFlcount, AgfU32(AgfView.OffFlcount) + 1);
+                }
+            }
+            throw new XfsException(XfsError.Corrupt, $"AG {_agno}: the free list does not fill up to its minimum");
+        }
+        finally
+        {
+            _refilling = false;
+        }
+    }
+
+    /// <summary>Adds an OWN_AG reverse mapping for [<paramref name="agbno"/>, +<paramref name="length"/>), merged with OWN_AG neighbours (xfs_rmap_map).</summary>
+    private void MapAg(uint agbno, uint length)
+    {
+        if (!_sb.HasRmapbt) return;
+        var rmap = ReverseMap;
+        Span<byte> key = stackalloc byte[20];
+        BinaryPrimitives.WriteUInt32BigEndian(key, agbno);
+        BinaryPrimitives.WriteUInt64BigEndian(key[4..], OwnAg);
+        BinaryPrimitives.WriteUInt64BigEndian(key[12..], 0);
+        var pos = rmap.FindLessOrEqual(key);
+        byte[]? left = pos.LeafIndex >= 0 ? rmap.RecordAt(pos) : null;
+        byte[]? right = rmap.RecordAfter(pos);
+        static bool IsAg(byte[]? r) => r is not null && BinaryPrimitives.ReadUInt64BigEndian(r.AsSpan(8)) == OwnAg;
+        static uint Start(byte[] r) => BinaryPrimitives.ReadUInt32BigEndian(r);
+        static uint Count(byte[] r) => BinaryPrimitives.ReadUInt32BigEndian(r.AsSpan(4));
+        if (left is not null && (ulong)Start(left) + Count(left) > agbno)
+            throw new XfsException(XfsError.Corrupt, $"AG {_agno}: free blocks {agbno}+{length} already have a reverse mapping");
+        bool mergeLeft = IsAg(left) && Start(left!) + Count(left!) == agbno;
+        bool mergeRight = IsAg(right) && Start(right!) == agbno + length;
+        var record = new byte[24];
+        if (mergeLeft)
+        {
+            left!.CopyTo(record, 0);
+            BinaryPrimitives.WriteUInt32BigEndian(record.AsSpan(4), Count(left) + length + (mergeRight ? Count(right!) : 0));
+            if (mergeRight)
+            {
+                BinaryPrimitives.WriteUInt32BigEndian(key, Start(right!));
+                rmap.Delete(rmap.FindLessOrEqual(key));
+                BinaryPrimitives.WriteUInt32BigEndian(key, Start(left));
+                pos = rmap.FindLessOrEqual(key);
+            }
+            rmap.Update(pos, record);
+        }
+        else if (mergeRight)
+        {
+            right!.CopyTo(record, 0);
+            BinaryPrimitives.WriteUInt32BigEndian(record, agbno);
+            BinaryPrimitives.WriteUInt32BigEndian(record.AsSpan(4), Count(right) + length);
+            BinaryPrimitives.WriteUInt32BigEndian(key, Start(right));
+            rmap.Update(rmap.FindLessOrEqual(key), record);
+        }
+        else
+        {
+            BinaryPrimitives.WriteUInt32BigEndian(record, agbno);
+            BinaryPrimitives.WriteUInt32BigEndian(record.AsSpan(4), length);
+            BinaryPrimitives.WriteUInt64BigEndian(record.AsSpan(8), OwnAg);
+            rmap.Insert(record);
+        }
+    }
+
+    /// <summary>Leaves the free list at the kernel's minimum (see <see cref="EnsureFreeList"/>); call before <see cref="Commit"/>.</summary>
+    public void TrimFreeList() => EnsureFreeList();
+
+    /// <summary>Moves the block at the head of the free list to free space (inside <see cref="EnsureFreeList"/>: no nested fix-up).</summary>
+    private void TrimOne()
+    {
+        uint first = AgfU32(AgfView.OffFlfirst);
+        uint bno = BinaryPrimitives.ReadUInt32BigEndian(_agfl.AsSpan(AgflLayout.OffBno + 4 * (int)first));
+        SetAgfU32(AgfView.OffFlfirst, (first + 1) % (uint)_agflSlots);
+        SetAgfU32(AgfView.OffFlcount, AgfU32(AgfView.OffFlcount) - 1);
+        UnmapReverse(bno, 1, OwnAg, 0, 0);
+        FreeExtent(bno, 1);
+        BlocksFreed--; // not a file's block: it only moved from the free list to free space
+    }
+
+    /// <summary>Writes the AGF and AGFL (counters, roots and free list changed through this editor).</summary>
+    public void Commit()
+    {
+        XfsCrc.Stamp(_agfl, AgflLayout.OffCrc);
+        _device.Write(_agflOffset, _agfl);
+        XfsCrc.Stamp(_agf, AgfView.OffCrc);
+        _device.Write(_agfOffset, _agf);
+    }
+
+    private XfsException NoMapping(uint agbno, uint length, ulong owner) =>
+        new(XfsError.Corrupt, $"AG {_agno}: the reverse mapping btree has no record for blocks {agbno}+{length} of owner {owner}");
+
+    private static void Delete(AgBtreeEditor tree, uint start, uint length) => tree.Delete(Exact(tree, start, length));
+
+    private static void Replace(AgBtreeEditor tree, uint start, uint length, uint newStart, uint newLength)
+    {
+        var pos = Exact(tree, start, length);
+        Span<byte> rec = stackalloc byte[8];
+        Rec(rec, newStart, newLength);
+        tree.Update(pos, rec);
+    }
+
+    private static AgBtreeEditor.Position Exact(AgBtreeEditor tree, uint start, uint length)
+    {
+        Span<byte> key = stackalloc byte[8];
+        Rec(key, start, length);
+        var pos = tree.FindLessOrEqual(key);
+        if (pos.LeafIndex < 0 || Decode(tree.RecordAt(pos)) != (start, length))
+            throw new XfsException(XfsError.Corrupt, $"{tree.Name}: no record for free extent {start}+{length}");
+        return pos;
+    }
+
+    private static void Rec(Span<byte> rec, uint start, uint length)
+    {
+        BinaryPrimitives.WriteUInt32BigEndian(rec, start);
+        BinaryPrimitives.WriteUInt32BigEndian(rec[4..], length);
+    }
+
+    private static (uint Start, uint Length) Decode(ReadOnlySpan<byte> rec) =>
+        (BinaryPrimitives.ReadUInt32BigEndian(rec), BinaryPrimitives.ReadUInt32BigEndian(rec[4..]));
+}
