@@ -245,7 +245,7 @@ public sealed class AgSpaceEditor : IAgBtreeHost
     {
         if (_refilling) return;
         _refilling = true;
-        Span<byte> key = stackalloc byte[8], rest = stackalloc byte[8];
+        Span<byte> key = stackalloc byte[8];
         try
         {
             for (int guard = 0; guard < 64; guard++)
@@ -265,18 +265,8 @@ public sealed class AgSpaceEditor : IAgBtreeHost
                 if (pick is null) throw new XfsException(XfsError.Unsupported, $"AG {_agno} has no free space to refill its free list");
                 var (start, length) = Decode(pick);
                 uint take = Math.Min(want, length);
-                if (take == length) Delete(ByBlock, start, length);
-                else Replace(ByBlock, start, length, start + take, length - take);
-                Delete(ByCount, start, length);
-                if (take < length)
-                {
-                    Rec(rest, start + take, length - take);
-                    ByCount.Insert(rest);
-                }
-                SetAgfU32(AgfView.OffFreeblks, AgfU32(AgfView.OffFreeblks) - take);
-                var longest = ByCount.LastRecord();
-                SetAgfU32(AgfView.OffLongest, longest is null ? 0 : Decode(longest).Length);
-                MapAg(start, take);
+                TakeFromFreeSpace(start, length, take);
+                MapOwner(start, take, OwnAg);
                 for (uint b = start; b < start + take; b++)
                 {
                     uint last = (AgfU32(AgfView.OffFllast) + 1) % (uint)_agflSlots;
@@ -293,19 +283,57 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         }
     }
 
-    /// <summary>Adds an OWN_AG reverse mapping for [<paramref name="agbno"/>, +<paramref name="length"/>), merged with OWN_AG neighbours (xfs_rmap_map).</summary>
-    private void MapAg(uint agbno, uint length)
+    /// <summary>Removes the first <paramref name="take"/> blocks of free extent (<paramref name="start"/>, <paramref name="length"/>) from both trees and the AGF counters.</summary>
+    private void TakeFromFreeSpace(uint start, uint length, uint take)
+    {
+        if (take == length) Delete(ByBlock, start, length);
+        else Replace(ByBlock, start, length, start + take, length - take);
+        Delete(ByCount, start, length);
+        if (take < length)
+        {
+            Span<byte> rest = stackalloc byte[8];
+            Rec(rest, start + take, length - take);
+            ByCount.Insert(rest);
+        }
+        SetAgfU32(AgfView.OffFreeblks, AgfU32(AgfView.OffFreeblks) - take);
+        var longest = ByCount.LastRecord();
+        SetAgfU32(AgfView.OffLongest, longest is null ? 0 : Decode(longest).Length);
+    }
+
+    /// <summary>
+    /// One block from free space for a tree that is not fed by the AGFL (the inode btrees), with
+    /// its reverse mapping to <paramref name="owner"/>: the first block of the smallest free extent.
+    /// </summary>
+    public uint AllocateBlock(ulong owner)
+    {
+        EnsureFreeList();
+        Span<byte> key = stackalloc byte[8];
+        Rec(key, 0, 1);
+        var byCount = ByCount;
+        var pick = byCount.RecordAfter(byCount.FindLessOrEqual(key))
+                   ?? throw new XfsException(XfsError.Unsupported, $"AG {_agno} has no free block for an inode btree block");
+        var (start, length) = Decode(pick);
+        TakeFromFreeSpace(start, length, 1);
+        MapOwner(start, 1, owner);
+        return start;
+    }
+
+    /// <summary>
+    /// Adds the reverse mapping of [<paramref name="agbno"/>, +<paramref name="length"/>) to a
+    /// non-file owner (XFS_RMAP_OWN_*), merged with neighbours of the same owner (xfs_rmap_map).
+    /// </summary>
+    private void MapOwner(uint agbno, uint length, ulong owner)
     {
         if (!_sb.HasRmapbt) return;
         var rmap = ReverseMap;
         Span<byte> key = stackalloc byte[20];
         BinaryPrimitives.WriteUInt32BigEndian(key, agbno);
-        BinaryPrimitives.WriteUInt64BigEndian(key[4..], OwnAg);
+        BinaryPrimitives.WriteUInt64BigEndian(key[4..], owner);
         BinaryPrimitives.WriteUInt64BigEndian(key[12..], 0);
         var pos = rmap.FindLessOrEqual(key);
         byte[]? left = pos.LeafIndex >= 0 ? rmap.RecordAt(pos) : null;
         byte[]? right = rmap.RecordAfter(pos);
-        static bool IsAg(byte[]? r) => r is not null && BinaryPrimitives.ReadUInt64BigEndian(r.AsSpan(8)) == OwnAg;
+        bool IsAg(byte[]? r) => r is not null && BinaryPrimitives.ReadUInt64BigEndian(r.AsSpan(8)) == owner;
         static uint Start(byte[] r) => BinaryPrimitives.ReadUInt32BigEndian(r);
         static uint Count(byte[] r) => BinaryPrimitives.ReadUInt32BigEndian(r.AsSpan(4));
         if (left is not null && (ulong)Start(left) + Count(left) > agbno)
@@ -338,7 +366,7 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         {
             BinaryPrimitives.WriteUInt32BigEndian(record, agbno);
             BinaryPrimitives.WriteUInt32BigEndian(record.AsSpan(4), length);
-            BinaryPrimitives.WriteUInt64BigEndian(record.AsSpan(8), OwnAg);
+            BinaryPrimitives.WriteUInt64BigEndian(record.AsSpan(8), owner);
             rmap.Insert(record);
         }
     }

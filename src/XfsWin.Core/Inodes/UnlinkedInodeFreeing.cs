@@ -17,7 +17,7 @@ namespace XfsWin.Inodes;
 /// counters and writes the overlay out. Anything it cannot do exactly as the kernel would is refused
 /// with <see cref="XfsError.Unsupported"/> before the overlay reaches the disk: blocks that may be
 /// shared (reflink inodes), realtime files, quota accounting (dquots would need the same change),
-/// and inode btree changes that would split or join their blocks (those take blocks from free space).
+/// and sparse inode chunks whose hole mask does not fall on block boundaries.
 /// </para>
 /// </summary>
 public static class UnlinkedInodeFreeing
@@ -204,8 +204,9 @@ public static class UnlinkedInodeFreeing
     private static void MarkFree(IBlockDevice device, Superblock sb, ulong ino, byte[] agi, AgSpaceEditor space)
     {
         uint ag = sb.InoToAgno(ino), agino = sb.InoToAgino(ino);
+        var host = new InodeTreeHost(sb, agi, space);
         var inobt = new AgBtreeEditor(device, sb, ag, AgBtreeKind.Inodes,
-            BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffRoot)), (int)BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffLevel)), FixedInodeTrees.Instance);
+            BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffRoot)), (int)BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffLevel)), host);
         Span<byte> key = stackalloc byte[InobtRecord.KeySize];
         BinaryPrimitives.WriteUInt32BigEndian(key, agino);
         var pos = inobt.FindLessOrEqual(key);
@@ -227,7 +228,7 @@ public static class UnlinkedInodeFreeing
         if (sb.HasFinobt)
         {
             var finobt = new AgBtreeEditor(device, sb, ag, AgBtreeKind.FreeInodes,
-                BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffFreeRoot)), (int)BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffFreeLevel)), FixedInodeTrees.Instance);
+                BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffFreeRoot)), (int)BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffFreeLevel)), host);
             if (rec.FreeCount == 0)
             {
                 if (!chunkFree) finobt.Insert(updated);
@@ -313,21 +314,39 @@ public static class UnlinkedInodeFreeing
     }
 
     /// <summary>
-    /// The inode trees take their blocks from free space, with reverse mappings and AGI block counts
-    /// of their own; freeing inodes needs none of that unless a finobt block must split, which is refused.
+    /// The inode trees take their blocks from free space (not the AGFL), owned by OWN_INOBT in the
+    /// reverse map, counted in agi_iblocks/agi_fblocks on inobtcount volumes; their roots live in the AGI.
     /// </summary>
-    private sealed class FixedInodeTrees : IAgBtreeHost
+    private sealed class InodeTreeHost(Superblock sb, byte[] agi, AgSpaceEditor space) : IAgBtreeHost
     {
-        public static readonly FixedInodeTrees Instance = new();
+        private const ulong OwnInobt = unchecked((ulong)-6L); // XFS_RMAP_OWN_INOBT
 
-        public uint TakeBlock(AgBtreeKind kind) =>
-            throw new XfsException(XfsError.Unsupported, $"a {kind} block would have to split, which XfsWin does not do yet");
+        public uint TakeBlock(AgBtreeKind kind)
+        {
+            uint bno = space.AllocateBlock(OwnInobt);
+            CountBlocks(kind, +1);
+            return bno;
+        }
 
-        public void ReleaseBlock(AgBtreeKind kind, uint agbno) =>
-            throw new XfsException(XfsError.Unsupported, $"a {kind} block would have to be freed, which XfsWin does not do yet");
+        public void ReleaseBlock(AgBtreeKind kind, uint agbno)
+        {
+            space.UnmapReverse(agbno, 1, OwnInobt, 0, 0);
+            space.FreeExtent(agbno, 1);
+            CountBlocks(kind, -1);
+        }
 
-        public void SetRoot(AgBtreeKind kind, uint root, int levels) =>
-            throw new XfsException(XfsError.Unsupported, $"the {kind} root would have to change, which XfsWin does not do yet");
+        public void SetRoot(AgBtreeKind kind, uint root, int levels)
+        {
+            bool inobt = kind == AgBtreeKind.Inodes;
+            BinaryPrimitives.WriteUInt32BigEndian(agi.AsSpan(inobt ? AgiView.OffRoot : AgiView.OffFreeRoot), root);
+            BinaryPrimitives.WriteUInt32BigEndian(agi.AsSpan(inobt ? AgiView.OffLevel : AgiView.OffFreeLevel), (uint)levels);
+        }
+
+        private void CountBlocks(AgBtreeKind kind, int delta)
+        {
+            if ((sb.RoCompat & SuperblockFeatures.RoCompatInobtCount) != 0)
+                AddToAgi(agi, kind == AgBtreeKind.Inodes ? AgiView.OffIblocks : AgiView.OffFblocks, delta);
+        }
     }
 
     private static (uint Ag, uint Agbno) Split(Superblock sb, ulong fsb, ulong ino)
