@@ -301,6 +301,59 @@ public sealed unsafe class FuseHost : IDisposable
         }
     }
 
+    /// <summary>
+    /// Aborts the mount's FUSE connection: every request waiting and to come fails (ENOTCONN), and
+    /// <see cref="Run"/> returns. Through the fusectl file system (/sys/fs/fuse/connections/N/abort,
+    /// writable by the mount's owner) when it is mounted, else as root with a forced unmount.
+    /// For a transport that can no longer answer some requests, so their callers do not wait forever.
+    /// </summary>
+    internal bool AbortConnection(out string how)
+    {
+        var mountPoint = _mountPoint;
+        if (mountPoint is null)
+        {
+            how = "not mounted";
+            return false;
+        }
+        try
+        {
+            // The connection's directory is named after the mount's device number (major << 20 | minor).
+            if (MountDevice(mountPoint)?.Split(':') is [var major, var minor] &&
+                uint.TryParse(major, System.Globalization.CultureInfo.InvariantCulture, out var ma) &&
+                uint.TryParse(minor, System.Globalization.CultureInfo.InvariantCulture, out var mi))
+            {
+                var abort = $"/sys/fs/fuse/connections/{(ma << 20) | mi}/abort";
+                if (File.Exists(abort))
+                {
+                    File.WriteAllText(abort, "1");
+                    how = "aborted through " + abort;
+                    return true;
+                }
+            }
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            _log.WriteLine($"xfswin: could not abort the connection through fusectl: {e.Message}");
+        }
+        if (FuseNative.geteuid() == 0)
+        {
+            // A forced unmount aborts a FUSE connection first, even when the mount is busy.
+            var path = Encoding.UTF8.GetBytes(mountPoint + "\0");
+            fixed (byte* p = path)
+            {
+                if (FuseNative.umount2(p, FuseNative.MNT_FORCE) == 0 || Marshal.GetLastPInvokeError() == FuseNative.EBUSY)
+                {
+                    how = "forced unmount";
+                    return true;
+                }
+                how = $"forced unmount failed (errno {Marshal.GetLastPInvokeError()})";
+                return false;
+            }
+        }
+        how = "not root, and the fusectl file system is not mounted on /sys/fs/fuse/connections";
+        return false;
+    }
+
     public void Dispose()
     {
         if (Interlocked.Exchange(ref _disposed, 1) != 0)

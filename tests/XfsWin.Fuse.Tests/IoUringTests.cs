@@ -252,6 +252,9 @@ internal sealed class InProcessMount : IDisposable
         return sw.Elapsed;
     }
 
+    /// <summary>Waits for <see cref="FuseHost.Run"/> to return on its own.</summary>
+    public bool WaitForRun(TimeSpan limit) => _thread.Join(limit);
+
     public void Dispose()
     {
         if (Shell.IsMounted(MountPoint, "fuse.xfswin"))
@@ -383,6 +386,119 @@ public sealed class IoUringTransportTests
         var elapsed = m.Unmount(out var rc);
         Assert.Equal(0, rc);
         Assert.True(elapsed < TimeSpan.FromSeconds(5), $"Run took {elapsed} to end after the unmount");
+    }
+
+    /// <summary>What each caller of <see cref="RunOnEveryCpu"/> lists and reads: names, types, modes, sizes, owners, link targets, contents, xattrs.</summary>
+    private const string TreeWalk = """
+        find . -printf '%p %y %m %s %U %G %l\n' | LC_ALL=C sort
+        find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+        { getfattr -R -d -m - --absolute-names . 2>/dev/null || true; } | LC_ALL=C sort | sha256sum
+        """;
+
+    /// <summary>
+    /// Runs <see cref="TreeWalk"/> <paramref name="rounds"/> times in <paramref name="perCpu"/>
+    /// processes pinned to each CPU (taskset), all at once, killed after <paramref name="limit"/>.
+    /// Returns each process's output and exit code, and whether they all ended in time.
+    /// </summary>
+    private static (List<(int Cpu, int Exit, string Output)> Runs, bool InTime) RunOnEveryCpu(string mountPoint, int perCpu, int rounds, TimeSpan limit)
+    {
+        var dir = Shell.MakeTempDirectory("xfswin-percpu");
+        try
+        {
+            var walk = Path.Combine(dir, "walk.sh");
+            File.WriteAllText(walk, $"cd {Q(mountPoint)} || exit 1\nfor r in $(seq {rounds}); do\n{TreeWalk}\ndone\n");
+            var jobs = new List<(int Cpu, string Out)>();
+            var script = new System.Text.StringBuilder();
+            for (var cpu = 0; cpu < CpuCount; cpu++)
+            {
+                for (var k = 0; k < perCpu; k++)
+                {
+                    var output = Path.Combine(dir, $"out.{cpu}.{k}");
+                    jobs.Add((cpu, output));
+                    // SIGKILL: a caller waiting for FUSE ends only on a fatal signal.
+                    script.Append($"( timeout -s KILL {(int)limit.TotalSeconds} taskset -c {cpu} bash {Q(walk)} > {Q(output)} 2>&1; echo $? > {Q(output)}.rc ) &\n");
+                }
+            }
+            script.Append("wait\n");
+            var r = Shell.Run("bash", ["-c", script.ToString()], timeout: limit + TimeSpan.FromSeconds(60));
+            Assert.True(r.ExitCode == 0, r.Both);
+            var runs = jobs.Select(j => (j.Cpu, int.Parse(File.ReadAllText(j.Out + ".rc").Trim(), System.Globalization.CultureInfo.InvariantCulture), File.ReadAllText(j.Out))).ToList();
+            return (runs, runs.All(x => x.Item2 != 137));
+        }
+        finally
+        {
+            Directory.Delete(dir, recursive: true);
+        }
+    }
+
+    /// <summary>
+    /// A queue whose ring fails while the kernel serves through io_uring would leave the requests
+    /// of its CPU waiting until the unmount: it moves to a new ring instead, and every request made
+    /// meanwhile, on every CPU, is answered, with the same data as the kernel's own XFS.
+    /// </summary>
+    [Fact]
+    public void A_queue_whose_ring_fails_while_live_moves_to_a_new_ring_and_every_request_is_answered()
+    {
+        using var on = IoUringMode.Set(true);
+        using var k = new KernelMount(TestImages.Tree);
+        var failing = CpuCount - 1;
+        // No attribute or name caching: every pass asks the server again, on each caller's CPU.
+        using var m = new InProcessMount(TestImages.Tree, new FuseMountOptions
+        {
+            AttributeTimeout = 0,
+            EntryTimeout = 0,
+            IoUringLiveFaultForTests = new IoUringLiveFault(failing, AfterRequests: 3000, Times: 2),
+        });
+        Assert.Equal(FuseTransport.IoUring, m.Host.Transport);
+        var expected = Shell.Bash($"cd {Q(k.MountPoint)}\n{TreeWalk}");
+        var sw = Stopwatch.StartNew();
+        var (runs, inTime) = RunOnEveryCpu(m.MountPoint, perCpu: 3, rounds: 2, limit: TimeSpan.FromSeconds(120));
+        Assert.True(inTime, $"callers were still waiting after 120 s:\n{m.Log}");
+        foreach (var (cpu, exit, output) in runs)
+        {
+            Assert.True(exit == 0, $"a caller on CPU {cpu} failed ({exit}):\n{output}\n{m.Log}");
+            Assert.True(expected + expected == output, $"a caller on CPU {cpu} read something else than the kernel's XFS:\n{m.Log}");
+        }
+        Assert.True(m.Host.Uring!.QueueRestarts == 2, $"{m.Host.Uring.QueueRestarts} restart(s) after {sw.Elapsed}:\n{m.Log}");
+        Assert.Contains($"xfswin: io_uring queue {failing}: io_uring_enter failed (errno 5, injected by a test); moving the queue to a new ring (attempt 1 of 3).", m.Log, StringComparison.Ordinal);
+        Assert.Contains($"xfswin: io_uring queue {failing} serves again through a new ring (", m.Log, StringComparison.Ordinal);
+        // Still io_uring, every queue thread waiting for requests on its ring again.
+        Assert.Equal(FuseTransport.IoUring, m.Host.Transport);
+        IoUringMode.AssertServesThroughIoUring(Environment.ProcessId, "the in-process mount");
+        var before = m.Host.IoUringRequests;
+        Shell.Bash($"taskset -c {failing} stat {Q(m.MountPoint)}/small.txt > /dev/null");
+        Assert.True(m.Host.IoUringRequests > before);
+        var elapsed = m.Unmount(out var rc);
+        Assert.Equal(0, rc);
+        Assert.True(elapsed < TimeSpan.FromSeconds(5), $"Run took {elapsed} to end after the unmount");
+    }
+
+    /// <summary>
+    /// A queue that keeps failing is given up after a few new rings: the mount then ends, so that
+    /// callers get errors (ENOTCONN) at once instead of waiting until someone unmounts.
+    /// </summary>
+    [Fact]
+    public void A_queue_that_keeps_failing_ends_the_mount_instead_of_leaving_callers_waiting()
+    {
+        using var on = IoUringMode.Set(true);
+        var failing = CpuCount - 1;
+        using var m = new InProcessMount(TestImages.Tree, new FuseMountOptions
+        {
+            AttributeTimeout = 0,
+            EntryTimeout = 0,
+            IoUringLiveFaultForTests = new IoUringLiveFault(failing, AfterRequests: 200, Times: 1000),
+        });
+        Assert.Equal(FuseTransport.IoUring, m.Host.Transport);
+        var (runs, inTime) = RunOnEveryCpu(m.MountPoint, perCpu: 2, rounds: 3, limit: TimeSpan.FromSeconds(120));
+        Assert.True(inTime, $"callers were still waiting after 120 s:\n{m.Log}");
+        // The callers saw the mount end (find goes on past the errors, so its exit code says nothing).
+        Assert.Contains(runs, r => r.Output.Contains("Transport endpoint is not connected", StringComparison.Ordinal));
+        Assert.Equal(3, m.Host.Uring!.QueueRestarts);
+        Assert.Contains($"xfswin: io_uring queue {failing} cannot be served any more (io_uring_enter failed (errno 5, injected by a test), 4 times in a row); " +
+                        "ending the mount so that its callers get errors instead of waiting forever.", m.Log, StringComparison.Ordinal);
+        Assert.Contains("xfswin: mount ended (", m.Log, StringComparison.Ordinal);
+        // The session ends by itself.
+        Assert.True(m.WaitForRun(TimeSpan.FromSeconds(20)), $"FuseHost.Run did not return after the mount ended:\n{m.Log}");
     }
 
     [Fact]
