@@ -35,6 +35,7 @@ public sealed unsafe class FuseHost : IDisposable
     private string? _mountPoint;
     private int _unmountRequested;
     private int _initDone;
+    private int _transportChosen;
     private int _loggedErrors;
     private int _disposed;
     private FuseUringTransport? _uring;
@@ -179,6 +180,7 @@ public sealed unsafe class FuseHost : IDisposable
         if (_options.ReadAheadKiB > 0 && FuseNative.geteuid() == 0)
             _ = Task.Run(SetReadAheadAfterInit);
         _uring = FuseUringTransport.TryStart(this, _session, _options, _log, out _transportNote);
+        Volatile.Write(ref _transportChosen, 1);
         if (_uring is null && FuseUringTransport.InstallDeviceHooks(_session) is var hooks and not 0)
             _log.WriteLine($"xfswin: libfuse refused the device hooks ({hooks}); birth times (statx) are not served.");
         int rc;
@@ -203,6 +205,39 @@ public sealed unsafe class FuseHost : IDisposable
 
     /// <summary>The transport in words, with the reason when io_uring is not used.</summary>
     public string TransportDescription => _uring?.Description ?? "/dev/fuse: " + _transportNote;
+
+    /// <summary>
+    /// Waits (at most <paramref name="limit"/>) until <see cref="Run"/>, started on another thread,
+    /// knows which transport serves the mount: for io_uring that is after FUSE_INIT, when every
+    /// queue has registered. False when it is not known in time.
+    /// </summary>
+    public bool WaitForTransport(TimeSpan limit)
+    {
+        var sw = Stopwatch.StartNew();
+        while (true)
+        {
+            if (Volatile.Read(ref _transportChosen) != 0 && (_uring is null || _uring.IsSettled))
+                return true;
+            if (sw.Elapsed >= limit)
+                return false;
+            Thread.Sleep(5);
+        }
+    }
+
+    /// <summary>
+    /// One line for the user about the transport, or null when there is nothing worth saying: that
+    /// requests go through FUSE over io_uring, or that the kernel has it but it is switched off
+    /// (with how to switch it on). Call once <see cref="WaitForTransport"/> returned true.
+    /// </summary>
+    public string? TransportNotice()
+    {
+        if (Transport == FuseTransport.IoUring)
+            return $"xfswin: requests are served through FUSE over io_uring ({_uring!.QueueCount} queue(s), one per CPU).";
+        if (_options.IoUring && _uring is null && FuseUringTransport.KernelSwitchedOff)
+            return "xfswin: requests are served through /dev/fuse: this kernel has FUSE over io_uring, but it is switched off. " +
+                   $"Metadata-heavy work (ls -lR, find, stat of many files) is faster with it; as root, switch it on for the next mounts with: echo Y > {FuseUringTransport.EnableSwitch}";
+        return null;
+    }
 
     /// <summary>Requests served through io_uring so far.</summary>
     public long IoUringRequests => _uring?.RingRequests ?? 0;

@@ -120,6 +120,13 @@ internal sealed unsafe class FuseUringTransport
     /// <summary>True once the kernel agreed to io_uring and every queue registered its entries without error.</summary>
     public bool IsActive => _advertised && Volatile.Read(ref _workersRegistered) == _workers.Length && Volatile.Read(ref _registrationFailures) == 0;
 
+    /// <summary>True once it is known whether io_uring serves the mount: every queue registered, or a fallback to /dev/fuse.</summary>
+    public bool IsSettled => IsActive || _fallbackReason is not null || Volatile.Read(ref _registrationFailures) != 0 ||
+                             (Volatile.Read(ref _initReplied) != 0 && !_advertised);
+
+    /// <summary>Number of queues (one per possible CPU).</summary>
+    public int QueueCount => _workers.Length;
+
     /// <summary>Requests served through the ring so far.</summary>
     public long RingRequests
     {
@@ -155,6 +162,25 @@ internal sealed unsafe class FuseUringTransport
         IsActive
             ? $"io_uring: {_workers.Length} queue(s), one per CPU, {_entriesPerQueue} entries each, {_payloadSize / 1024} KiB payload buffers"
             : "/dev/fuse: " + (_fallbackReason ?? (Volatile.Read(ref _initReplied) == 0 ? "waiting for FUSE_INIT" : "io_uring is not active"));
+
+    /// <summary>True when this kernel has FUSE over io_uring but the fuse module's switch for it is off (the default).</summary>
+    public static bool KernelSwitchedOff
+    {
+        get
+        {
+            try
+            {
+                return File.ReadAllText(EnableParameter).Trim() != "Y";
+            }
+            catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+            {
+                return false;
+            }
+        }
+    }
+
+    /// <summary>The fuse module's switch for FUSE over io_uring.</summary>
+    public const string EnableSwitch = EnableParameter;
 
     /// <summary>True when the fuse module lets servers use io_uring (root sets it; the default is N).</summary>
     public static bool KernelEnabled(out string reason)

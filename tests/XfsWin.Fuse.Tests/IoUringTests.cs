@@ -501,6 +501,113 @@ public sealed class IoUringTransportTests
         Assert.True(m.WaitForRun(TimeSpan.FromSeconds(20)), $"FuseHost.Run did not return after the mount ended:\n{m.Log}");
     }
 
+    /// <summary>xfswin mount says which transport serves the mount, after the mount's own line.</summary>
+    [Theory]
+    [InlineData(true, "")]
+    [InlineData(false, "")]
+    [InlineData(false, "io_uring=no")]
+    public void The_mount_command_says_which_transport_serves_the_mount(bool enabled, string option)
+    {
+        using var sw = IoUringMode.Set(enabled);
+        using var m = new FuseMount(TestImages.Tree, option == "" ? [] : ["-o", option]);
+        var lines = m.Output.Split('\n', StringSplitOptions.RemoveEmptyEntries);
+        var mounted = Array.FindIndex(lines, l => l.Contains("mounted read-only on", StringComparison.Ordinal));
+        Assert.True(mounted >= 0, m.Output);
+        var next = mounted + 1 < lines.Length ? lines[mounted + 1] : "";
+        if (enabled)
+        {
+            Assert.Equal($"xfswin: requests are served through FUSE over io_uring ({CpuCount} queue(s), one per CPU).", next);
+            IoUringMode.AssertServesThroughIoUring(m.ServerProcessId, "xfswin mount");
+        }
+        else if (option == "")
+        {
+            Assert.StartsWith("xfswin: requests are served through /dev/fuse: this kernel has FUSE over io_uring, but it is switched off.", next, StringComparison.Ordinal);
+            Assert.Contains("faster with it", next, StringComparison.Ordinal);
+            Assert.EndsWith("echo Y > /sys/module/fuse/parameters/enable_uring", next, StringComparison.Ordinal);
+        }
+        else
+        {
+            // Asked for /dev/fuse: nothing to say.
+            Assert.DoesNotContain("served through", m.Output, StringComparison.Ordinal);
+        }
+    }
+
+    /// <summary>
+    /// An ordinary user's server (no capabilities; fusermount3 mounts for it) is served through the
+    /// ring like root's, reads the same tree as the kernel's XFS, and never leaves a queue thread
+    /// in SCHED_IDLE: without CAP_SYS_NICE it could not come back, so CallerKeeper stays off.
+    /// /dev/fuse may be root's only on this machine: the user gets a 0666 node bound over it in a
+    /// private mount namespace, where the mount then lives (entered with nsenter to use it).
+    /// </summary>
+    [Fact]
+    public void An_unprivileged_server_serves_through_the_ring_with_the_caller_keeper_off()
+    {
+        using var on = IoUringMode.Set(true);
+        using var k = new KernelMount(TestImages.Tree);
+        var dir = Shell.MakeTempDirectory("xfswin-nobody");
+        var mp = dir + "/mnt";
+        var pid = 0;
+        try
+        {
+            Shell.Bash($"chmod 0755 {Q(dir)}; mkdir {Q(mp)}; chown 65534:65534 {Q(mp)}");
+            var (dotnet, _) = Shell.Xfswin;
+            var dll = Path.Combine(XfsWin.TestSupport.UnprivilegedRun.OutputDirectory, "xfswin.dll");
+            const string nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp DOTNET_CLI_HOME=/tmp";
+            var r = Shell.Run("unshare", ["--mount", "--propagation", "private", "bash", "-euc",
+                $"mknod -m 0666 {Q(dir)}/fuse c 10 229; mount --bind {Q(dir)}/fuse /dev/fuse; " +
+                $"exec {nobody} {Q(dotnet)} {Q(dll)} mount {Q(TestImages.Tree)} {Q(mp)}"], timeout: TimeSpan.FromMinutes(2));
+            var m = System.Text.RegularExpressions.Regex.Match(r.Stderr, @"server pid (\d+)");
+            Assert.True(r.ExitCode == 0 && m.Success, r.Both);
+            pid = int.Parse(m.Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture);
+            Assert.Contains($"xfswin: requests are served through FUSE over io_uring ({CpuCount} queue(s), one per CPU).", r.Stderr, StringComparison.Ordinal);
+            var status = File.ReadAllLines($"/proc/{pid}/status");
+            Assert.Contains(status, l => l.StartsWith("Uid:", StringComparison.Ordinal) && l.Split('\t')[1] == "65534");
+            Assert.Contains(status, l => l == "CapEff:\t0000000000000000");
+            IoUringMode.AssertServesThroughIoUring(pid, "the unprivileged server");
+
+            string InNamespace(string script) => Shell.Bash($"nsenter -t {pid} -m {nobody} bash -euo pipefail -c {Q(script)}");
+            long QueueSwitches() => Directory.EnumerateDirectories($"/proc/{pid}/task")
+                .Where(t => File.ReadAllText(t + "/comm").StartsWith("xfswin-uring-", StringComparison.Ordinal))
+                .Sum(t => long.Parse(File.ReadLines(t + "/status").First(l => l.StartsWith("voluntary_ctxt_switches:", StringComparison.Ordinal)).Split('\t')[1],
+                    System.Globalization.CultureInfo.InvariantCulture));
+
+            // The same tree as the kernel's XFS, both read by the same user (user xattrs only: trusted ones are root's).
+            const string walk = """
+                find . -printf '%p %y %m %s %U %G %l\n' | LC_ALL=C sort
+                find . -type f -readable -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+                { getfattr -R -d -m '^user\.' --absolute-names . 2>/dev/null || true; } | LC_ALL=C sort | sha256sum
+                """;
+            var switches = QueueSwitches();
+            var expected = Shell.Bash($"cd {Q(k.MountPoint)} && exec {nobody} bash -euo pipefail -c {Q(walk)}");
+            var actual = InNamespace($"cd {Q(mp)}\n{walk}");
+            Assert.Equal(expected, actual);
+            Assert.True(expected.Length > 100000, "the walk read little");
+            // The queue threads woke for thousands of requests: they came through the ring.
+            var woken = QueueSwitches() - switches;
+            Assert.True(woken > 3000, $"the queue threads woke {woken} times for the walk");
+
+            // One request after another from a single caller: what CallerKeeper acts on when it may.
+            InNamespace($"cd {Q(mp)} && for i in $(seq 3); do find . -printf '%i %s\n' > /dev/null; done");
+            foreach (var task in Directory.EnumerateDirectories($"/proc/{pid}/task"))
+            {
+                var policy = File.ReadLines(task + "/sched").First(l => l.StartsWith("policy", StringComparison.Ordinal));
+                Assert.True(policy.EndsWith(" 0", StringComparison.Ordinal), $"{File.ReadAllText(task + "/comm").Trim()}: {policy}");
+            }
+            IoUringMode.AssertServesThroughIoUring(pid, "the unprivileged server");
+        }
+        finally
+        {
+            if (pid > 0 && Directory.Exists($"/proc/{pid}"))
+            {
+                Shell.Run("nsenter", ["-t", pid.ToString(System.Globalization.CultureInfo.InvariantCulture), "-m", "fusermount3", "-u", mp]);
+                var sw = Stopwatch.StartNew();
+                while (Directory.Exists($"/proc/{pid}") && sw.Elapsed < TimeSpan.FromSeconds(10))
+                    Thread.Sleep(50);
+            }
+            Directory.Delete(dir, recursive: true);
+        }
+    }
+
     [Fact]
     public void With_enable_uring_off_the_host_serves_through_dev_fuse()
     {
