@@ -35,6 +35,7 @@ public sealed unsafe class FuseHost : IDisposable
     private string? _mountPoint;
     private int _unmountRequested;
     private int _initDone;
+    private int _transportChosen;
     private int _loggedErrors;
     private int _disposed;
     private FuseUringTransport? _uring;
@@ -179,6 +180,7 @@ public sealed unsafe class FuseHost : IDisposable
         if (_options.ReadAheadKiB > 0 && FuseNative.geteuid() == 0)
             _ = Task.Run(SetReadAheadAfterInit);
         _uring = FuseUringTransport.TryStart(this, _session, _options, _log, out _transportNote);
+        Volatile.Write(ref _transportChosen, 1);
         if (_uring is null && FuseUringTransport.InstallDeviceHooks(_session) is var hooks and not 0)
             _log.WriteLine($"xfswin: libfuse refused the device hooks ({hooks}); birth times (statx) are not served.");
         int rc;
@@ -203,6 +205,39 @@ public sealed unsafe class FuseHost : IDisposable
 
     /// <summary>The transport in words, with the reason when io_uring is not used.</summary>
     public string TransportDescription => _uring?.Description ?? "/dev/fuse: " + _transportNote;
+
+    /// <summary>
+    /// Waits (at most <paramref name="limit"/>) until <see cref="Run"/>, started on another thread,
+    /// knows which transport serves the mount: for io_uring that is after FUSE_INIT, when every
+    /// queue has registered. False when it is not known in time.
+    /// </summary>
+    public bool WaitForTransport(TimeSpan limit)
+    {
+        var sw = Stopwatch.StartNew();
+        while (true)
+        {
+            if (Volatile.Read(ref _transportChosen) != 0 && (_uring is null || _uring.IsSettled))
+                return true;
+            if (sw.Elapsed >= limit)
+                return false;
+            Thread.Sleep(5);
+        }
+    }
+
+    /// <summary>
+    /// One line for the user about the transport, or null when there is nothing worth saying: that
+    /// requests go through FUSE over io_uring, or that the kernel has it but it is switched off
+    /// (with how to switch it on). Call once <see cref="WaitForTransport"/> returned true.
+    /// </summary>
+    public string? TransportNotice()
+    {
+        if (Transport == FuseTransport.IoUring)
+            return $"xfswin: requests are served through FUSE over io_uring ({_uring!.QueueCount} queue(s), one per CPU).";
+        if (_options.IoUring && _uring is null && FuseUringTransport.KernelSwitchedOff)
+            return "xfswin: requests are served through /dev/fuse: this kernel has FUSE over io_uring, but it is switched off. " +
+                   $"Metadata-heavy work (ls -lR, find, stat of many files) is faster with it; as root, switch it on for the next mounts with: echo Y > {FuseUringTransport.EnableSwitch}";
+        return null;
+    }
 
     /// <summary>Requests served through io_uring so far.</summary>
     public long IoUringRequests => _uring?.RingRequests ?? 0;
@@ -299,6 +334,59 @@ public sealed unsafe class FuseHost : IDisposable
         {
             return false;
         }
+    }
+
+    /// <summary>
+    /// Aborts the mount's FUSE connection: every request waiting and to come fails (ENOTCONN), and
+    /// <see cref="Run"/> returns. Through the fusectl file system (/sys/fs/fuse/connections/N/abort,
+    /// writable by the mount's owner) when it is mounted, else as root with a forced unmount.
+    /// For a transport that can no longer answer some requests, so their callers do not wait forever.
+    /// </summary>
+    internal bool AbortConnection(out string how)
+    {
+        var mountPoint = _mountPoint;
+        if (mountPoint is null)
+        {
+            how = "not mounted";
+            return false;
+        }
+        try
+        {
+            // The connection's directory is named after the mount's device number (major << 20 | minor).
+            if (MountDevice(mountPoint)?.Split(':') is [var major, var minor] &&
+                uint.TryParse(major, System.Globalization.CultureInfo.InvariantCulture, out var ma) &&
+                uint.TryParse(minor, System.Globalization.CultureInfo.InvariantCulture, out var mi))
+            {
+                var abort = $"/sys/fs/fuse/connections/{(ma << 20) | mi}/abort";
+                if (File.Exists(abort))
+                {
+                    File.WriteAllText(abort, "1");
+                    how = "aborted through " + abort;
+                    return true;
+                }
+            }
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            _log.WriteLine($"xfswin: could not abort the connection through fusectl: {e.Message}");
+        }
+        if (FuseNative.geteuid() == 0)
+        {
+            // A forced unmount aborts a FUSE connection first, even when the mount is busy.
+            var path = Encoding.UTF8.GetBytes(mountPoint + "\0");
+            fixed (byte* p = path)
+            {
+                if (FuseNative.umount2(p, FuseNative.MNT_FORCE) == 0 || Marshal.GetLastPInvokeError() == FuseNative.EBUSY)
+                {
+                    how = "forced unmount";
+                    return true;
+                }
+                how = $"forced unmount failed (errno {Marshal.GetLastPInvokeError()})";
+                return false;
+            }
+        }
+        how = "not root, and the fusectl file system is not mounted on /sys/fs/fuse/connections";
+        return false;
     }
 
     public void Dispose()

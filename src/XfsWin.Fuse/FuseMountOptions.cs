@@ -66,6 +66,18 @@ public sealed record FuseMountOptions
     /// <summary>Tests only: this io_uring queue fails after FUSE_INIT, as if its buffers could not be allocated.</summary>
     internal int IoUringQueueFailingForTests { get; init; } = -1;
 
+    /// <summary>
+    /// Tests only: an io_uring queue that fails once the ring is live, as if its io_uring_enter
+    /// returned an error, each time it has served some more requests (see <see cref="IoUringLiveFault"/>).
+    /// </summary>
+    internal IoUringLiveFault? IoUringLiveFaultForTests { get; init; }
+
     /// <summary>Extra mount options passed to libfuse as they are (e.g. "max_read=131072").</summary>
     public IReadOnlyList<string> ExtraOptions { get; init; } = [];
 }
+
+/// <summary>
+/// Tests only: queue <paramref name="Queue"/> fails after serving <paramref name="AfterRequests"/>
+/// requests through the live ring, and again after as many more, <paramref name="Times"/> times in all.
+/// </summary>
+internal sealed record IoUringLiveFault(int Queue, int AfterRequests, int Times);

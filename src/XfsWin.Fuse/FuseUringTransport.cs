@@ -79,6 +79,7 @@ internal sealed unsafe class FuseUringTransport
     private readonly Worker[] _workers;
     private readonly int _entriesPerQueue;
     private readonly int _failingQueue;
+    private readonly IoUringLiveFault? _liveFault;
     private readonly int _stopFd;
     private readonly ManualResetEventSlim _go = new(false);
     private readonly CountdownEvent _setUp;
@@ -98,11 +99,14 @@ internal sealed unsafe class FuseUringTransport
     private int _workersRegistered;
     private int _unansweredLogged;
     private long _deviceRequests;
+    private int _queueRestarts;
+    private int _mountEnded;
 
-    private FuseUringTransport(FuseHost host, nint session, int fuseFd, int queues, int entriesPerQueue, int stopFd, TextWriter log, bool debug, int failingQueue)
+    private FuseUringTransport(FuseHost host, nint session, int fuseFd, int queues, int entriesPerQueue, int stopFd, TextWriter log, bool debug, int failingQueue, IoUringLiveFault? liveFault)
     {
         _host = host;
         _failingQueue = failingQueue;
+        _liveFault = liveFault;
         _session = session;
         _fuseFd = fuseFd;
         _entriesPerQueue = entriesPerQueue;
@@ -115,6 +119,13 @@ internal sealed unsafe class FuseUringTransport
 
     /// <summary>True once the kernel agreed to io_uring and every queue registered its entries without error.</summary>
     public bool IsActive => _advertised && Volatile.Read(ref _workersRegistered) == _workers.Length && Volatile.Read(ref _registrationFailures) == 0;
+
+    /// <summary>True once it is known whether io_uring serves the mount: every queue registered, or a fallback to /dev/fuse.</summary>
+    public bool IsSettled => IsActive || _fallbackReason is not null || Volatile.Read(ref _registrationFailures) != 0 ||
+                             (Volatile.Read(ref _initReplied) != 0 && !_advertised);
+
+    /// <summary>Number of queues (one per possible CPU).</summary>
+    public int QueueCount => _workers.Length;
 
     /// <summary>Requests served through the ring so far.</summary>
     public long RingRequests
@@ -140,6 +151,9 @@ internal sealed unsafe class FuseUringTransport
         }
     }
 
+    /// <summary>Times a queue whose ring failed was moved to a new ring (see <see cref="Worker.Recover"/>).</summary>
+    public int QueueRestarts => Volatile.Read(ref _queueRestarts);
+
     /// <summary>Requests read from /dev/fuse so far (FUSE_INIT, FORGET, INTERRUPT, requests made before the ring was ready).</summary>
     public long DeviceRequests => Volatile.Read(ref _deviceRequests);
 
@@ -148,6 +162,25 @@ internal sealed unsafe class FuseUringTransport
         IsActive
             ? $"io_uring: {_workers.Length} queue(s), one per CPU, {_entriesPerQueue} entries each, {_payloadSize / 1024} KiB payload buffers"
             : "/dev/fuse: " + (_fallbackReason ?? (Volatile.Read(ref _initReplied) == 0 ? "waiting for FUSE_INIT" : "io_uring is not active"));
+
+    /// <summary>True when this kernel has FUSE over io_uring but the fuse module's switch for it is off (the default).</summary>
+    public static bool KernelSwitchedOff
+    {
+        get
+        {
+            try
+            {
+                return File.ReadAllText(EnableParameter).Trim() != "Y";
+            }
+            catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+            {
+                return false;
+            }
+        }
+    }
+
+    /// <summary>The fuse module's switch for FUSE over io_uring.</summary>
+    public const string EnableSwitch = EnableParameter;
 
     /// <summary>True when the fuse module lets servers use io_uring (root sets it; the default is N).</summary>
     public static bool KernelEnabled(out string reason)
@@ -193,7 +226,7 @@ internal sealed unsafe class FuseUringTransport
         }
         var depth = Math.Clamp(options.IoUringQueueDepth, 1, 64);
         var t = new FuseUringTransport(host, session, FuseNative.fuse_session_fd(session), queues, depth, stopFd, log, options.Debug,
-            options.IoUringQueueFailingForTests);
+            options.IoUringQueueFailingForTests, options.IoUringLiveFaultForTests);
         for (var q = 0; q < queues; q++)
         {
             var w = new Worker(t, q);
@@ -504,6 +537,46 @@ internal sealed unsafe class FuseUringTransport
     }
 
     /// <summary>
+    /// A request of our own on the queue of <paramref name="cpu"/>: a statfs of the mount point (the
+    /// kernel always asks the server for it) from a short-lived thread pinned to that CPU. Used to
+    /// give the waiting entries of a failed ring a request each (see <see cref="Worker.Recover"/>).
+    /// </summary>
+    private void RequestOnCpu(int cpu)
+    {
+        var mountPoint = _host.MountPoint;
+        if (mountPoint is null)
+            return;
+        var th = new Thread(() =>
+        {
+            var mask = stackalloc ulong[MaxCpus / 64];
+            new Span<ulong>(mask, MaxCpus / 64).Clear();
+            mask[cpu / 64] = 1UL << (cpu % 64);
+            _ = IoUringNative.sched_setaffinity(0, MaxCpus / 8, mask);
+            var buf = stackalloc byte[256];
+            var path = System.Text.Encoding.UTF8.GetBytes(mountPoint + "\0");
+            fixed (byte* p = path)
+                _ = IoUringNative.statfs(p, buf);
+        }, 64 * 1024) { IsBackground = true, Name = $"xfswin-uring-kick-{cpu}" };
+        th.Start();
+    }
+
+    /// <summary>
+    /// A queue cannot be served any more: its callers would wait until the unmount. Ends the
+    /// connection instead (they get ENOTCONN), and with it the session.
+    /// </summary>
+    private void EndMount(int qid, string reason)
+    {
+        if (Interlocked.Exchange(ref _mountEnded, 1) != 0)
+            return;
+        _fallbackReason = $"io_uring queue {qid} failed";
+        _log.WriteLine($"xfswin: io_uring queue {qid} cannot be served any more ({reason}); ending the mount so that its callers get errors instead of waiting forever.");
+        if (!_host.AbortConnection(out var how))
+            _log.WriteLine($"xfswin: could not end the mount ({how}); requests made on CPU {qid} wait until it is unmounted (fusermount3 -uz).");
+        else
+            _log.WriteLine($"xfswin: mount ended ({how}).");
+    }
+
+    /// <summary>
     /// The threads that serve large reads handed off by the queue threads. They are not pinned:
     /// the scheduler runs them on whichever CPU is idle, so a sequential read keeps several CPUs busy.
     /// </summary>
@@ -660,6 +733,8 @@ internal sealed unsafe class FuseUringTransport
         public bool Dead;
         public uint LastCommand;
         public int Retries;
+        public bool HandedOffNow;   // a bulk thread has it
+        public uint Pending;        // while a ring is replaced: the command to issue on the new ring
     }
 
     /// <summary>One queue: its thread (pinned to the queue's CPU), ring and entries.</summary>
@@ -677,6 +752,13 @@ internal sealed unsafe class FuseUringTransport
         private int _live;          // entries registered and not yet ended by the kernel
         private int _doneFd = -1;   // signalled when handed-off requests are answered
         private readonly ConcurrentQueue<Entry> _done = new();
+        private readonly List<IoUringCqe> _leftover = [];   // completions taken from a ring that failed before handling them
+        private bool _connectionEnded;
+        private int _lostRequests;
+        private int _faultsInjected;
+        private long _faultAt = -1;
+        private const int MaxRecoveries = 3;
+        private static readonly TimeSpan DrainTime = TimeSpan.FromSeconds(3);
 
         public Thread? Thread;
         public string? SetupError;
@@ -692,26 +774,13 @@ internal sealed unsafe class FuseUringTransport
             {
                 Pin();
                 var t = _t;
-                // One submission slot per entry, plus the polls of the stop and done eventfds.
-                var slots = (uint)(t._entriesPerQueue + 2);
-                // SQE128: FUSE's commands need the large command area. Only this thread submits, and
-                // completions are run when it asks for them (DEFER_TASKRUN): the kernel does not
-                // interrupt it for io_uring work while it serves a request. Measured: the fastest of
-                // the usual flag sets for a stat loop (plain, COOP_TASKRUN, SINGLE_ISSUER alone).
-                const uint flags = IoUringConstants.IORING_SETUP_SQE128 | IoUringConstants.IORING_SETUP_SUBMIT_ALL |
-                                   IoUringConstants.IORING_SETUP_SINGLE_ISSUER | IoUringConstants.IORING_SETUP_DEFER_TASKRUN;
-                _ring = IoUringRing.TryCreate(slots, flags, out var errno) ??
-                        IoUringRing.TryCreate(slots, IoUringConstants.IORING_SETUP_SQE128, out errno);
+                _ring = CreateRing(out var errno);
                 if (_ring is null)
                 {
                     SetupError = $"io_uring_setup failed (errno {errno})";
                     return;
                 }
-                var sqe = _ring.NextSqe();
-                sqe->opcode = IoUringConstants.IORING_OP_POLL_ADD;
-                sqe->fd = t._stopFd;
-                sqe->poll32_events = IoUringConstants.POLLIN;
-                sqe->user_data = StopTag;
+                WatchStop();
                 var rc = _ring.SubmitAndWait(0);
                 if (rc < 0)
                 {
@@ -736,7 +805,7 @@ internal sealed unsafe class FuseUringTransport
                     Register(e);
                 if (Interlocked.Increment(ref t._workersRegistered) == t._workers.Length && t._debug)
                     t._log.WriteLine($"xfswin: serving through {t.Description}");
-                Serve();
+                ServeAndRecover();
             }
             catch (Exception e)
             {
@@ -753,6 +822,30 @@ internal sealed unsafe class FuseUringTransport
                 // Closing the ring cancels whatever is still registered (the kernel ends those entries).
                 _ring?.Dispose();
             }
+        }
+
+        private IoUringRing? CreateRing(out int errno)
+        {
+            // One submission slot per entry, plus the polls of the stop and done eventfds.
+            var slots = (uint)(_t._entriesPerQueue + 2);
+            // SQE128: FUSE's commands need the large command area. Only this thread submits, and
+            // completions are run when it asks for them (DEFER_TASKRUN): the kernel does not
+            // interrupt it for io_uring work while it serves a request. Measured: the fastest of
+            // the usual flag sets for a stat loop (plain, COOP_TASKRUN, SINGLE_ISSUER alone).
+            const uint flags = IoUringConstants.IORING_SETUP_SQE128 | IoUringConstants.IORING_SETUP_SUBMIT_ALL |
+                               IoUringConstants.IORING_SETUP_SINGLE_ISSUER | IoUringConstants.IORING_SETUP_DEFER_TASKRUN;
+            return IoUringRing.TryCreate(slots, flags, out errno) ??
+                   IoUringRing.TryCreate(slots, IoUringConstants.IORING_SETUP_SQE128, out errno);
+        }
+
+        /// <summary>A poll on the stop eventfd: its completion ends <see cref="Serve"/>.</summary>
+        private void WatchStop()
+        {
+            var sqe = NextSqe();
+            sqe->opcode = IoUringConstants.IORING_OP_POLL_ADD;
+            sqe->fd = _t._stopFd;
+            sqe->poll32_events = IoUringConstants.POLLIN;
+            sqe->user_data = StopTag;
         }
 
         /// <summary>
@@ -911,7 +1004,10 @@ internal sealed unsafe class FuseUringTransport
             ulong count;
             _ = IoUringNative.read(_doneFd, &count, sizeof(ulong)); // resets the eventfd before the queue is drained
             while (_done.TryDequeue(out var e))
+            {
+                e.HandedOffNow = false;
                 CommitAndFetch(e);
+            }
             WatchDone();
         }
 
@@ -935,12 +1031,14 @@ internal sealed unsafe class FuseUringTransport
             e.RequestLength = FuseInHeader.Size + ReadInSize;
             try
             {
+                e.HandedOffNow = true;
                 _t._bulk.Add(e);
                 Interlocked.Increment(ref HandedOff);
                 return true;
             }
             catch (InvalidOperationException)
             {
+                e.HandedOffNow = false;
                 return false; // stopping: serve it here
             }
         }
@@ -954,80 +1052,364 @@ internal sealed unsafe class FuseUringTransport
             IoUringNative.write(_doneFd, &one, sizeof(ulong));
         }
 
-        private void Serve()
+        /// <summary>
+        /// Serves the queue; when its ring fails, moves the queue to a new ring and serves on (see
+        /// <see cref="Recover"/>), a few times at most. A queue that cannot be served any more ends
+        /// the mount: its callers then get errors instead of waiting until the unmount.
+        /// </summary>
+        private void ServeAndRecover()
+        {
+            var recent = 0;
+            var lastFailure = System.Diagnostics.Stopwatch.GetTimestamp();
+            while (true)
+            {
+                var failure = Serve();
+                if (failure is null || Volatile.Read(ref _t._stopping) != 0)
+                    return;
+                // Failures far apart (a minute) are counted afresh: only a queue failing again and again gives up.
+                var now = System.Diagnostics.Stopwatch.GetTimestamp();
+                if (System.Diagnostics.Stopwatch.GetElapsedTime(lastFailure, now) > TimeSpan.FromMinutes(1))
+                    recent = 0;
+                lastFailure = now;
+                if (++recent > MaxRecoveries)
+                {
+                    _t.EndMount(_qid, $"{failure}, {MaxRecoveries + 1} times in a row");
+                    return;
+                }
+                _t._log.WriteLine($"xfswin: io_uring queue {_qid}: {failure}; moving the queue to a new ring (attempt {recent} of {MaxRecoveries}).");
+                string? why;
+                bool recovered;
+                try
+                {
+                    recovered = Recover(out why);
+                }
+                catch (Exception e)
+                {
+                    recovered = false;
+                    why = e.ToString();
+                }
+                if (Volatile.Read(ref _t._stopping) != 0 || _connectionEnded)
+                    return;
+                if (!recovered)
+                {
+                    _t.EndMount(_qid, why ?? failure);
+                    return;
+                }
+                Interlocked.Increment(ref _t._queueRestarts);
+                _t._log.WriteLine($"xfswin: io_uring queue {_qid} serves again through a new ring ({why}).");
+            }
+        }
+
+        /// <summary>
+        /// Serves requests until the unmount ends every entry (null), or until the ring fails (what
+        /// failed). On failure, what the ring had not handled yet is kept for <see cref="Recover"/>.
+        /// </summary>
+        private string? Serve()
         {
             var cqes = stackalloc IoUringCqe[32];
             var ring = _ring!;
-            var stop = false;
             using var keeper = new CallerKeeper(_t);
-            while (!stop && _live > 0)
+            Entry? current = null;
+            var i = 0;
+            var n = 0;
+            try
             {
-                if (ring.PendingSubmissions > 0 && keeper.ShouldYieldCpu())
+                while (_live > 0)
                 {
-                    // Hand the answers over as an idle-policy thread, so their callers are woken here (see CallerKeeper).
-                    keeper.BecomeIdle();
-                    ring.SubmitAndWait(0);
-                    keeper.BecomeNormal();
-                }
-                var rc = ring.SubmitAndWait(1);
-                if (rc < 0)
-                {
-                    _t._log.WriteLine($"xfswin: io_uring queue {_qid}: io_uring_enter failed (errno {-rc}); the queue stops.");
-                    return;
-                }
-                var n = ring.TakeCompletions(new Span<IoUringCqe>(cqes, 32));
-                for (var i = 0; i < n; i++)
-                {
-                    var c = cqes[i];
-                    if (c.user_data == StopTag)
+                    if (InjectedFailure() is { } injected)
+                        return injected;
+                    if (ring.PendingSubmissions > 0 && keeper.ShouldYieldCpu())
                     {
-                        stop = true;
-                        continue;
+                        // Hand the answers over as an idle-policy thread, so their callers are woken here (see CallerKeeper).
+                        keeper.BecomeIdle();
+                        ring.SubmitAndWait(0);
+                        keeper.BecomeNormal();
                     }
-                    if (c.user_data == DoneTag)
+                    var rc = ring.SubmitAndWait(1);
+                    if (rc < 0)
+                        return $"io_uring_enter failed (errno {-rc})";
+                    n = ring.TakeCompletions(new Span<IoUringCqe>(cqes, 32));
+                    for (i = 0; i < n; i++)
                     {
-                        CommitHandedOff();
-                        continue;
-                    }
-                    if (c.user_data >= (ulong)_entries.Length)
-                        continue;
-                    var e = _entries[(int)c.user_data];
-                    if (c.res == 0)
-                    {
-                        e.Retries = 0;
-                        if (TryHandOff(e))
-                            continue;
-                        Handle(e);
-                        CommitAndFetch(e);
-                    }
-                    else if ((c.res == -IoUringConstants.EAGAIN || c.res == -IoUringConstants.EINTR) && ++e.Retries <= 100)
-                    {
-                        // The command did not reach the kernel's queue: issue it again.
-                        if (e.LastCommand == FuseUringConstants.FUSE_IO_URING_CMD_REGISTER)
+                        var c = cqes[i];
+                        if (c.user_data == StopTag)
                         {
-                            Thread.Sleep(1);
-                            Register(e);
+                            // Stopping: hand the last answers to the kernel before the ring goes away.
+                            ring.SubmitAndWait(0);
+                            return null;
+                        }
+                        if (c.user_data == DoneTag)
+                        {
+                            CommitHandedOff();
+                            continue;
+                        }
+                        if (c.user_data >= (ulong)_entries.Length)
+                            continue;
+                        var e = _entries[(int)c.user_data];
+                        if (c.res == 0)
+                        {
+                            e.Retries = 0;
+                            current = e;
+                            if (!TryHandOff(e))
+                            {
+                                Handle(e);
+                                CommitAndFetch(e);
+                            }
+                            current = null;
+                        }
+                        else if ((c.res == -IoUringConstants.EAGAIN || c.res == -IoUringConstants.EINTR) && ++e.Retries <= 100)
+                        {
+                            // The command did not reach the kernel's queue: issue it again.
+                            if (e.LastCommand == FuseUringConstants.FUSE_IO_URING_CMD_REGISTER)
+                            {
+                                Thread.Sleep(1);
+                                Register(e);
+                            }
+                            else
+                            {
+                                CommitAndFetch(e);
+                            }
                         }
                         else
                         {
-                            CommitAndFetch(e);
+                            // Unmounted (ENOTCONN), aborted, or refused: the kernel is done with this entry.
+                            EntryEnded(e);
+                            if (e.LastCommand == FuseUringConstants.FUSE_IO_URING_CMD_REGISTER && c.res != -IoUringConstants.ENOTCONN)
+                                _t.RegistrationFailed(_qid, -c.res);
                         }
                     }
-                    else
-                    {
-                        // Unmounted (ENOTCONN), aborted, or refused: the kernel is done with this entry.
-                        if (!e.Dead)
-                        {
-                            e.Dead = true;
-                            _live--;
-                        }
-                        if (e.LastCommand == FuseUringConstants.FUSE_IO_URING_CMD_REGISTER && c.res != -IoUringConstants.ENOTCONN)
-                            _t.RegistrationFailed(_qid, -c.res);
-                    }
+                    n = 0;
+                }
+                ring.SubmitAndWait(0);
+                return null;
+            }
+            catch (Exception ex)
+            {
+                // Keep what was taken from the ring and not handled yet; the entry being served gets EIO.
+                for (var j = i + 1; j < n; j++)
+                    _leftover.Add(cqes[j]);
+                if (current is not null && !current.HandedOffNow)
+                {
+                    if (!current.Replied)
+                        ReplyError(current, 5);
+                    current.Pending = FuseUringConstants.FUSE_IO_URING_CMD_COMMIT_AND_FETCH;
+                }
+                return $"failed: {ex.GetType().Name}: {ex.Message}";
+            }
+        }
+
+        private void EntryEnded(Entry e)
+        {
+            if (!e.Dead)
+            {
+                e.Dead = true;
+                _live--;
+            }
+            e.Pending = 0;
+        }
+
+        /// <summary>The failure a test asked for (<see cref="FuseMountOptions.IoUringLiveFaultForTests"/>), when it is due.</summary>
+        private string? InjectedFailure()
+        {
+            if (_t._liveFault is not { } f || f.Queue != _qid || _faultsInjected >= f.Times)
+                return null;
+            var served = Volatile.Read(ref Served);
+            if (_faultAt < 0)
+                _faultAt = served + f.AfterRequests;
+            if (served < _faultAt)
+                return null;
+            _faultsInjected++;
+            _faultAt = served + f.AfterRequests;
+            return "io_uring_enter failed (errno 5, injected by a test)";
+        }
+
+        /// <summary>
+        /// Moves the queue from its failed ring to a new one, losing no request.
+        /// <para>
+        /// The kernel does not tie a queue to a ring: entries of one queue may be registered from
+        /// any ring, and an entry holding a request is answered by a COMMIT_AND_FETCH with its
+        /// commit id on whichever ring issues it (the entry then waits for its next request on that
+        /// ring). Closing a ring ends its waiting entries with ENOTCONN. But a request the kernel has
+        /// just given to a waiting entry, whose delivery (task work of the old ring) has not run yet,
+        /// is lost when the ring closes: the kernel ends the entry with ECANCELED and the request
+        /// waits until the unmount, its header never written anywhere.
+        /// </para>
+        /// <para>
+        /// So the old ring is closed only once none of its entries waits: its pending work is run
+        /// (io_uring_enter with nothing to submit), the requests it delivers are served (their
+        /// answers kept), and the entries still waiting are given requests of our own (statfs of
+        /// the mount point from threads on this CPU, whose requests go to this CPU's queue). Then the
+        /// answers are committed through the new ring, which takes every entry over. When the old
+        /// ring cannot be drained in time, it is closed anyway: entries ended with ENOTCONN were
+        /// waiting and are registered again from the new ring; an entry ended otherwise lost a
+        /// request, and the queue is given up (false).
+        /// </para>
+        /// </summary>
+        internal bool Recover(out string? outcome)
+        {
+            var old = _ring!;
+            var held = new HashSet<Entry>();
+            foreach (var e in _entries)
+            {
+                if (e.Pending != 0)
+                    held.Add(e);
+            }
+            foreach (var ud in old.TakeUnsubmitted())
+            {
+                if (ud < (ulong)_entries.Length && !_entries[(int)ud].Dead)
+                {
+                    var e = _entries[(int)ud];
+                    e.Pending = e.LastCommand;
+                    held.Add(e);
                 }
             }
-            // Hand the last answers to the kernel before the ring goes away.
-            ring.SubmitAndWait(0);
+            var waiting = _entries.Where(e => e.Registered && !e.Dead && !e.HandedOffNow && !held.Contains(e)).ToHashSet();
+            var carried = 0;
+            var cqes = new IoUringCqe[32];
+
+            void Take(IoUringCqe c, bool closed)
+            {
+                if (c.user_data >= (ulong)_entries.Length)
+                    return;
+                var e = _entries[(int)c.user_data];
+                if (!waiting.Remove(e))
+                    return;
+                if (c.res == 0)
+                {
+                    // A request: served now, answered through the new ring.
+                    try
+                    {
+                        Handle(e);
+                    }
+                    catch (Exception)
+                    {
+                        ReplyError(e, 5);
+                    }
+                    e.Pending = FuseUringConstants.FUSE_IO_URING_CMD_COMMIT_AND_FETCH;
+                    held.Add(e);
+                    carried++;
+                }
+                else if (c.res == -IoUringConstants.EAGAIN || c.res == -IoUringConstants.EINTR)
+                {
+                    e.Pending = e.LastCommand;
+                    held.Add(e);
+                }
+                else if (closed && c.res == -IoUringConstants.ENOTCONN)
+                {
+                    // Waiting when the ring closed: the kernel let go of it; its buffers are registered again.
+                    e.Pending = FuseUringConstants.FUSE_IO_URING_CMD_REGISTER;
+                    held.Add(e);
+                }
+                else if (!closed && c.res == -IoUringConstants.ENOTCONN)
+                {
+                    _connectionEnded = true; // unmounted meanwhile
+                    EntryEnded(e);
+                }
+                else
+                {
+                    // After the close, anything but ENOTCONN (ECANCELED) means a request given to the
+                    // entry was never delivered; before it, a refused command (as in Serve).
+                    if (closed)
+                        _lostRequests++;
+                    EntryEnded(e);
+                }
+            }
+
+            foreach (var c in _leftover)
+                Take(c, false);
+            _leftover.Clear();
+
+            // Drain the old ring until none of its entries waits.
+            var sw = System.Diagnostics.Stopwatch.StartNew();
+            var helpers = 0;
+            var nextHelpers = TimeSpan.FromMilliseconds(2);
+            var drainError = 0;
+            while (waiting.Count > 0 && !_connectionEnded && Volatile.Read(ref _t._stopping) == 0 && sw.Elapsed < DrainTime)
+            {
+                var rc = old.Poll();
+                if (rc < 0)
+                {
+                    drainError = -rc;
+                    break;
+                }
+                var n = old.TakeCompletions(cqes);
+                for (var i = 0; i < n; i++)
+                    Take(cqes[i], false);
+                if (n == 0 && waiting.Count > 0)
+                {
+                    // Our own requests for the entries that still wait (more may be needed when callers take some first).
+                    if (sw.Elapsed >= nextHelpers && helpers < 4 * _entries.Length)
+                    {
+                        for (var k = waiting.Count; k > 0; k--, helpers++)
+                            _t.RequestOnCpu(_qid);
+                        nextHelpers = sw.Elapsed + TimeSpan.FromMilliseconds(100);
+                    }
+                    Thread.Sleep(1);
+                }
+            }
+            var drained = waiting.Count == 0;
+            old.CloseDescriptor();
+            if (!drained && !_connectionEnded && Volatile.Read(ref _t._stopping) == 0)
+            {
+                // What the kernel says about the entries that still waited: ENOTCONN for an idle one.
+                sw.Restart();
+                while (waiting.Count > 0 && sw.Elapsed < TimeSpan.FromSeconds(2))
+                {
+                    var n = old.TakeCompletions(cqes);
+                    for (var i = 0; i < n; i++)
+                        Take(cqes[i], true);
+                    if (n == 0)
+                        Thread.Sleep(1);
+                }
+            }
+            old.Dispose();
+            _ring = null;
+            if (_connectionEnded || Volatile.Read(ref _t._stopping) != 0)
+            {
+                outcome = "unmounted";
+                return false;
+            }
+            if (_lostRequests > 0 || waiting.Count > 0)
+            {
+                outcome = (drainError != 0 ? $"the failed ring could not be drained (errno {drainError}); " : "the failed ring was not drained in time; ") +
+                          (_lostRequests > 0 ? $"the kernel cancelled {_lostRequests} request(s) it had given to it, which nothing can answer now"
+                                             : $"{waiting.Count} of its entries were not given back by the kernel");
+                return false;
+            }
+
+            // The new ring: stop and done polls, then every entry's command.
+            _ring = CreateRing(out var errno);
+            if (_ring is null)
+            {
+                outcome = $"io_uring_setup failed (errno {errno})";
+                return false;
+            }
+            WatchStop();
+            WatchDone();
+            var registered = 0;
+            foreach (var e in held)
+            {
+                if (e.Pending == FuseUringConstants.FUSE_IO_URING_CMD_REGISTER)
+                {
+                    Register(e);
+                    registered++;
+                }
+                else
+                {
+                    CommitAndFetch(e);
+                }
+                e.Pending = 0;
+                e.Retries = 0;
+            }
+            var src = _ring.SubmitAndWait(0);
+            if (src < 0)
+            {
+                outcome = $"io_uring_enter failed on the new ring (errno {src})";
+                return false;
+            }
+            outcome = $"{carried} request(s) carried over, {held.Count - registered} answered through it, {registered} entr{(registered == 1 ? "y" : "ies")} registered again" +
+                      (helpers > 0 ? $", {helpers} request(s) of its own to empty the old ring" : "");
+            return true;
         }
 
         /// <summary>Serves the request an entry holds: the host's callback answers it into the entry.</summary>

@@ -29,6 +29,7 @@ internal sealed unsafe class IoUringRing : IDisposable
     private readonly IoUringCqe* _cqes;
     private uint _sqLocalTail;
     private int _disposed;
+    private int _fdClosed;
 
     private IoUringRing(int fd, in IoUringParams p, byte* sqMap, nuint sqMapSize, byte* cqMap, nuint cqMapSize, byte* sqes, nuint sqesSize)
     {
@@ -154,6 +155,46 @@ internal sealed unsafe class IoUringRing : IDisposable
         return r < 0 ? r : 0;
     }
 
+    /// <summary>
+    /// The user_data of the entries prepared and not consumed by the kernel (never submitted, or
+    /// left in the ring by a failed io_uring_enter), which are then dropped: the ring submits
+    /// nothing more. For retiring a ring whose commands must be issued again elsewhere.
+    /// </summary>
+    public List<ulong> TakeUnsubmitted()
+    {
+        var result = new List<ulong>();
+        var head = Volatile.Read(ref *_sqHead);
+        var size = _sqe128 ? IoUringSqe.Size128 : IoUringSqe.Size;
+        for (var i = head; i != _sqLocalTail; i++)
+            result.Add(((IoUringSqe*)(_sqes + (i & _sqMask) * (uint)size))->user_data);
+        // The kernel consumes only up to the tail it is shown: show it nothing beyond what it took.
+        _sqLocalTail = head;
+        Volatile.Write(ref *_sqTail, head);
+        return result;
+    }
+
+    /// <summary>
+    /// Runs the ring's pending completion work (with DEFER_TASKRUN it runs only when asked) without
+    /// submitting or waiting, so that what the kernel has finished shows in the completion ring.
+    /// Returns 0 or -errno.
+    /// </summary>
+    public int Poll()
+    {
+        var r = IoUringNative.IoUringEnter(_fd, 0, 0, IoUringConstants.IORING_ENTER_GETEVENTS);
+        return r is >= 0 or -IoUringConstants.EINTR ? 0 : r;
+    }
+
+    /// <summary>
+    /// Closes the ring's descriptor but keeps its rings mapped: the kernel cancels what is still
+    /// pending and posts those completions, which <see cref="TakeCompletions"/> still reads.
+    /// <see cref="Dispose"/> unmaps.
+    /// </summary>
+    public void CloseDescriptor()
+    {
+        if (Interlocked.Exchange(ref _fdClosed, 1) == 0)
+            IoUringNative.close(_fd);
+    }
+
     /// <summary>Copies the completions that are ready into <paramref name="into"/> and releases their slots.</summary>
     public int TakeCompletions(Span<IoUringCqe> into)
     {
@@ -186,6 +227,6 @@ internal sealed unsafe class IoUringRing : IDisposable
             IoUringNative.munmap(_sqMap, _sqMapSize);
             _sqMap = null;
         }
-        IoUringNative.close(_fd);
+        CloseDescriptor();
     }
 }

@@ -252,6 +252,9 @@ internal sealed class InProcessMount : IDisposable
         return sw.Elapsed;
     }
 
+    /// <summary>Waits for <see cref="FuseHost.Run"/> to return on its own.</summary>
+    public bool WaitForRun(TimeSpan limit) => _thread.Join(limit);
+
     public void Dispose()
     {
         if (Shell.IsMounted(MountPoint, "fuse.xfswin"))
@@ -383,6 +386,226 @@ public sealed class IoUringTransportTests
         var elapsed = m.Unmount(out var rc);
         Assert.Equal(0, rc);
         Assert.True(elapsed < TimeSpan.FromSeconds(5), $"Run took {elapsed} to end after the unmount");
+    }
+
+    /// <summary>What each caller of <see cref="RunOnEveryCpu"/> lists and reads: names, types, modes, sizes, owners, link targets, contents, xattrs.</summary>
+    private const string TreeWalk = """
+        find . -printf '%p %y %m %s %U %G %l\n' | LC_ALL=C sort
+        find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+        { getfattr -R -d -m - --absolute-names . 2>/dev/null || true; } | LC_ALL=C sort | sha256sum
+        """;
+
+    /// <summary>
+    /// Runs <see cref="TreeWalk"/> <paramref name="rounds"/> times in <paramref name="perCpu"/>
+    /// processes pinned to each CPU (taskset), all at once, killed after <paramref name="limit"/>.
+    /// Returns each process's output and exit code, and whether they all ended in time.
+    /// </summary>
+    private static (List<(int Cpu, int Exit, string Output)> Runs, bool InTime) RunOnEveryCpu(string mountPoint, int perCpu, int rounds, TimeSpan limit)
+    {
+        var dir = Shell.MakeTempDirectory("xfswin-percpu");
+        try
+        {
+            var walk = Path.Combine(dir, "walk.sh");
+            File.WriteAllText(walk, $"cd {Q(mountPoint)} || exit 1\nfor r in $(seq {rounds}); do\n{TreeWalk}\ndone\n");
+            var jobs = new List<(int Cpu, string Out)>();
+            var script = new System.Text.StringBuilder();
+            for (var cpu = 0; cpu < CpuCount; cpu++)
+            {
+                for (var k = 0; k < perCpu; k++)
+                {
+                    var output = Path.Combine(dir, $"out.{cpu}.{k}");
+                    jobs.Add((cpu, output));
+                    // SIGKILL: a caller waiting for FUSE ends only on a fatal signal.
+                    script.Append($"( timeout -s KILL {(int)limit.TotalSeconds} taskset -c {cpu} bash {Q(walk)} > {Q(output)} 2>&1; echo $? > {Q(output)}.rc ) &\n");
+                }
+            }
+            script.Append("wait\n");
+            var r = Shell.Run("bash", ["-c", script.ToString()], timeout: limit + TimeSpan.FromSeconds(60));
+            Assert.True(r.ExitCode == 0, r.Both);
+            var runs = jobs.Select(j => (j.Cpu, int.Parse(File.ReadAllText(j.Out + ".rc").Trim(), System.Globalization.CultureInfo.InvariantCulture), File.ReadAllText(j.Out))).ToList();
+            return (runs, runs.All(x => x.Item2 != 137));
+        }
+        finally
+        {
+            Directory.Delete(dir, recursive: true);
+        }
+    }
+
+    /// <summary>
+    /// A queue whose ring fails while the kernel serves through io_uring would leave the requests
+    /// of its CPU waiting until the unmount: it moves to a new ring instead, and every request made
+    /// meanwhile, on every CPU, is answered, with the same data as the kernel's own XFS.
+    /// </summary>
+    [Fact]
+    public void A_queue_whose_ring_fails_while_live_moves_to_a_new_ring_and_every_request_is_answered()
+    {
+        using var on = IoUringMode.Set(true);
+        using var k = new KernelMount(TestImages.Tree);
+        var failing = CpuCount - 1;
+        // No attribute or name caching: every pass asks the server again, on each caller's CPU.
+        using var m = new InProcessMount(TestImages.Tree, new FuseMountOptions
+        {
+            AttributeTimeout = 0,
+            EntryTimeout = 0,
+            IoUringLiveFaultForTests = new IoUringLiveFault(failing, AfterRequests: 3000, Times: 2),
+        });
+        Assert.Equal(FuseTransport.IoUring, m.Host.Transport);
+        var expected = Shell.Bash($"cd {Q(k.MountPoint)}\n{TreeWalk}");
+        var sw = Stopwatch.StartNew();
+        var (runs, inTime) = RunOnEveryCpu(m.MountPoint, perCpu: 3, rounds: 2, limit: TimeSpan.FromSeconds(120));
+        Assert.True(inTime, $"callers were still waiting after 120 s:\n{m.Log}");
+        foreach (var (cpu, exit, output) in runs)
+        {
+            Assert.True(exit == 0, $"a caller on CPU {cpu} failed ({exit}):\n{output}\n{m.Log}");
+            Assert.True(expected + expected == output, $"a caller on CPU {cpu} read something else than the kernel's XFS:\n{m.Log}");
+        }
+        Assert.True(m.Host.Uring!.QueueRestarts == 2, $"{m.Host.Uring.QueueRestarts} restart(s) after {sw.Elapsed}:\n{m.Log}");
+        Assert.Contains($"xfswin: io_uring queue {failing}: io_uring_enter failed (errno 5, injected by a test); moving the queue to a new ring (attempt 1 of 3).", m.Log, StringComparison.Ordinal);
+        Assert.Contains($"xfswin: io_uring queue {failing} serves again through a new ring (", m.Log, StringComparison.Ordinal);
+        // Still io_uring, every queue thread waiting for requests on its ring again.
+        Assert.Equal(FuseTransport.IoUring, m.Host.Transport);
+        IoUringMode.AssertServesThroughIoUring(Environment.ProcessId, "the in-process mount");
+        var before = m.Host.IoUringRequests;
+        Shell.Bash($"taskset -c {failing} stat {Q(m.MountPoint)}/small.txt > /dev/null");
+        Assert.True(m.Host.IoUringRequests > before);
+        var elapsed = m.Unmount(out var rc);
+        Assert.Equal(0, rc);
+        Assert.True(elapsed < TimeSpan.FromSeconds(5), $"Run took {elapsed} to end after the unmount");
+    }
+
+    /// <summary>
+    /// A queue that keeps failing is given up after a few new rings: the mount then ends, so that
+    /// callers get errors (ENOTCONN) at once instead of waiting until someone unmounts.
+    /// </summary>
+    [Fact]
+    public void A_queue_that_keeps_failing_ends_the_mount_instead_of_leaving_callers_waiting()
+    {
+        using var on = IoUringMode.Set(true);
+        var failing = CpuCount - 1;
+        using var m = new InProcessMount(TestImages.Tree, new FuseMountOptions
+        {
+            AttributeTimeout = 0,
+            EntryTimeout = 0,
+            IoUringLiveFaultForTests = new IoUringLiveFault(failing, AfterRequests: 200, Times: 1000),
+        });
+        Assert.Equal(FuseTransport.IoUring, m.Host.Transport);
+        var (runs, inTime) = RunOnEveryCpu(m.MountPoint, perCpu: 2, rounds: 3, limit: TimeSpan.FromSeconds(120));
+        Assert.True(inTime, $"callers were still waiting after 120 s:\n{m.Log}");
+        // The callers saw the mount end (find goes on past the errors, so its exit code says nothing).
+        Assert.Contains(runs, r => r.Output.Contains("Transport endpoint is not connected", StringComparison.Ordinal));
+        Assert.Equal(3, m.Host.Uring!.QueueRestarts);
+        Assert.Contains($"xfswin: io_uring queue {failing} cannot be served any more (io_uring_enter failed (errno 5, injected by a test), 4 times in a row); " +
+                        "ending the mount so that its callers get errors instead of waiting forever.", m.Log, StringComparison.Ordinal);
+        Assert.Contains("xfswin: mount ended (", m.Log, StringComparison.Ordinal);
+        // The session ends by itself.
+        Assert.True(m.WaitForRun(TimeSpan.FromSeconds(20)), $"FuseHost.Run did not return after the mount ended:\n{m.Log}");
+    }
+
+    /// <summary>xfswin mount says which transport serves the mount, after the mount's own line.</summary>
+    [Theory]
+    [InlineData(true, "")]
+    [InlineData(false, "")]
+    [InlineData(false, "io_uring=no")]
+    public void The_mount_command_says_which_transport_serves_the_mount(bool enabled, string option)
+    {
+        using var sw = IoUringMode.Set(enabled);
+        using var m = new FuseMount(TestImages.Tree, option == "" ? [] : ["-o", option]);
+        var lines = m.Output.Split('\n', StringSplitOptions.RemoveEmptyEntries);
+        var mounted = Array.FindIndex(lines, l => l.Contains("mounted read-only on", StringComparison.Ordinal));
+        Assert.True(mounted >= 0, m.Output);
+        var next = mounted + 1 < lines.Length ? lines[mounted + 1] : "";
+        if (enabled)
+        {
+            Assert.Equal($"xfswin: requests are served through FUSE over io_uring ({CpuCount} queue(s), one per CPU).", next);
+            IoUringMode.AssertServesThroughIoUring(m.ServerProcessId, "xfswin mount");
+        }
+        else if (option == "")
+        {
+            Assert.StartsWith("xfswin: requests are served through /dev/fuse: this kernel has FUSE over io_uring, but it is switched off.", next, StringComparison.Ordinal);
+            Assert.Contains("faster with it", next, StringComparison.Ordinal);
+            Assert.EndsWith("echo Y > /sys/module/fuse/parameters/enable_uring", next, StringComparison.Ordinal);
+        }
+        else
+        {
+            // Asked for /dev/fuse: nothing to say.
+            Assert.DoesNotContain("served through", m.Output, StringComparison.Ordinal);
+        }
+    }
+
+    /// <summary>
+    /// An ordinary user's server (no capabilities; fusermount3 mounts for it) is served through the
+    /// ring like root's, reads the same tree as the kernel's XFS, and never leaves a queue thread
+    /// in SCHED_IDLE: without CAP_SYS_NICE it could not come back, so CallerKeeper stays off.
+    /// /dev/fuse may be root's only on this machine: the user gets a 0666 node bound over it in a
+    /// private mount namespace, where the mount then lives (entered with nsenter to use it).
+    /// </summary>
+    [Fact]
+    public void An_unprivileged_server_serves_through_the_ring_with_the_caller_keeper_off()
+    {
+        using var on = IoUringMode.Set(true);
+        using var k = new KernelMount(TestImages.Tree);
+        var dir = Shell.MakeTempDirectory("xfswin-nobody");
+        var mp = dir + "/mnt";
+        var pid = 0;
+        try
+        {
+            Shell.Bash($"chmod 0755 {Q(dir)}; mkdir {Q(mp)}; chown 65534:65534 {Q(mp)}");
+            var (dotnet, _) = Shell.Xfswin;
+            var dll = Path.Combine(XfsWin.TestSupport.UnprivilegedRun.OutputDirectory, "xfswin.dll");
+            const string nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp DOTNET_CLI_HOME=/tmp";
+            var r = Shell.Run("unshare", ["--mount", "--propagation", "private", "bash", "-euc",
+                $"mknod -m 0666 {Q(dir)}/fuse c 10 229; mount --bind {Q(dir)}/fuse /dev/fuse; " +
+                $"exec {nobody} {Q(dotnet)} {Q(dll)} mount {Q(TestImages.Tree)} {Q(mp)}"], timeout: TimeSpan.FromMinutes(2));
+            var m = System.Text.RegularExpressions.Regex.Match(r.Stderr, @"server pid (\d+)");
+            Assert.True(r.ExitCode == 0 && m.Success, r.Both);
+            pid = int.Parse(m.Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture);
+            Assert.Contains($"xfswin: requests are served through FUSE over io_uring ({CpuCount} queue(s), one per CPU).", r.Stderr, StringComparison.Ordinal);
+            var status = File.ReadAllLines($"/proc/{pid}/status");
+            Assert.Contains(status, l => l.StartsWith("Uid:", StringComparison.Ordinal) && l.Split('\t')[1] == "65534");
+            Assert.Contains(status, l => l == "CapEff:\t0000000000000000");
+            IoUringMode.AssertServesThroughIoUring(pid, "the unprivileged server");
+
+            string InNamespace(string script) => Shell.Bash($"nsenter -t {pid} -m {nobody} bash -euo pipefail -c {Q(script)}");
+            long QueueSwitches() => Directory.EnumerateDirectories($"/proc/{pid}/task")
+                .Where(t => File.ReadAllText(t + "/comm").StartsWith("xfswin-uring-", StringComparison.Ordinal))
+                .Sum(t => long.Parse(File.ReadLines(t + "/status").First(l => l.StartsWith("voluntary_ctxt_switches:", StringComparison.Ordinal)).Split('\t')[1],
+                    System.Globalization.CultureInfo.InvariantCulture));
+
+            // The same tree as the kernel's XFS, both read by the same user (user xattrs only: trusted ones are root's).
+            const string walk = """
+                find . -printf '%p %y %m %s %U %G %l\n' | LC_ALL=C sort
+                find . -type f -readable -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+                { getfattr -R -d -m '^user\.' --absolute-names . 2>/dev/null || true; } | LC_ALL=C sort | sha256sum
+                """;
+            var switches = QueueSwitches();
+            var expected = Shell.Bash($"cd {Q(k.MountPoint)} && exec {nobody} bash -euo pipefail -c {Q(walk)}");
+            var actual = InNamespace($"cd {Q(mp)}\n{walk}");
+            Assert.Equal(expected, actual);
+            Assert.True(expected.Length > 100000, "the walk read little");
+            // The queue threads woke for thousands of requests: they came through the ring.
+            var woken = QueueSwitches() - switches;
+            Assert.True(woken > 3000, $"the queue threads woke {woken} times for the walk");
+
+            // One request after another from a single caller: what CallerKeeper acts on when it may.
+            InNamespace($"cd {Q(mp)} && for i in $(seq 3); do find . -printf '%i %s\n' > /dev/null; done");
+            foreach (var task in Directory.EnumerateDirectories($"/proc/{pid}/task"))
+            {
+                var policy = File.ReadLines(task + "/sched").First(l => l.StartsWith("policy", StringComparison.Ordinal));
+                Assert.True(policy.EndsWith(" 0", StringComparison.Ordinal), $"{File.ReadAllText(task + "/comm").Trim()}: {policy}");
+            }
+            IoUringMode.AssertServesThroughIoUring(pid, "the unprivileged server");
+        }
+        finally
+        {
+            if (pid > 0 && Directory.Exists($"/proc/{pid}"))
+            {
+                Shell.Run("nsenter", ["-t", pid.ToString(System.Globalization.CultureInfo.InvariantCulture), "-m", "fusermount3", "-u", mp]);
+                var sw = Stopwatch.StartNew();
+                while (Directory.Exists($"/proc/{pid}") && sw.Elapsed < TimeSpan.FromSeconds(10))
+                    Thread.Sleep(50);
+            }
+            Directory.Delete(dir, recursive: true);
+        }
     }
 
     [Fact]

@@ -85,7 +85,8 @@ internal sealed partial class FuseMount : IDisposable
         var pid = ServerPid().Match(r.Stderr);
         ServerProcessId = pid.Success ? int.Parse(pid.Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture) : 0;
         Output = r.Both;
-        if (IoUringMode.SuiteRunsOnIoUring && !options.Any(o => o.Contains("io_uring=no", StringComparison.Ordinal)) && ServerProcessId > 0)
+        // (Not when a test has switched io_uring off for itself, holding the switch.)
+        if (IoUringMode.SuiteRunsOnIoUring && IoUringMode.Read() == "Y" && !options.Any(o => o.Contains("io_uring=no", StringComparison.Ordinal)) && ServerProcessId > 0)
         {
             try
             {

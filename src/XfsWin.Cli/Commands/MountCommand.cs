@@ -20,6 +20,9 @@ public static class MountCommand
     /// <summary>The line the background process prints on stdout once the mount is up.</summary>
     internal const string ReadyMarker = "xfswin-mount-ready";
 
+    /// <summary>Prefixes the child's line about the transport, which the parent prints after the mount's.</summary>
+    internal const string TransportMarker = "xfswin-mount-transport: ";
+
     public const string Usage = """
         Usage: xfswin mount [options] SOURCE MOUNTPOINT
 
@@ -168,17 +171,41 @@ public static class MountCommand
             using var sigterm = PosixSignalRegistration.Create(PosixSignal.SIGTERM, Stop);
             using var sighup = PosixSignalRegistration.Create(PosixSignal.SIGHUP, Stop);
 
+            // Serve on another thread, so that the transport (known once FUSE_INIT is answered) is
+            // reported with the mount.
+            var rc = 0;
+            Exception? failure = null;
+            var loop = new Thread(() =>
+            {
+                try
+                {
+                    rc = host.Run();
+                }
+                catch (Exception e)
+                {
+                    failure = e;
+                }
+            }) { Name = "xfswin-session" };
+            loop.Start();
+            var notice = host.WaitForTransport(TimeSpan.FromSeconds(5)) ? host.TransportNotice() : null;
             if (isChild)
             {
+                // The parent prints the mount's line, then this one (see StartInBackground).
+                if (notice is not null)
+                    Console.Out.WriteLine(TransportMarker + notice);
                 Console.Out.WriteLine(ReadyMarker);
                 Console.Out.Flush();
             }
             else
             {
                 Console.Error.WriteLine($"xfswin: {parsed.Source} mounted read-only on {parsed.MountPoint}; Ctrl-C or 'fusermount3 -u {parsed.MountPoint}' unmounts.");
+                if (notice is not null)
+                    Console.Error.WriteLine(notice);
             }
 
-            var rc = host.Run();
+            loop.Join();
+            if (failure is not null)
+                System.Runtime.ExceptionServices.ExceptionDispatchInfo.Throw(failure);
             if (rc != 0)
             {
                 Console.Error.WriteLine($"xfswin mount: the FUSE session ended with error {rc}.");
@@ -221,14 +248,20 @@ public static class MountCommand
         };
         child.BeginErrorReadLine();
         string? line;
+        string? notice = null;
         while ((line = child.StandardOutput.ReadLine()) is not null)
         {
             if (line == ReadyMarker)
             {
                 Console.Error.WriteLine($"xfswin: {parsed.Source} mounted read-only on {parsed.MountPoint} (server pid {child.Id}); unmount with 'fusermount3 -u {parsed.MountPoint}'.");
+                if (notice is not null)
+                    Console.Error.WriteLine(notice);
                 return 0;
             }
-            Console.Error.WriteLine(line);
+            if (line.StartsWith(TransportMarker, StringComparison.Ordinal))
+                notice = line[TransportMarker.Length..];
+            else
+                Console.Error.WriteLine(line);
         }
         child.WaitForExit(); // also waits for the forwarded stderr to be complete
         return child.ExitCode != 0 ? child.ExitCode : 1;

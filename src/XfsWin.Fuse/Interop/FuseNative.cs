@@ -115,6 +115,7 @@ internal static unsafe partial class FuseNative
     public const int R_OK = 4;
     public const int W_OK = 2;
 
+    public const int MNT_FORCE = 1;
     public const int MNT_DETACH = 2;
     public const int EBUSY = 16;
 

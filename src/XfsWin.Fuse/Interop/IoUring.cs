@@ -205,6 +205,10 @@ internal static unsafe partial class IoUringNative
     [LibraryImport(LibC, SetLastError = true)]
     public static partial nint pread(int fd, void* buf, nuint count, long offset);
 
+    /// <summary>statfs(2) into a buffer of at least 120 bytes (struct statfs).</summary>
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int statfs(byte* path, void* buf);
+
     public static readonly void* MAP_FAILED = (void*)-1;
 
     /// <summary>io_uring_setup(2): the ring's file descriptor, or -errno.</summary>
