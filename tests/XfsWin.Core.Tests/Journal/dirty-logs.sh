@@ -42,6 +42,7 @@ case $SCEN in
     xhdr4k) MKFSOPTS="$MKFSOPTS -s size=4096"; MOUNTOPTS="logbsize=256k" ;;
     extlog) LOGIMG=$WORK/logdev; truncate -s 80M "$LOGIMG"; MKFSOPTS="$MKFSOPTS -l logdev=$LOGIMG,size=16384b" ;;
     intents) ;;
+    unlinked) ;;
     mkfs613|pairs|intents613) MKFS="$XFSPROGS613/mkfs.xfs"; MKFSOPTS="-n parent=1 -i exchange=1"
              [[ -x $MKFS ]] || { echo "dirty-logs.sh: $MKFS missing: run scripts/oracles/install.sh" >&2; exit 2; } ;;
     quota) MOUNTOPTS="uquota,gquota,pquota"; KERNEL=uml ;;
@@ -50,6 +51,7 @@ esac
 
 M=$MNT
 BG=""          # workload processes the shutdown interrupts
+HOLDER=""      # a process holding unlinked inodes open until the shutdown; it must exit 0 after it
 LATE_FROM=""   # log block where the work that must stay in the log began (host scenarios)
 # The log block of the head, read from the image (or external log) the loop device writes through.
 log_head() {
@@ -210,11 +212,89 @@ PY2
     sync
 }
 
+workload_unlinked() {
+    # Inodes unlinked while a process holds them open at the shutdown: they stay on the AGI unlinked lists, and the
+    # kernel frees them (both forks, inobt/finobt, rmap, counters) when it mounts. No extent is ever shared: no
+    # copy-on-write staging extent is left. Ordinary files are made around the held ones, so their inode chunks stay
+    # in use once the held inodes are freed. Two directories: mkdir spreads them over two AGs.
+    mkdir $M/h1 $M/h2 $M/keep
+    keep() { local d=$1 from=$2 to=$3 i; for i in $(seq $from $to); do echo "keep $i" > $d/k$i; done; }
+    keep $M/h1 1 10
+    head -c 10000 /dev/urandom > $M/h1/small                               # (a) one extent
+    keep $M/h1 11 20
+    # (b) every other 4 KiB block: thousands of extents, a data fork in btree format
+    python3 - $M/h1/frag <<'PY'
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
+for i in range(0, 12000, 2): os.pwrite(fd, os.urandom(4096), i * 4096)
+os.fsync(fd); os.close(fd)
+PY
+    keep $M/h1 21 30
+    # (c) a remote attr value and several local ones: an attr fork in extents format (leaf block + remote blocks)
+    echo attrs > $M/h1/attrs
+    python3 - $M/h1/attrs <<'PY'
+import os, sys
+os.setxattr(sys.argv[1], "user.remote", os.urandom(30000))
+for i in range(12): os.setxattr(sys.argv[1], f"user.name{i}", f"value {i}".encode() * 8)
+os.setxattr(sys.argv[1], "trusted.t", b"tv")
+PY
+    keep $M/h1 31 60
+    keep $M/h2 1 10
+    mkdir $M/h2/gone; setfattr -n user.d -v dirattr $M/h2/gone            # (e) removed while it is the cwd
+    keep $M/h2 11 20
+    ln -s "$(head -c 900 /dev/zero | tr '\0' L)" $M/h2/symlong              # (f) a remote symlink block
+    keep $M/h2 21 60
+    for i in $(seq 1 20); do mkdir $M/keep/d$i; echo x > $M/keep/d$i/x; done
+    # The holder opens them all and makes (d), an O_TMPFILE file with data (never linked, on an unlinked list from the
+    # start); syncs and writes everything back; unlinks the others (the unlinks and the AGI bucket updates reach only
+    # the log); writes the inode numbers it holds; and waits for the shutdown (fstat then fails with EIO), so that it
+    # holds them until then. (f) stays on the unlinked list too: the O_PATH fd holds the symlink's inode.
+    python3 - $M $WORK/held $WORK/held.ready <<'PY' & HOLDER=$!
+import errno, os, subprocess, sys, time
+m, held, ready = sys.argv[1:4]
+h1, h2 = os.path.join(m, "h1"), os.path.join(m, "h2")
+fds = {
+    "small": os.open(os.path.join(h1, "small"), os.O_RDONLY),
+    "frag": os.open(os.path.join(h1, "frag"), os.O_RDONLY),
+    "attrs": os.open(os.path.join(h1, "attrs"), os.O_RDONLY),
+    "dir": os.open(os.path.join(h2, "gone"), os.O_RDONLY | os.O_DIRECTORY),
+    "symlink": os.open(os.path.join(h2, "symlong"), os.O_PATH | os.O_NOFOLLOW),
+}
+os.chdir(os.path.join(h2, "gone"))
+t = os.open(h2, os.O_TMPFILE | os.O_RDWR, 0o600)
+for i in range(6): os.pwrite(t, os.urandom(8192), i * 16384)
+os.fsync(t); fds["tmpfile"] = t
+inos = {k: os.fstat(fd).st_ino for k, fd in fds.items()}
+# sync only forces the log; a freeze also writes all logged metadata back in place, so the dirty volume shows every
+# held inode as it was before its unlink (xfs_db can check their forks there), and the log holds little but the unlinks.
+os.sync()
+subprocess.run(["fsfreeze", "-f", m], check=True); subprocess.run(["fsfreeze", "-u", m], check=True)
+os.unlink(os.path.join(h1, "small")); os.unlink(os.path.join(h1, "frag")); os.unlink(os.path.join(h1, "attrs"))
+os.rmdir(os.path.join(h2, "gone")); os.unlink(os.path.join(h2, "symlong"))
+with open(held, "w") as f:
+    for k, ino in inos.items(): f.write(f"{k} {ino}\n")
+open(ready, "w").close()
+end = time.time() + 600
+while time.time() < end:
+    try:
+        for fd in fds.values(): os.fstat(fd)
+    except OSError as e:
+        if e.errno == errno.EIO: sys.exit(0)
+        raise
+    time.sleep(0.05)
+sys.exit("unlinked holder: no shutdown came")
+PY
+    local waited
+    for waited in $(seq 1 600); do [[ -e $WORK/held.ready ]] && break; kill -0 $HOLDER 2>/dev/null || break; sleep 0.1; done
+    [[ -e $WORK/held.ready ]] || { echo "dirty-logs.sh: unlinked: the holder did not get ready" >&2; exit 1; }
+}
+
 run_workload() {
 case $SCEN in
     crash|xhdr4k|extlog|mkfs613) workload_common ;;
     quota) workload_quota ;;
     pairs) workload_pairs ;;
+    unlinked) workload_unlinked ;;
     intents613)
         # An extent exchange of two files of 20000 extents, cut short by the shutdown: the exchange (XMI) and the
         # mapping updates of its current step (BUI) are in the middle of their chains. a and b have the same layout
@@ -246,7 +326,10 @@ PY
         ;;
     cow)
         workload_common
-        dd if=/dev/urandom of=$M/big/reflinked bs=4k count=2 seek=10 conv=notrunc status=none
+        # A copy-on-write over shared blocks, written back (fsync): the CoW fork's speculative preallocation (the
+        # default CoW extent size hint) becomes staging extents on disk that outlive the write; the kernel removes
+        # them at mount, and in-place recovery refuses them.
+        dd if=/dev/urandom of=$M/big/reflinked bs=4k count=2 seek=10 conv=notrunc,fsync status=none
         echo held > $M/d1/held; exec 3<$M/d1/held; rm $M/d1/held
         ;;
     wrap)
@@ -349,6 +432,9 @@ else
     run_workload
     xfs_io -x -c 'shutdown -f' $M
     for pid in $BG; do wait $pid || true; done
+    if [[ -n $HOLDER ]] && ! wait $HOLDER; then
+        echo "dirty-logs.sh: $SCEN: the process holding the unlinked inodes did not live until the shutdown" >&2; exit 1
+    fi
     exec 3<&-
     umount $M
     [[ -n $LOGLOOP ]] && { losetup -d $LOGLOOP; LOGLOOP=""; }
@@ -413,6 +499,8 @@ if [[ $SCEN == pairs ]]; then
 fi
 mkdir -p "$OUT"
 cp --sparse=always "$IMG" "$OUT/$SCEN.dirty.tmp"
+# Inode numbers the holder kept open, unlinked, until the shutdown ("name ino" lines).
+[[ -n $HOLDER ]] && cp "$WORK/held" "$OUT/$SCEN.held"
 [[ -n $LOGIMG ]] && cp --sparse=always "$LOGIMG" "$OUT/$SCEN.logdev.dirty.tmp"
 
 # The kernel's replay: mount read-write (recovery), unmount; then record what it shows.

@@ -1,0 +1,300 @@
+using System.Buffers.Binary;
+using System.Text.RegularExpressions;
+using Xunit;
+using XfsWin.Device;
+using XfsWin.Format;
+using XfsWin.Journal;
+using XfsWin.TestSupport;
+using XfsWin.Volume;
+
+namespace XfsWin.Tests.Journal;
+
+/// <summary>
+/// The `unlinked` scenario of dirty-logs.sh: at the shutdown a process holds open six inodes already unlinked (a
+/// one-extent file, a file of thousands of extents in a btree data fork, a file with remote and local xattrs, an
+/// O_TMPFILE file with data, a removed directory that is its cwd, a remote symlink held by an O_PATH fd). The kernel
+/// frees them when it mounts the volume, after its replay; in-place recovery must leave what the kernel leaves.
+/// Every expected value comes from the kernel's replay (KernelImage), read with xfs_db.
+/// </summary>
+public sealed partial class UnlinkedInodeRecoveryTests : IDisposable
+{
+    private const string Scenario = "unlinked";
+    private readonly string _tmp = Directory.CreateTempSubdirectory("xfswin-unlinked.").FullName;
+
+    public void Dispose() => Directory.Delete(_tmp, recursive: true);
+
+    /// <summary>The inodes the workload's holder kept open, unlinked, until the shutdown (name → inode number, from fstat).</summary>
+    private static Dictionary<string, ulong> Held(DirtyLogScenario s)
+    {
+        string path = Path.Combine(Path.GetDirectoryName(s.DirtyImage)!, Scenario + ".held");
+        return File.ReadAllLines(path).Where(l => l.Length > 0).Select(l => l.Split(' '))
+            .ToDictionary(p => p[0], p => ulong.Parse(p[1]), StringComparer.Ordinal);
+    }
+
+    [Fact]
+    public void ScenarioLeavesEveryKindOfInodeOnTheUnlinkedLists()
+    {
+        var s = DirtyLogScenarios.Ensure(Scenario);
+        var held = Held(s);
+        Assert.Equal(["attrs", "dir", "frag", "small", "symlink", "tmpfile"], held.Keys.Order(StringComparer.Ordinal));
+
+        // Before the unlinks the holder froze the volume, so the dirty image shows each inode as it was then.
+        var core = held.ToDictionary(kv => kv.Key, kv => XfsDb.Fields(s.DirtyImage, $"inode {kv.Value}",
+            "print core.mode core.nlinkv2 core.format core.aformat core.nextents core.naextents"));
+        Assert.Equal("1", core["small"]["core.nextents"]);
+        Assert.StartsWith("3 ", core["frag"]["core.format"]);                      // btree
+        Assert.True(long.Parse(core["frag"]["core.nextents"]) > 1000, $"frag has {core["frag"]["core.nextents"]} extents");
+        Assert.StartsWith("2 ", core["attrs"]["core.aformat"]);                    // extents: a leaf block and remote value blocks
+        Assert.True(BmapBlocks(s.DirtyImage, held["attrs"], attr: true) >= 2, "the attr fork has no remote value blocks");
+        Assert.StartsWith("040", core["dir"]["core.mode"]);
+        Assert.StartsWith("0120", core["symlink"]["core.mode"]);
+        Assert.StartsWith("2 ", core["symlink"]["core.format"]);                   // remote symlink block
+        Assert.StartsWith("0100", core["tmpfile"]["core.mode"]);
+        Assert.Equal("0", core["tmpfile"]["core.nlinkv2"]);                        // never linked
+        Assert.True(long.Parse(core["tmpfile"]["core.nextents"]) >= 1, "the O_TMPFILE file has no data extents");
+        foreach (var name in new[] { "small", "frag", "attrs", "symlink" })
+            Assert.Equal("1", core[name]["core.nlinkv2"]);                         // their unlinks are only in the log
+
+        // After our replay (in memory) the AGI unlinked lists hold exactly those inodes.
+        using (var data = FileBlockDevice.Open(s.DirtyImage, writable: false))
+        {
+            var result = LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.Memory);
+            Assert.Equal(LogState.ReplayedInMemory, result.State);
+            Assert.Equal(held.Count, result.UnlinkedInodes);
+            Assert.Equal(held.Values.Order(), UnlinkedListInodes(result.Device, DirtyLogScenarios.ReadSuperblock(data)).Order());
+            Assert.Empty(result.UnfinishedIntents);
+            Assert.DoesNotContain(result.Warnings, w => w.Contains("copy-on-write", StringComparison.Ordinal));
+        }
+
+        // The kernel's replay freed them all, and left no inode on any unlinked list.
+        int agCount = AgCount(s.KernelImage);
+        Assert.Empty(NonNullUnlinkedBuckets(s.KernelImage, agCount));
+        foreach (var (name, ino) in held)
+        {
+            Assert.True(XfsDb.Fields(s.KernelImage, $"inode {ino}", "print core.mode")["core.mode"] == "0", $"the kernel left {name} ({ino}) allocated");
+            Assert.True(IsFreeInInobt(s.KernelImage, ino, agCount), $"{name} ({ino}) is not free in the kernel's inobt");
+        }
+        // Their inode chunks stay in use (other files live in them): the kernel freed no chunk. The unlinks do not
+        // change the AGI inode counts, which the freeze wrote back before them.
+        for (int ag = 0; ag < agCount; ag++)
+            Assert.Equal(XfsDb.Fields(s.DirtyImage, $"agi {ag}", "print count")["count"], XfsDb.Fields(s.KernelImage, $"agi {ag}", "print count")["count"]);
+    }
+
+    [Fact]
+    public void InPlaceRecoveryFreesUnlinkedInodesAsTheKernelDoes()
+    {
+        var s = DirtyLogScenarios.Ensure(Scenario);
+        var held = Held(s);
+        string copy = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, Scenario + ".img");
+        using (var data = FileBlockDevice.Open(copy, writable: true))
+        {
+            var result = LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.InPlace);
+            Assert.Equal(LogState.ReplayedInPlace, result.State);
+            Assert.Equal(held.Count, result.UnlinkedInodes);
+            Assert.Equal(LogState.Clean, LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.Memory).State);
+        }
+
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair"), "-n", copy);
+        Assert.True(repair.ExitCode == 0, $"xfs_repair -n failed ({repair.ExitCode}):\n{repair.StandardOutput}\n{repair.StandardError}");
+
+        var differences = DifferencesFromKernel(copy, s.KernelImage, held);
+        Assert.True(differences.Count == 0, $"{differences.Count} difference(s) from the kernel's replay:\n" + string.Join("\n", differences));
+
+        // The kernel mounts it without recovery (xfs_repair above refuses a dirty log) and shows the tree of its own replay.
+        using var mount = LoopMount.Mount(copy, readOnly: true, "norecovery");
+        string json = Path.Combine(_tmp, Scenario + ".inplace.json");
+        Shell.RunChecked("python3", DirtyLogScenarios.ManifestScript, mount.MountPoint, json);
+        Assert.Equal(File.ReadAllText(s.ManifestPath), File.ReadAllText(json));
+    }
+
+    [Fact]
+    public void ComparisonWithTheKernelSeesUnfreedInodes()
+    {
+        // Guards the test above: the kernel's image compares equal to itself, and the replay alone (our in-memory replay
+        // written to a copy, the held inodes not freed) differs from it wherever freeing them changes the volume.
+        var s = DirtyLogScenarios.Ensure(Scenario);
+        var held = Held(s);
+        Assert.Empty(DifferencesFromKernel(s.KernelImage, s.KernelImage, held));
+
+        string copy = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, Scenario + ".replayed.img");
+        using (var data = FileBlockDevice.Open(copy, writable: true))
+        {
+            var result = LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.Memory);
+            Assert.IsType<OverlayDevice>(result.Device).FlushTo(data, null);
+        }
+        var differences = DifferencesFromKernel(copy, s.KernelImage, held);
+        string all = string.Join("\n", differences);
+        var sb = XfsDb.Fields(s.KernelImage, "sb 0", "print agblklog inopblog");
+        int agInoLog = int.Parse(sb["agblklog"]) + int.Parse(sb["inopblog"]);
+        foreach (var (name, ino) in held)
+        {
+            Assert.Contains(differences, d => d.StartsWith($"{name} ({ino}) still has mode", StringComparison.Ordinal));
+            Assert.Contains($"{name} ({ino}) is not free in the inobt", all);
+            Assert.Contains($"agi {ino >> agInoLog} freecount:", all);
+            Assert.Contains($"AG {ino >> agInoLog} finobt records:", all);
+        }
+        Assert.Contains("still holds agino", all);
+        ulong fragAg = held["frag"] >> agInoLog;   // its thousands of blocks lie in its inode's AG
+        Assert.Contains($"AG {fragAg} free extents by block", all);
+        Assert.Contains($"agf {fragAg} freeblks:", all);
+        Assert.Contains("reverse mappings", all);
+    }
+
+    /// <summary>
+    /// Where <paramref name="image"/> differs from the kernel's replay in free space, inode counts, free-space and inode
+    /// btrees, reverse mappings and superblock counters, and held inodes it has not freed (xfs_db on both).
+    /// </summary>
+    private static List<string> DifferencesFromKernel(string image, string kernelImage, Dictionary<string, ulong> held)
+    {
+        int agCount = AgCount(kernelImage);
+        var differences = new List<string>();
+        void Same(string what, string mine, string kernels)
+        {
+            if (mine != kernels) differences.Add($"{what}:\n  ours:   {Shorten(mine)}\n  kernel: {Shorten(kernels)}");
+        }
+        for (int ag = 0; ag < agCount; ag++)
+        {
+            foreach (var (header, fields) in new[] { ("agf", "freeblks longest flcount btreeblks"), ("agi", "count freecount") })
+            {
+                var ours = XfsDb.Fields(image, $"{header} {ag}", "print " + fields);
+                var theirs = XfsDb.Fields(kernelImage, $"{header} {ag}", "print " + fields);
+                foreach (var f in fields.Split(' ')) Same($"{header} {ag} {f}", ours[f], theirs[f]);
+            }
+            Same($"AG {ag} free extents by block (AGFL, then bnobt; xfs_db freesp -d)", XfsDb.Run(image, $"freesp -d -a {ag}"), XfsDb.Run(kernelImage, $"freesp -d -a {ag}"));
+            Same($"AG {ag} free extents by size (AGFL, then cntbt; xfs_db freesp -c -d)", XfsDb.Run(image, $"freesp -c -d -a {ag}"), XfsDb.Run(kernelImage, $"freesp -c -d -a {ag}"));
+            Same($"AG {ag} inobt records", string.Join(" ", BtreeRecords(image, $"agi {ag}", "root")), string.Join(" ", BtreeRecords(kernelImage, $"agi {ag}", "root")));
+            Same($"AG {ag} finobt records", string.Join(" ", BtreeRecords(image, $"agi {ag}", "free_root")), string.Join(" ", BtreeRecords(kernelImage, $"agi {ag}", "free_root")));
+        }
+        var sbOurs = XfsDb.Fields(image, "sb 0", "print icount ifree fdblocks");
+        var sbKernel = XfsDb.Fields(kernelImage, "sb 0", "print icount ifree fdblocks");
+        foreach (var f in new[] { "icount", "ifree", "fdblocks" }) Same("sb " + f, sbOurs[f], sbKernel[f]);
+        Same("reverse mappings (xfs_db fsmap)", XfsDb.Run(image, "fsmap"), XfsDb.Run(kernelImage, "fsmap"));
+
+        foreach (var (bucket, value) in NonNullUnlinkedBuckets(image, agCount)) differences.Add($"{bucket} still holds agino {value}");
+        foreach (var (name, ino) in held)
+        {
+            string mode = XfsDb.Fields(image, $"inode {ino}", "print core.mode")["core.mode"];
+            if (mode != "0") differences.Add($"{name} ({ino}) still has mode {mode}");
+            if (!IsFreeInInobt(image, ino, agCount)) differences.Add($"{name} ({ino}) is not free in the inobt");
+        }
+        return differences;
+    }
+
+    private static string Shorten(string text)
+    {
+        text = text.Replace("\n", " | ");
+        return text.Length <= 2000 ? text : text[..2000] + " ...";
+    }
+
+    private static int AgCount(string image) => int.Parse(XfsDb.Fields(image, "sb 0", "print agcount")["agcount"]);
+
+    /// <summary>Blocks mapped by an inode's data or attr fork (xfs_db bmap).</summary>
+    private static long BmapBlocks(string image, ulong ino, bool attr) =>
+        BmapCount().Matches(XfsDb.Run(image, $"inode {ino}", attr ? "bmap -a" : "bmap")).Sum(m => long.Parse(m.Groups[1].Value));
+
+    [GeneratedRegex(@"count (\d+) flag")]
+    private static partial Regex BmapCount();
+
+    /// <summary>"agi N unlinked[B]" → agino for every bucket xfs_db shows as not null.</summary>
+    private static List<(string Bucket, string Value)> NonNullUnlinkedBuckets(string image, int agCount)
+    {
+        var found = new List<(string, string)>();
+        for (int ag = 0; ag < agCount; ag++)
+        {
+            var line = XfsDb.Fields(image, $"agi {ag}", "print unlinked").Single().Value;
+            foreach (Match m in Regex.Matches(line, @"(\d+):(\S+)"))
+                if (m.Groups[2].Value != "null") found.Add(($"agi {ag} unlinked[{m.Groups[1].Value}]", m.Groups[2].Value));
+        }
+        return found;
+    }
+
+    /// <summary>Whether the inobt record that covers <paramref name="ino"/> marks it free (xfs_db, records walked from the root).</summary>
+    private static bool IsFreeInInobt(string image, ulong ino, int agCount)
+    {
+        var sb = XfsDb.Fields(image, "sb 0", "print agblklog inopblog");
+        int agInoLog = int.Parse(sb["agblklog"]) + int.Parse(sb["inopblog"]);
+        ulong ag = ino >> agInoLog, agino = ino & ((1UL << agInoLog) - 1);
+        Assert.True(ag < (ulong)agCount);
+        foreach (var rec in BtreeRecords(image, $"agi {ag}", "root"))
+        {
+            // [startino,holemask,count,freecount,free]
+            var f = rec.Trim('[', ']').Split(',');
+            ulong start = ulong.Parse(f[0]);
+            if (agino < start || agino >= start + 64) continue;
+            ulong free = f[4].StartsWith("0x", StringComparison.Ordinal) ? Convert.ToUInt64(f[4][2..], 16) : ulong.Parse(f[4]);
+            return (free >> (int)(agino - start) & 1) != 0;
+        }
+        return false;
+    }
+
+    /// <summary>Every record of a short-pointer btree, in key order, as xfs_db prints it ("[a,b,...]").</summary>
+    private static List<string> BtreeRecords(string image, string header, string rootField)
+    {
+        var records = new List<string>();
+        void Walk(List<string> path)
+        {
+            var text = XfsDb.Run(image, [.. path, "print level numrecs"]);
+            var fields = XfsDb.Parse(text);
+            int level = int.Parse(fields["level"]);
+            if (fields["numrecs"] == "0") return;
+            if (level == 0)
+            {
+                records.AddRange(Regex.Matches(XfsDb.Run(image, [.. path, "print recs"]), @"\d+:(\[[^\]]*\])").Select(m => m.Groups[1].Value));
+                return;
+            }
+            int ptrs = Regex.Count(XfsDb.Run(image, [.. path, "print ptrs"]), @"\d+:\d+");
+            for (int i = 1; i <= ptrs; i++) Walk([.. path, $"addr ptrs[{i}]"]);
+        }
+        Walk([header, "addr " + rootField]);
+        return records;
+    }
+
+    /// <summary>Inodes on every AGI unlinked list of a (replayed) device, following di_next_unlinked.</summary>
+    private static List<ulong> UnlinkedListInodes(IBlockDevice device, Superblock sb)
+    {
+        var inodes = new List<ulong>();
+        var agi = new byte[sb.SectorSize];
+        var inode = new byte[sb.InodeSize];
+        for (uint ag = 0; ag < sb.AgCount; ag++)
+        {
+            device.Read(RecoveryChecks.AgiOffset(sb, ag), agi);
+            for (int b = 0; b < AgiView.UnlinkedBuckets; b++)
+            {
+                uint agino = BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffUnlinked + 4 * b));
+                while (agino != AgiView.NullAgino && inodes.Count < 1000)
+                {
+                    ulong ino = ((ulong)ag << sb.AgInoLog) | agino;
+                    inodes.Add(ino);
+                    device.Read(sb.InodeToByte(ino), inode);
+                    agino = BinaryPrimitives.ReadUInt32BigEndian(inode.AsSpan(DinodeView.OffNextUnlinked));
+                }
+            }
+        }
+        return inodes;
+    }
+}
+
+/// <summary>xfs_db -r on an image: raw output, or its "name = value" lines.</summary>
+internal static class XfsDb
+{
+    public static string Run(string image, params string[] commands)
+    {
+        var args = new List<string> { "-r" };
+        foreach (var c in commands) args.AddRange(["-c", c]);
+        args.Add(image);
+        return Shell.RunChecked(OracleImages.Tool("xfs_db"), args).StandardOutput;
+    }
+
+    public static Dictionary<string, string> Fields(string image, params string[] commands) => Parse(Run(image, commands));
+
+    public static Dictionary<string, string> Parse(string text)
+    {
+        var fields = new Dictionary<string, string>(StringComparer.Ordinal);
+        foreach (var line in text.Split('\n'))
+        {
+            int eq = line.IndexOf(" = ", StringComparison.Ordinal);
+            if (eq > 0) fields[line[..eq].Trim()] = line[(eq + 3)..].Trim();
+        }
+        return fields;
+    }
+}
