@@ -135,9 +135,8 @@ public sealed partial class UnlinkedInodeRecoveryTests : IDisposable
         }
         Assert.Contains("still holds agino", all);
         ulong fragAg = held["frag"] >> agInoLog;   // its thousands of blocks lie in its inode's AG
-        Assert.Contains($"AG {fragAg} free extents by block", all);
         Assert.Contains($"agf {fragAg} freeblks:", all);
-        Assert.Contains("reverse mappings", all);
+        Assert.Contains("reverse mappings other than OWN_AG", all);
     }
 
     /// <summary>
@@ -160,15 +159,17 @@ public sealed partial class UnlinkedInodeRecoveryTests : IDisposable
                 var theirs = XfsDb.Fields(kernelImage, $"{header} {ag}", "print " + fields);
                 foreach (var f in fields.Split(' ')) Same($"{header} {ag} {f}", ours[f], theirs[f]);
             }
-            Same($"AG {ag} free extents by block (AGFL, then bnobt; xfs_db freesp -d)", XfsDb.Run(image, $"freesp -d -a {ag}"), XfsDb.Run(kernelImage, $"freesp -d -a {ag}"));
-            Same($"AG {ag} free extents by size (AGFL, then cntbt; xfs_db freesp -c -d)", XfsDb.Run(image, $"freesp -c -d -a {ag}"), XfsDb.Run(kernelImage, $"freesp -c -d -a {ag}"));
             Same($"AG {ag} inobt records", string.Join(" ", BtreeRecords(image, $"agi {ag}", "root")), string.Join(" ", BtreeRecords(kernelImage, $"agi {ag}", "root")));
             Same($"AG {ag} finobt records", string.Join(" ", BtreeRecords(image, $"agi {ag}", "free_root")), string.Join(" ", BtreeRecords(kernelImage, $"agi {ag}", "free_root")));
         }
         var sbOurs = XfsDb.Fields(image, "sb 0", "print icount ifree fdblocks");
         var sbKernel = XfsDb.Fields(kernelImage, "sb 0", "print icount ifree fdblocks");
         foreach (var f in new[] { "icount", "ifree", "fdblocks" }) Same("sb " + f, sbOurs[f], sbKernel[f]);
-        Same("reverse mappings (xfs_db fsmap)", XfsDb.Run(image, "fsmap"), XfsDb.Run(kernelImage, "fsmap"));
+        // Every reverse mapping but OWN_AG's. Which blocks the AG free list and the free-space and rmap btrees occupy
+        // depends on the order of the kernel's many small transactions (each trims or refills the AGFL first), so
+        // OWN_AG blocks and free extents may sit elsewhere; with every other owner's blocks equal and the AGF's
+        // freeblks, flcount and btreeblks equal above, the blocks they share between them are the same set.
+        Same("reverse mappings other than OWN_AG (xfs_db fsmap)", MappingsExceptSpaceManagement(image), MappingsExceptSpaceManagement(kernelImage));
 
         foreach (var (bucket, value) in NonNullUnlinkedBuckets(image, agCount)) differences.Add($"{bucket} still holds agino {value}");
         foreach (var (name, ino) in held)
@@ -179,6 +180,12 @@ public sealed partial class UnlinkedInodeRecoveryTests : IDisposable
         }
         return differences;
     }
+
+    /// <summary>xfs_db fsmap without its record numbers and without OWN_AG (-5) records.</summary>
+    private static string MappingsExceptSpaceManagement(string image) =>
+        string.Join("\n", XfsDb.Run(image, "fsmap").Split('\n')
+            .Select(line => Regex.Replace(line.Trim(), "^[0-9]+: ", ""))
+            .Where(line => line.Length > 0 && !line.Contains(" owner -5 ", StringComparison.Ordinal)));
 
     private static string Shorten(string text)
     {
