@@ -57,11 +57,7 @@ public static class UnlinkedInodeFreeing
                 BinaryPrimitives.WriteUInt32BigEndian(agi.AsSpan(AgiView.OffUnlinked + 4 * b), AgiView.NullAgino);
             XfsCrc.Stamp(agi, AgiView.OffCrc);
             device.Write(agiOffset, agi);
-            foreach (var s in spaces.Values)
-            {
-                s.TrimFreeList();
-                s.Commit();
-            }
+            foreach (var s in spaces.Values) s.Commit();
         }
         return freed;
     }

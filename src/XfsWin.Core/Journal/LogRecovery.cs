@@ -104,12 +104,15 @@ public static class LogRecovery
         if (result.UnfinishedIntents.Count > 0)
             refusals.Add("unfinished intents (" + string.Join(", ", result.UnfinishedIntents.Select(kv => $"{kv.Value} {kv.Key}")) + ")");
         if (cowAgs.Count > 0) refusals.Add($"leftover copy-on-write staging extents to remove (AG {string.Join(", ", cowAgs)})");
+        // Freeing unlinked inodes goes into a second overlay on top of the replay, so that a refusal still
+        // leaves the disk untouched and the replay can be written out on its own first.
+        OverlayDevice? freeing = null;
         if (result.UnlinkedInodes > 0 && refusals.Count == 0)
         {
-            // Changes the overlay only; a refusal here still leaves the disk untouched.
+            freeing = new OverlayDevice(overlay);
             try
             {
-                result.UnlinkedInodesFreed = UnlinkedInodeFreeing.FreeAll(overlay, sb);
+                result.UnlinkedInodesFreed = UnlinkedInodeFreeing.FreeAll(freeing, sb);
             }
             catch (XfsException e) when (e.Error == XfsError.Unsupported)
             {
@@ -121,18 +124,21 @@ public static class LogRecovery
                 "the log holds work that only the kernel's write path can finish: " + string.Join("; ", refusals) +
                 ". xfswin cannot finish them yet, so nothing was written. Mount the volume once with Linux (it replays and finishes them), or open it with --replay=memory.");
 
+        // The replay first: idempotent, so a crash while it is written out leaves the log dirty and replaying
+        // again finishes the job.
         RebuildSummaryCounters(overlay, sb);
-        // Replay alone is idempotent: a crash while it is written out leaves the log dirty, and replaying
-        // again finishes the job. Freeing unlinked inodes is not (its blocks are not in the log), so it
-        // is fenced with NEEDSREPAIR: set on disk before anything else is written and cleared last, a
-        // crash in between leaves a volume the kernel refuses to mount until xfs_repair has run.
-        bool fenced = result.UnlinkedInodesFreed > 0;
-        if (fenced) SetNeedsRepair(dataDevice, overlay, sb.SectorSize, true);
-        overlay.FlushTo(dataDevice, (done, total) => progress?.Report(0.9 + 0.08 * done / Math.Max(1, total)));
+        overlay.FlushTo(dataDevice, (done, total) => progress?.Report(0.9 + 0.06 * done / Math.Max(1, total)));
+        dataDevice.Flush();
         LogWriter.WriteUnmountRecord(area, sb, pos);
         area.Device.Flush();
-        if (fenced)
+        if (freeing is not null)
         {
+            // Then the freeing, which no log describes: fenced with NEEDSREPAIR, set on disk before its first
+            // write and cleared after its last, so a crash in between leaves a volume with a clean log that the
+            // kernel refuses to mount until xfs_repair (no log to zero) has finished the job.
+            RebuildSummaryCounters(freeing, sb);
+            SetNeedsRepair(dataDevice, freeing, sb.SectorSize, true);
+            freeing.FlushTo(dataDevice, (done, total) => progress?.Report(0.96 + 0.03 * done / Math.Max(1, total)));
             dataDevice.Flush();
             SetNeedsRepair(dataDevice, null, sb.SectorSize, false);
             warnings.Add($"freed {result.UnlinkedInodesFreed} inode(s) unlinked while open at the crash, as Linux does after its replay");

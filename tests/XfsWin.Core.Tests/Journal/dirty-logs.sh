@@ -42,7 +42,7 @@ case $SCEN in
     xhdr4k) MKFSOPTS="$MKFSOPTS -s size=4096"; MOUNTOPTS="logbsize=256k" ;;
     extlog) LOGIMG=$WORK/logdev; truncate -s 80M "$LOGIMG"; MKFSOPTS="$MKFSOPTS -l logdev=$LOGIMG,size=16384b" ;;
     intents) ;;
-    unlinked) ;;
+    unlinked|unlinkedmany) ;;
     mkfs613|pairs|intents613) MKFS="$XFSPROGS613/mkfs.xfs"; MKFSOPTS="-n parent=1 -i exchange=1"
              [[ -x $MKFS ]] || { echo "dirty-logs.sh: $MKFS missing: run scripts/oracles/install.sh" >&2; exit 2; } ;;
     quota) MOUNTOPTS="uquota,gquota,pquota"; KERNEL=uml ;;
@@ -289,12 +289,56 @@ PY
     [[ -e $WORK/held.ready ]] || { echo "dirty-logs.sh: unlinked: the holder did not get ready" >&2; exit 1; }
 }
 
+workload_unlinked_many() {
+    # Thousands of inodes unlinked while held open, chosen so that freeing them changes the shape of the trees:
+    # every other one-block file (2000 separate free extents: the bno and cnt btrees split, the AGFL is refilled)
+    # and a run of 12000 empty files (187 whole inode chunks released: inobt and finobt blocks join, the inobt
+    # root shrinks, rmap records go). The inode numbers of a few of them are written for the test.
+    mkdir $M/many
+    python3 - $M/many <<'PY'
+import os, sys
+d = sys.argv[1]
+for i in range(4000):
+    fd = os.open(os.path.join(d, f"b{i:05d}"), os.O_WRONLY | os.O_CREAT, 0o644); os.write(fd, b"b" * 4096); os.close(fd)
+for i in range(20000):
+    os.close(os.open(os.path.join(d, f"e{i:05d}"), os.O_WRONLY | os.O_CREAT, 0o644))
+PY
+    python3 - $M $WORK/held $WORK/held.ready <<'PY' & HOLDER=$!
+import errno, os, resource, subprocess, sys, time
+m, held, ready = sys.argv[1:4]
+d = os.path.join(m, "many")
+resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
+names = [f"b{i:05d}" for i in range(1, 4000, 2)] + [f"e{i:05d}" for i in range(3000, 15000)]
+fds = {n: os.open(os.path.join(d, n), os.O_RDONLY) for n in names}
+os.sync()
+subprocess.run(["fsfreeze", "-f", m], check=True); subprocess.run(["fsfreeze", "-u", m], check=True)
+for n in names: os.unlink(os.path.join(d, n))
+with open(held, "w") as f:
+    for n in ("b00001", "b03999", "e03000", "e09000", "e14999"): f.write(f"{n} {os.fstat(fds[n]).st_ino}\n")
+open(ready, "w").close()
+end = time.time() + 600
+probe = fds["e03000"]
+while time.time() < end:
+    try:
+        os.fstat(probe)
+    except OSError as e:
+        if e.errno == errno.EIO: sys.exit(0)
+        raise
+    time.sleep(0.05)
+sys.exit("unlinkedmany holder: no shutdown came")
+PY
+    local waited
+    for waited in $(seq 1 1200); do [[ -e $WORK/held.ready ]] && break; kill -0 $HOLDER 2>/dev/null || break; sleep 0.1; done
+    [[ -e $WORK/held.ready ]] || { echo "dirty-logs.sh: unlinkedmany: the holder did not get ready" >&2; exit 1; }
+}
+
 run_workload() {
 case $SCEN in
     crash|xhdr4k|extlog|mkfs613) workload_common ;;
     quota) workload_quota ;;
     pairs) workload_pairs ;;
     unlinked) workload_unlinked ;;
+    unlinkedmany) workload_unlinked_many ;;
     intents613)
         # An extent exchange of two files of 20000 extents, cut short by the shutdown: the exchange (XMI) and the
         # mapping updates of its current step (BUI) are in the middle of their chains. a and b have the same layout
