@@ -6,10 +6,11 @@ namespace XfsWin.Journal;
 
 /// <summary>
 /// Applies committed transactions to a device (the copy-on-write overlay), as the kernel's two
-/// recovery passes do: pass 1 builds the buffer cancel table; pass 2 replays buffers, inodes, inode
-/// chunks and dquots in the kernel's item order, honours cancellations and the V5 LSN rule, pairs
-/// intents with their done items, and stamps LSN and CRC into replayed blocks once per recovery LSN
-/// (the point where the kernel submits its delayed-write list).
+/// recovery passes do: pass 1 builds the buffer cancel table and gathers the quota types that
+/// quota-off items switched off; pass 2 replays buffers, inodes, inode chunks and dquots in the
+/// kernel's item order, honours cancellations, quota-off items and the V5 LSN rule, pairs intents
+/// with their done items, and stamps LSN and CRC into replayed blocks once per recovery LSN (the
+/// point where the kernel submits its delayed-write list).
 /// </summary>
 public sealed class LogReplayer
 {
@@ -278,7 +279,6 @@ public sealed class LogReplayer
                 return;
             case LogItemType.QuotaOff:
                 return; // pass 1 only
-
         }
         if (IntentLogFormat.IsIntent(type))
         {

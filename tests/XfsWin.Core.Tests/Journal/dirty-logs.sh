@@ -368,6 +368,10 @@ if [[ -n $GUEST ]]; then
     DEV=/dev/ubda
     case $GUEST in
         workload)
+            # quotaoff needs its quotaoff items and the user dquot buffers before them to stay between tail and head;
+            # the guest's kernel is the scenario's own: stop its periodic log worker (which writes logged metadata
+            # back and covers the log when idle) for the workload, however slowly a busy machine runs it.
+            [[ $SCEN == quotaoff ]] && echo 720000 > /proc/sys/fs/xfs/xfssyncd_centisecs
             mount -t xfs ${MOUNTOPTS:+-o $MOUNTOPTS} $DEV $M
             run_workload
             xfs_io -x -c 'shutdown -f' $M
@@ -460,8 +464,12 @@ if [[ $SCEN == quotaoff ]]; then
     # dquots are logged after it.
     xfs_logprint -t "$IMG" >"$WORK/logprint" 2>/dev/null
     qoff=$(count_lines "$WORK/logprint" '^[[:space:]]*QUOTAOFF: #regs:.*type: USER')
-    if [[ $qoff -lt 2 || $qoff -ne $(count_lines "$WORK/logprint" '^[[:space:]]*QUOTAOFF: #regs') ]]; then
-        echo "dirty-logs.sh: quotaoff: $qoff user quotaoff items in the dirty log (xfs_logprint -t)" >&2; exit 1
+    if [[ $qoff -ne $(count_lines "$WORK/logprint" '^[[:space:]]*QUOTAOFF: #regs') ]]; then
+        echo "dirty-logs.sh: quotaoff: quotaoff items for other types than user in the dirty log (xfs_logprint -t)" >&2; exit 1
+    fi
+    if [[ $qoff -lt 2 ]]; then
+        # Written back before the shutdown, the switch-off's items fall behind the tail.
+        echo "dirty-logs.sh: quotaoff: $qoff quotaoff items in the dirty log (xfs_logprint -t); run again" >&2; exit 3
     fi
     if ! sed -n '/QUOTAOFF: #regs/,$p' "$WORK/logprint" | grep -q '^[[:space:]]*DQUOT: #regs'; then
         echo "dirty-logs.sh: quotaoff: no dquot is logged after the quotaoff items" >&2; exit 1
