@@ -40,10 +40,12 @@ if [ -x scripts/oracles/install.sh ]; then
   scripts/oracles/install.sh
 fi
 
-# User-mode Linux (Linux 6.1 with XFS quota, which the machine's kernel may lack) for the log tests' quota scenario.
+# User-mode Linux (Linux 6.1 and 5.10 with XFS quota, which the machine's kernel may lack) for the log tests' quota
+# scenarios; 5.10 (Debian bullseye's, fetched through a private source list) still logs quotaoff items.
 if [ -f tests/XfsWin.Core.Tests/Journal/uml.sh ]; then
   if [ "$(id -u)" -eq 0 ]; then
-    bash tests/XfsWin.Core.Tests/Journal/uml.sh install
+    bash tests/XfsWin.Core.Tests/Journal/uml.sh install 6.1
+    bash tests/XfsWin.Core.Tests/Journal/uml.sh install 5.10
   else
     echo "Skipping user-mode Linux (the log tests fetch it when run as root)." >&2
   fi

@@ -140,6 +140,10 @@ public static class RecoverCommand
         if (r.State != LogState.Clean)
         {
             o.WriteLine($"log replayed:  {r.LogBytesReplayed / 1024.0:F0} KiB, {r.TransactionsReplayed} transaction(s)");
+            if (r.DquotsReplayed > 0 || r.QuotaOffItems > 0)
+                o.WriteLine($"quota:         {r.DquotsReplayed} logged dquot(s) replayed" + (r.QuotaOffItems == 0 ? "" :
+                    $"; {r.QuotaOffItems} quota-off item(s) switched off {(r.QuotaTypesOff.Count == 0 ? "no accounting" : string.Join(", ", r.QuotaTypesOff) + " quota")}, " +
+                    $"whose {r.DquotsSkippedQuotaOff} logged dquot(s) and dquot buffer(s) were left out, as Linux does"));
             foreach (var (kind, count) in r.UnfinishedIntents) o.WriteLine($"unfinished:    {count} {kind} intent(s)");
             if (r.UnlinkedInodes > 0) o.WriteLine($"unlinked:      {r.UnlinkedInodes} inode(s) unlinked while open");
         }

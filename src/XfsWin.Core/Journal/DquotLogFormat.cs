@@ -12,7 +12,7 @@ public readonly ref struct DquotLogFormat
     /// <summary>xfs_disk_dquot (big-endian): be16 d_magic "DQ", u8 d_version (1), u8 d_type, be32 d_id.</summary>
     public const ushort Magic = 0x4451;
     public const byte Version = 1;
-    public const int OffVersion = 2, OffDiskId = 4;
+    public const int OffVersion = 2, OffDiskType = 3, OffDiskId = 4;
 
     private readonly ReadOnlySpan<byte> _b;
     public DquotLogFormat(ReadOnlySpan<byte> b) => _b = b;

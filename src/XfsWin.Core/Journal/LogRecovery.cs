@@ -16,7 +16,12 @@ namespace XfsWin.Journal;
 public static class LogRecovery
 {
     public static LogRecoveryResult Recover(IBlockDevice dataDevice, IBlockDevice? externalLogDevice, Superblock sb, LogReplayMode mode,
-        IProgress<double>? progress = null)
+        IProgress<double>? progress = null) =>
+        Recover(dataDevice, externalLogDevice, sb, mode, progress, honourQuotaOff: true);
+
+    /// <param name="honourQuotaOff">False only in tests: replay dquots of types a quota-off item switched off (see <see cref="LogReplayer.HonourQuotaOff"/>).</param>
+    internal static LogRecoveryResult Recover(IBlockDevice dataDevice, IBlockDevice? externalLogDevice, Superblock sb, LogReplayMode mode,
+        IProgress<double>? progress, bool honourQuotaOff)
     {
         var warnings = new List<string>();
         if (sb.LogStart == 0 && externalLogDevice is null)
@@ -64,7 +69,7 @@ public static class LogRecovery
         result.TailLsn = FindTailLsn(reader, pos);
 
         var overlay = new OverlayDevice(dataDevice);
-        var replayer = new LogReplayer(overlay, sb, (blk, problem) => reader.Corrupt(blk, problem));
+        var replayer = new LogReplayer(overlay, sb, (blk, problem) => reader.Corrupt(blk, problem)) { HonourQuotaOff = honourQuotaOff };
 
         // Pass 1: cancel table. Pass 2: apply.
         Walk(reader, pos, sb, warnings, replayer, pass: 1, progress, 0.0, 0.3);
@@ -78,6 +83,9 @@ public static class LogRecovery
         result.TransactionsReplayed = replayer.TransactionsReplayed;
         result.QuotaAccounting = replayer.QuotaAccounting;
         result.DquotsReplayed = replayer.DquotsReplayed;
+        result.QuotaOffItems = replayer.QuotaOffItems;
+        result.QuotaTypesOff = replayer.QuotaTypesOff;
+        result.DquotsSkippedQuotaOff = replayer.DquotsSkippedQuotaOff;
         result.IntentsLogged = replayer.IntentsLogged();
         result.IntentsFinished = replayer.IntentsFinished();
         result.UnfinishedIntents = replayer.UnfinishedIntents();

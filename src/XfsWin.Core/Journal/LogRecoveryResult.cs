@@ -28,4 +28,10 @@ public sealed class LogRecoveryResult
     public bool QuotaAccounting;
     /// <summary>Logged dquots written (those whose on-disk copy was not newer).</summary>
     public long DquotsReplayed;
+    /// <summary>Quota-off items between tail and head (each switch-off of accounting logs two: its start and its end).</summary>
+    public int QuotaOffItems;
+    /// <summary>Quota types ("user", "group", "project") those items switched off: none of their logged dquots is replayed.</summary>
+    public IReadOnlyList<string> QuotaTypesOff = [];
+    /// <summary>Logged dquots and dquot buffers left out because their type was switched off in the log.</summary>
+    public long DquotsSkippedQuotaOff;
 }

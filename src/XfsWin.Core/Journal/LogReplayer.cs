@@ -6,10 +6,11 @@ namespace XfsWin.Journal;
 
 /// <summary>
 /// Applies committed transactions to a device (the copy-on-write overlay), as the kernel's two
-/// recovery passes do: pass 1 builds the buffer cancel table; pass 2 replays buffers, inodes, inode
-/// chunks and dquots in the kernel's item order, honours cancellations and the V5 LSN rule, pairs
-/// intents with their done items, and stamps LSN and CRC into replayed blocks once per recovery LSN
-/// (the point where the kernel submits its delayed-write list).
+/// recovery passes do: pass 1 builds the buffer cancel table and gathers the quota types that
+/// quota-off items switched off; pass 2 replays buffers, inodes, inode chunks and dquots in the
+/// kernel's item order, honours cancellations, quota-off items and the V5 LSN rule, pairs intents
+/// with their done items, and stamps LSN and CRC into replayed blocks once per recovery LSN (the
+/// point where the kernel submits its delayed-write list).
 /// </summary>
 public sealed class LogReplayer
 {
@@ -48,6 +49,16 @@ public sealed class LogReplayer
     public long InodesSkippedNewer { get; private set; }
     public long InodeChunksCreated { get; private set; }
     public long DquotsReplayed { get; private set; }
+    /// <summary>Quota-off items between tail and head (pass 1; a switch-off logs two, its start and its end).</summary>
+    public int QuotaOffItems { get; private set; }
+    /// <summary>Logged dquots and dquot buffers not replayed because a quota-off item in the log switched their type off.</summary>
+    public long DquotsSkippedQuotaOff { get; private set; }
+    /// <summary>
+    /// Test hook: when false, quota-off items are still counted but no longer stop dquots of their types from being
+    /// replayed (what XfsWin did before honouring them); the quota-off scenario's tests use it to show that the
+    /// comparison with the kernel catches the difference.
+    /// </summary>
+    internal bool HonourQuotaOff { get; init; } = true;
     public List<string> Warnings { get; } = new();
 
     /// <summary>Records the record currently being processed, for error messages.</summary>
@@ -61,6 +72,11 @@ public sealed class LogReplayer
     {
         foreach (var item in trans.Items)
         {
+            if (item.Type == LogItemType.QuotaOff)
+            {
+                NoteQuotaOff(trans, item);
+                continue;
+            }
             if (item.Type == LogItemType.Inode && item.Regions[0].Length is InodeLogFormat.Size or InodeLogFormat.Size32)
             {
                 var inf = new InodeLogFormat(item.Regions[0]);
@@ -92,6 +108,39 @@ public sealed class LogReplayer
     /// leaves it, known after pass 1 and used throughout pass 2.
     /// </summary>
     public bool QuotaAccounting => (new SuperblockView(_lastSuperblock).Qflags & (UquotaAcct | PquotaAcct | GquotaAcct)) != 0;
+
+    /// <summary>Dquot types (d_type bits: user 1, project 2, group 4) some quota-off item in the log switched off.</summary>
+    private byte _quotaOffTypes;
+
+    /// <summary>
+    /// The quota types switched off somewhere in the log, by name ("user", "group", "project"). Invariant, as in the
+    /// kernel: pass 1 gathers them from every quota-off item between tail and head, whether it comes before or after
+    /// a given dquot, and pass 2 replays no dquot item and no dquot buffer of those types (their quota file may have
+    /// been truncated and its blocks reused since, and nothing reads those dquots again without a quotacheck).
+    /// </summary>
+    public IReadOnlyList<string> QuotaTypesOff =>
+        new[] { (DquotTypeUser, "user"), (DquotTypeGroup, "group"), (DquotTypeProject, "project") }
+            .Where(t => (_quotaOffTypes & t.Item1) != 0).Select(t => t.Item2).ToList();
+
+    private const byte DquotTypeUser = 0x1, DquotTypeProject = 0x2, DquotTypeGroup = 0x4, DquotTypeMask = 0x7;
+
+    /// <summary>
+    /// xfs_qoff_logformat: u16 type, u16 size, u32 qf_flags (host order), padding. Its accounting bits name the
+    /// types switched off. Only the first 8 bytes are read: Linux 5.10 logs 160 bytes (its whole in-memory item).
+    /// </summary>
+    private void NoteQuotaOff(LogTransaction trans, LogItem item)
+    {
+        var r0 = item.Regions[0];
+        if (r0.Length < 8) throw Corrupt(trans, $"quota-off item of {r0.Length} bytes");
+        uint flags = BinaryPrimitives.ReadUInt32LittleEndian(r0.AsSpan(4));
+        if ((flags & UquotaAcct) != 0) _quotaOffTypes |= DquotTypeUser;
+        if ((flags & GquotaAcct) != 0) _quotaOffTypes |= DquotTypeGroup;
+        if ((flags & PquotaAcct) != 0) _quotaOffTypes |= DquotTypeProject;
+        QuotaOffItems++;
+    }
+
+    /// <summary>Whether dquots of these types (d_type bits) are left alone because the log switched one of them off.</summary>
+    private bool SwitchedOff(byte types) => HonourQuotaOff && (_quotaOffTypes & types) != 0;
 
     /// <summary>For the assembler's cancel pass: keep the data of superblock buffer items (daddr 0), which pass 1 follows.</summary>
     public static bool KeepsDataInPass1(ReadOnlySpan<byte> format) =>
@@ -229,7 +278,7 @@ public sealed class LogReplayer
                 ApplyDquot(trans, item);
                 return;
             case LogItemType.QuotaOff:
-                return;
+                return; // pass 1 only
         }
         if (IntentLogFormat.IsIntent(type))
         {
@@ -310,6 +359,15 @@ public sealed class LogReplayer
         else if ((f.Flags & (BufLogFormat.FlagUserDquot | BufLogFormat.FlagProjectDquot | BufLogFormat.FlagGroupDquot)) != 0)
         {
             if (!QuotaAccounting) return;
+            byte types = 0;
+            if ((f.Flags & BufLogFormat.FlagUserDquot) != 0) types |= DquotTypeUser;
+            if ((f.Flags & BufLogFormat.FlagProjectDquot) != 0) types |= DquotTypeProject;
+            if ((f.Flags & BufLogFormat.FlagGroupDquot) != 0) types |= DquotTypeGroup;
+            if (SwitchedOff(types))
+            {
+                DquotsSkippedQuotaOff++;
+                return;
+            }
             CopyRegions(trans, item, f, buf);
         }
         else
@@ -562,7 +620,8 @@ public sealed class LogReplayer
     }
 
     /// <summary>
-    /// xlog_recover_dquot_commit_pass2: replayed only when quota accounting is on (<see cref="QuotaAccounting"/>).
+    /// xlog_recover_dquot_commit_pass2: replayed only when quota accounting is on (<see cref="QuotaAccounting"/>)
+    /// and no quota-off item in the log switched the dquot's type off (<see cref="QuotaTypesOff"/>).
     /// Invariant: only the logged xfs_disk_dquot and (V5) the dqblk CRC change. Unlike buffers, inodes and the
     /// kernel's own dquot flushes, recovery leaves dd_lsn and the UUID of the dqblk as they are on disk; the kernel
     /// stamps dd_lsn only when it later flushes a dquot it changed itself.
@@ -575,6 +634,12 @@ public sealed class LogReplayer
         var q = new DquotLogFormat(r0);
         var src = item.Regions[1];
         if (src.Length < DquotLogFormat.DiskDquotSize) throw Corrupt(trans, $"dquot {q.Id}: logged dquot of {src.Length} bytes");
+        // Like the kernel, before any other check of the logged dquot: a type switched off is not looked at.
+        if (SwitchedOff((byte)(src[DquotLogFormat.OffDiskType] & DquotTypeMask)))
+        {
+            DquotsSkippedQuotaOff++;
+            return;
+        }
         int size = _sb.IsV5 ? DquotLogFormat.DqblkSize : DquotLogFormat.DiskDquotSize;
         if (src.Length > size) throw Corrupt(trans, $"dquot {q.Id}: logged dquot of {src.Length} bytes is larger than a dquot block entry");
         if (BinaryPrimitives.ReadUInt16BigEndian(src) != DquotLogFormat.Magic || src[DquotLogFormat.OffVersion] != DquotLogFormat.Version ||

@@ -74,16 +74,15 @@ public static class DirtyLogScenarios
         new() { ["XFSWIN_MANIFEST"] = ManifestScript, ["XFSWIN_CACHE"] = OracleImages.CacheRoot };
 
     /// <summary>
-    /// Mounts <paramref name="image"/> read-only in user-mode Linux (a kernel with XFS quota, uml.sh) with the
-    /// scenario's mount options and writes PREFIX.json (manifest), PREFIX.quota (xfs_quota report) and
-    /// PREFIX.dmesg (the kernel's messages of that mount).
+    /// Mounts <paramref name="image"/> read-only in user-mode Linux (a kernel with XFS quota, uml.sh: the scenario's
+    /// kernel, 5.10 for quotaoff) with the scenario's mount options after replay and writes PREFIX.json (manifest),
+    /// PREFIX.quota (xfs_quota report) and PREFIX.dmesg (the kernel's messages of that mount).
     /// </summary>
     public static void GuestReport(string scenario, string image, string prefix)
     {
-        var r = Shell.Run("bash", [UmlScript, "run", image, "--", "env", "XFSWIN_MANIFEST=" + ManifestScript,
-            "XFSWIN_CACHE=" + OracleImages.CacheRoot, "bash", ScriptPath, "--guest", "report", scenario, prefix], TimeSpan.FromMinutes(10), Env());
+        var r = Shell.Run("bash", [ScriptPath, "--report", scenario, image, prefix], TimeSpan.FromMinutes(10), Env());
         if (r.ExitCode != 0)
-            throw new InvalidOperationException($"uml.sh report of {image} failed ({r.ExitCode}):\n{r.StandardOutput}\n{r.StandardError}");
+            throw new InvalidOperationException($"dirty-logs.sh --report of {image} failed ({r.ExitCode}):\n{r.StandardOutput}\n{r.StandardError}");
     }
 
     private static FileStream AcquireLock(string path)

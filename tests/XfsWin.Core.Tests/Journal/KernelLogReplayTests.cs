@@ -18,7 +18,7 @@ public sealed class KernelLogReplayTests : IDisposable
 
     public void Dispose() => Directory.Delete(_tmp, recursive: true);
 
-    public static TheoryData<string> TreeScenarios => new() { "crash", "cow", "wrap", "xhdr4k", "extlog", "mkfs613", "intents", "quota", "pairs" };
+    public static TheoryData<string> TreeScenarios => new() { "crash", "cow", "wrap", "xhdr4k", "extlog", "mkfs613", "intents", "quota", "quotaoff", "pairs" };
 
     private static LogRecoveryResult Recover(DirtyLogScenario s, FileBlockDevice data, FileBlockDevice? log, LogReplayMode mode) =>
         LogRecovery.Recover(data, log, DirtyLogScenarios.ReadSuperblock(data), mode);
@@ -71,6 +71,7 @@ public sealed class KernelLogReplayTests : IDisposable
     [InlineData("xhdr4k")]
     [InlineData("wrap")]
     [InlineData("quota")]
+    [InlineData("quotaoff")]
     [InlineData("pairs")]
     public void ReplayedBlocksEqualTheKernelsBlocks(string name)
     {
@@ -80,12 +81,17 @@ public sealed class KernelLogReplayTests : IDisposable
         var result = Recover(s, data, null, LogReplayMode.Memory);
         var overlay = Assert.IsType<OverlayDevice>(result.Device);
         var sb = DirtyLogScenarios.ReadSuperblock(data);
-        AssertReplayedBlocksMatch(overlay, kernel);
+        // quotaoff's kernel is Linux 5.10, which gives a replayed inode the di_lsn logged with it; 6.1, whose rule
+        // XfsWin follows, gives it the LSN of the transaction replayed.
+        AssertReplayedBlocksMatch(overlay, kernel, maskInodeLsn: name == "quotaoff");
         Assert.True(overlay.DirtyBytes < (long)sb.DataBlocks * sb.BlockSize / 4);
     }
 
-    /// <summary>Every sector the replay wrote equals the kernel's after its replay.</summary>
-    private static void AssertReplayedBlocksMatch(OverlayDevice overlay, IBlockDevice kernel)
+    /// <summary>
+    /// Every sector the replay wrote equals the kernel's after its replay; with <paramref name="maskInodeLsn"/>, but
+    /// for the di_lsn and di_crc of V3 inodes (512 bytes, one a sector, as mkfs makes them).
+    /// </summary>
+    private static void AssertReplayedBlocksMatch(OverlayDevice overlay, IBlockDevice kernel, bool maskInodeLsn = false)
     {
         var a = new byte[512];
         var b = new byte[512];
@@ -105,6 +111,14 @@ public sealed class KernelLogReplayTests : IDisposable
                     MaskSuperblockCounters(a);
                     MaskSuperblockCounters(b);
                 }
+                if (maskInodeLsn && IsV3Inode(a) && IsV3Inode(b))
+                {
+                    foreach (var sector in new[] { a, b })
+                    {
+                        sector.AsSpan(DinodeView.OffCrc, 4).Clear();
+                        sector.AsSpan(DinodeView.OffLsn, 8).Clear();
+                    }
+                }
                 if (a.AsSpan().SequenceEqual(b)) continue;
                 differing.Add(o / 512);
                 firstBytes ??= $"daddr {o / 512} differs at bytes " +
@@ -114,6 +128,9 @@ public sealed class KernelLogReplayTests : IDisposable
         Assert.True(compared > 100, $"only {compared} sectors replayed");
         Assert.True(differing.Count == 0, $"{differing.Count} of {compared} replayed sectors differ from the kernel's, first daddrs: {string.Join(", ", differing.Take(20))}; {firstBytes}");
     }
+
+    private static bool IsV3Inode(ReadOnlySpan<byte> sector) =>
+        BinaryPrimitives.ReadUInt16BigEndian(sector) == DinodeView.Magic && sector[DinodeView.OffVersion] == 3;
 
     private static void MaskSuperblockCounters(Span<byte> sector)
     {
@@ -259,41 +276,112 @@ public sealed class KernelLogReplayTests : IDisposable
         var result = Recover(s, data, null, LogReplayMode.Memory);
         Assert.True(result.QuotaAccounting, "the replayed superblock has quota accounting on");
         Assert.True(result.DquotsReplayed > 0, "no logged dquot was replayed");
+        Assert.Equal(0, result.QuotaOffItems); // Linux 6.1 logs none
+        Assert.Equal(0, result.DquotsSkippedQuotaOff);
         var overlay = Assert.IsType<OverlayDevice>(result.Device);
-
-        // Every block of the three quota files (located by xfs_db in the kernel's replay) equals the kernel's,
-        // and the log, not the disk, is what made some of them so.
-        var blocks = QuotaFileBlocks(s.KernelImage);
-        Assert.True(blocks.Count >= 3, $"xfs_db found {blocks.Count} quota file blocks");
-        int blockSize = (int)DirtyLogScenarios.ReadSuperblock(kernel).BlockSize;
-        var ours = new byte[blockSize];
-        var theirs = new byte[blockSize];
-        var before = new byte[blockSize];
-        var differing = new List<long>();
-        int changedByLog = 0;
-        foreach (long offset in blocks)
-        {
-            overlay.Read(offset, ours);
-            kernel.Read(offset, theirs);
-            data.Read(offset, before);
-            if (!ours.AsSpan().SequenceEqual(theirs)) differing.Add(offset / 512);
-            if (!before.AsSpan().SequenceEqual(theirs)) changedByLog++;
-        }
-        Assert.True(differing.Count == 0, $"{differing.Count} of {blocks.Count} dquot blocks differ from the kernel's, daddrs: {string.Join(", ", differing)}");
-        Assert.True(changedByLog > 0, "no dquot block differs between the dirty volume and the kernel's replay: the log carried nothing to check");
+        AssertQuotaFilesMatch(CompareQuotaFiles(overlay, data, kernel, s.KernelImage));
     }
 
-    /// <summary>Byte offsets of every block of the user, group and project quota files, from xfs_db.</summary>
-    private static List<long> QuotaFileBlocks(string image)
+    [Fact]
+    public void QuotaOffItemsAreHonouredAsTheKernelHonoursThem()
+    {
+        // The quotaoff scenario was made by Linux 5.10 (user-mode Linux), mounted with uquota,gquota,pquota: dquots of
+        // every type are logged, then user quota is switched off (5.10 logs a quotaoff item when the switch-off starts
+        // and one when it ends), then only group and project dquots are logged. The kernel then replayed it (mounted
+        // with gquota,pquota, as the superblock now says) skipping every logged user dquot and user dquot buffer.
+        var s = DirtyLogScenarios.Ensure("quotaoff");
+        using var data = FileBlockDevice.Open(s.DirtyImage, writable: false);
+        using var kernel = FileBlockDevice.Open(s.KernelImage, writable: false);
+        var result = Recover(s, data, null, LogReplayMode.Memory);
+
+        // As many quotaoff items as xfs_logprint decodes (the machine's 6.1 and 6.13 agree), all for user quota.
+        foreach (var xfsprogs in new[] { "6.1", "6.13" })
+        {
+            var logprint = Shell.RunChecked(OracleImages.Tool("xfs_logprint", xfsprogs), "-t", s.DirtyImage).StandardOutput;
+            var items = System.Text.RegularExpressions.Regex.Matches(logprint, @"^\s*QUOTAOFF: #regs:.*type:\s*(.*?)\s*$",
+                System.Text.RegularExpressions.RegexOptions.Multiline);
+            Assert.True(items.Count >= 2, $"xfs_logprint {xfsprogs} shows {items.Count} quotaoff items");
+            Assert.All(items, m => Assert.Equal("USER", m.Groups[1].Value));
+            Assert.Equal(items.Count, result.QuotaOffItems);
+        }
+        Assert.Equal(["user"], result.QuotaTypesOff);
+        Assert.True(result.QuotaAccounting, "group and project quota are still on");
+        Assert.True(result.DquotsSkippedQuotaOff > 0, "no logged user dquot was left out");
+        Assert.True(result.DquotsReplayed > 0, "no logged group or project dquot was replayed");
+
+        var overlay = Assert.IsType<OverlayDevice>(result.Device);
+        AssertQuotaFilesMatch(CompareQuotaFiles(overlay, data, kernel, s.KernelImage));
+    }
+
+    [Fact]
+    public void ReplayingSwitchedOffDquotsDiffersFromTheKernel()
+    {
+        // Guards the test above: replaying the user dquots the log switched off (what XfsWin did before it honoured
+        // quotaoff items) gives user quota file blocks the kernel's replay does not have, and nothing else changes.
+        var s = DirtyLogScenarios.Ensure("quotaoff");
+        using var data = FileBlockDevice.Open(s.DirtyImage, writable: false);
+        using var kernel = FileBlockDevice.Open(s.KernelImage, writable: false);
+        var result = LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.Memory, null, honourQuotaOff: false);
+        Assert.Equal(0, result.DquotsSkippedQuotaOff);
+        var c = CompareQuotaFiles(Assert.IsType<OverlayDevice>(result.Device), data, kernel, s.KernelImage);
+        Assert.NotEmpty(c.Differing);
+        Assert.All(c.Differing, d => Assert.Equal("uquotino", d.File));
+    }
+
+    /// <summary>
+    /// Every block of the three quota files (located by xfs_db in the kernel's replay) equals the kernel's, and the
+    /// log, not the disk, is what made some of them so.
+    /// </summary>
+    private static void AssertQuotaFilesMatch(QuotaFileComparison c)
+    {
+        Assert.True(c.Blocks >= 3, $"xfs_db found {c.Blocks} quota file blocks");
+        Assert.True(c.Differing.Count == 0, $"{c.Differing.Count} of {c.Blocks} dquot blocks differ from the kernel's: {c.Format()}");
+        Assert.True(c.ChangedByLog > 0, "no dquot block differs between the dirty volume and the kernel's replay: the log carried nothing to check");
+    }
+
+    private sealed record QuotaFileComparison(int Blocks, int ChangedByLog, List<(string File, long Daddr)> Differing)
+    {
+        public string Format() => string.Join(", ", Differing.Select(d => $"{d.File} daddr {d.Daddr}"));
+    }
+
+    /// <summary>Compares our replay with the kernel's, block by block, over the quota files of the kernel's replay.</summary>
+    private static QuotaFileComparison CompareQuotaFiles(IBlockDevice ours, IBlockDevice dirty, IBlockDevice kernel, string kernelImage)
+    {
+        var files = QuotaFileBlocks(kernelImage);
+        int blockSize = (int)DirtyLogScenarios.ReadSuperblock(kernel).BlockSize;
+        var a = new byte[blockSize];
+        var b = new byte[blockSize];
+        var before = new byte[blockSize];
+        var differing = new List<(string, long)>();
+        int blocks = 0, changedByLog = 0;
+        foreach (var (file, offsets) in files)
+        {
+            foreach (long offset in offsets)
+            {
+                blocks++;
+                ours.Read(offset, a);
+                kernel.Read(offset, b);
+                dirty.Read(offset, before);
+                if (!a.AsSpan().SequenceEqual(b)) differing.Add((file, offset / 512));
+                if (!before.AsSpan().SequenceEqual(b)) changedByLog++;
+            }
+        }
+        return new QuotaFileComparison(blocks, changedByLog, differing);
+    }
+
+    /// <summary>Byte offsets of every block of the user, group and project quota files, from xfs_db, by file ("uquotino", ...).</summary>
+    private static List<(string File, List<long> Offsets)> QuotaFileBlocks(string image)
     {
         var xfsDb = OracleImages.Tool("xfs_db");
         var sb = Shell.RunChecked(xfsDb, "-r", "-c", "sb 0", "-c", "print uquotino gquotino pquotino blocksize agblocks", image).StandardOutput;
         var fields = sb.Split('\n', StringSplitOptions.RemoveEmptyEntries).Select(l => l.Split(" = "))
             .Where(p => p.Length == 2).ToDictionary(p => p[0].Trim(), p => p[1].Trim());
         long blockSize = long.Parse(fields["blocksize"]), agBlocks = long.Parse(fields["agblocks"]);
-        var offsets = new List<long>();
+        var files = new List<(string, List<long>)>();
         foreach (var q in new[] { "uquotino", "gquotino", "pquotino" })
         {
+            var offsets = new List<long>();
+            files.Add((q, offsets));
             ulong ino = ulong.Parse(fields[q]);
             Assert.True(ino != 0 && ino != ulong.MaxValue, $"the kernel's replay has no {q}");
             var bmap = Shell.RunChecked(xfsDb, "-r", "-c", $"inode {ino}", "-c", "bmap", image).StandardOutput;
@@ -304,38 +392,41 @@ public sealed class KernelLogReplayTests : IDisposable
                 for (long i = 0; i < count; i++) offsets.Add((ag * agBlocks + agbno + i) * blockSize);
             }
         }
-        return offsets;
+        return files;
     }
 
-    [Fact]
-    public void InPlaceRecoveryWithQuotaIsCleanForTheKernelWithQuota()
+    [Theory]
+    [InlineData("quota", "#1001")]
+    [InlineData("quotaoff", "#3005")]
+    public void InPlaceRecoveryWithQuotaIsCleanForTheKernelWithQuota(string name, string reportedId)
     {
-        var s = DirtyLogScenarios.Ensure("quota");
+        var s = DirtyLogScenarios.Ensure(name);
         Assert.NotNull(s.QuotaReport);
-        string copy = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, "quota.img");
+        string copy = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, name + ".img");
         using (var data = FileBlockDevice.Open(copy, writable: true))
         {
             var result = Recover(s, data, null, LogReplayMode.InPlace);
             Assert.Equal(LogState.ReplayedInPlace, result.State);
             Assert.True(result.DquotsReplayed > 0);
+            Assert.Equal(name == "quotaoff", result.DquotsSkippedQuotaOff > 0);
             Assert.Equal(LogState.Clean, Recover(s, data, null, LogReplayMode.Memory).State);
         }
-        // xfs_repair also checks every dquot's counts against the files it finds.
+        // xfs_repair also checks every dquot's counts against the files it finds (of the types still on).
         var repair = Shell.Run(OracleImages.Tool("xfs_repair"), "-n", copy);
         Assert.True(repair.ExitCode == 0, $"xfs_repair -n failed ({repair.ExitCode}):\n{repair.StandardOutput}\n{repair.StandardError}");
 
-        // A kernel with quota mounts it (read-only, with the scenario's quota options) without recovery and
-        // without a quotacheck (which would rebuild the counts and hide wrong dquots); it shows the same tree
-        // and the same quota report as after its own replay.
-        string prefix = Path.Combine(_tmp, "quota.inplace");
-        DirtyLogScenarios.GuestReport("quota", copy, prefix);
+        // The scenario's kernel with quota mounts it (read-only, with the quota options of its replay) without
+        // recovery and without a quotacheck (which would rebuild the counts and hide wrong dquots); it shows the same
+        // tree and the same quota report as after its own replay.
+        string prefix = Path.Combine(_tmp, name + ".inplace");
+        DirtyLogScenarios.GuestReport(name, copy, prefix);
         string dmesg = File.ReadAllText(prefix + ".dmesg");
         Assert.Contains("XFS (ubda): Mounting V5", dmesg);
         Assert.DoesNotContain("recovery", dmesg, StringComparison.OrdinalIgnoreCase);
         Assert.DoesNotContain("Quotacheck", dmesg, StringComparison.Ordinal);
         Assert.Equal(File.ReadAllText(s.ManifestPath), File.ReadAllText(prefix + ".json"));
         string report = File.ReadAllText(prefix + ".quota");
-        Assert.Contains("#1001", report);
+        Assert.Contains(reportedId, report);
         Assert.Equal(File.ReadAllText(s.QuotaReport!), report);
     }
 

@@ -58,6 +58,16 @@ public sealed class RecoverCommandTests : IDisposable
     }
 
     [Fact]
+    public void ReportsTheQuotaTypesTheLogSwitchedOff()
+    {
+        var s = DirtyLogScenarios.Ensure("quotaoff");
+        var dry = Run(s.DirtyImage, "--dry-run");
+        Assert.True(dry.Code == 0, dry.Out + dry.Err);
+        var line = Assert.Single(dry.Out.Split('\n'), l => l.StartsWith("quota:", StringComparison.Ordinal));
+        Assert.Matches(@"^quota: +[1-9]\d* logged dquot\(s\) replayed; [2-9]\d* quota-off item\(s\) switched off user quota, whose [1-9]\d* logged dquot", line);
+    }
+
+    [Fact]
     public void ExternalLogNeedsTheLogDevice()
     {
         var s = DirtyLogScenarios.Ensure("extlog");

@@ -5,16 +5,20 @@
 # kernel: its replay), OUTDIR/SCENARIO.json (manifest of the kernel's view after replay), and for
 # external-log scenarios OUTDIR/SCENARIO.logdev.dirty / .logdev.kernel, for quota scenarios OUTDIR/SCENARIO.quota
 # (xfs_quota's report after the kernel's replay). Needs root and loop devices.
-# Scenarios the machine's kernel cannot run (quota: it is built without XFS quota support) run their kernel
-# steps in user-mode Linux (uml.sh), which calls this script back inside the guest:
+# Scenarios the machine's kernel cannot run (quota, quotaoff: it is built without XFS quota support) run their
+# kernel steps in user-mode Linux (uml.sh; quotaoff in Linux 5.10, the last to switch quota accounting off on a
+# mounted volume, logging quotaoff items), which calls this script back inside the guest:
 #   dirty-logs.sh --guest workload SCENARIO -        mount /dev/ubda, run the workload, shut down, unmount
 #   dirty-logs.sh --guest replay SCENARIO PREFIX     mount (the kernel replays), unmount; mount read-only and
 #                                                    write PREFIX.json, PREFIX.quota
 #   dirty-logs.sh --guest report SCENARIO PREFIX     mount read-only; write PREFIX.json, PREFIX.quota and the
 #                                                    kernel's messages of that mount to PREFIX.dmesg
+# and for the tests, on the host:
+#   dirty-logs.sh --report SCENARIO IMAGE PREFIX     the guest's report step on IMAGE, in the scenario's kernel
 set -euo pipefail
-GUEST=""
+GUEST=""; REPORT_IMAGE=""
 if [[ ${1:-} == --guest ]]; then GUEST=$2; shift 2; fi
+if [[ ${1:-} == --report ]]; then REPORT_IMAGE=$(readlink -f "$3"); set -- "$2" "$4"; fi
 SCEN=$1; OUT=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
 MANIFEST=${XFSWIN_MANIFEST:-$HERE/manifest.py}
@@ -32,7 +36,8 @@ cleanup() {
 trap cleanup EXIT
 
 IMG=$WORK/img; LOGIMG=""
-MOUNTOPTS=""; MKFSOPTS="-m rmapbt=1,reflink=1"; SIZE=1G; KERNEL=host
+MOUNTOPTS=""; MKFSOPTS="-m rmapbt=1,reflink=1"; SIZE=1G; KERNEL=host; UMLKERNEL=6.1
+REPLAYOPTS=""  # mount options of the kernel's replay and of the report mounts, when not MOUNTOPTS
 XFSPROGS613="$CACHE/xfsprogs-6.13/bin"
 case $SCEN in
     crash) ;;
@@ -46,6 +51,11 @@ case $SCEN in
     mkfs613|pairs|intents613) MKFS="$XFSPROGS613/mkfs.xfs"; MKFSOPTS="-n parent=1 -i exchange=1"
              [[ -x $MKFS ]] || { echo "dirty-logs.sh: $MKFS missing: run scripts/oracles/install.sh" >&2; exit 2; } ;;
     quota) MOUNTOPTS="uquota,gquota,pquota"; KERNEL=uml ;;
+    # Linux 5.10 mounts what mkfs 6.1 makes, but calls bigtime and inobtcount experimental: leave them out.
+    # After the workload switched user quota off, the superblock says group and project quota only: the kernel
+    # replays with those (asking for user quota too would make it run a quotacheck after the replay).
+    quotaoff) MOUNTOPTS="uquota,gquota,pquota"; REPLAYOPTS="gquota,pquota"; KERNEL=uml; UMLKERNEL=5.10
+              MKFSOPTS="-m rmapbt=1,reflink=1,bigtime=0,inobtcount=0 -i nrext64=0" ;;
     *) echo "dirty-logs.sh: unknown scenario $SCEN" >&2; exit 2 ;;
 esac
 
@@ -154,6 +164,36 @@ workload_quota() {
     for i in $(seq 11 15); do chown 1003:2001 $M/users/u1002/f$i; rm $M/proj10/p$((i + 10)); done
     chgrp 3004 $M/users/u1003/f20; rm $M/users/u1001/late1
     xfs_quota -x -c 'limit -u ihard=150 1003' $M
+}
+
+workload_quotaoff() {
+    # Usage and limits of users, groups and projects change; then user quota accounting is switched off (Linux 5.10
+    # logs a quotaoff item when the switch-off starts and one when it ends, and writes the user dquots back), and
+    # later changes log group and project dquots only. Replay must leave every logged user dquot and user dquot
+    # buffer alone, as the kernel does.
+    mkdir -p $M/proj10 $M/proj20 $M/users
+    echo "10:$M/proj10" > $WORK/projects; echo "proj10:10" > $WORK/projid
+    xfs_quota -x -D $WORK/projects -P $WORK/projid -c 'project -s proj10' $M >/dev/null
+    xfs_io -c 'chproj 20' -c 'chattr +P' $M/proj20
+    xfs_quota -x -c 'limit -u bsoft=10m bhard=20m isoft=100 ihard=200 1001' -c 'limit -g bhard=50m 2001' \
+        -c 'limit -p bhard=30m ihard=500 20' $M
+    for u in 1001 1002 1003; do
+        mkdir $M/users/u$u; chown $u:$((u + 1000)) $M/users/u$u
+        for i in $(seq 1 20); do head -c $((u * 10 + i * 100)) /dev/urandom > $M/users/u$u/f$i; chown $u:$((u + 1000)) $M/users/u$u/f$i; done
+    done
+    for i in $(seq 1 30); do head -c 40000 /dev/urandom > $M/proj10/p$i; head -c 7000 /dev/urandom > $M/proj20/p$i; done
+    for i in $(seq 1 10); do rm $M/users/u1001/f$i; chown 1002:3002 $M/users/u1003/f$i; mv $M/proj20/p$i $M/users/u1002/moved$i; done
+    xfs_quota -x -c 'limit -u bhard=99m 1002' -c 'limit -u ihard=150 1003' $M
+    sync
+    xfs_quota -x -c 'off -u' $M
+    xfs_quota -x -c 'state -u' $M | grep -q 'Accounting: OFF' || { echo "dirty-logs.sh: quotaoff: user accounting is still on" >&2; exit 1; }
+    # User quota is off from here on: only group and project dquots are logged.
+    for i in $(seq 11 20); do
+        chown 1004:3004 $M/users/u1001/f$i; head -c 30000 /dev/urandom >> $M/proj10/p$i; rm $M/proj20/p$i
+        echo "after $i" > $M/users/u1002/after$i; chgrp 3005 $M/users/u1002/after$i
+    done
+    xfs_quota -x -c 'limit -g isoft=40 3002' -c 'limit -p ihard=77 10' $M
+    sync
 }
 
 workload_pairs() {
@@ -336,6 +376,7 @@ run_workload() {
 case $SCEN in
     crash|xhdr4k|extlog|mkfs613) workload_common ;;
     quota) workload_quota ;;
+    quotaoff) workload_quotaoff ;;
     pairs) workload_pairs ;;
     unlinked) workload_unlinked ;;
     unlinkedmany) workload_unlinked_many ;;
@@ -435,25 +476,43 @@ quota_report() {
 # Lines of a saved `xfs_logprint -t` listing that match an extended regular expression.
 count_lines() { grep -cE "$2" "$1" || true; }
 
+REPLAYOPTS=${REPLAYOPTS:-$MOUNTOPTS}
+# The guest's steps in the scenario's kernel: this script again, inside user-mode Linux (uml.sh).
+in_guest() {
+    local image=$1; shift
+    bash "$HERE/uml.sh" run --kernel "$UMLKERNEL" "$image" -- \
+        env XFSWIN_MANIFEST="$MANIFEST" XFSWIN_CACHE="$CACHE" bash "$HERE/dirty-logs.sh" --guest "$@"
+}
+
+if [[ -n $REPORT_IMAGE ]]; then
+    [[ $KERNEL == uml ]] || { echo "dirty-logs.sh --report: $SCEN is not a user-mode Linux scenario" >&2; exit 2; }
+    in_guest "$REPORT_IMAGE" report "$SCEN" "$OUT"
+    exit
+fi
+
 # ---- steps run inside the user-mode Linux guest (see uml.sh) ----
 if [[ -n $GUEST ]]; then
     DEV=/dev/ubda
     case $GUEST in
         workload)
+            # quotaoff needs its quotaoff items and the user dquot buffers before them to stay between tail and head;
+            # the guest's kernel is the scenario's own: stop its periodic log worker (which writes logged metadata
+            # back and covers the log when idle) for the workload, however slowly a busy machine runs it.
+            [[ $SCEN == quotaoff ]] && echo 720000 > /proc/sys/fs/xfs/xfssyncd_centisecs
             mount -t xfs ${MOUNTOPTS:+-o $MOUNTOPTS} $DEV $M
             run_workload
             xfs_io -x -c 'shutdown -f' $M
             umount $M ;;
         replay)
-            mount -t xfs ${MOUNTOPTS:+-o $MOUNTOPTS} $DEV $M
+            mount -t xfs ${REPLAYOPTS:+-o $REPLAYOPTS} $DEV $M
             umount $M
-            mount -t xfs -o ro${MOUNTOPTS:+,$MOUNTOPTS} $DEV $M
+            mount -t xfs -o ro${REPLAYOPTS:+,$REPLAYOPTS} $DEV $M
             python3 "$MANIFEST" $M "$OUT.json"
             quota_report $M > "$OUT.quota"
             umount $M ;;
         report)
             dmesg -C
-            mount -t xfs -o ro${MOUNTOPTS:+,$MOUNTOPTS} $DEV $M
+            mount -t xfs -o ro${REPLAYOPTS:+,$REPLAYOPTS} $DEV $M
             python3 "$MANIFEST" $M "$OUT.json"
             quota_report $M > "$OUT.quota"
             dmesg > "$OUT.dmesg"
@@ -467,7 +526,7 @@ fi
 truncate -s $SIZE "$IMG"
 $MKFS -q -f $MKFSOPTS "$IMG" >/dev/null
 if [[ $KERNEL == uml ]]; then
-    bash "$HERE/uml.sh" run "$IMG" -- env XFSWIN_MANIFEST="$MANIFEST" XFSWIN_CACHE="$CACHE" bash "$HERE/dirty-logs.sh" --guest workload "$SCEN" -
+    in_guest "$IMG" workload "$SCEN" -
 else
     LOOP=$(losetup --find --show "$IMG")
     opts=$MOUNTOPTS
@@ -530,6 +589,30 @@ if [[ $SCEN == quota ]]; then
         echo "dirty-logs.sh: quota: the superblock with the quota flags was written back before the shutdown; run again" >&2; exit 3
     fi
 fi
+if [[ $SCEN == quotaoff ]]; then
+    # The switch-off logs two quotaoff items (its start and its end), both for user quota, and group and project
+    # dquots are logged after it.
+    xfs_logprint -t "$IMG" >"$WORK/logprint" 2>/dev/null
+    qoff=$(count_lines "$WORK/logprint" '^[[:space:]]*QUOTAOFF: #regs:.*type: USER')
+    if [[ $qoff -ne $(count_lines "$WORK/logprint" '^[[:space:]]*QUOTAOFF: #regs') ]]; then
+        echo "dirty-logs.sh: quotaoff: quotaoff items for other types than user in the dirty log (xfs_logprint -t)" >&2; exit 1
+    fi
+    if [[ $qoff -lt 2 ]]; then
+        # Written back before the shutdown, the switch-off's items fall behind the tail.
+        echo "dirty-logs.sh: quotaoff: $qoff quotaoff items in the dirty log (xfs_logprint -t); run again" >&2; exit 3
+    fi
+    if ! sed -n '/QUOTAOFF: #regs/,$p' "$WORK/logprint" | grep -q '^[[:space:]]*DQUOT: #regs'; then
+        echo "dirty-logs.sh: quotaoff: no dquot is logged after the quotaoff items" >&2; exit 1
+    fi
+    # What makes the switch-off matter to replay: a user dquot buffer (blf_flags bit 0x4), logged when the dquots of
+    # the users were allocated, still between tail and head. Replayed, it would overwrite the user dquots the
+    # switch-off wrote back. Metadata written back before the shutdown can move the tail past it: run again.
+    if ! sed -n '1,/QUOTAOFF: #regs/p' "$WORK/logprint" | python3 -c '
+import re, sys
+sys.exit(0 if any(int(m.group(1), 16) & 0x4 for m in re.finditer(r"^\s*BUF: +#regs:.*flags:(0x[0-9a-f]+)", sys.stdin.read(), re.M)) else 1)'; then
+        echo "dirty-logs.sh: quotaoff: no user dquot buffer is in the log before the quotaoff items; run again" >&2; exit 3
+    fi
+fi
 if [[ $SCEN == pairs ]]; then
     # Every kind must be in the log, each intent with its done item (6.13's xfs_logprint knows them all).
     # Whiteouts depend on timing: run again.
@@ -549,7 +632,7 @@ cp --sparse=always "$IMG" "$OUT/$SCEN.dirty.tmp"
 
 # The kernel's replay: mount read-write (recovery), unmount; then record what it shows.
 if [[ $KERNEL == uml ]]; then
-    bash "$HERE/uml.sh" run "$IMG" -- env XFSWIN_MANIFEST="$MANIFEST" XFSWIN_CACHE="$CACHE" bash "$HERE/dirty-logs.sh" --guest replay "$SCEN" "$WORK/replay"
+    in_guest "$IMG" replay "$SCEN" "$WORK/replay"
     grep -q '^#' "$WORK/replay.quota" || { echo "dirty-logs.sh: $SCEN: xfs_quota reported nothing after the replay" >&2; exit 1; }
     cp "$WORK/replay.json" "$OUT/$SCEN.json.tmp"
     cp "$WORK/replay.quota" "$OUT/$SCEN.quota"
