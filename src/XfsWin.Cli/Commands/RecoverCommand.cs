@@ -1,5 +1,6 @@
 using XfsWin.Device;
 using XfsWin.Format;
+using XfsWin.Inodes;
 using XfsWin.Journal;
 using XfsWin.Volume;
 
@@ -104,7 +105,21 @@ public static class RecoverCommand
             }
             if (dryRun)
             {
-                bool blocked = result.UnfinishedIntents.Count > 0 || result.UnlinkedInodes > 0
+                // Unlinked inodes block in-place recovery only when freeing them would be refused: try it on a throwaway overlay.
+                string? unlinkedRefusal = null;
+                if (result.UnlinkedInodes > 0)
+                {
+                    try
+                    {
+                        UnlinkedInodeFreeing.FreeAll(new OverlayDevice(result.Device), sb);
+                    }
+                    catch (XfsException e) when (e.Error == XfsError.Unsupported)
+                    {
+                        unlinkedRefusal = e.Message;
+                        stdout.WriteLine($"unlinked:      freeing them in place would be refused: {e.Message}");
+                    }
+                }
+                bool blocked = result.UnfinishedIntents.Count > 0 || unlinkedRefusal is not null
                                || result.Warnings.Any(w => w.StartsWith("leftover copy-on-write", StringComparison.Ordinal));
                 long bytes = result.Device is OverlayDevice o ? o.DirtyBytes : 0;
                 stdout.WriteLine(blocked
@@ -145,7 +160,8 @@ public static class RecoverCommand
                     $"; {r.QuotaOffItems} quota-off item(s) switched off {(r.QuotaTypesOff.Count == 0 ? "no accounting" : string.Join(", ", r.QuotaTypesOff) + " quota")}, " +
                     $"whose {r.DquotsSkippedQuotaOff} logged dquot(s) and dquot buffer(s) were left out, as Linux does"));
             foreach (var (kind, count) in r.UnfinishedIntents) o.WriteLine($"unfinished:    {count} {kind} intent(s)");
-            if (r.UnlinkedInodes > 0) o.WriteLine($"unlinked:      {r.UnlinkedInodes} inode(s) unlinked while open");
+            if (r.UnlinkedInodes > 0)
+                o.WriteLine($"unlinked:      {r.UnlinkedInodes} inode(s) unlinked while open" + (r.UnlinkedInodesFreed > 0 ? $", {r.UnlinkedInodesFreed} freed" : ""));
         }
         foreach (var w in r.Warnings) o.WriteLine($"warning:       {w}");
     }

@@ -44,6 +44,24 @@ public sealed class RecoverCommandTests : IDisposable
     }
 
     [Fact]
+    public void FreesInodesUnlinkedWhileOpenAndSaysSo()
+    {
+        var s = DirtyLogScenarios.Ensure("unlinked");
+        string img = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, "unlinked.img");
+        var dry = Run(img, "--dry-run");
+        Assert.True(dry.Code == 0, dry.Out + dry.Err);
+        Assert.Contains("unlinked:      6 inode(s) unlinked while open", dry.Out);
+        Assert.DoesNotContain("would be refused", dry.Out);
+        Assert.True(DirtyLogScenarios.FilesEqual(img, s.DirtyImage), "--dry-run changed the image");
+
+        var real = Run(img);
+        Assert.True(real.Code == 0, real.Out + real.Err);
+        Assert.Contains("unlinked:      6 inode(s) unlinked while open, 6 freed", real.Out);
+        Assert.Contains("freed 6 inode(s) unlinked while open", real.Out);
+        Assert.Equal(0, Shell.Run(OracleImages.Tool("xfs_repair"), "-n", img).ExitCode);
+    }
+
+    [Fact]
     public void RefusesWhatOnlyTheKernelCanFinish()
     {
         var s = DirtyLogScenarios.Ensure("cow");
