@@ -119,8 +119,7 @@ public static class RecoverCommand
                         stdout.WriteLine($"unlinked:      freeing them in place would be refused: {e.Message}");
                     }
                 }
-                bool blocked = result.UnfinishedIntents.Count > 0 || unlinkedRefusal is not null
-                               || result.Warnings.Any(w => w.StartsWith("leftover copy-on-write", StringComparison.Ordinal));
+                bool blocked = result.UnfinishedIntents.Count > 0 || unlinkedRefusal is not null;
                 long bytes = result.Device is OverlayDevice o ? o.DirtyBytes : 0;
                 stdout.WriteLine(blocked
                     ? "Dry run: in-place recovery would be refused (see above): mount the volume once with Linux instead. Nothing was written."

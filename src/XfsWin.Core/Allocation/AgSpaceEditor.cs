@@ -64,11 +64,21 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         AgBtreeKind.FreeSpaceByBlock => (AgfView.OffBnoRoot, AgfView.OffBnoLevel),
         AgBtreeKind.FreeSpaceByCount => (AgfView.OffCntRoot, AgfView.OffCntLevel),
         AgBtreeKind.ReverseMap => (AgfView.OffRmapRoot, AgfView.OffRmapLevel),
+        AgBtreeKind.RefCount => (AgfView.OffRefcountRoot, AgfView.OffRefcountLevel),
         _ => throw new ArgumentOutOfRangeException(nameof(kind), "not a tree of the AGF"),
     };
 
+    private const ulong OwnRefcount = unchecked((ulong)-8L); // XFS_RMAP_OWN_REFC
+
     uint IAgBtreeHost.TakeBlock(AgBtreeKind kind)
     {
+        if (kind == AgBtreeKind.RefCount)
+        {
+            // xfs_refcountbt_alloc_block: from free space, not the AGFL.
+            uint block = AllocateBlock(OwnRefcount);
+            SetAgfU32(AgfView.OffRefcountBlocks, AgfU32(AgfView.OffRefcountBlocks) + 1);
+            return block;
+        }
         _ = RootFields(kind);
         uint count = AgfU32(AgfView.OffFlcount);
         if (count == 0)
@@ -87,6 +97,14 @@ public sealed class AgSpaceEditor : IAgBtreeHost
 
     void IAgBtreeHost.ReleaseBlock(AgBtreeKind kind, uint agbno)
     {
+        if (kind == AgBtreeKind.RefCount)
+        {
+            UnmapReverse(agbno, 1, OwnRefcount, 0, 0);
+            FreeExtent(agbno, 1);
+            BlocksFreed--; // a tree block, not file data
+            SetAgfU32(AgfView.OffRefcountBlocks, AgfU32(AgfView.OffRefcountBlocks) - 1);
+            return;
+        }
         _ = RootFields(kind);
         uint count = AgfU32(AgfView.OffFlcount);
         if (count >= _agflSlots)
@@ -385,6 +403,42 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         FreeExtent(bno, 1);
         BlocksFreed--; // not a file's block: it only moved from the free list to free space
     }
+
+    /// <summary>
+    /// Removes every copy-on-write staging extent of the AG, as the kernel's xfs_reflink_recover_cow does at
+    /// mount: staging extents hold no file data once the system stopped (the writes that used them either
+    /// finished remapping them into their files or never completed). Each is freed, loses its OWN_COW
+    /// mapping and its record in the CoW domain of the refcount btree. Returns how many there were.
+    /// </summary>
+    public int RemoveCowStaging()
+    {
+        const uint cowFlag = 0x80000000;
+        const ulong ownCow = unchecked((ulong)-9L); // XFS_RMAP_OWN_COW
+        if (!_sb.HasReflink) return 0;
+        int removed = 0;
+        Span<byte> key = stackalloc byte[4];
+        for (int guard = 0; guard < 10_000_000; guard++)
+        {
+            var tree = RefCounts;
+            var last = tree.LastRecord();
+            if (last is null) return removed;
+            uint start = BinaryPrimitives.ReadUInt32BigEndian(last);
+            if ((start & cowFlag) == 0) return removed;
+            uint length = BinaryPrimitives.ReadUInt32BigEndian(last.AsSpan(4));
+            BinaryPrimitives.WriteUInt32BigEndian(key, start);
+            var pos = tree.FindLessOrEqual(key);
+            if (pos.LeafIndex < 0 || !tree.RecordAt(pos).AsSpan().SequenceEqual(last))
+                throw new XfsException(XfsError.Corrupt, $"{tree.Name} of AG {_agno}: its last record cannot be found again");
+            tree.Delete(pos);
+            UnmapReverse(start & ~cowFlag, length, ownCow, 0, 0);
+            FreeExtent(start & ~cowFlag, length);
+            BlocksFreed -= length; // staging blocks, not a file's
+            removed++;
+        }
+        throw new XfsException(XfsError.Corrupt, $"AG {_agno}: the CoW staging records do not run out");
+    }
+
+    private AgBtreeEditor RefCounts => new(_device, _sb, _agno, AgBtreeKind.RefCount, AgfU32(AgfView.OffRefcountRoot), (int)AgfU32(AgfView.OffRefcountLevel), this);
 
     /// <summary>Writes the AGF and AGFL (counters, roots and free list changed through this editor).</summary>
     public void Commit()

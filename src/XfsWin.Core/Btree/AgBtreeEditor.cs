@@ -12,6 +12,7 @@ public enum AgBtreeKind
     Inodes,
     FreeInodes,
     ReverseMap,
+    RefCount,
 }
 
 /// <summary>
@@ -77,6 +78,7 @@ public sealed class AgBtreeEditor
         AgBtreeKind.FreeSpaceByCount => "free space btree (cntbt)",
         AgBtreeKind.Inodes => "inode btree (inobt)",
         AgBtreeKind.FreeInodes => "free inode btree (finobt)",
+        AgBtreeKind.RefCount => "reference count btree (refcountbt)",
         _ => "reverse mapping btree (rmapbt)",
     };
 
@@ -86,6 +88,7 @@ public sealed class AgBtreeEditor
         AgBtreeKind.FreeSpaceByCount => BtreeMagic.CntV5,
         AgBtreeKind.Inodes => BtreeMagic.InoV5,
         AgBtreeKind.FreeInodes => BtreeMagic.FinoV5,
+        AgBtreeKind.RefCount => BtreeMagic.RefcountV5,
         _ => BtreeMagic.RmapV5,
     };
 
@@ -93,6 +96,7 @@ public sealed class AgBtreeEditor
     {
         AgBtreeKind.FreeSpaceByBlock or AgBtreeKind.FreeSpaceByCount => 8,
         AgBtreeKind.Inodes or AgBtreeKind.FreeInodes => InobtRecord.Size,
+        AgBtreeKind.RefCount => 12,
         _ => 24,
     };
 
@@ -101,6 +105,7 @@ public sealed class AgBtreeEditor
     {
         AgBtreeKind.FreeSpaceByBlock or AgBtreeKind.FreeSpaceByCount => 8,
         AgBtreeKind.Inodes or AgBtreeKind.FreeInodes => InobtRecord.KeySize,
+        AgBtreeKind.RefCount => 4,
         _ => 20,
     };
 
@@ -134,7 +139,7 @@ public sealed class AgBtreeEditor
     {
         switch (_kind)
         {
-            case AgBtreeKind.Inodes or AgBtreeKind.FreeInodes:
+            case AgBtreeKind.Inodes or AgBtreeKind.FreeInodes or AgBtreeKind.RefCount:
                 record[..4].CopyTo(key);
                 break;
             case AgBtreeKind.ReverseMap:
@@ -172,7 +177,8 @@ public sealed class AgBtreeEditor
             case AgBtreeKind.FreeSpaceByCount:
                 int byCount = BinaryPrimitives.ReadUInt32BigEndian(a[4..]).CompareTo(BinaryPrimitives.ReadUInt32BigEndian(b[4..]));
                 return byCount != 0 ? byCount : BinaryPrimitives.ReadUInt32BigEndian(a).CompareTo(BinaryPrimitives.ReadUInt32BigEndian(b));
-            case AgBtreeKind.Inodes or AgBtreeKind.FreeInodes:
+            case AgBtreeKind.Inodes or AgBtreeKind.FreeInodes or AgBtreeKind.RefCount:
+                // Refcount keys carry the CoW-staging domain in their top bit, so staging records sort last.
                 return BinaryPrimitives.ReadUInt32BigEndian(a).CompareTo(BinaryPrimitives.ReadUInt32BigEndian(b));
             default:
                 int c = BinaryPrimitives.ReadUInt32BigEndian(a).CompareTo(BinaryPrimitives.ReadUInt32BigEndian(b));

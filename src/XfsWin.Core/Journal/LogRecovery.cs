@@ -1,3 +1,4 @@
+using XfsWin.Allocation;
 using XfsWin.Inodes;
 using System.Buffers.Binary;
 using XfsWin.Device;
@@ -94,13 +95,13 @@ public static class LogRecovery
         foreach (var (kind, count) in result.UnfinishedIntents)
             warnings.Add($"{count} unfinished {kind} intent(s) in the log: Linux finishes them when it mounts the volume; XfsWin cannot finish them yet");
 
-        if (cowAgs.Count > 0)
-            warnings.Add($"leftover copy-on-write staging extents in AG {string.Join(", ", cowAgs)}: Linux removes them when it mounts the volume; they hold no file data");
 
         if (mode == LogReplayMode.Memory)
         {
             if (result.UnlinkedInodes > 0)
                 warnings.Add($"{result.UnlinkedInodes} inode(s) were unlinked while open at the crash; they are hidden here (in-place recovery frees them, as Linux does at mount)");
+            if (cowAgs.Count > 0)
+                warnings.Add($"leftover copy-on-write staging extents in AG {string.Join(", ", cowAgs)}: they hold no file data (in-place recovery removes them, as Linux does at mount)");
             result.State = LogState.ReplayedInMemory;
             result.Device = overlay;
             progress?.Report(1.0);
@@ -111,20 +112,34 @@ public static class LogRecovery
         var refusals = new List<string>();
         if (result.UnfinishedIntents.Count > 0)
             refusals.Add("unfinished intents (" + string.Join(", ", result.UnfinishedIntents.Select(kv => $"{kv.Value} {kv.Key}")) + ")");
-        if (cowAgs.Count > 0) refusals.Add($"leftover copy-on-write staging extents to remove (AG {string.Join(", ", cowAgs)})");
-        // Freeing unlinked inodes goes into a second overlay on top of the replay, so that a refusal still
-        // leaves the disk untouched and the replay can be written out on its own first.
+        // What the kernel does at mount after its replay (freeing unlinked inodes, removing CoW staging extents)
+        // goes into a second overlay on top of the replay, so that a refusal still leaves the disk untouched and
+        // the replay can be written out on its own first.
         OverlayDevice? freeing = null;
-        if (result.UnlinkedInodes > 0 && refusals.Count == 0)
+        if ((result.UnlinkedInodes > 0 || cowAgs.Count > 0) && refusals.Count == 0)
         {
             freeing = new OverlayDevice(overlay);
             try
             {
-                result.UnlinkedInodesFreed = UnlinkedInodeFreeing.FreeAll(freeing, sb);
+                if (result.UnlinkedInodes > 0)
+                    result.UnlinkedInodesFreed = UnlinkedInodeFreeing.FreeAll(freeing, sb);
             }
             catch (XfsException e) when (e.Error == XfsError.Unsupported)
             {
                 refusals.Add($"{result.UnlinkedInodes} unlinked-but-open inode(s) to free ({e.Message})");
+            }
+            try
+            {
+                foreach (var ag in cowAgs)
+                {
+                    var space = new AgSpaceEditor(freeing, sb, ag);
+                    result.CowStagingExtentsRemoved += space.RemoveCowStaging();
+                    space.Commit();
+                }
+            }
+            catch (XfsException e) when (e.Error == XfsError.Unsupported)
+            {
+                refusals.Add($"leftover copy-on-write staging extents to remove in AG {string.Join(", ", cowAgs)} ({e.Message})");
             }
         }
         if (refusals.Count > 0)
@@ -149,7 +164,10 @@ public static class LogRecovery
             freeing.FlushTo(dataDevice, (done, total) => progress?.Report(0.96 + 0.03 * done / Math.Max(1, total)));
             dataDevice.Flush();
             SetNeedsRepair(dataDevice, null, sb.SectorSize, false);
-            warnings.Add($"freed {result.UnlinkedInodesFreed} inode(s) unlinked while open at the crash, as Linux does after its replay");
+            if (result.UnlinkedInodesFreed > 0)
+                warnings.Add($"freed {result.UnlinkedInodesFreed} inode(s) unlinked while open at the crash, as Linux does after its replay");
+            if (result.CowStagingExtentsRemoved > 0)
+                warnings.Add($"removed {result.CowStagingExtentsRemoved} leftover copy-on-write staging extent(s), as Linux does at mount");
         }
         result.State = LogState.ReplayedInPlace;
         result.Device = dataDevice;

@@ -20,6 +20,8 @@ public sealed class LogRecoveryResult
     public int UnlinkedInodes;
     /// <summary>Of those, how many in-place recovery freed (as the kernel does after its replay).</summary>
     public int UnlinkedInodesFreed;
+    /// <summary>Copy-on-write staging extents in-place recovery removed (as the kernel does at mount).</summary>
+    public int CowStagingExtentsRemoved;
     /// <summary>Bytes of log between tail and head that were replayed.</summary>
     public long LogBytesReplayed;
     public ulong HeadLsn, TailLsn;

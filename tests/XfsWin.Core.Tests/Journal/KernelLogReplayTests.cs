@@ -210,28 +210,6 @@ public sealed class KernelLogReplayTests : IDisposable
         }
     }
 
-    [Fact]
-    public void InPlaceRefusesLeftoverCowStagingExtentsAndWritesNothing()
-    {
-        // cow ends with a copy-on-write over a reflinked file (default CoW extent size hint: speculative staging extents
-        // outlive the write) and a file unlinked while open. The unlinked inode is freed in place (see
-        // UnlinkedInodeRecoveryTests); the staging extents are still the kernel's to remove, so in-place recovery refuses.
-        var s = DirtyLogScenarios.Ensure("cow");
-        string copy = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, "cow.img");
-        using (var data = FileBlockDevice.Open(copy, writable: true))
-        {
-            var memory = Recover(s, data, null, LogReplayMode.Memory);
-            Assert.Equal(1, memory.UnlinkedInodes);
-            Assert.Contains(memory.Warnings, w => w.Contains("leftover copy-on-write staging extents", StringComparison.Ordinal));
-
-            var ex = Assert.Throws<XfsException>(() => Recover(s, data, null, LogReplayMode.InPlace));
-            Assert.Equal(XfsError.Unsupported, ex.Error);
-            Assert.Contains("leftover copy-on-write staging extents to remove", ex.Message);
-            Assert.Contains("--replay=memory", ex.Message);
-        }
-        Assert.True(DirtyLogScenarios.FilesEqual(copy, s.DirtyImage), "a refused in-place recovery changed the image");
-    }
-
     [Theory]
     [InlineData("intents", new[] { "EFI", "RUI" })]
     [InlineData("intents613", new[] { "XMI", "BUI" })]

@@ -64,8 +64,9 @@ public sealed class RecoverCommandTests : IDisposable
     [Fact]
     public void RefusesWhatOnlyTheKernelCanFinish()
     {
-        var s = DirtyLogScenarios.Ensure("cow");
-        string img = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, "cow.img");
+        // intents: a truncate cut short leaves unfinished free-extent and rmap intents.
+        var s = DirtyLogScenarios.Ensure("intents");
+        string img = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, "intents.img");
         var dry = Run(img, "--dry-run");
         Assert.Equal(3, dry.Code);
         Assert.Contains("would be refused", dry.Out);

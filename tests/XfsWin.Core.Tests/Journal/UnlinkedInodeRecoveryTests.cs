@@ -135,6 +135,39 @@ public sealed partial class UnlinkedInodeRecoveryTests : IDisposable
         Assert.Equal("2", XfsDb.Fields(copy, "agf 0", "print bnolevel")["bnolevel"]);
     }
 
+    [Fact]
+    public void InPlaceRecoveryRemovesCopyOnWriteStagingExtentsAsTheKernelDoes()
+    {
+        // cow ends with a copy-on-write over a reflinked file (default CoW extent size hint: speculative staging
+        // extents outlive the write, in the refcount btree's CoW domain with OWN_COW mappings) and a file unlinked
+        // while open. The kernel removes the staging extents at mount (xfs_reflink_recover_cow); so does in-place recovery.
+        var s = DirtyLogScenarios.Ensure("cow");
+        string copy = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, "cow.img");
+        using (var data = FileBlockDevice.Open(copy, writable: true))
+        {
+            var sb = DirtyLogScenarios.ReadSuperblock(data);
+            var memory = LogRecovery.Recover(data, null, sb, LogReplayMode.Memory);
+            Assert.Equal(1, memory.UnlinkedInodes);
+            Assert.Contains(memory.Warnings, w => w.Contains("leftover copy-on-write staging extents", StringComparison.Ordinal));
+            var cowAgs = RecoveryChecks.AgsWithLeftoverCow(memory.Device, sb);
+            Assert.NotEmpty(cowAgs);
+
+            var result = LogRecovery.Recover(data, null, sb, LogReplayMode.InPlace);
+            Assert.Equal(LogState.ReplayedInPlace, result.State);
+            Assert.Equal(1, result.UnlinkedInodesFreed);
+            Assert.True(result.CowStagingExtentsRemoved > 0);
+            Assert.Empty(RecoveryChecks.AgsWithLeftoverCow(data, sb));
+        }
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair"), "-n", copy);
+        Assert.True(repair.ExitCode == 0, $"xfs_repair -n failed ({repair.ExitCode}):\n{repair.StandardOutput}\n{repair.StandardError}");
+        var differences = DifferencesFromKernel(copy, s.KernelImage, []);
+        Assert.True(differences.Count == 0, $"{differences.Count} difference(s) from the kernel's replay:\n" + string.Join("\n", differences));
+        using var mount = LoopMount.Mount(copy, readOnly: true, "norecovery");
+        string json = Path.Combine(_tmp, "cow.inplace.json");
+        Shell.RunChecked("python3", DirtyLogScenarios.ManifestScript, mount.MountPoint, json);
+        Assert.Equal(File.ReadAllText(s.ManifestPath), File.ReadAllText(json));
+    }
+
     /// <summary>A device whose writes fail a number of writes after NEEDSREPAIR was set in the superblock: a crash while freeing.</summary>
     private sealed class FailingDevice(IBlockDevice inner, int writesAfterFence) : IBlockDevice
     {
@@ -245,6 +278,7 @@ public sealed partial class UnlinkedInodeRecoveryTests : IDisposable
             }
             Same($"agf {ag} freeblks + flcount + btreeblks", SpacePool(image, ag).ToString(), SpacePool(kernelImage, ag).ToString());
             Same($"AG {ag} inobt records", string.Join(" ", BtreeRecords(image, $"agi {ag}", "root")), string.Join(" ", BtreeRecords(kernelImage, $"agi {ag}", "root")));
+            Same($"AG {ag} refcount records (shared and CoW staging)", string.Join(" ", BtreeRecords(image, $"agf {ag}", "refcntroot")), string.Join(" ", BtreeRecords(kernelImage, $"agf {ag}", "refcntroot")));
             Same($"AG {ag} finobt records", string.Join(" ", BtreeRecords(image, $"agi {ag}", "free_root")), string.Join(" ", BtreeRecords(kernelImage, $"agi {ag}", "free_root")));
         }
         var sbOurs = XfsDb.Fields(image, "sb 0", "print icount ifree fdblocks");
