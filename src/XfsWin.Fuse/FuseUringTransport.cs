@@ -128,27 +128,17 @@ internal sealed unsafe class FuseUringTransport
     public int QueueCount => _workers.Length;
 
     /// <summary>Requests served through the ring so far.</summary>
-    public long RingRequests
-    {
-        get
-        {
-            long n = 0;
-            foreach (var w in _workers)
-                n += w is null ? 0 : Volatile.Read(ref w.Served);
-            return n;
-        }
-    }
+    public long RingRequests => SumOverQueues(static w => Volatile.Read(ref w.Served));
 
     /// <summary>Large reads served by the bulk threads so far (part of <see cref="RingRequests"/>).</summary>
-    public long HandedOffReads
+    public long HandedOffReads => SumOverQueues(static w => Volatile.Read(ref w.HandedOff));
+
+    private long SumOverQueues(Func<Worker, long> counter)
     {
-        get
-        {
-            long n = 0;
-            foreach (var w in _workers)
-                n += w is null ? 0 : Volatile.Read(ref w.HandedOff);
-            return n;
-        }
+        long n = 0;
+        foreach (var w in _workers)
+            n += w is null ? 0 : counter(w);
+        return n;
     }
 
     /// <summary>Times a queue whose ring failed was moved to a new ring (see <see cref="Worker.Recover"/>).</summary>

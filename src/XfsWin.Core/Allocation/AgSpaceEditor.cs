@@ -21,9 +21,6 @@ namespace XfsWin.Allocation;
 /// </summary>
 public sealed class AgSpaceEditor : IAgBtreeHost
 {
-    /// <summary>Reverse-mapping flags in the high bits of rm_offset.</summary>
-    public const ulong RmapAttrFork = 1UL << 63, RmapBmbtBlock = 1UL << 62, RmapUnwritten = 1UL << 61;
-    private const ulong RmapOffsetMask = (1UL << 54) - 1;
 
     private readonly IBlockDevice _device;
     private readonly Superblock _sb;
@@ -68,14 +65,12 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         _ => throw new ArgumentOutOfRangeException(nameof(kind), "not a tree of the AGF"),
     };
 
-    private const ulong OwnRefcount = unchecked((ulong)-8L); // XFS_RMAP_OWN_REFC
-
     uint IAgBtreeHost.TakeBlock(AgBtreeKind kind)
     {
         if (kind == AgBtreeKind.RefCount)
         {
             // xfs_refcountbt_alloc_block: from free space, not the AGFL.
-            uint block = AllocateBlock(OwnRefcount);
+            uint block = AllocateBlock(RmapRecord.OwnRefcount);
             SetAgfU32(AgfView.OffRefcountBlocks, AgfU32(AgfView.OffRefcountBlocks) + 1);
             return block;
         }
@@ -99,7 +94,7 @@ public sealed class AgSpaceEditor : IAgBtreeHost
     {
         if (kind == AgBtreeKind.RefCount)
         {
-            UnmapReverse(agbno, 1, OwnRefcount, 0, 0);
+            UnmapReverse(agbno, 1, RmapRecord.OwnRefcount, 0, 0);
             FreeExtent(agbno, 1);
             BlocksFreed--; // a tree block, not file data
             SetAgfU32(AgfView.OffRefcountBlocks, AgfU32(AgfView.OffRefcountBlocks) - 1);
@@ -193,7 +188,7 @@ public sealed class AgSpaceEditor : IAgBtreeHost
     /// <summary>
     /// Removes the reverse mapping of [<paramref name="agbno"/>, +<paramref name="length"/>) for
     /// <paramref name="owner"/>: file data at <paramref name="fileOffset"/> (with the attr-fork and
-    /// unwritten flags in <paramref name="flags"/>), or extent-btree blocks (<see cref="RmapBmbtBlock"/>).
+    /// unwritten flags in <paramref name="flags"/>), or extent-btree blocks (<see cref="RmapRecord.BmbtBlockFlag"/>).
     /// The mapping may be part of a longer record, which keeps the rest.
     /// </summary>
     public void UnmapReverse(uint agbno, uint length, ulong owner, ulong fileOffset, ulong flags)
@@ -202,11 +197,11 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         EnsureFreeList();
         var rmap = ReverseMap;
         // Extent-btree blocks and non-file owners (XFS_RMAP_OWN_*, small negative numbers) have no file offset.
-        bool bmbt = (flags & RmapBmbtBlock) != 0 || owner >= 0xFFFF_FFFF_FFFF_FFF0UL;
+        bool bmbt = (flags & RmapRecord.BmbtBlockFlag) != 0 || RmapRecord.IsNonInodeOwner(owner);
         Span<byte> key = stackalloc byte[20];
         BinaryPrimitives.WriteUInt32BigEndian(key, agbno);
         BinaryPrimitives.WriteUInt64BigEndian(key[4..], owner);
-        BinaryPrimitives.WriteUInt64BigEndian(key[12..], (bmbt ? 0 : fileOffset) | (flags & ~RmapUnwritten));
+        BinaryPrimitives.WriteUInt64BigEndian(key[12..], (bmbt ? 0 : fileOffset) | (flags & ~RmapRecord.UnwrittenFlag));
         var pos = rmap.FindLessOrEqual(key);
         if (pos.LeafIndex < 0) throw NoMapping(agbno, length, owner);
         var rec = rmap.RecordAt(pos);
@@ -214,9 +209,9 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         uint count = BinaryPrimitives.ReadUInt32BigEndian(rec.AsSpan(4));
         ulong recOwner = BinaryPrimitives.ReadUInt64BigEndian(rec.AsSpan(8));
         ulong recOffsetField = BinaryPrimitives.ReadUInt64BigEndian(rec.AsSpan(16));
-        ulong recFlags = recOffsetField & ~RmapOffsetMask;
-        ulong recOffset = recOffsetField & RmapOffsetMask;
-        const ulong forkAndBmbt = RmapAttrFork | RmapBmbtBlock;
+        ulong recFlags = recOffsetField & ~RmapRecord.OffsetMask;
+        ulong recOffset = recOffsetField & RmapRecord.OffsetMask;
+        const ulong forkAndBmbt = RmapRecord.AttrForkFlag | RmapRecord.BmbtBlockFlag;
         if (recOwner != owner || start > agbno || (ulong)start + count < (ulong)agbno + length ||
             (recFlags & forkAndBmbt) != (flags & forkAndBmbt) || (!bmbt && recOffset + (agbno - start) != fileOffset))
             throw NoMapping(agbno, length, owner);
@@ -245,7 +240,6 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         }
     }
 
-    private const ulong OwnAg = unchecked((ulong)-5L); // XFS_RMAP_OWN_AG: AG headers' neighbours, the AGFL and the AGFL-fed trees
     private bool _refilling;
 
     /// <summary>The kernel's xfs_alloc_min_freelist: two blocks per level a split could add to the bno, cnt and rmap trees.</summary>
@@ -284,7 +278,7 @@ public sealed class AgSpaceEditor : IAgBtreeHost
                 var (start, length) = Decode(pick);
                 uint take = Math.Min(want, length);
                 TakeFromFreeSpace(start, length, take);
-                MapOwner(start, take, OwnAg);
+                MapOwner(start, take, RmapRecord.OwnAg);
                 for (uint b = start; b < start + take; b++)
                 {
                     uint last = (AgfU32(AgfView.OffFllast) + 1) % (uint)_agflSlots;
@@ -399,7 +393,7 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         uint bno = BinaryPrimitives.ReadUInt32BigEndian(_agfl.AsSpan(AgflLayout.OffBno + 4 * (int)first));
         SetAgfU32(AgfView.OffFlfirst, (first + 1) % (uint)_agflSlots);
         SetAgfU32(AgfView.OffFlcount, AgfU32(AgfView.OffFlcount) - 1);
-        UnmapReverse(bno, 1, OwnAg, 0, 0);
+        UnmapReverse(bno, 1, RmapRecord.OwnAg, 0, 0);
         FreeExtent(bno, 1);
         BlocksFreed--; // not a file's block: it only moved from the free list to free space
     }
@@ -412,8 +406,6 @@ public sealed class AgSpaceEditor : IAgBtreeHost
     /// </summary>
     public int RemoveCowStaging()
     {
-        const uint cowFlag = 0x80000000;
-        const ulong ownCow = unchecked((ulong)-9L); // XFS_RMAP_OWN_COW
         if (!_sb.HasReflink) return 0;
         int removed = 0;
         Span<byte> key = stackalloc byte[4];
@@ -423,15 +415,15 @@ public sealed class AgSpaceEditor : IAgBtreeHost
             var last = tree.LastRecord();
             if (last is null) return removed;
             uint start = BinaryPrimitives.ReadUInt32BigEndian(last);
-            if ((start & cowFlag) == 0) return removed;
+            if ((start & RefcountRecord.CowFlag) == 0) return removed;
             uint length = BinaryPrimitives.ReadUInt32BigEndian(last.AsSpan(4));
             BinaryPrimitives.WriteUInt32BigEndian(key, start);
             var pos = tree.FindLessOrEqual(key);
             if (pos.LeafIndex < 0 || !tree.RecordAt(pos).AsSpan().SequenceEqual(last))
                 throw new XfsException(XfsError.Corrupt, $"{tree.Name} of AG {_agno}: its last record cannot be found again");
             tree.Delete(pos);
-            UnmapReverse(start & ~cowFlag, length, ownCow, 0, 0);
-            FreeExtent(start & ~cowFlag, length);
+            UnmapReverse(start & ~RefcountRecord.CowFlag, length, RmapRecord.OwnCow, 0, 0);
+            FreeExtent(start & ~RefcountRecord.CowFlag, length);
             BlocksFreed -= length; // staging blocks, not a file's
             removed++;
         }

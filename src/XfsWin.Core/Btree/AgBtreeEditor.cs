@@ -46,7 +46,6 @@ public interface IAgBtreeHost
 public sealed class AgBtreeEditor
 {
     private const int HeaderSize = BtreeBlockView.ShortHeaderV5;
-    private const ulong RmapUnwrittenFlag = 1UL << 61, RmapOffsetMask = (1UL << 54) - 1;
 
     private readonly IBlockDevice _device;
     private readonly Superblock _sb;
@@ -96,8 +95,8 @@ public sealed class AgBtreeEditor
     {
         AgBtreeKind.FreeSpaceByBlock or AgBtreeKind.FreeSpaceByCount => 8,
         AgBtreeKind.Inodes or AgBtreeKind.FreeInodes => InobtRecord.Size,
-        AgBtreeKind.RefCount => 12,
-        _ => 24,
+        AgBtreeKind.RefCount => RefcountRecord.Size,
+        _ => RmapRecord.Size,
     };
 
     /// <summary>Bytes of one key (the low key; overlapping trees store a high key of the same size after it).</summary>
@@ -105,8 +104,8 @@ public sealed class AgBtreeEditor
     {
         AgBtreeKind.FreeSpaceByBlock or AgBtreeKind.FreeSpaceByCount => 8,
         AgBtreeKind.Inodes or AgBtreeKind.FreeInodes => InobtRecord.KeySize,
-        AgBtreeKind.RefCount => 4,
-        _ => 20,
+        AgBtreeKind.RefCount => RefcountRecord.KeySize,
+        _ => RmapRecord.KeySize,
     };
 
     private bool Overlapping => _kind == AgBtreeKind.ReverseMap;
@@ -145,7 +144,7 @@ public sealed class AgBtreeEditor
             case AgBtreeKind.ReverseMap:
                 record[..4].CopyTo(key);                    // startblock
                 record.Slice(8, 8).CopyTo(key[4..]);        // owner
-                BinaryPrimitives.WriteUInt64BigEndian(key[12..], BinaryPrimitives.ReadUInt64BigEndian(record[16..]) & ~RmapUnwrittenFlag);
+                BinaryPrimitives.WriteUInt64BigEndian(key[12..], BinaryPrimitives.ReadUInt64BigEndian(record[16..]) & ~RmapRecord.UnwrittenFlag);
                 break;
             default:
                 record[..8].CopyTo(key);
@@ -161,10 +160,8 @@ public sealed class AgBtreeEditor
         BinaryPrimitives.WriteUInt32BigEndian(key, BinaryPrimitives.ReadUInt32BigEndian(record) + adjust);
         ulong owner = BinaryPrimitives.ReadUInt64BigEndian(record[8..]);
         ulong offset = BinaryPrimitives.ReadUInt64BigEndian(key[12..]);
-        bool nonInodeOwner = owner >= 0xFFFF_FFFF_FFFF_FFF0UL; // XFS_RMAP_OWN_* are small negative numbers
-        bool bmbtBlock = (offset & (1UL << 62)) != 0;
-        if (!nonInodeOwner && !bmbtBlock)
-            BinaryPrimitives.WriteUInt64BigEndian(key[12..], ((offset & RmapOffsetMask) + adjust) | (offset & ~RmapOffsetMask));
+        if (!RmapRecord.IsNonInodeOwner(owner) && (offset & RmapRecord.BmbtBlockFlag) == 0)
+            BinaryPrimitives.WriteUInt64BigEndian(key[12..], ((offset & RmapRecord.OffsetMask) + adjust) | (offset & ~RmapRecord.OffsetMask));
     }
 
     /// <summary>Orders keys as the kernel's key comparison for this tree does.</summary>
@@ -185,7 +182,7 @@ public sealed class AgBtreeEditor
                 if (c != 0) return c;
                 c = BinaryPrimitives.ReadUInt64BigEndian(a[4..]).CompareTo(BinaryPrimitives.ReadUInt64BigEndian(b[4..]));
                 if (c != 0) return c;
-                return (BinaryPrimitives.ReadUInt64BigEndian(a[12..]) & RmapOffsetMask).CompareTo(BinaryPrimitives.ReadUInt64BigEndian(b[12..]) & RmapOffsetMask);
+                return (BinaryPrimitives.ReadUInt64BigEndian(a[12..]) & RmapRecord.OffsetMask).CompareTo(BinaryPrimitives.ReadUInt64BigEndian(b[12..]) & RmapRecord.OffsetMask);
         }
     }
 

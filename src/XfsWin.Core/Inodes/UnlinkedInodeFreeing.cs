@@ -123,7 +123,7 @@ public static class UnlinkedInodeFreeing
     private static ulong ReleaseFork(IBlockDevice device, Superblock sb, ulong ino, byte format, ReadOnlySpan<byte> fork, ulong extentCount,
         bool attrFork, Dictionary<uint, AgSpaceEditor> spaces)
     {
-        ulong forkFlag = attrFork ? AgSpaceEditor.RmapAttrFork : 0;
+        ulong forkFlag = attrFork ? RmapRecord.AttrForkFlag : 0;
         var extents = new List<BmbtRecord>();
         var btreeBlocks = new List<ulong>();
         if (format == FormatExtents)
@@ -141,7 +141,7 @@ public static class UnlinkedInodeFreeing
         {
             var (ag, agbno) = Split(sb, e.StartBlock, ino);
             var space = SpaceOf(device, sb, ag, spaces);
-            space.UnmapReverse(agbno, e.BlockCount, ino, e.FileOffset, forkFlag | (e.Unwritten ? AgSpaceEditor.RmapUnwritten : 0));
+            space.UnmapReverse(agbno, e.BlockCount, ino, e.FileOffset, forkFlag | (e.Unwritten ? RmapRecord.UnwrittenFlag : 0));
             space.FreeExtent(agbno, e.BlockCount);
             freed += e.BlockCount;
         }
@@ -149,7 +149,7 @@ public static class UnlinkedInodeFreeing
         {
             var (ag, agbno) = Split(sb, fsb, ino);
             var space = SpaceOf(device, sb, ag, spaces);
-            space.UnmapReverse(agbno, 1, ino, 0, forkFlag | AgSpaceEditor.RmapBmbtBlock);
+            space.UnmapReverse(agbno, 1, ino, 0, forkFlag | RmapRecord.BmbtBlockFlag);
             space.FreeExtent(agbno, 1);
             freed++;
         }
@@ -256,7 +256,6 @@ public static class UnlinkedInodeFreeing
     /// <summary>Frees the blocks of an inode chunk that exist on disk (all of them, or the runs a sparse chunk's hole mask leaves).</summary>
     private static void ReleaseChunk(Superblock sb, InobtRecord rec, AgSpaceEditor space)
     {
-        const ulong ownInodes = unchecked((ulong)-7L); // XFS_RMAP_OWN_INODES
         int perBlock = sb.InodesPerBlock;
         uint firstBlock = rec.StartIno >> sb.InoPBlog;
         int run = -1;
@@ -270,7 +269,7 @@ public static class UnlinkedInodeFreeing
                     throw new XfsException(XfsError.Unsupported, $"inode chunk {rec.StartIno}: its hole mask does not fall on block boundaries");
                 uint agbno = firstBlock + (uint)(run / perBlock);
                 uint length = (uint)((i - run) / perBlock);
-                space.UnmapReverse(agbno, length, ownInodes, 0, 0);
+                space.UnmapReverse(agbno, length, RmapRecord.OwnInodes, 0, 0);
                 space.FreeExtent(agbno, length);
                 run = -1;
             }
@@ -315,18 +314,16 @@ public static class UnlinkedInodeFreeing
     /// </summary>
     private sealed class InodeTreeHost(Superblock sb, byte[] agi, AgSpaceEditor space) : IAgBtreeHost
     {
-        private const ulong OwnInobt = unchecked((ulong)-6L); // XFS_RMAP_OWN_INOBT
-
         public uint TakeBlock(AgBtreeKind kind)
         {
-            uint bno = space.AllocateBlock(OwnInobt);
+            uint bno = space.AllocateBlock(RmapRecord.OwnInobt);
             CountBlocks(kind, +1);
             return bno;
         }
 
         public void ReleaseBlock(AgBtreeKind kind, uint agbno)
         {
-            space.UnmapReverse(agbno, 1, OwnInobt, 0, 0);
+            space.UnmapReverse(agbno, 1, RmapRecord.OwnInobt, 0, 0);
             space.FreeExtent(agbno, 1);
             CountBlocks(kind, -1);
         }

@@ -115,14 +115,14 @@ public static class LogRecovery
         // What the kernel does at mount after its replay (freeing unlinked inodes, removing CoW staging extents)
         // goes into a second overlay on top of the replay, so that a refusal still leaves the disk untouched and
         // the replay can be written out on its own first.
-        OverlayDevice? freeing = null;
+        OverlayDevice? afterReplay = null;
         if ((result.UnlinkedInodes > 0 || cowAgs.Count > 0) && refusals.Count == 0)
         {
-            freeing = new OverlayDevice(overlay);
+            afterReplay = new OverlayDevice(overlay);
             try
             {
                 if (result.UnlinkedInodes > 0)
-                    result.UnlinkedInodesFreed = UnlinkedInodeFreeing.FreeAll(freeing, sb);
+                    result.UnlinkedInodesFreed = UnlinkedInodeFreeing.FreeAll(afterReplay, sb);
             }
             catch (XfsException e) when (e.Error == XfsError.Unsupported)
             {
@@ -132,7 +132,7 @@ public static class LogRecovery
             {
                 foreach (var ag in cowAgs)
                 {
-                    var space = new AgSpaceEditor(freeing, sb, ag);
+                    var space = new AgSpaceEditor(afterReplay, sb, ag);
                     result.CowStagingExtentsRemoved += space.RemoveCowStaging();
                     space.Commit();
                 }
@@ -154,14 +154,14 @@ public static class LogRecovery
         dataDevice.Flush();
         LogWriter.WriteUnmountRecord(area, sb, pos);
         area.Device.Flush();
-        if (freeing is not null)
+        if (afterReplay is not null)
         {
-            // Then the freeing, which no log describes: fenced with NEEDSREPAIR, set on disk before its first
+            // Then that work, which no log describes: fenced with NEEDSREPAIR, set on disk before its first
             // write and cleared after its last, so a crash in between leaves a volume with a clean log that the
             // kernel refuses to mount until xfs_repair (no log to zero) has finished the job.
-            RebuildSummaryCounters(freeing, sb);
-            SetNeedsRepair(dataDevice, freeing, sb.SectorSize, true);
-            freeing.FlushTo(dataDevice, (done, total) => progress?.Report(0.96 + 0.03 * done / Math.Max(1, total)));
+            RebuildSummaryCounters(afterReplay, sb);
+            SetNeedsRepair(dataDevice, afterReplay, sb.SectorSize, true);
+            afterReplay.FlushTo(dataDevice, (done, total) => progress?.Report(0.96 + 0.03 * done / Math.Max(1, total)));
             dataDevice.Flush();
             SetNeedsRepair(dataDevice, null, sb.SectorSize, false);
             if (result.UnlinkedInodesFreed > 0)

@@ -10,9 +10,7 @@ namespace XfsWin.Journal;
 /// </summary>
 public static class RecoveryChecks
 {
-    /// <summary>XFS_REFC_COWFLAG: refcount records of the CoW staging domain have this bit in their start block.</summary>
-    public const uint RefcountCowFlag = 0x80000000;
-    private const int RefcountRecordSize = 12, RefcountKeySize = 4, RefcountPtrSize = 4;
+    private const int RefcountPtrSize = 4;
 
     /// <summary>Counts inodes on every AGI unlinked bucket chain (following di_next_unlinked).</summary>
     public static int CountUnlinkedInodes(IBlockDevice device, Superblock sb, List<string> warnings)
@@ -70,13 +68,13 @@ public static class RecoveryChecks
                 const int hdr = BtreeBlockView.ShortOffCrc + 4;
                 if (level == 0)
                 {
-                    uint start = BinaryPrimitives.ReadUInt32BigEndian(block.AsSpan(hdr + (numrecs - 1) * RefcountRecordSize));
-                    if ((start & RefcountCowFlag) != 0) ags.Add(ag);
+                    uint start = BinaryPrimitives.ReadUInt32BigEndian(block.AsSpan(hdr + (numrecs - 1) * RefcountRecord.Size));
+                    if ((start & RefcountRecord.CowFlag) != 0) ags.Add(ag);
                     break;
                 }
-                int maxrecs = (block.Length - hdr) / (RefcountKeySize + RefcountPtrSize);
+                int maxrecs = (block.Length - hdr) / (RefcountRecord.KeySize + RefcountPtrSize);
                 if (numrecs > maxrecs) break;
-                bno = BinaryPrimitives.ReadUInt32BigEndian(block.AsSpan(hdr + maxrecs * RefcountKeySize + (numrecs - 1) * RefcountPtrSize));
+                bno = BinaryPrimitives.ReadUInt32BigEndian(block.AsSpan(hdr + maxrecs * RefcountRecord.KeySize + (numrecs - 1) * RefcountPtrSize));
             }
         }
         return ags;

@@ -138,9 +138,9 @@ workload_common() {
     mkdir $M/late_tail; for i in $(seq 1 400); do echo "tail $i" > $M/late_tail/f$i; done
 }
 
-workload_quota() {
-    # Usage and limits of several users, groups and projects change; the last changes (after the final
-    # sync) reach only the log, as logged dquots.
+quota_setup() {
+    # Two projects (one by project file, one by chproj), limits of a user, a group and a project, and files owned by
+    # three users and groups and the two projects.
     mkdir -p $M/proj10 $M/proj20 $M/users
     echo "10:$M/proj10" > $WORK/projects; echo "proj10:10" > $WORK/projid
     xfs_quota -x -D $WORK/projects -P $WORK/projid -c 'project -s proj10' $M >/dev/null
@@ -152,6 +152,12 @@ workload_quota() {
         for i in $(seq 1 20); do head -c $((u * 10 + i * 100)) /dev/urandom > $M/users/u$u/f$i; chown $u:$((u + 1000)) $M/users/u$u/f$i; done
     done
     for i in $(seq 1 30); do head -c 40000 /dev/urandom > $M/proj10/p$i; head -c 7000 /dev/urandom > $M/proj20/p$i; done
+}
+
+workload_quota() {
+    # Usage and limits of several users, groups and projects change; the last changes (after the final
+    # sync) reach only the log, as logged dquots.
+    quota_setup
     sync
     for i in $(seq 1 10); do
         rm $M/users/u1001/f$i; chown 1002:3002 $M/users/u1003/f$i; head -c 100000 /dev/urandom >> $M/proj10/p$i
@@ -171,17 +177,7 @@ workload_quotaoff() {
     # logs a quotaoff item when the switch-off starts and one when it ends, and writes the user dquots back), and
     # later changes log group and project dquots only. Replay must leave every logged user dquot and user dquot
     # buffer alone, as the kernel does.
-    mkdir -p $M/proj10 $M/proj20 $M/users
-    echo "10:$M/proj10" > $WORK/projects; echo "proj10:10" > $WORK/projid
-    xfs_quota -x -D $WORK/projects -P $WORK/projid -c 'project -s proj10' $M >/dev/null
-    xfs_io -c 'chproj 20' -c 'chattr +P' $M/proj20
-    xfs_quota -x -c 'limit -u bsoft=10m bhard=20m isoft=100 ihard=200 1001' -c 'limit -g bhard=50m 2001' \
-        -c 'limit -p bhard=30m ihard=500 20' $M
-    for u in 1001 1002 1003; do
-        mkdir $M/users/u$u; chown $u:$((u + 1000)) $M/users/u$u
-        for i in $(seq 1 20); do head -c $((u * 10 + i * 100)) /dev/urandom > $M/users/u$u/f$i; chown $u:$((u + 1000)) $M/users/u$u/f$i; done
-    done
-    for i in $(seq 1 30); do head -c 40000 /dev/urandom > $M/proj10/p$i; head -c 7000 /dev/urandom > $M/proj20/p$i; done
+    quota_setup
     for i in $(seq 1 10); do rm $M/users/u1001/f$i; chown 1002:3002 $M/users/u1003/f$i; mv $M/proj20/p$i $M/users/u1002/moved$i; done
     xfs_quota -x -c 'limit -u bhard=99m 1002' -c 'limit -u ihard=150 1003' $M
     sync
@@ -250,6 +246,12 @@ PY2
     touch $M/forcer.stop; wait $forcer; rm $M/forcer $M/forcer.stop
     # Everything done reaches the log: nothing is left for the kernel to finish at mount.
     sync
+}
+
+wait_for_holder() { # SECONDS: until the holder process says it holds its inodes (or dies)
+    local waited
+    for waited in $(seq 1 $(($1 * 10))); do [[ -e $WORK/held.ready ]] && break; kill -0 $HOLDER 2>/dev/null || break; sleep 0.1; done
+    [[ -e $WORK/held.ready ]] || { echo "dirty-logs.sh: $SCEN: the holder did not get ready" >&2; exit 1; }
 }
 
 workload_unlinked() {
@@ -324,9 +326,7 @@ while time.time() < end:
     time.sleep(0.05)
 sys.exit("unlinked holder: no shutdown came")
 PY
-    local waited
-    for waited in $(seq 1 600); do [[ -e $WORK/held.ready ]] && break; kill -0 $HOLDER 2>/dev/null || break; sleep 0.1; done
-    [[ -e $WORK/held.ready ]] || { echo "dirty-logs.sh: unlinked: the holder did not get ready" >&2; exit 1; }
+    wait_for_holder 60
 }
 
 workload_unlinked_many() {
@@ -367,9 +367,7 @@ while time.time() < end:
     time.sleep(0.05)
 sys.exit("unlinkedmany holder: no shutdown came")
 PY
-    local waited
-    for waited in $(seq 1 1200); do [[ -e $WORK/held.ready ]] && break; kill -0 $HOLDER 2>/dev/null || break; sleep 0.1; done
-    [[ -e $WORK/held.ready ]] || { echo "dirty-logs.sh: unlinkedmany: the holder did not get ready" >&2; exit 1; }
+    wait_for_holder 120
 }
 
 run_workload() {
