@@ -16,13 +16,24 @@ python3 - "$results" <<'PY'
 import glob, sys, xml.etree.ElementTree as ET
 ns = {"t": "http://microsoft.com/schemas/VisualStudio/TeamTest/2010"}
 passed = failed = skipped = 0
+failures = []
 for trx in glob.glob(sys.argv[1] + "/**/*.trx", recursive=True):
-    c = ET.parse(trx).getroot().find("t:ResultSummary/t:Counters", ns)
+    root = ET.parse(trx).getroot()
+    for r in root.iterfind("t:Results/t:UnitTestResult", ns):
+        if r.get("outcome") not in ("Passed", "NotExecuted"):
+            message = r.findtext("t:Output/t:ErrorInfo/t:Message", default="", namespaces=ns)
+            failures.append((r.get("testName"), r.get("duration"), message.strip()))
+    c = root.find("t:ResultSummary/t:Counters", ns)
     if c is None:
         continue
     passed += int(c.get("passed", 0))
     failed += int(c.get("failed", 0)) + int(c.get("error", 0)) + int(c.get("timeout", 0)) + int(c.get("aborted", 0))
     skipped += int(c.get("notExecuted", 0))
+# The failures are repeated last, so that the end of a long CI log names them.
+for name, duration, message in failures:
+    print(f"FAILED {name} ({duration})")
+    for line in message.splitlines()[:12]:
+        print(f"    {line[:300]}")
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 PY
 exit $status
