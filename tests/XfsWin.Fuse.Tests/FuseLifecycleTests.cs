@@ -42,6 +42,35 @@ public sealed class FuseLifecycleTests
         Assert.False(Shell.IsMounted(m.MountPoint, "fuse.xfswin"), $"still mounted after SIG{signal}");
     }
 
+    /// <summary>
+    /// Scripts and CI runners start background commands with SIGINT ignored (a shell without job
+    /// control does so), and the server inherits that; "kill -INT" must still unmount.
+    /// </summary>
+    [Fact]
+    public void A_server_started_with_SIGINT_ignored_still_unmounts_on_SIGINT()
+    {
+        var mp = Shell.MakeTempDirectory("xfswin-sigign");
+        var (file, prefix) = Shell.Xfswin;
+        try
+        {
+            var command = string.Join(' ', prefix.Prepend(file).Concat(["mount", TestImages.Tree, mp]).Select(Q));
+            var output = Shell.Bash($"trap '' INT; grep '^SigIgn:' /proc/self/status; {command} 2>&1");
+            var ignored = Convert.ToUInt64(output.Split('\n')[0].Split('\t')[1], 16);
+            Assert.True((ignored & 0b10) != 0, "the test did not start the server with SIGINT ignored: " + output);
+            var pid = int.Parse(System.Text.RegularExpressions.Regex.Match(output, @"server pid (\d+)").Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture);
+            Assert.True(Directory.Exists(Path.Combine(mp, "dirs")), output);
+            Shell.Bash($"kill -INT {pid}");
+            WaitForExit(pid, "SIGINT (started with SIGINT ignored)");
+            Assert.False(Shell.IsMounted(mp, "fuse.xfswin"), "still mounted after SIGINT");
+        }
+        finally
+        {
+            if (Shell.IsMounted(mp, "fuse.xfswin"))
+                Shell.Run("fusermount3", ["-u", mp]);
+            Directory.Delete(mp);
+        }
+    }
+
     [Fact]
     public async Task Foreground_mode_serves_until_ctrl_c_and_exits_0()
     {

@@ -3,6 +3,7 @@ using System.Globalization;
 using System.Runtime.InteropServices;
 using XfsWin.Fuse;
 using XfsWin.Volume;
+using XfsWin.Cli.Native;
 
 namespace XfsWin.Cli.Commands;
 
@@ -167,6 +168,11 @@ public static class MountCommand
                 context.Cancel = true;
                 host.RequestUnmount();
             }
+            // A shell without job control starts background commands with SIGINT ignored, and .NET
+            // then leaves it ignored. A mount server is asked to stop, not interrupted from a terminal,
+            // so "kill -INT" must unmount however the server was started.
+            if (OperatingSystem.IsLinux())
+                Posix.StopIgnoring(Posix.SIGINT);
             using var sigint = PosixSignalRegistration.Create(PosixSignal.SIGINT, Stop);
             using var sigterm = PosixSignalRegistration.Create(PosixSignal.SIGTERM, Stop);
             using var sighup = PosixSignalRegistration.Create(PosixSignal.SIGHUP, Stop);

@@ -57,6 +57,28 @@ internal static partial class Posix
     [LibraryImport("libc", EntryPoint = "geteuid")]
     public static partial uint Geteuid();
 
+    public const int SIGINT = 2;
+    private const nint SIG_DFL = 0, SIG_IGN = 1;
+
+    [LibraryImport("libc", EntryPoint = "signal")]
+    private static partial nint Signal(int signal, nint handler);
+
+    /// <summary>glibc's sigaction; only the handler, the struct's first field, is read here.</summary>
+    [LibraryImport("libc", EntryPoint = "sigaction")]
+    private static unsafe partial int Sigaction(int signal, void* action, void* oldAction);
+
+    /// <summary>
+    /// Gives an inherited "ignore" of <paramref name="signal"/> back its default action, so that .NET's
+    /// PosixSignalRegistration can handle it (it leaves ignored SIGINT and SIGQUIT alone). A handler
+    /// already installed is kept.
+    /// </summary>
+    public static unsafe void StopIgnoring(int signal)
+    {
+        var old = stackalloc byte[256]; // glibc's struct sigaction is 152 bytes on 64-bit Linux
+        if (Sigaction(signal, null, old) == 0 && *(nint*)old == SIG_IGN)
+            Signal(signal, SIG_DFL);
+    }
+
     /// <summary>Linux's makedev: the glibc encoding of major/minor into dev_t.</summary>
     public static ulong MakeDev(uint major, uint minor) =>
         ((ulong)(major & 0xfff) << 8) | ((ulong)(major & ~0xfffu) << 32) | (minor & 0xff) | ((ulong)(minor & ~0xffu) << 12);
