@@ -8,6 +8,8 @@
 # Every measurement starts cold: the file system is mounted afresh and the page, dentry and inode
 # caches are dropped first. Needs root, xfsprogs, fuse3, python3, the .NET SDK.
 # Usage: bench/fuse-vs-kernel.sh [RUNS]      (default 2 runs per measurement; the best is reported)
+#   XFSWIN_BENCH_ONLY="read_big stat_100k"  measures only those (no report table)
+#   XFSWIN_BENCH_FUSE_OPTIONS="max_threads=8" adds mount options to both FUSE mounts
 # The image (6 GiB sparse, ~1.3 GiB used) is cached under ${XFSWIN_BENCH_CACHE:-/var/tmp/xfswin-bench}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,11 +60,11 @@ trap 'unmount_all; rmdir "$mnt"; restore_uring' EXIT
 
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 mount_kernel() { mount -t xfs -o loop,ro "$img" "$mnt"; }
-mount_fuse() { "${xfswin[@]}" mount -o io_uring=no "$img" "$mnt" 2>/dev/null; }
+mount_fuse() { "${xfswin[@]}" mount -o io_uring=no${XFSWIN_BENCH_FUSE_OPTIONS:+,$XFSWIN_BENCH_FUSE_OPTIONS} "$img" "$mnt" 2>/dev/null; }
 mount_uring() {
   echo Y > "$uring_param"
   local out pid i
-  out=$("${xfswin[@]}" mount "$img" "$mnt" 2>&1)
+  out=$("${xfswin[@]}" mount ${XFSWIN_BENCH_FUSE_OPTIONS:+-o "$XFSWIN_BENCH_FUSE_OPTIONS"} "$img" "$mnt" 2>&1)
   pid=$(sed -n 's/.*server pid \([0-9]*\).*/\1/p' <<<"$out")
   # Serving through io_uring means queue threads waiting in io_uring_enter (system call 426).
   for i in $(seq 50); do
@@ -81,14 +83,6 @@ timed() { # kind command...
   unmount_all; sleep 0.5
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }'
 }
-best() { # kind command... -> best (lowest) time of $runs runs
-  local b="" t
-  for _ in $(seq "$runs"); do
-    t=$(timed "$@")
-    if [ -z "$b" ] || awk -v t="$t" -v b="$b" 'BEGIN { exit !(t < b) }'; then b=$t; fi
-  done
-  printf '%.3f' "$b"
-}
 
 statlist=$(mktemp /tmp/xfswin-bench-list-XXXXXX)
 for d in $(seq -f '%03g' 0 99); do for f in $(seq -f '%04g' 0 999); do echo "$mnt/stat/d$d/file-$f"; done; done > "$statlist"
@@ -105,14 +99,21 @@ echo "Measuring ($runs runs each, best reported)..."
 raw=$(raw_read)
 have_uring=0
 [ -w "$uring_param" ] && have_uring=1
+# The three mounts take turns run by run, so that a drift of the virtual disk's speed over minutes
+# (seen here: 2x) falls on all of them alike instead of on whichever ran last.
+lower() { if [ -z "$1" ] || awk -v t="$2" -v b="$1" 'BEGIN { exit !(t < b) }'; then echo "$2"; else echo "$1"; fi; }
 declare -A k f u
-for t in read_big stat_100k find_100k readdir_1m; do
-  k[$t]=$(best kernel "$t")
-  f[$t]=$(best fuse "$t")
-  if [ $have_uring = 1 ]; then u[$t]=$(best uring "$t"); restore_uring; else u[$t]=""; fi
+for t in ${XFSWIN_BENCH_ONLY:-read_big stat_100k find_100k readdir_1m}; do
+  k[$t]=""; f[$t]=""; u[$t]=""
+  for _ in $(seq "$runs"); do
+    k[$t]=$(lower "${k[$t]}" "$(timed kernel "$t")")
+    f[$t]=$(lower "${f[$t]}" "$(timed fuse "$t")")
+    if [ $have_uring = 1 ]; then u[$t]=$(lower "${u[$t]}" "$(timed uring "$t")"); restore_uring; fi
+  done
   echo "  $t: kernel ${k[$t]} s, fuse /dev/fuse ${f[$t]} s, fuse io_uring ${u[$t]:-n/a} s"
 done
 rm -f "$statlist"
+[ -z "${XFSWIN_BENCH_ONLY:-}" ] || exit 0   # a partial run prints only the lines above
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 ratio() { awk -v k="$1" -v f="$2" 'BEGIN { printf "%.2f", k / f }'; }   # kernel time / fuse time = fuse speed relative to the kernel
