@@ -79,5 +79,7 @@ public sealed record FuseMountOptions
 /// <summary>
 /// Tests only: queue <paramref name="Queue"/> fails after serving <paramref name="AfterRequests"/>
 /// requests through the live ring, and again after as many more, <paramref name="Times"/> times in all.
+/// <paramref name="Undrainable"/>: the failed ring's io_uring_enter keeps failing, so that it cannot
+/// be drained before it is closed.
 /// </summary>
-internal sealed record IoUringLiveFault(int Queue, int AfterRequests, int Times);
+internal sealed record IoUringLiveFault(int Queue, int AfterRequests, int Times, bool Undrainable = false);

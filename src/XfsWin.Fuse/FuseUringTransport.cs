@@ -744,7 +744,6 @@ internal sealed unsafe class FuseUringTransport
         private readonly ConcurrentQueue<Entry> _done = new();
         private readonly List<IoUringCqe> _leftover = [];   // completions taken from a ring that failed before handling them
         private bool _connectionEnded;
-        private int _lostRequests;
         private int _faultsInjected;
         private long _faultAt = -1;
         private const int MaxRecoveries = 3;
@@ -1198,6 +1197,8 @@ internal sealed unsafe class FuseUringTransport
             e.Pending = 0;
         }
 
+        private const int InjectedErrno = 5; // EIO
+
         /// <summary>The failure a test asked for (<see cref="FuseMountOptions.IoUringLiveFaultForTests"/>), when it is due.</summary>
         private string? InjectedFailure()
         {
@@ -1210,7 +1211,7 @@ internal sealed unsafe class FuseUringTransport
                 return null;
             _faultsInjected++;
             _faultAt = served + f.AfterRequests;
-            return "io_uring_enter failed (errno 5, injected by a test)";
+            return $"io_uring_enter failed (errno {InjectedErrno}, injected by a test)";
         }
 
         /// <summary>
@@ -1230,9 +1231,9 @@ internal sealed unsafe class FuseUringTransport
         /// answers kept), and the entries still waiting are given requests of our own (statfs of
         /// the mount point from threads on this CPU, whose requests go to this CPU's queue). Then the
         /// answers are committed through the new ring, which takes every entry over. When the old
-        /// ring cannot be drained in time, it is closed anyway: entries ended with ENOTCONN were
-        /// waiting and are registered again from the new ring; an entry ended otherwise lost a
-        /// request, and the queue is given up (false).
+        /// ring cannot be drained (in time, or at all), the queue is given up (false): an entry still
+        /// waiting may hold a request that can no longer be delivered, and only ending the
+        /// connection answers it.
         /// </para>
         /// </summary>
         internal bool Recover(out string? outcome)
@@ -1257,7 +1258,7 @@ internal sealed unsafe class FuseUringTransport
             var carried = 0;
             var cqes = new IoUringCqe[32];
 
-            void Take(IoUringCqe c, bool closed)
+            void Take(IoUringCqe c)
             {
                 if (c.user_data >= (ulong)_entries.Length)
                     return;
@@ -1284,29 +1285,19 @@ internal sealed unsafe class FuseUringTransport
                     e.Pending = e.LastCommand;
                     held.Add(e);
                 }
-                else if (closed && c.res == -IoUringConstants.ENOTCONN)
-                {
-                    // Waiting when the ring closed: the kernel let go of it; its buffers are registered again.
-                    e.Pending = FuseUringConstants.FUSE_IO_URING_CMD_REGISTER;
-                    held.Add(e);
-                }
-                else if (!closed && c.res == -IoUringConstants.ENOTCONN)
+                else if (c.res == -IoUringConstants.ENOTCONN)
                 {
                     _connectionEnded = true; // unmounted meanwhile
                     EntryEnded(e);
                 }
                 else
                 {
-                    // After the close, anything but ENOTCONN (ECANCELED) means a request given to the
-                    // entry was never delivered; before it, a refused command (as in Serve).
-                    if (closed)
-                        _lostRequests++;
-                    EntryEnded(e);
+                    EntryEnded(e); // a refused command (as in Serve)
                 }
             }
 
             foreach (var c in _leftover)
-                Take(c, false);
+                Take(c);
             _leftover.Clear();
 
             // Drain the old ring until none of its entries waits.
@@ -1316,7 +1307,7 @@ internal sealed unsafe class FuseUringTransport
             var drainError = 0;
             while (waiting.Count > 0 && !_connectionEnded && Volatile.Read(ref _t._stopping) == 0 && sw.Elapsed < DrainTime)
             {
-                var rc = old.Poll();
+                var rc = _t._liveFault is { Undrainable: true } f && f.Queue == _qid ? -InjectedErrno : old.Poll();
                 if (rc < 0)
                 {
                     drainError = -rc;
@@ -1324,7 +1315,7 @@ internal sealed unsafe class FuseUringTransport
                 }
                 var n = old.TakeCompletions(cqes);
                 for (var i = 0; i < n; i++)
-                    Take(cqes[i], false);
+                    Take(cqes[i]);
                 if (n == 0 && waiting.Count > 0)
                 {
                     // Our own requests for the entries that still wait (more may be needed when callers take some first).
@@ -1337,21 +1328,8 @@ internal sealed unsafe class FuseUringTransport
                     Thread.Sleep(1);
                 }
             }
-            var drained = waiting.Count == 0;
-            old.CloseDescriptor();
-            if (!drained && !_connectionEnded && Volatile.Read(ref _t._stopping) == 0)
-            {
-                // What the kernel says about the entries that still waited: ENOTCONN for an idle one.
-                sw.Restart();
-                while (waiting.Count > 0 && sw.Elapsed < TimeSpan.FromSeconds(2))
-                {
-                    var n = old.TakeCompletions(cqes);
-                    for (var i = 0; i < n; i++)
-                        Take(cqes[i], true);
-                    if (n == 0)
-                        Thread.Sleep(1);
-                }
-            }
+            // Released only once unmapped: the mappings hold the ring, and the kernel cancels its
+            // commands when it is released.
             old.Dispose();
             _ring = null;
             if (_connectionEnded || Volatile.Read(ref _t._stopping) != 0)
@@ -1359,11 +1337,14 @@ internal sealed unsafe class FuseUringTransport
                 outcome = "unmounted";
                 return false;
             }
-            if (_lostRequests > 0 || waiting.Count > 0)
+            if (waiting.Count > 0)
             {
-                outcome = (drainError != 0 ? $"the failed ring could not be drained (errno {drainError}); " : "the failed ring was not drained in time; ") +
-                          (_lostRequests > 0 ? $"the kernel cancelled {_lostRequests} request(s) it had given to it, which nothing can answer now"
-                                             : $"{waiting.Count} of its entries were not given back by the kernel");
+                // An entry still waiting may have been given a request whose delivery is task work
+                // that only the old ring runs (DEFER_TASKRUN): released, the kernel cancels that work
+                // and the request stays with the entry, unanswerable until the connection ends.
+                // Nothing here can tell whether that happened, so the queue is given up.
+                outcome = (drainError != 0 ? $"the failed ring could not be drained (errno {drainError})" : "the failed ring was not drained in time") +
+                          $"; {waiting.Count} of its entries were still waiting, and a request the kernel may have given them can no longer be delivered";
                 return false;
             }
 

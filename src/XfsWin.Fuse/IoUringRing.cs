@@ -29,7 +29,6 @@ internal sealed unsafe class IoUringRing : IDisposable
     private readonly IoUringCqe* _cqes;
     private uint _sqLocalTail;
     private int _disposed;
-    private int _fdClosed;
 
     private IoUringRing(int fd, in IoUringParams p, byte* sqMap, nuint sqMapSize, byte* cqMap, nuint cqMapSize, byte* sqes, nuint sqesSize)
     {
@@ -184,17 +183,6 @@ internal sealed unsafe class IoUringRing : IDisposable
         return r is >= 0 or -IoUringConstants.EINTR ? 0 : r;
     }
 
-    /// <summary>
-    /// Closes the ring's descriptor but keeps its rings mapped: the kernel cancels what is still
-    /// pending and posts those completions, which <see cref="TakeCompletions"/> still reads.
-    /// <see cref="Dispose"/> unmaps.
-    /// </summary>
-    public void CloseDescriptor()
-    {
-        if (Interlocked.Exchange(ref _fdClosed, 1) == 0)
-            IoUringNative.close(_fd);
-    }
-
     /// <summary>Copies the completions that are ready into <paramref name="into"/> and releases their slots.</summary>
     public int TakeCompletions(Span<IoUringCqe> into)
     {
@@ -227,6 +215,7 @@ internal sealed unsafe class IoUringRing : IDisposable
             IoUringNative.munmap(_sqMap, _sqMapSize);
             _sqMap = null;
         }
-        CloseDescriptor();
+        // The ring is released when the last of its mappings and this descriptor are gone.
+        IoUringNative.close(_fd);
     }
 }

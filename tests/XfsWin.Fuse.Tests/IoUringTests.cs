@@ -474,6 +474,35 @@ public sealed class IoUringTransportTests
     }
 
     /// <summary>
+    /// A failed ring that cannot even be drained (every io_uring_enter on it fails) may hold a request
+    /// the kernel gave to one of its waiting entries: its delivery is task work only that ring runs,
+    /// and releasing the ring cancels it, leaving the caller waiting until the connection ends. So
+    /// the mount is ended at once, and every caller gets an error instead of a hang.
+    /// </summary>
+    [Fact]
+    public void A_failed_ring_that_cannot_be_drained_ends_the_mount_instead_of_leaving_a_caller_waiting()
+    {
+        using var on = IoUringMode.Set(true);
+        var failing = CpuCount - 1;
+        using var m = new InProcessMount(TestImages.Tree, new FuseMountOptions
+        {
+            AttributeTimeout = 0,
+            EntryTimeout = 0,
+            IoUringLiveFaultForTests = new IoUringLiveFault(failing, AfterRequests: 100, Times: 1, Undrainable: true),
+        });
+        Assert.Equal(FuseTransport.IoUring, m.Host.Transport);
+        var walk = Shell.Run("timeout", ["-s", "KILL", "60", "taskset", "-c", $"{failing}", "bash", "-c",
+            $"cd {Q(m.MountPoint)} && for r in 1 2 3; do find . -printf '%p %y %m %s\\n' > /dev/null; done"], timeout: TimeSpan.FromSeconds(120));
+        Assert.True(walk.ExitCode != 137, $"the caller was still waiting after 60 s:\n{m.Log}");
+        Assert.Contains("Transport endpoint is not connected", walk.Stderr, StringComparison.Ordinal);
+        Assert.Equal(0, m.Host.Uring!.QueueRestarts);
+        Assert.Contains($"xfswin: io_uring queue {failing}: io_uring_enter failed (errno 5, injected by a test); moving the queue to a new ring (attempt 1 of 3).", m.Log, StringComparison.Ordinal);
+        Assert.Matches($@"xfswin: io_uring queue {failing} cannot be served any more \(the failed ring could not be drained \(errno 5\); [1-9]\d* of its entries were still waiting, and a request the kernel may have given them can no longer be delivered\); ending the mount", m.Log);
+        Assert.Contains("xfswin: mount ended (", m.Log, StringComparison.Ordinal);
+        Assert.True(m.WaitForRun(TimeSpan.FromSeconds(20)), $"FuseHost.Run did not return after the mount ended:\n{m.Log}");
+    }
+
+    /// <summary>
     /// A queue that keeps failing is given up after a few new rings: the mount then ends, so that
     /// callers get errors (ENOTCONN) at once instead of waiting until someone unmounts.
     /// </summary>
