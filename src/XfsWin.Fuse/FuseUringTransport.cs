@@ -2,6 +2,7 @@ using System.Collections.Concurrent;
 using System.Globalization;
 using System.Runtime.InteropServices;
 using XfsWin.Fuse.Interop;
+using XfsWin.Device;
 
 namespace XfsWin.Fuse;
 
@@ -887,12 +888,9 @@ internal sealed unsafe class FuseUringTransport
             _headers = (byte*)NativeMemory.AlignedAlloc((nuint)(count * perEntry), 4096);
             new Span<byte>(_headers, count * perEntry).Clear();
             _payloadsSize = (nuint)count * (nuint)payloadSize;
-            // Anonymous memory: pages are committed when first written, so large payload buffers cost little until used.
-            var p = IoUringNative.mmap(null, _payloadsSize, IoUringConstants.PROT_READ | IoUringConstants.PROT_WRITE,
-                IoUringConstants.MAP_PRIVATE | IoUringConstants.MAP_ANONYMOUS, -1, 0);
-            if (p == IoUringNative.MAP_FAILED)
-                throw new OutOfMemoryException($"cannot map {_payloadsSize} bytes of io_uring payload buffers (errno {Marshal.GetLastPInvokeError()})");
-            _payloads = (byte*)p;
+            // Anonymous memory, committed when first written (by the huge page: reads go from the
+            // device straight into these buffers, see TransferMemory).
+            _payloads = (byte*)TransferMemory.Allocate(_payloadsSize);
             PayloadCapacity = payloadSize;
             _scratchSize = FuseInHeader.Size + FuseUringReqHeader.OpInSize + payloadSize;
             _scratch = (byte*)NativeMemory.AlignedAlloc((nuint)_scratchSize, 64);
@@ -927,7 +925,7 @@ internal sealed unsafe class FuseUringTransport
             if (_live != 0)
                 return;
             if (_payloads != null)
-                IoUringNative.munmap(_payloads, _payloadsSize);
+                TransferMemory.Free(_payloads, _payloadsSize);
             _payloads = null;
             NativeMemory.AlignedFree(_headers);
             _headers = null;

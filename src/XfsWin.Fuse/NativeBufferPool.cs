@@ -1,4 +1,4 @@
-using System.Runtime.InteropServices;
+using XfsWin.Device;
 
 namespace XfsWin.Fuse;
 
@@ -6,10 +6,10 @@ namespace XfsWin.Fuse;
 /// Page-aligned native buffers shared by the FUSE worker threads. Renting and returning never
 /// allocate managed memory: each slot holds one buffer pointer and is claimed with an atomic
 /// exchange. When every slot is busy a fresh buffer is allocated and freed after the call.
+/// Reads go from the device straight into them, so they come from <see cref="TransferMemory"/>.
 /// </summary>
 internal sealed unsafe class NativeBufferPool : IDisposable
 {
-    private const nuint Alignment = 4096;
     private readonly nint[] _slots;
     private int _disposed;
 
@@ -27,14 +27,14 @@ internal sealed unsafe class NativeBufferPool : IDisposable
     public byte* Rent(int minimumSize = 0)
     {
         if (minimumSize > BufferSize)
-            return (byte*)NativeMemory.AlignedAlloc((nuint)minimumSize, Alignment);
+            return (byte*)TransferMemory.Allocate((nuint)minimumSize);
         for (var i = 0; i < _slots.Length; i++)
         {
             var p = Interlocked.Exchange(ref _slots[i], 0);
             if (p != 0)
                 return (byte*)p;
         }
-        return (byte*)NativeMemory.AlignedAlloc((nuint)BufferSize, Alignment);
+        return (byte*)TransferMemory.Allocate((nuint)BufferSize);
     }
 
     /// <summary>Gives back a buffer from <see cref="Rent"/>; <paramref name="size"/> is what was asked for.</summary>
@@ -48,7 +48,7 @@ internal sealed unsafe class NativeBufferPool : IDisposable
                     return;
             }
         }
-        NativeMemory.AlignedFree(buffer);
+        TransferMemory.Free(buffer, (nuint)Math.Max(size, BufferSize));
     }
 
     public void Dispose()
@@ -59,7 +59,7 @@ internal sealed unsafe class NativeBufferPool : IDisposable
         {
             var p = Interlocked.Exchange(ref _slots[i], 0);
             if (p != 0)
-                NativeMemory.AlignedFree((void*)p);
+                TransferMemory.Free((void*)p, (nuint)BufferSize);
         }
     }
 }

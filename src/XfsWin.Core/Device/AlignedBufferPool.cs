@@ -6,6 +6,7 @@ namespace XfsWin.Device;
 /// <summary>
 /// A native buffer aligned for unbuffered I/O (O_DIRECT / FILE_FLAG_NO_BUFFERING need the buffer
 /// address, file offset and length to be multiples of the sector size; 4096 covers every device).
+/// Buffers of a megabyte or more come from <see cref="TransferMemory"/> (huge pages where possible).
 /// </summary>
 public sealed unsafe class AlignedBuffer : IDisposable
 {
@@ -15,7 +16,7 @@ public sealed unsafe class AlignedBuffer : IDisposable
     public AlignedBuffer(int length)
     {
         Length = length;
-        _ptr = NativeMemory.AlignedAlloc((nuint)length, Alignment);
+        _ptr = length >= TransferMemory.MinimumSize ? TransferMemory.Allocate((nuint)length) : NativeMemory.AlignedAlloc((nuint)length, Alignment);
     }
 
     public int Length { get; }
@@ -28,7 +29,10 @@ public sealed unsafe class AlignedBuffer : IDisposable
     {
         if (_ptr != null)
         {
-            NativeMemory.AlignedFree(_ptr);
+            if (Length >= TransferMemory.MinimumSize)
+                TransferMemory.Free(_ptr, (nuint)Length);
+            else
+                NativeMemory.AlignedFree(_ptr);
             _ptr = null;
         }
     }
