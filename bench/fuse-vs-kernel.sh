@@ -3,7 +3,7 @@
 # both FUSE transports: classic /dev/fuse, and FUSE over io_uring (Linux 6.14+ with
 # CONFIG_FUSE_IO_URING; the script turns /sys/module/fuse/parameters/enable_uring on for those runs
 # and restores it afterwards):
-#   - sequential read of a 1 GiB file (and the raw image file, as the device's ceiling)
+#   - sequential read of a 1 GiB file (and the raw image file with dd iflag=direct, for scale)
 #   - stat of 100k files, find over 100k entries, readdir of a 1M-entry directory
 # Every measurement starts cold: the file system is mounted afresh and the page, dentry and inode
 # caches are dropped first. Needs root, xfsprogs, fuse3, python3, the .NET SDK.
@@ -137,5 +137,5 @@ Load average (1/5/15 min) at start: $load_start; at end: $load_end (other jobs s
 | find over 100k entries | ${k[find_100k]} s | ${f[find_100k]} s | $(ratio "${k[find_100k]}" "${f[find_100k]}")x | $(cell "${u[find_100k]}") | $(uratio find_100k) | ≥ 0.5x |
 | readdir of a 1M-entry directory (ls -f) | ${k[readdir_1m]} s | ${f[readdir_1m]} s | $(ratio "${k[readdir_1m]}" "${f[readdir_1m]}")x | $(cell "${u[readdir_1m]}") | $(uratio readdir_1m) | ≥ 0.5x |
 
-Raw image file, first 1 GiB with O_DIRECT (the device's ceiling): $(printf '%.3f' "$raw") s ($(mbps "$raw") MiB/s).
+Raw image file, first 1 GiB with dd iflag=direct bs=1M (its buffer is in 4 KiB pages; see TransferMemory for why that matters on virtual disks): $(printf '%.3f' "$raw") s ($(mbps "$raw") MiB/s).
 REPORT
