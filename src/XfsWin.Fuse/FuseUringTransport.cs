@@ -1,8 +1,8 @@
 using System.Collections.Concurrent;
 using System.Globalization;
 using System.Runtime.InteropServices;
-using XfsWin.Fuse.Interop;
 using XfsWin.Device;
+using XfsWin.Fuse.Interop;
 
 namespace XfsWin.Fuse;
 

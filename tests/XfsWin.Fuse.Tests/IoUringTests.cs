@@ -432,6 +432,25 @@ public sealed class IoUringTransportTests
     }
 
     /// <summary>
+    /// An in-process mount serving through io_uring whose queue fails as <paramref name="fault"/> says,
+    /// with attribute and name caching off, so that every pass asks the server again on each caller's CPU.
+    /// </summary>
+    private static InProcessMount MountWithLiveFault(IoUringLiveFault fault)
+    {
+        var m = new InProcessMount(TestImages.Tree, new FuseMountOptions { AttributeTimeout = 0, EntryTimeout = 0, IoUringLiveFaultForTests = fault });
+        try
+        {
+            Assert.Equal(FuseTransport.IoUring, m.Host.Transport);
+            return m;
+        }
+        catch
+        {
+            m.Dispose();
+            throw;
+        }
+    }
+
+    /// <summary>
     /// A queue whose ring fails while the kernel serves through io_uring would leave the requests
     /// of its CPU waiting until the unmount: it moves to a new ring instead, and every request made
     /// meanwhile, on every CPU, is answered, with the same data as the kernel's own XFS.
@@ -442,14 +461,7 @@ public sealed class IoUringTransportTests
         using var on = IoUringMode.Set(true);
         using var k = new KernelMount(TestImages.Tree);
         var failing = CpuCount - 1;
-        // No attribute or name caching: every pass asks the server again, on each caller's CPU.
-        using var m = new InProcessMount(TestImages.Tree, new FuseMountOptions
-        {
-            AttributeTimeout = 0,
-            EntryTimeout = 0,
-            IoUringLiveFaultForTests = new IoUringLiveFault(failing, AfterRequests: 3000, Times: 2),
-        });
-        Assert.Equal(FuseTransport.IoUring, m.Host.Transport);
+        using var m = MountWithLiveFault(new IoUringLiveFault(failing, AfterRequests: 3000, Times: 2));
         var expected = Shell.Bash($"cd {Q(k.MountPoint)}\n{TreeWalk}");
         var sw = Stopwatch.StartNew();
         var (runs, inTime) = RunOnEveryCpu(m.MountPoint, perCpu: 3, rounds: 2, limit: TimeSpan.FromSeconds(120));
@@ -484,13 +496,7 @@ public sealed class IoUringTransportTests
     {
         using var on = IoUringMode.Set(true);
         var failing = CpuCount - 1;
-        using var m = new InProcessMount(TestImages.Tree, new FuseMountOptions
-        {
-            AttributeTimeout = 0,
-            EntryTimeout = 0,
-            IoUringLiveFaultForTests = new IoUringLiveFault(failing, AfterRequests: 100, Times: 1, Undrainable: true),
-        });
-        Assert.Equal(FuseTransport.IoUring, m.Host.Transport);
+        using var m = MountWithLiveFault(new IoUringLiveFault(failing, AfterRequests: 100, Times: 1, Undrainable: true));
         var walk = Shell.Run("timeout", ["-s", "KILL", "60", "taskset", "-c", $"{failing}", "bash", "-c",
             $"cd {Q(m.MountPoint)} && for r in 1 2 3; do find . -printf '%p %y %m %s\\n' > /dev/null; done"], timeout: TimeSpan.FromSeconds(120));
         Assert.True(walk.ExitCode != 137, $"the caller was still waiting after 60 s:\n{m.Log}");
@@ -511,13 +517,7 @@ public sealed class IoUringTransportTests
     {
         using var on = IoUringMode.Set(true);
         var failing = CpuCount - 1;
-        using var m = new InProcessMount(TestImages.Tree, new FuseMountOptions
-        {
-            AttributeTimeout = 0,
-            EntryTimeout = 0,
-            IoUringLiveFaultForTests = new IoUringLiveFault(failing, AfterRequests: 200, Times: 1000),
-        });
-        Assert.Equal(FuseTransport.IoUring, m.Host.Transport);
+        using var m = MountWithLiveFault(new IoUringLiveFault(failing, AfterRequests: 200, Times: 1000));
         var (runs, inTime) = RunOnEveryCpu(m.MountPoint, perCpu: 2, rounds: 3, limit: TimeSpan.FromSeconds(120));
         Assert.True(inTime, $"callers were still waiting after 120 s:\n{m.Log}");
         // The callers saw the mount end (find goes on past the errors, so its exit code says nothing).

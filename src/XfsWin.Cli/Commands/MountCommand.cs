@@ -1,9 +1,9 @@
 using System.Diagnostics;
 using System.Globalization;
 using System.Runtime.InteropServices;
+using XfsWin.Cli.Native;
 using XfsWin.Fuse;
 using XfsWin.Volume;
-using XfsWin.Cli.Native;
 
 namespace XfsWin.Cli.Commands;
 

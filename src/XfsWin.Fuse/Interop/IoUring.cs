@@ -130,8 +130,6 @@ internal static class IoUringConstants
     public const int PROT_READ = 1;
     public const int PROT_WRITE = 2;
     public const int MAP_SHARED = 0x01;
-    public const int MAP_PRIVATE = 0x02;
-    public const int MAP_ANONYMOUS = 0x20;
     public const int MAP_POPULATE = 0x8000;
 
     public const int EFD_CLOEXEC = 0x80000;
