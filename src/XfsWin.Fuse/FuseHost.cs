@@ -36,6 +36,10 @@ public sealed unsafe class FuseHost : IDisposable
     private int _unmountRequested;
     private int _initDone;
     private int _transportChosen;
+    private const int ReadAheadSettled = 1;
+    private int _readAheadState;        // ReadAheadSettled once the window is raised (or need not be)
+    private int _initRequestSeen;
+    private ulong _initUnique;
     private int _loggedErrors;
     private int _disposed;
     private FuseUringTransport? _uring;
@@ -177,12 +181,18 @@ public sealed unsafe class FuseHost : IDisposable
     {
         if (_session == 0)
             throw new InvalidOperationException("Mount first.");
-        if (_options.ReadAheadKiB > 0 && FuseNative.geteuid() == 0)
-            _ = Task.Run(SetReadAheadAfterInit);
+        var raiseReadAhead = _options.ReadAheadKiB > 0 && FuseNative.geteuid() == 0;
+        if (!raiseReadAhead)
+            Volatile.Write(ref _readAheadState, ReadAheadSettled);
         _uring = FuseUringTransport.TryStart(this, _session, _options, _log, out _transportNote);
-        Volatile.Write(ref _transportChosen, 1);
         if (_uring is null && FuseUringTransport.InstallDeviceHooks(_session) is var hooks and not 0)
+        {
             _log.WriteLine($"xfswin: libfuse refused the device hooks ({hooks}); birth times (statx) are not served.");
+            // Without the hooks the init reply cannot be seen: raise the readahead once it has likely been processed.
+            if (raiseReadAhead)
+                _ = Task.Run(SetReadAheadAfterInit);
+        }
+        Volatile.Write(ref _transportChosen, 1);
         int rc;
         try
         {
@@ -208,15 +218,16 @@ public sealed unsafe class FuseHost : IDisposable
 
     /// <summary>
     /// Waits (at most <paramref name="limit"/>) until <see cref="Run"/>, started on another thread,
-    /// knows which transport serves the mount: for io_uring that is after FUSE_INIT, when every
-    /// queue has registered. False when it is not known in time.
+    /// knows which transport serves the mount (for io_uring that is after FUSE_INIT, when every
+    /// queue has registered) and the mount's readahead is raised. False when that is not so in time.
     /// </summary>
     public bool WaitForTransport(TimeSpan limit)
     {
         var sw = Stopwatch.StartNew();
         while (true)
         {
-            if (Volatile.Read(ref _transportChosen) != 0 && (_uring is null || _uring.IsSettled))
+            if (Volatile.Read(ref _transportChosen) != 0 && (_uring is null || _uring.IsSettled) &&
+                Volatile.Read(ref _readAheadState) == ReadAheadSettled)
                 return true;
             if (sw.Elapsed >= limit)
                 return false;
@@ -246,17 +257,31 @@ public sealed unsafe class FuseHost : IDisposable
 
     /// <summary>
     /// The kernel lowers the mount's readahead to what FUSE_INIT negotiated (128 KiB by default) when
-    /// it processes the init reply, so the larger window is set once that has happened. The mount's
-    /// device number comes from /proc/self/mountinfo (a stat of the mount point could wait on init).
-    /// Best effort: a failure only leaves the default.
+    /// it processes the init reply, so the larger window can only be set after that. The device
+    /// hooks see the init request and the reply: once the reply's write has returned, the kernel has
+    /// processed it, and the window is raised there, before the mount is reported ready (a program
+    /// started right after the mount reads with the larger window). The mount's device number
+    /// comes from /proc/self/mountinfo (a stat of the mount point could wait on init).
     /// </summary>
-    private void SetReadAheadAfterInit()
+    internal void NoteInitRequest(ulong unique)
+    {
+        _initUnique = unique;
+        Volatile.Write(ref _initRequestSeen, 1);
+    }
+
+    /// <summary>Called after each reply written to /dev/fuse; raises the readahead after the init reply.</summary>
+    internal void AfterDeviceReply(ulong unique)
+    {
+        if (Volatile.Read(ref _readAheadState) == ReadAheadSettled || Volatile.Read(ref _initRequestSeen) == 0 || unique != _initUnique ||
+            Interlocked.CompareExchange(ref _readAheadState, ReadAheadSettled, 0) != 0)
+            return;
+        RaiseReadAhead();
+    }
+
+    private void RaiseReadAhead()
     {
         try
         {
-            for (var i = 0; i < 100 && Volatile.Read(ref _initDone) == 0; i++)
-                Thread.Sleep(20);
-            Thread.Sleep(50); // the reply is written after the init callback returns
             var device = MountDevice(_mountPoint!);
             if (device is not null)
                 File.WriteAllText($"/sys/class/bdi/{device}/read_ahead_kb", _options.ReadAheadKiB.ToString(System.Globalization.CultureInfo.InvariantCulture));
@@ -265,6 +290,16 @@ public sealed unsafe class FuseHost : IDisposable
         {
             _log.WriteLine($"xfswin: could not raise the readahead of {_mountPoint}: {e.Message}");
         }
+    }
+
+    /// <summary>The fallback when the device hooks are refused: after the init callback, and a pause for the reply.</summary>
+    private void SetReadAheadAfterInit()
+    {
+        for (var i = 0; i < 100 && Volatile.Read(ref _initDone) == 0; i++)
+            Thread.Sleep(20);
+        Thread.Sleep(50); // the reply is written after the init callback returns
+        RaiseReadAhead();
+        Volatile.Write(ref _readAheadState, ReadAheadSettled);
     }
 
     /// <summary>"major:minor" of the FUSE mount at <paramref name="mountPoint"/>, from /proc/self/mountinfo.</summary>

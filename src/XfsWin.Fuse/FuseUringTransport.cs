@@ -348,6 +348,8 @@ internal sealed unsafe class FuseUringTransport
         {
             var n = IoUringNative.read(fd, buffer, length);
             var errno = Marshal.GetLastPInvokeError();
+            if (n >= FuseInHeader.Size && ((FuseInHeader*)buffer)->opcode == FuseUringConstants.FUSE_INIT)
+                HostOf(userdata)?.NoteInitRequest(((FuseInHeader*)buffer)->unique);
             if (n >= FuseInHeader.Size && ((FuseInHeader*)buffer)->opcode == FuseStatxConstants.FUSE_STATX && TryAnswerOnDevice(fd, (FuseInHeader*)buffer, userdata))
                 continue;
             if (n >= FuseInHeader.Size)
@@ -400,22 +402,44 @@ internal sealed unsafe class FuseUringTransport
     [UnmanagedCallersOnly]
     private static nint OnDeviceWritev(int fd, IoVec* iov, int count, nint userdata)
     {
+        FuseHost? host = null;
+        nint n = -1;
+        var written = false;
         try
         {
             var entry = t_entry;
             if (entry is not null && !entry.Replied && count >= 1 && iov[0].iov_len >= FuseOutHeader.Size &&
                 ((FuseOutHeader*)iov[0].iov_base)->unique == entry.CommitId)
                 return entry.Owner.AnswerOnRing(entry, iov, count);
-            var t = TransportOf(userdata);
-            if (t is not null)
-                return t.WriteToDevice(fd, iov, count);
+            host = HostOf(userdata);
+            if (host?.Uring is { } t)
+            {
+                n = t.WriteToDevice(fd, iov, count);
+                written = true;
+            }
         }
         catch (Exception)
         {
             // Fall through to a plain write.
         }
-        var n = IoUringNative.writev(fd, iov, count);
-        Marshal.SetLastSystemError(Marshal.GetLastPInvokeError());
+        if (!written)
+        {
+            n = IoUringNative.writev(fd, iov, count);
+            Marshal.SetLastSystemError(Marshal.GetLastPInvokeError());
+        }
+        if (n >= 0 && host is not null && count >= 1 && iov[0].iov_len >= FuseOutHeader.Size)
+        {
+            var errno = Marshal.GetLastSystemError();
+            try
+            {
+                host.AfterDeviceReply(((FuseOutHeader*)iov[0].iov_base)->unique);
+            }
+            catch (Exception)
+            {
+                // Best effort: the reply itself went out.
+            }
+            Marshal.SetLastSystemError(errno);
+        }
         return n;
     }
 

@@ -43,6 +43,23 @@ public sealed class FuseLifecycleTests
     }
 
     /// <summary>
+    /// The kernel sets a FUSE mount's readahead to 128 KiB when it processes FUSE_INIT; the server
+    /// raises it (4096 KiB by default) right after, and before `xfswin mount` returns, so that a
+    /// read started at once does not run with the small window (1 MiB requests one at a time).
+    /// </summary>
+    [Theory]
+    [InlineData("io_uring=no")]
+    [InlineData("read_ahead_kb=2048")]
+    public void The_mounts_readahead_is_raised_before_the_mount_command_returns(string option)
+    {
+        using var m = new FuseMount(TestImages.Tree, "-o", option);
+        var device = FuseHost.MountDevice(m.MountPoint);
+        Assert.NotNull(device);
+        var expected = option.StartsWith("read_ahead_kb=", StringComparison.Ordinal) ? option["read_ahead_kb=".Length..] : "4096";
+        Assert.Equal(expected, File.ReadAllText($"/sys/class/bdi/{device}/read_ahead_kb").Trim());
+    }
+
+    /// <summary>
     /// Scripts and CI runners start background commands with SIGINT ignored (a shell without job
     /// control does so), and the server inherits that; "kill -INT" must still unmount.
     /// </summary>

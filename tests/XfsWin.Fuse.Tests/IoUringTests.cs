@@ -530,6 +530,17 @@ public sealed class IoUringTransportTests
         Assert.True(m.WaitForRun(TimeSpan.FromSeconds(20)), $"FuseHost.Run did not return after the mount ended:\n{m.Log}");
     }
 
+    /// <summary>Over io_uring too, the mount's readahead is raised before `xfswin mount` returns.</summary>
+    [Fact]
+    public void The_mounts_readahead_is_raised_before_the_mount_command_returns()
+    {
+        using var on = IoUringMode.Set(true);
+        using var m = new FuseMount(TestImages.Tree);
+        var readAhead = File.ReadAllText($"/sys/class/bdi/{FuseHost.MountDevice(m.MountPoint)}/read_ahead_kb").Trim();
+        IoUringMode.AssertServesThroughIoUring(m.ServerProcessId, "xfswin mount");
+        Assert.Equal("4096", readAhead);
+    }
+
     /// <summary>xfswin mount says which transport serves the mount, after the mount's own line.</summary>
     [Theory]
     [InlineData(true, "")]
