@@ -269,10 +269,13 @@ public sealed unsafe class FuseHost : IDisposable
         Volatile.Write(ref _initRequestSeen, 1);
     }
 
+    /// <summary>Whether a reply with this unique answers FUSE_INIT (the device read hook saw the request).</summary>
+    internal bool IsInitReply(ulong unique) => Volatile.Read(ref _initRequestSeen) != 0 && unique == _initUnique;
+
     /// <summary>Called after each reply written to /dev/fuse; raises the readahead after the init reply.</summary>
     internal void AfterDeviceReply(ulong unique)
     {
-        if (Volatile.Read(ref _readAheadState) == ReadAheadSettled || Volatile.Read(ref _initRequestSeen) == 0 || unique != _initUnique ||
+        if (Volatile.Read(ref _readAheadState) == ReadAheadSettled || !IsInitReply(unique) ||
             Interlocked.CompareExchange(ref _readAheadState, ReadAheadSettled, 0) != 0)
             return;
         RaiseReadAhead();

@@ -91,7 +91,6 @@ internal sealed unsafe class FuseUringTransport
 
     // FUSE_INIT, as seen by the device hooks.
     private int _initSeen;
-    private ulong _initUnique;
     private bool _kernelOffers;
     private int _initReplied;
     private volatile bool _advertised;
@@ -448,7 +447,6 @@ internal sealed unsafe class FuseUringTransport
         Interlocked.Increment(ref _deviceRequests);
         if (header->opcode != FuseUringConstants.FUSE_INIT || Interlocked.Exchange(ref _initSeen, 1) != 0)
             return;
-        _initUnique = header->unique;
         if (length >= FuseInHeader.Size + 20)
         {
             var init = (FuseInitIn*)(header + 1);
@@ -459,8 +457,8 @@ internal sealed unsafe class FuseUringTransport
 
     private nint WriteToDevice(int fd, IoVec* iov, int count)
     {
-        var isInitReply = Volatile.Read(ref _initSeen) != 0 && Volatile.Read(ref _initReplied) == 0 && count >= 1 &&
-                          iov[0].iov_len >= FuseOutHeader.Size && ((FuseOutHeader*)iov[0].iov_base)->unique == _initUnique;
+        var isInitReply = Volatile.Read(ref _initReplied) == 0 && count >= 1 && iov[0].iov_len >= FuseOutHeader.Size &&
+                          _host.IsInitReply(((FuseOutHeader*)iov[0].iov_base)->unique);
         if (isInitReply)
             AdvertiseInInitReply(iov, count);
         var n = IoUringNative.writev(fd, iov, count);
