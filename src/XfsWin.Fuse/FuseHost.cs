@@ -42,6 +42,7 @@ public sealed unsafe class FuseHost : IDisposable
     private ulong _initUnique;
     private int _loggedErrors;
     private int _disposed;
+    private CallerFollower? _follower;
     private FuseUringTransport? _uring;
     private string _transportNote = "the session has not started";
 
@@ -192,6 +193,8 @@ public sealed unsafe class FuseHost : IDisposable
             if (raiseReadAhead)
                 _ = Task.Run(SetReadAheadAfterInit);
         }
+        if (_uring is null && _options.FollowCaller)
+            _follower = CallerFollower.TryCreate(_log);
         Volatile.Write(ref _transportChosen, 1);
         int rc;
         try
@@ -201,6 +204,7 @@ public sealed unsafe class FuseHost : IDisposable
         finally
         {
             _uring?.Stop();
+            _follower?.Dispose();
         }
         // After an external unmount this only closes the device descriptor.
         FuseNative.fuse_session_unmount(_session);
@@ -254,6 +258,12 @@ public sealed unsafe class FuseHost : IDisposable
     public long IoUringRequests => _uring?.RingRequests ?? 0;
 
     internal FuseUringTransport? Uring => _uring;
+
+    /// <summary>Moves /dev/fuse workers to a lone caller's CPU (null with io_uring, one CPU, or follow_caller=no).</summary>
+    internal CallerFollower? Follower => _follower;
+
+    /// <summary>Times the /dev/fuse workers moved to a lone caller's CPU (0 without a follower).</summary>
+    public long CallerFollows => _follower?.Follows ?? 0;
 
     /// <summary>
     /// The kernel lowers the mount's readahead to what FUSE_INIT negotiated (128 KiB by default) when

@@ -34,6 +34,12 @@ public sealed record FuseMountOptions
     public bool CloneFd { get; init; }
 
     /// <summary>
+    /// With /dev/fuse, move the worker threads to the CPU of a lone caller making one request after
+    /// another, so that neither side wakes an idle CPU per request (see CallerFollower).
+    /// </summary>
+    public bool FollowCaller { get; init; } = true;
+
+    /// <summary>
     /// Offer readdirplus (entries with their attributes) to the kernel, which then uses it for the
     /// first batch of each listing and whenever lookups follow a listing (ls -l): fewer round trips
     /// for ls -l, but every listing then reads inodes. Off by default: listings read only directory

@@ -338,15 +338,17 @@ internal sealed unsafe class FuseUringTransport
         }
     }
 
-    private static FuseUringTransport? TransportOf(nint userdata) => HostOf(userdata)?.Uring;
-
     [UnmanagedCallersOnly]
     private static nint OnDeviceRead(int fd, void* buffer, nuint length, nint userdata)
     {
         while (true)
         {
+            var follower = HostOf(userdata)?.Follower;
+            follower?.BeforeRead();
             var n = IoUringNative.read(fd, buffer, length);
             var errno = Marshal.GetLastPInvokeError();
+            if (n <= 0)
+                follower?.ReadFailed(errno);
             if (n >= FuseInHeader.Size && ((FuseInHeader*)buffer)->opcode == FuseUringConstants.FUSE_INIT)
                 HostOf(userdata)?.NoteInitRequest(((FuseInHeader*)buffer)->unique);
             if (n >= FuseInHeader.Size && ((FuseInHeader*)buffer)->opcode == FuseStatxConstants.FUSE_STATX && TryAnswerOnDevice(fd, (FuseInHeader*)buffer, userdata))
@@ -355,7 +357,9 @@ internal sealed unsafe class FuseUringTransport
             {
                 try
                 {
-                    TransportOf(userdata)?.SawDeviceRequest((FuseInHeader*)buffer, n);
+                    var host = HostOf(userdata);
+                    host?.Uring?.SawDeviceRequest((FuseInHeader*)buffer, n);
+                    host?.Follower?.OnRequest((FuseInHeader*)buffer);
                 }
                 catch (Exception)
                 {
@@ -423,6 +427,14 @@ internal sealed unsafe class FuseUringTransport
         }
         if (!written)
         {
+            try
+            {
+                host?.Follower?.BeforeReply();
+            }
+            catch (Exception)
+            {
+                // Only placement: the answer goes out regardless.
+            }
             n = IoUringNative.writev(fd, iov, count);
             Marshal.SetLastSystemError(Marshal.GetLastPInvokeError());
         }
@@ -607,29 +619,12 @@ internal sealed unsafe class FuseUringTransport
     }
 
     /// <summary>
-    /// Keeps a waiting caller on the CPU of the queue thread that answers it.
-    /// <para>
-    /// When an answer is committed, the kernel wakes the caller while the queue thread still runs on
-    /// their common CPU. Seeing that CPU busy and another one idle, the scheduler moves the caller
-    /// to the idle CPU; its next request then goes to that CPU's queue, whose answer moves it back,
-    /// and every request pays the wake-up of an idle CPU again (measured: 80k to 95k migrations for
-    /// 100k stat calls, no faster than /dev/fuse). But a CPU whose only runnable thread has the
-    /// SCHED_IDLE policy counts as idle for that choice: the queue thread submits its commits as a
-    /// SCHED_IDLE thread, so the caller is woken on this CPU and runs at once, and returns to
-    /// SCHED_OTHER right after (measured: about 100 migrations for the same 100k calls).
-    /// </para>
-    /// <para>
-    /// A SCHED_IDLE thread gets almost no CPU while a normal thread wants the same CPU (measured:
-    /// woken 3 ms late at the median, 25 ms at worst, beside a busy loop). So the queue thread does
-    /// this only when it is the only runnable thread of the machine (the running count of
-    /// /proc/loadavg, looked at no more than once a millisecond): then nothing is there to starve it
-    /// during its few microseconds as an idle thread, and the caller could only have moved to an
-    /// idle CPU; on a busy machine the caller stays anyway, for want of an idle CPU. The pair of
-    /// policy changes costs about 4 µs per request, against about 30 µs for an idle-vCPU wake-up.
-    /// (Staying SCHED_IDLE through bursts of requests, changing policy only at their ends, measured
-    /// slower.) Leaving SCHED_IDLE needs CAP_SYS_NICE (or an RLIMIT_NICE of 20): without it the
-    /// queue thread never leaves SCHED_OTHER.
-    /// </para>
+    /// Keeps a waiting caller on the CPU of the queue thread that answers it (see
+    /// <see cref="SchedulerPolicy"/>). Without it, each answer moved the caller to the idle CPU, its
+    /// next request went to that CPU's queue, whose answer moved it back (measured: 80k to 95k
+    /// migrations for 100k stat calls, no faster than /dev/fuse); with it, about 100. Whether the
+    /// queue thread is alone is looked at no more than once a millisecond. (Staying SCHED_IDLE
+    /// through bursts of requests, changing policy only at their ends, measured slower.)
     /// </summary>
     private sealed class CallerKeeper : IDisposable
     {
@@ -643,11 +638,10 @@ internal sealed unsafe class FuseUringTransport
         public CallerKeeper(FuseUringTransport t)
         {
             _t = t;
-            _enabled = MayLeaveIdlePolicy();
+            _enabled = SchedulerPolicy.MayLeaveIdlePolicy();
             if (_enabled)
             {
-                fixed (byte* path = "/proc/loadavg\0"u8)
-                    _loadFd = IoUringNative.open(path, IoUringConstants.O_RDONLY | IoUringConstants.O_CLOEXEC);
+                _loadFd = SchedulerPolicy.OpenLoadAverage();
                 _enabled = _loadFd >= 0;
             }
             _checkedAt = System.Diagnostics.Stopwatch.GetTimestamp() - s_recheckTicks;
@@ -661,65 +655,21 @@ internal sealed unsafe class FuseUringTransport
             var now = System.Diagnostics.Stopwatch.GetTimestamp();
             if (now - _checkedAt >= s_recheckTicks)
             {
-                _alone = OnlyRunnableThread();
+                _alone = SchedulerPolicy.OnlyRunnableThread(_loadFd);
                 _checkedAt = now;
             }
             return _alone;
         }
 
-        public void BecomeIdle()
-        {
-            var param = 0;
-            IoUringNative.sched_setscheduler(0, IoUringConstants.SCHED_IDLE, &param);
-        }
+        public static void BecomeIdle() => SchedulerPolicy.BecomeIdle();
 
         public void BecomeNormal()
         {
-            var param = 0;
-            if (IoUringNative.sched_setscheduler(0, IoUringConstants.SCHED_OTHER, &param) != 0)
+            if (!SchedulerPolicy.BecomeNormal())
             {
                 // Not expected (the permission was checked); do not risk it again.
                 _enabled = false;
                 _t._log.WriteLine($"xfswin: an io_uring queue thread could not leave SCHED_IDLE (errno {Marshal.GetLastPInvokeError()}).");
-            }
-        }
-
-        /// <summary>The running count of /proc/loadavg ("0.00 0.01 0.05 1/123 4567") is 1: this thread alone.</summary>
-        private bool OnlyRunnableThread()
-        {
-            var buf = stackalloc byte[128];
-            var n = (int)IoUringNative.pread(_loadFd, buf, 128, 0);
-            if (n <= 0)
-                return false;
-            var text = new ReadOnlySpan<byte>(buf, n);
-            var spaces = 0;
-            var i = 0;
-            while (i < text.Length && spaces < 3)
-            {
-                if (text[i++] == (byte)' ')
-                    spaces++;
-            }
-            return i + 1 < text.Length && text[i] == (byte)'1' && text[i + 1] == (byte)'/';
-        }
-
-        /// <summary>Whether this thread could switch back from SCHED_IDLE: CAP_SYS_NICE, or an RLIMIT_NICE that allows nice 0.</summary>
-        private static bool MayLeaveIdlePolicy()
-        {
-            try
-            {
-                foreach (var line in File.ReadLines("/proc/thread-self/status"))
-                {
-                    if (line.StartsWith("CapEff:", StringComparison.Ordinal) &&
-                        ulong.TryParse(line.AsSpan(7).Trim(), NumberStyles.HexNumber, CultureInfo.InvariantCulture, out var caps) &&
-                        (caps & (1UL << 23)) != 0) // CAP_SYS_NICE
-                        return true;
-                }
-                var limit = default(IoUringNative.RLimit);
-                return IoUringNative.getrlimit(IoUringConstants.RLIMIT_NICE, &limit) == 0 && limit.rlim_cur >= 20;
-            }
-            catch (IOException)
-            {
-                return false;
             }
         }
 
@@ -1130,7 +1080,7 @@ internal sealed unsafe class FuseUringTransport
                     if (ring.PendingSubmissions > 0 && keeper.ShouldYieldCpu())
                     {
                         // Hand the answers over as an idle-policy thread, so their callers are woken here (see CallerKeeper).
-                        keeper.BecomeIdle();
+                        CallerKeeper.BecomeIdle();
                         ring.SubmitAndWait(0);
                         keeper.BecomeNormal();
                     }

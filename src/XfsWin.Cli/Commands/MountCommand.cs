@@ -42,6 +42,8 @@ public static class MountCommand
                                   max_threads=N        worker threads (default 2 x CPUs, at least 4)
                                   clone_fd             one /dev/fuse descriptor per worker
                                   readdirplus=yes|no   attributes with listings (default no)
+                                  follow_caller=yes|no with /dev/fuse, serve a lone caller on its
+                                                       own CPU (default yes)
                                   read_ahead_kb=N      kernel readahead for the mount (4096; as root)
                                   io_uring=yes|no      FUSE over io_uring when the kernel offers it
                                                        (default yes; root enables it in the kernel with
@@ -319,6 +321,7 @@ internal sealed class MountArguments
     public bool DefaultPermissions { get; private set; }
     public bool CloneFd { get; private set; }
     public bool ReaddirPlus { get; private set; }
+    public bool FollowCaller { get; private set; } = true;
     public bool IoUring { get; private set; } = true;
     public int? IoUringDepth { get; private set; }
     public int ReadAheadKiB { get; private set; } = 4096;
@@ -344,6 +347,7 @@ internal sealed class MountArguments
             Debug = Debug,
             CloneFd = CloneFd,
             ReaddirPlus = ReaddirPlus,
+            FollowCaller = FollowCaller,
             ReadAheadKiB = ReadAheadKiB,
             IoUring = IoUring,
             ExtraOptions = ExtraOptions,
@@ -473,6 +477,14 @@ internal sealed class MountArguments
                         "yes" => true,
                         "no" => false,
                         _ => throw new ArgumentException($"readdirplus takes yes or no, not '{value}'."),
+                    };
+                    break;
+                case "follow_caller":
+                    FollowCaller = Value() switch
+                    {
+                        "yes" => true,
+                        "no" => false,
+                        _ => throw new ArgumentException($"follow_caller takes yes or no, not '{value}'."),
                     };
                     break;
                 case "io_uring":

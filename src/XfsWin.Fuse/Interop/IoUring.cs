@@ -109,6 +109,9 @@ internal static class IoUringConstants
 {
     public const long __NR_io_uring_setup = 425;
     public const long __NR_io_uring_enter = 426;
+    public const long __NR_futex = 202;
+    public const int FUTEX_WAIT_PRIVATE = 128;
+    public const int FUTEX_WAKE_PRIVATE = 129;
 
     public const uint IORING_SETUP_SUBMIT_ALL = 1u << 7;
     public const uint IORING_SETUP_COOP_TASKRUN = 1u << 8;
@@ -182,6 +185,10 @@ internal static unsafe partial class IoUringNative
     [LibraryImport(LibC, SetLastError = true)]
     public static partial int sched_setaffinity(int pid, nuint cpusetsize, ulong* mask);
 
+    /// <summary>sched_getaffinity(2); pid 0 is the calling thread. Returns the mask's size in bytes, or -1.</summary>
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int sched_getaffinity(int pid, nuint cpusetsize, ulong* mask);
+
     /// <summary>sched_setscheduler(2) with a struct sched_param (one int); pid 0 is the calling thread.</summary>
     [LibraryImport(LibC, SetLastError = true)]
     public static partial int sched_setscheduler(int pid, int policy, int* param);
@@ -215,6 +222,30 @@ internal static unsafe partial class IoUringNative
         var r = syscall(IoUringConstants.__NR_io_uring_setup, entries, (long)p, 0, 0, 0, 0);
         return r < 0 ? -Marshal.GetLastPInvokeError() : (int)r;
     }
+
+    /// <summary>struct timespec.</summary>
+    [StructLayout(LayoutKind.Sequential)]
+    public struct Timespec
+    {
+        public long tv_sec;
+        public long tv_nsec;
+    }
+
+    /// <summary>
+    /// FUTEX_WAIT on a private futex word while it holds <paramref name="expected"/>, at most
+    /// <paramref name="milliseconds"/>. Through syscall(2), which unlike glibc's blocking calls is no
+    /// thread-cancellation point: libfuse cancels its workers at unmount, and a cancellation acted on
+    /// inside managed code would never return.
+    /// </summary>
+    public static void FutexWait(int* word, int expected, int milliseconds)
+    {
+        var timeout = new Timespec { tv_sec = milliseconds / 1000, tv_nsec = milliseconds % 1000 * 1_000_000L };
+        syscall(IoUringConstants.__NR_futex, (long)word, IoUringConstants.FUTEX_WAIT_PRIVATE, expected, (long)&timeout, 0, 0);
+    }
+
+    /// <summary>FUTEX_WAKE of every waiter on a private futex word.</summary>
+    public static void FutexWakeAll(int* word) =>
+        syscall(IoUringConstants.__NR_futex, (long)word, IoUringConstants.FUTEX_WAKE_PRIVATE, int.MaxValue, 0, 0, 0);
 
     /// <summary>io_uring_enter(2) without a signal mask: submissions consumed, or -errno.</summary>
     public static int IoUringEnter(int fd, uint toSubmit, uint minComplete, uint flags)

@@ -1,0 +1,107 @@
+using System.Globalization;
+using System.Text;
+
+namespace XfsWin.Fuse.Tests;
+
+/// <summary>
+/// Serving a lone caller on its own CPU through /dev/fuse (see CallerFollower): the workers move to
+/// the caller's CPU and hand their answers over so that it is woken there, and stop as soon as the
+/// caller is not alone or reads file data.
+/// </summary>
+public sealed class CallerFollowerTests
+{
+    private static string Q(string s) => MountCommandProcessTests.Quote(s);
+
+    [Theory]
+    [InlineData("4567 (stat) S 1 4567 4567 0 -1 4194304 99 0 0 0 0 0 0 0 20 0 1 0 3389 5861376 222 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0", 1)]
+    [InlineData("12 (a) b (c) d) R 1 2 3 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 6 7 8 1 1 0 0 0 0 0 0 0 0 0 0 17 23 0 0 0 0 0\n", 23)]
+    [InlineData("12 (x) S 1 2", -1)]
+    [InlineData("no parenthesis here", -1)]
+    public void The_cpu_a_thread_last_ran_on_is_field_39_of_its_stat_line(string line, int cpu)
+    {
+        Assert.Equal(cpu, CallerFollower.ProcessorField(Encoding.ASCII.GetBytes(line)));
+    }
+
+    [Fact]
+    public void Field_39_of_this_threads_own_stat_line_names_a_cpu_it_may_run_on()
+    {
+        var cpu = CallerFollower.ProcessorField(File.ReadAllBytes($"/proc/thread-self/stat"));
+        Assert.InRange(cpu, 0, Environment.ProcessorCount - 1);
+    }
+
+    [Theory]
+    [InlineData("123456789 987654 321\n", 987654)]
+    [InlineData("5 0 1", 0)]
+    [InlineData("5", -1)]
+    public void The_run_queue_wait_is_the_second_field_of_schedstat(string line, long delay)
+    {
+        Assert.Equal(delay, CallerFollower.SecondField(Encoding.ASCII.GetBytes(line)));
+    }
+
+    [Theory]
+    [InlineData("0.42 0.30 0.25 1/123 4567\n", 1)]
+    [InlineData("3.00 2.00 1.00 17/900 1\n", 17)]
+    [InlineData("garbage", -1)]
+    public void The_running_count_of_loadavg_is_read(string loadavg, int running)
+    {
+        Assert.Equal(running, SchedulerPolicy.RunningCount(Encoding.ASCII.GetBytes(loadavg)));
+    }
+
+    /// <summary>
+    /// A walk that stats every file, one after another, from one thread: many answers are
+    /// handed over on the caller's CPU and the caller stays there. Without the follower, /dev/fuse
+    /// answers from whichever worker waited longest and no answer is handed over this way. Needs a
+    /// quiet machine, like the io_uring test of the same kind: with other work running the
+    /// follower backs off (see CallerFollower.AfterReply).
+    /// </summary>
+    [Fact]
+    [Trait(QuietMachine.Trait, QuietMachine.Value)]
+    public void A_lone_caller_is_served_on_its_own_cpu_and_a_read_of_file_data_ends_that()
+    {
+        if (Environment.ProcessorCount < 2)
+            Assert.Fail("This test needs at least 2 CPUs.");
+        using var m = new InProcessMount(TestImages.Tree, new FuseMountOptions { IoUring = false });
+        Assert.Equal(FuseTransport.DevFuse, m.Host.Transport);
+        var follower = m.Host.Follower;
+        Assert.NotNull(follower);
+        // Stat every file, one after another, then read a 100 MB file from the same thread.
+        const string client = """
+            import os, sys, hashlib
+            n = 0
+            for d, dirs, files in os.walk(sys.argv[1]):
+                for f in files:
+                    os.stat(os.path.join(d, f), follow_symlinks=False)  # a LOOKUP each
+                    n += 1
+            sched = open('/proc/thread-self/sched').read().splitlines()
+            print(n, next(l for l in sched if l.startswith('se.nr_migrations')).split(':')[1].strip())
+            h = hashlib.sha256()
+            with open(os.path.join(sys.argv[1], 'sparse.bin'), 'rb') as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+            print(h.hexdigest())
+            """;
+        string expected;
+        using (var k = new KernelMount(TestImages.Tree))
+            expected = Shell.Bash($"sha256sum < {Q(Path.Combine(k.MountPoint, "sparse.bin"))}").Split(' ')[0];
+        var before = follower.IdleHandovers;
+        var r = Shell.Run("python3", ["-c", client, m.MountPoint]);
+        Assert.True(r.ExitCode == 0, r.Both);
+        var lines = r.Stdout.Split('\n', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries);
+        var fields = lines[0].Split(' ');
+        var files = int.Parse(fields[0], CultureInfo.InvariantCulture);
+        var migrations = long.Parse(fields[1], CultureInfo.InvariantCulture);
+        var handedOver = follower.IdleHandovers - before;
+        Assert.True(files > 5000, $"only {files} files");
+        Assert.True(follower.Follows >= 1, "the workers never moved to the caller's CPU");
+        Assert.True(handedOver > files / 4, $"{handedOver} of {files} answers were handed over on the caller's CPU ({follower.IdleStarved} long waits)");
+        Assert.True(migrations < files * 3 / 100, $"the caller moved between CPUs {migrations} times for {files} lookups");
+
+        // File data is read ahead, several requests at once: served on every CPU again.
+        Assert.Equal(expected, lines[1]);
+        Assert.Equal(-1, follower.TargetCpu);
+
+        var elapsed = m.Unmount(out var rc);
+        Assert.Equal(0, rc);
+        Assert.True(elapsed < TimeSpan.FromSeconds(5), $"Run took {elapsed} to end after the unmount");
+    }
+}
