@@ -64,32 +64,12 @@ public sealed class CallerFollowerTests
         Assert.Equal(FuseTransport.DevFuse, m.Host.Transport);
         var follower = m.Host.Follower;
         Assert.NotNull(follower);
-        // Stat every file, one after another, then read a 100 MB file from the same thread.
-        const string client = """
-            import os, sys, hashlib
-            n = 0
-            for d, dirs, files in os.walk(sys.argv[1]):
-                for f in files:
-                    os.stat(os.path.join(d, f), follow_symlinks=False)  # a LOOKUP each
-                    n += 1
-            sched = open('/proc/thread-self/sched').read().splitlines()
-            print(n, next(l for l in sched if l.startswith('se.nr_migrations')).split(':')[1].strip())
-            h = hashlib.sha256()
-            with open(os.path.join(sys.argv[1], 'sparse.bin'), 'rb') as f:
-                while chunk := f.read(1 << 20):
-                    h.update(chunk)
-            print(h.hexdigest())
-            """;
         string expected;
         using (var k = new KernelMount(TestImages.Tree))
             expected = Shell.Bash($"sha256sum < {Q(Path.Combine(k.MountPoint, "sparse.bin"))}").Split(' ')[0];
         var before = follower.IdleHandovers;
-        var r = Shell.Run("python3", ["-c", client, m.MountPoint]);
-        Assert.True(r.ExitCode == 0, r.Both);
-        var lines = r.Stdout.Split('\n', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries);
-        var fields = lines[0].Split(' ');
-        var files = int.Parse(fields[0], CultureInfo.InvariantCulture);
-        var migrations = long.Parse(fields[1], CultureInfo.InvariantCulture);
+        // Stat every file, one after another, then read a 100 MB file from the same thread.
+        var (files, migrations, readHash) = LoneCaller.WalkThenRead(m.MountPoint, "sparse.bin");
         var handedOver = follower.IdleHandovers - before;
         Assert.True(files > 5000, $"only {files} files");
         Assert.True(follower.Follows >= 1, "the workers never moved to the caller's CPU");
@@ -97,11 +77,56 @@ public sealed class CallerFollowerTests
         Assert.True(migrations < files * 3 / 100, $"the caller moved between CPUs {migrations} times for {files} lookups");
 
         // File data is read ahead, several requests at once: served on every CPU again.
-        Assert.Equal(expected, lines[1]);
+        Assert.Equal(expected, readHash);
         Assert.Equal(-1, follower.TargetCpu);
 
         var elapsed = m.Unmount(out var rc);
         Assert.Equal(0, rc);
         Assert.True(elapsed < TimeSpan.FromSeconds(5), $"Run took {elapsed} to end after the unmount");
+    }
+}
+
+/// <summary>
+/// A single-threaded Python caller that stats every file of a tree, one after another (a LOOKUP
+/// each), and reports how often the kernel moved it between CPUs meanwhile.
+/// </summary>
+internal static class LoneCaller
+{
+    private const string StatWalk = """
+        import os, sys, hashlib
+        n = 0
+        for d, dirs, files in os.walk(sys.argv[1]):
+            for f in files:
+                os.stat(os.path.join(d, f), follow_symlinks=False)
+                n += 1
+        sched = open('/proc/thread-self/sched').read().splitlines()
+        print(n, next(l for l in sched if l.startswith('se.nr_migrations')).split(':')[1].strip())
+
+        """;
+
+    private const string ReadFile = """
+        h = hashlib.sha256()
+        with open(os.path.join(sys.argv[1], sys.argv[2]), 'rb') as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        print(h.hexdigest())
+        """;
+
+    public static (int Files, long Migrations) Walk(string root)
+    {
+        var (files, migrations, _) = Run(StatWalk, root, "");
+        return (files, migrations);
+    }
+
+    /// <summary>The walk, then a read of <paramref name="file"/> by the same thread: its SHA-256 too.</summary>
+    public static (int Files, long Migrations, string Sha256) WalkThenRead(string root, string file) => Run(StatWalk + ReadFile, root, file);
+
+    private static (int, long, string) Run(string script, string root, string file)
+    {
+        var r = Shell.Run("python3", ["-c", script, root, file]);
+        Assert.True(r.ExitCode == 0, r.Both);
+        var lines = r.Stdout.Split('\n', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries);
+        var fields = lines[0].Split(' ');
+        return (int.Parse(fields[0], CultureInfo.InvariantCulture), long.Parse(fields[1], CultureInfo.InvariantCulture), lines.Length > 1 ? lines[1] : "");
     }
 }

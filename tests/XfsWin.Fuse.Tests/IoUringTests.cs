@@ -340,21 +340,7 @@ public sealed class IoUringTransportTests
         using var on = IoUringMode.Set(true);
         using var m = new FuseMount(TestImages.Tree);
         IoUringMode.AssertServesThroughIoUring(m.ServerProcessId, "xfswin mount");
-        const string client = """
-            import os, sys
-            n = 0
-            for d, dirs, files in os.walk(sys.argv[1]):
-                for f in files:
-                    os.stat(os.path.join(d, f), follow_symlinks=False)  # a LOOKUP each
-                    n += 1
-            sched = open('/proc/thread-self/sched').read().splitlines()
-            print(n, next(l for l in sched if l.startswith('se.nr_migrations')).split(':')[1].strip())
-            """;
-        var r = Shell.Run("python3", ["-c", client, m.MountPoint]);
-        Assert.True(r.ExitCode == 0, r.Both);
-        var fields = r.Stdout.Split(' ', StringSplitOptions.TrimEntries);
-        var files = int.Parse(fields[0], System.Globalization.CultureInfo.InvariantCulture);
-        var migrations = long.Parse(fields[1], System.Globalization.CultureInfo.InvariantCulture);
+        var (files, migrations) = LoneCaller.Walk(m.MountPoint);
         Assert.True(files > 5000, $"only {files} files");
         Assert.True(migrations < files * 3 / 100, $"the caller moved between CPUs {migrations} times for {files} lookups");
         // The queue threads are back to the normal policy between requests.

@@ -40,6 +40,7 @@ public sealed class NativeLayoutTests
         (typeof(IoUringCqe), "struct io_uring_cqe"),
         (typeof(IoVec), "struct iovec"),
         (typeof(IoUringNative.RLimit), "struct rlimit"),
+        (typeof(IoUringNative.Timespec), "struct timespec"),
         (typeof(FuseInHeader), "struct fuse_in_header"),
         (typeof(FuseOutHeader), "struct fuse_out_header"),
         (typeof(FuseInitIn), "struct fuse_init_in"),
@@ -187,7 +188,7 @@ public sealed class NativeLayoutTests
     {
         var c = new StringBuilder();
         c.AppendLine("#define _GNU_SOURCE\n#include <linux/fuse.h>\n#include <linux/io_uring.h>\n#include <sys/uio.h>\n#include <sys/mman.h>\n#include <sys/syscall.h>");
-        c.AppendLine("#include <sched.h>\n#include <fcntl.h>\n#include <sys/resource.h>");
+        c.AppendLine("#include <sched.h>\n#include <fcntl.h>\n#include <sys/resource.h>\n#include <linux/futex.h>\n#include <time.h>");
         c.AppendLine("#include <sys/eventfd.h>\n#include <poll.h>\n#include <errno.h>\n#include <stddef.h>\n#include <stdio.h>");
         c.AppendLine("int main(void) {");
         void Print(Type managed, string native)
