@@ -86,6 +86,79 @@ public sealed class CallerFollowerTests
     }
 }
 
+/// <summary>The follower with other work on the machine: several callers at once, and busy CPUs.</summary>
+public sealed class CallerFollowerUnderLoadTests
+{
+    private static string Q(string s) => MountCommandProcessTests.Quote(s);
+
+    /// <summary>
+    /// After a lone caller had the workers follow it, walks from several processes on every CPU at
+    /// once (the workers must go back to every CPU, and waiting workers must take over) read the
+    /// same tree as the kernel's XFS, in time.
+    /// </summary>
+    [Fact]
+    public void Callers_on_every_cpu_after_a_lone_one_read_the_same_tree_as_the_kernel()
+    {
+        using var m = new InProcessMount(TestImages.Tree, new FuseMountOptions { IoUring = false, AttributeTimeout = 0, EntryTimeout = 0 });
+        var follower = m.Host.Follower;
+        Assert.NotNull(follower);
+        var (files, _) = LoneCaller.Walk(m.MountPoint);
+        Assert.True(files > 5000, $"only {files} files");
+        Assert.True(follower.Follows >= 1, "the workers never followed the lone caller");
+
+        string expected;
+        using (var k = new KernelMount(TestImages.Tree))
+            expected = Shell.Bash($"cd {Q(k.MountPoint)}\n{IoUringTransportTests.TreeWalk}");
+        var (runs, inTime) = IoUringTransportTests.RunOnEveryCpu(m.MountPoint, perCpu: 2, rounds: 2, limit: TimeSpan.FromSeconds(120));
+        Assert.True(inTime, "a walk did not finish within 120 s");
+        foreach (var (cpu, exit, output) in runs)
+        {
+            Assert.True(exit == 0, $"the walk on CPU {cpu} failed ({exit}): {output[..Math.Min(output.Length, 2000)]}");
+            Assert.True(expected + expected == output, $"the walk on CPU {cpu} read something else than the kernel's XFS");
+        }
+        var elapsed = m.Unmount(out var rc);
+        Assert.Equal(0, rc);
+        Assert.True(elapsed < TimeSpan.FromSeconds(5), $"Run took {elapsed} to end after the unmount");
+    }
+
+    /// <summary>
+    /// With a busy loop on every CPU, a SCHED_IDLE holder would get almost no CPU: it must notice
+    /// (its run-queue wait) and hand answers over normally, and the walk must finish. Runs in the
+    /// quiet pass, where the busy loops disturb nothing else.
+    /// </summary>
+    [Fact]
+    [Trait(QuietMachine.Trait, QuietMachine.Value)]
+    public void A_busy_loop_on_every_cpu_makes_the_holder_stop_yielding_and_the_walk_finishes()
+    {
+        using var m = new InProcessMount(TestImages.Tree, new FuseMountOptions { IoUring = false });
+        var follower = m.Host.Follower;
+        Assert.NotNull(follower);
+        var loops = Enumerable.Range(0, Environment.ProcessorCount)
+            .Select(cpu => System.Diagnostics.Process.Start("taskset", ["-c", cpu.ToString(CultureInfo.InvariantCulture), "sh", "-c", "while :; do :; done"]))
+            .ToList();
+        try
+        {
+            var sw = System.Diagnostics.Stopwatch.StartNew();
+            var (files, _) = LoneCaller.Walk(m.MountPoint);
+            Assert.True(files > 5000, $"only {files} files");
+            Assert.True(sw.Elapsed < TimeSpan.FromSeconds(60), $"the walk took {sw.Elapsed} beside the busy loops");
+            Assert.True(follower.IdleStarved >= 1, $"the holder never noticed it was starved ({follower.IdleHandovers} answers handed over as an idle thread)");
+        }
+        finally
+        {
+            foreach (var p in loops)
+            {
+                p.Kill();
+                p.WaitForExit();
+                p.Dispose();
+            }
+        }
+        var elapsed = m.Unmount(out var rc);
+        Assert.Equal(0, rc);
+        Assert.True(elapsed < TimeSpan.FromSeconds(5), $"Run took {elapsed} to end after the unmount");
+    }
+}
+
 /// <summary>
 /// A single-threaded Python caller that stats every file of a tree, one after another (a LOOKUP
 /// each), and reports how often the kernel moved it between CPUs meanwhile.

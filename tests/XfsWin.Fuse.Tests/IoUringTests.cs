@@ -390,7 +390,7 @@ public sealed class IoUringTransportTests
     }
 
     /// <summary>What each caller of <see cref="RunOnEveryCpu"/> lists and reads: names, types, modes, sizes, owners, link targets, contents, xattrs.</summary>
-    private const string TreeWalk = """
+    internal const string TreeWalk = """
         find . -printf '%p %y %m %s %U %G %l\n' | LC_ALL=C sort
         find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
         { getfattr -R -d -m - --absolute-names . 2>/dev/null || true; } | LC_ALL=C sort | sha256sum
@@ -401,7 +401,7 @@ public sealed class IoUringTransportTests
     /// processes pinned to each CPU (taskset), all at once, killed after <paramref name="limit"/>.
     /// Returns each process's output and exit code, and whether they all ended in time.
     /// </summary>
-    private static (List<(int Cpu, int Exit, string Output)> Runs, bool InTime) RunOnEveryCpu(string mountPoint, int perCpu, int rounds, TimeSpan limit)
+    internal static (List<(int Cpu, int Exit, string Output)> Runs, bool InTime) RunOnEveryCpu(string mountPoint, int perCpu, int rounds, TimeSpan limit)
     {
         var dir = Shell.MakeTempDirectory("xfswin-percpu");
         try
