@@ -20,8 +20,9 @@ namespace XfsWin.Fuse;
 /// So while requests come from a single thread and none of them reads or writes file data (reads
 /// are asynchronous: readahead keeps several in flight, served in parallel):
 /// <list type="bullet">
-/// <item>the workers move themselves to that thread's CPU, looked up in /proc/TID/stat at most once
-/// a millisecond (<see cref="OnRequest"/>);</item>
+/// <item>the workers move themselves to that thread's CPU, looked up in /proc/TID/stat every 4 ms
+/// at most, by a thread of its own that keeps off that CPU (<see cref="DecideWhenAsked"/>), never
+/// by a worker;</item>
 /// <item>one of them, the holder, alone reads /dev/fuse; the others wait (<see cref="BeforeRead"/>);</item>
 /// <item>the holder hands its answers over as a SCHED_IDLE thread (<see cref="BeforeReply"/>), so
 /// that the caller is woken on this CPU (see <see cref="SchedulerPolicy"/>), preempts the holder,
@@ -35,7 +36,7 @@ namespace XfsWin.Fuse;
 /// <para>
 /// Shared state is a handful of integers read and written without locks: a stale value costs at
 /// worst a request served across CPUs or a short wait, never a wrong answer. The /proc/TID/stat
-/// descriptor is used only by the thread that won <see cref="_checking"/>.
+/// descriptor is used only by the deciding thread (<see cref="DecideWhenAsked"/>).
 /// </para>
 /// </summary>
 internal sealed unsafe class CallerFollower : IDisposable
@@ -49,31 +50,35 @@ internal sealed unsafe class CallerFollower : IDisposable
     private const int ENODEV = 19;
     /// <summary>A waiting worker reads anyway once the holder has spent this long on one request.</summary>
     private const int HolderStuckMs = 10;
-    /// <summary>An idle holder that waited for the CPU this share of a millisecond is starved.</summary>
-    private const double StarvedFraction = 0.8;
-    private const int MinBlockMs = 5;
-    private const int MaxBlockMs = 1000;
-    private static readonly long s_window = Stopwatch.Frequency / 1000;
+    /// <summary>No request for this long: idle-policy workers are turned back to normal.</summary>
+    private const int RestMs = 10;
+    private static readonly long s_ms = Stopwatch.Frequency / 1000;
+    /// <summary>How often who asks is looked at (and the deciding thread woken): a few times in 10 ms.</summary>
+    private static readonly long s_window = 4 * s_ms;
 
     // The CPU a worker last pinned itself to, plus one; 0: its original affinity.
     [ThreadStatic]
     private static int t_pinnedPlusOne;
 
-    // This worker is SCHED_IDLE (see BeforeReply), and its starvation watch: when it last looked,
-    // and its run-queue wait then.
+    // This worker is SCHED_IDLE (see BeforeReply), and its starvation watch.
     [ThreadStatic]
-    private static bool t_idle;
+    private static WorkerState? t_worker;
 
     [ThreadStatic]
-    private static long t_watchWall;
-
-    [ThreadStatic]
-    private static long t_watchDelay;
+    private static StarvationWatch t_watch;
 
     // The node the last request this worker took was about (for a lookup: the directory).
     [ThreadStatic]
     private static ulong t_lastNode;
 
+    /// <summary>A worker that has handed answers over as an idle thread: its thread id, and whether it is SCHED_IDLE now.</summary>
+    private sealed class WorkerState
+    {
+        public int Tid;
+        public int Idle;
+    }
+
+    private readonly List<WorkerState> _workers = [];
     private readonly ulong[] _allowed = new ulong[MaskWords];
     private readonly bool _mayUseIdlePolicy;
     private readonly TextWriter _log;
@@ -83,18 +88,19 @@ internal sealed unsafe class CallerFollower : IDisposable
     private long _windowStart;
     private int _windowCaller;          // 0: none yet; -1: not a lone synchronous caller
     private int _targetPlusOne;         // 0: no target (workers use every allowed CPU)
-    private int _checking;
+    private int _checking;              // a decision is asked for or under way
+    private readonly ManualResetEventSlim _decide = new(false);
+    private Thread? _decider;
+    private int _stopping;
     private int _statTid;
     private int _statFd = -1;
     private int _disabled;
     private int _holder;                // managed id of the worker that alone reads while following; 0: none
     private long _holderBusySince;      // when the holder took its current request; 0 while it reads
-    private long _idleBlockedUntil;     // no idle hand-over before this timestamp
-    private long _lastStarved;
-    private int _blockMs;
     private long _follows;
-    private long _idleStarved;
+    private long _stops;
     private long _idleHandovers;
+    private readonly IdleBackoff _backoff = new();
 
     private CallerFollower(TextWriter log, bool mayUseIdlePolicy)
     {
@@ -125,11 +131,16 @@ internal sealed unsafe class CallerFollower : IDisposable
             return null;
         }
         f._windowStart = Stopwatch.GetTimestamp();
+        f._decider = new Thread(f.DecideWhenAsked, 128 * 1024) { IsBackground = true, Name = "xfswin-follow" };
+        f._decider.Start();
         return f;
     }
 
     /// <summary>Times the workers were moved to a lone caller's CPU (a new target chosen).</summary>
     public long Follows => Volatile.Read(ref _follows);
+
+    /// <summary>Times following ended (a second caller, a data read, or no caller in a window).</summary>
+    public long Stops => Volatile.Read(ref _stops);
 
     /// <summary>The CPU workers now move to, or -1.</summary>
     public int TargetCpu => Volatile.Read(ref _targetPlusOne) - 1;
@@ -153,6 +164,8 @@ internal sealed unsafe class CallerFollower : IDisposable
             {
                 if (holder == me)
                     ReleaseBaton();
+                if (IsIdle)
+                    BecomeNormal();
                 return;
             }
             if (holder == me || (holder == 0 && Interlocked.CompareExchange(ref _holder, me, 0) == 0))
@@ -161,8 +174,11 @@ internal sealed unsafe class CallerFollower : IDisposable
                 return;
             }
             var busy = Volatile.Read(ref _holderBusySince);
-            if (busy != 0 && Stopwatch.GetTimestamp() - busy > HolderStuckMs * s_window)
+            if (busy != 0 && Stopwatch.GetTimestamp() - busy > HolderStuckMs * s_ms)
                 return;
+            // Only the holder waits as an idle-policy thread (for its caller's next request).
+            if (IsIdle)
+                BecomeNormal();
             var generation = Volatile.Read(ref *_batonGeneration);
             if (Volatile.Read(ref _holder) == holder && Volatile.Read(ref _targetPlusOne) != 0)
                 IoUringNative.FutexWait(_batonGeneration, generation, HolderStuckMs);
@@ -187,7 +203,8 @@ internal sealed unsafe class CallerFollower : IDisposable
 
     /// <summary>
     /// Called on the worker that has just read a request from /dev/fuse, before libfuse handles it:
-    /// notes who asked, decides anew at most once a millisecond, and moves this worker to the target.
+    /// notes who asked, has the deciding thread decide anew every 4 ms at most, and moves this worker
+    /// to the target.
     /// </summary>
     public void OnRequest(FuseInHeader* header)
     {
@@ -216,20 +233,11 @@ internal sealed unsafe class CallerFollower : IDisposable
         }
         var now = Stopwatch.GetTimestamp();
         if (now - Volatile.Read(ref _windowStart) >= s_window && Interlocked.Exchange(ref _checking, 1) == 0)
-        {
-            try
-            {
-                Decide(now);
-            }
-            finally
-            {
-                Volatile.Write(ref _checking, 0);
-            }
-        }
+            _decide.Set(); // the deciding thread clears _checking when done
         var target = Volatile.Read(ref _targetPlusOne);
         var sameNode = header->nodeid == t_lastNode;
         t_lastNode = header->nodeid;
-        if (t_idle)
+        if (IsIdle)
             CheckIdle(now, sameNode);
         if (target != t_pinnedPlusOne)
             Pin(target);
@@ -248,50 +256,77 @@ internal sealed unsafe class CallerFollower : IDisposable
     /// </summary>
     public void BeforeReply()
     {
-        if (t_idle || t_pinnedPlusOne == 0 || Volatile.Read(ref _targetPlusOne) != t_pinnedPlusOne || !_mayUseIdlePolicy ||
-            Stopwatch.GetTimestamp() < Volatile.Read(ref _idleBlockedUntil) || Volatile.Read(ref _disabled) != 0)
+        var idle = IsIdle;
+        if (idle || t_pinnedPlusOne == 0 || Volatile.Read(ref _targetPlusOne) != t_pinnedPlusOne || !_mayUseIdlePolicy ||
+            !_backoff.Allows(Stopwatch.GetTimestamp()) || Volatile.Read(ref _disabled) != 0)
         {
-            if (t_idle)
+            if (idle)
                 Interlocked.Increment(ref _idleHandovers);
             return;
         }
-        if (!StartStarvationWatch())
+        if (!t_watch.Start())
             return;
+        var me = t_worker ??= Register();
         SchedulerPolicy.BecomeIdle();
-        t_idle = true;
+        Volatile.Write(ref me.Idle, 1);
         Interlocked.Increment(ref _idleHandovers);
+        // The deciding thread must be counting the quiet time now (see NormalizeIdleWorkers).
+        if (Interlocked.Exchange(ref _checking, 1) == 0)
+            _decide.Set();
     }
 
     /// <summary>
-    /// While this worker is SCHED_IDLE: back to SCHED_OTHER when it no longer serves the followed
-    /// caller on its CPU, or when it spent most of the last millisecond waiting for the CPU (its
-    /// run_delay in /proc/thread-self/schedstat). Waiting while the caller runs between two requests
-    /// is expected (the caller preempts it); waiting most of the time means a normal thread is
-    /// competing for this CPU, beside which a SCHED_IDLE thread gets almost nothing: answers are then
-    /// handed over normally for a while, twice as long each time it happens again (up to
-    /// <see cref="MaxBlockMs"/>).
+    /// While this worker is SCHED_IDLE: back to SCHED_OTHER for a request about another node than
+    /// the last, when it no longer serves the followed caller on its CPU, or when it is starved
+    /// (<see cref="StarvationWatch"/>; answers are then handed over normally for a while, see
+    /// <see cref="IdleBackoff"/>).
     /// </summary>
     private void CheckIdle(long now, bool sameNode)
     {
         var keep = sameNode && t_pinnedPlusOne != 0 && Volatile.Read(ref _targetPlusOne) == t_pinnedPlusOne && Volatile.Read(ref _disabled) == 0;
-        if (keep && now - t_watchWall >= s_window)
+        if (keep && t_watch.Starved(now))
         {
-            var delay = RunDelay();
-            if (delay < 0 || (double)(delay - t_watchDelay) * Stopwatch.Frequency / 1e9 > (now - t_watchWall) * StarvedFraction)
-            {
-                keep = false;
-                Interlocked.Increment(ref _idleStarved);
-                var block = Math.Clamp(Volatile.Read(ref _blockMs) * 2, MinBlockMs, MaxBlockMs);
-                Volatile.Write(ref _blockMs, block);
-                Volatile.Write(ref _idleBlockedUntil, now + block * s_window);
-                Volatile.Write(ref _lastStarved, now);
-            }
-            t_watchWall = now;
-            t_watchDelay = delay;
+            keep = false;
+            _backoff.Starved(now);
         }
-        if (keep)
-            return;
-        t_idle = false;
+        if (!keep)
+            BecomeNormal();
+    }
+
+    /// <summary>This worker is SCHED_IDLE (the deciding thread may have turned it back meanwhile).</summary>
+    private static bool IsIdle => t_worker is { } w && Volatile.Read(ref w.Idle) != 0;
+
+    private WorkerState Register()
+    {
+        var w = new WorkerState { Tid = (int)IoUringNative.syscall(IoUringConstants.__NR_gettid, 0, 0, 0, 0, 0, 0) };
+        lock (_workers)
+            _workers.Add(w);
+        return w;
+    }
+
+    /// <summary>
+    /// Called by the deciding thread when no request came for a while: every worker left SCHED_IDLE
+    /// goes back to SCHED_OTHER, so that none waits for the next caller as an idle-policy thread,
+    /// which a busy neighbour would keep from the CPU when that request comes.
+    /// </summary>
+    private void NormalizeIdleWorkers()
+    {
+        lock (_workers)
+        {
+            foreach (var w in _workers)
+            {
+                if (Interlocked.CompareExchange(ref w.Idle, 0, 1) != 1)
+                    continue;
+                var param = 0;
+                IoUringNative.sched_setscheduler(w.Tid, IoUringConstants.SCHED_OTHER, &param);
+            }
+        }
+    }
+
+    private void BecomeNormal()
+    {
+        if (t_worker is not { } me || Interlocked.CompareExchange(ref me.Idle, 0, 1) != 1)
+            return; // already turned back by the deciding thread
         if (!SchedulerPolicy.BecomeNormal())
         {
             // Not expected (the permission was checked); do not risk it again.
@@ -301,50 +336,53 @@ internal sealed unsafe class CallerFollower : IDisposable
         }
     }
 
-    private static bool StartStarvationWatch()
-    {
-        var delay = RunDelay();
-        if (delay < 0)
-            return false;
-        t_watchWall = Stopwatch.GetTimestamp();
-        t_watchDelay = delay;
-        return true;
-    }
-
-    /// <summary>
-    /// Nanoseconds this thread has spent waiting on a run queue (second field of
-    /// /proc/thread-self/schedstat), or -1. Opened each time (at most once a millisecond per idle
-    /// worker): a descriptor kept per thread would outlive libfuse's workers.
-    /// </summary>
-    private static long RunDelay()
-    {
-        int fd;
-        fixed (byte* path = "/proc/thread-self/schedstat\0"u8)
-            fd = IoUringNative.open(path, IoUringConstants.O_RDONLY | IoUringConstants.O_CLOEXEC);
-        if (fd < 0)
-            return -1;
-        var buf = stackalloc byte[96];
-        var n = (int)IoUringNative.pread(fd, buf, 96, 0);
-        IoUringNative.close(fd);
-        return n > 0 ? SecondField(new ReadOnlySpan<byte>(buf, n)) : -1;
-    }
-
-    /// <summary>The second number of a schedstat line ("run_ns delay_ns slices").</summary>
-    internal static long SecondField(ReadOnlySpan<byte> schedstat)
-    {
-        var space = schedstat.IndexOf((byte)' ');
-        if (space < 0)
-            return -1;
-        var rest = schedstat[(space + 1)..];
-        var end = rest.IndexOfAny((byte)' ', (byte)'\n');
-        return long.TryParse(end < 0 ? rest : rest[..end], NumberStyles.None, CultureInfo.InvariantCulture, out var v) ? v : -1;
-    }
-
     /// <summary>Answers handed over as an idle thread on the followed caller's CPU.</summary>
     public long IdleHandovers => Volatile.Read(ref _idleHandovers);
 
-    /// <summary>Times an idle worker was found waiting for the CPU most of the time, and turned normal for a while.</summary>
-    public long IdleStarved => Volatile.Read(ref _idleStarved);
+    /// <summary>Times an idle worker was found starved, and answers went out normally for a while.</summary>
+    public long IdleStarved => _backoff.Count;
+
+    /// <summary>
+    /// The deciding thread. Reading another thread's /proc/TID/stat can block: while a thread of the
+    /// caller's process runs execve, it waits for the caller's other threads to die, and one of them
+    /// may be waiting for our answer (seen: a worker deciding inline waited on the reader's side
+    /// forever, and so did the caller). So workers never read it: they ask this thread, and serve on.
+    /// </summary>
+    private void DecideWhenAsked()
+    {
+        while (true)
+        {
+            // While a worker is SCHED_IDLE, a quiet spell of RestMs turns it back (see NormalizeIdleWorkers).
+            bool anyIdle;
+            lock (_workers)
+                anyIdle = _workers.Exists(w => Volatile.Read(ref w.Idle) != 0);
+            var asked = anyIdle ? _decide.Wait(RestMs) : _decide.Wait(Timeout.Infinite);
+            _decide.Reset();
+            if (Volatile.Read(ref _stopping) != 0)
+                return;
+            if (!asked)
+            {
+                NormalizeIdleWorkers();
+                continue;
+            }
+            try
+            {
+                Decide(Stopwatch.GetTimestamp());
+            }
+            catch (Exception e)
+            {
+                _log.WriteLine($"xfswin: following callers stopped: {e.Message}");
+                Volatile.Write(ref _targetPlusOne, 0);
+                Volatile.Write(ref _disabled, 1);
+                ReleaseBaton();
+                return;
+            }
+            finally
+            {
+                Volatile.Write(ref _checking, 0);
+            }
+        }
+    }
 
     private void Decide(long now)
     {
@@ -355,11 +393,28 @@ internal sealed unsafe class CallerFollower : IDisposable
             cpu = -1;
         var before = Volatile.Read(ref _targetPlusOne);
         Volatile.Write(ref _targetPlusOne, cpu + 1);
-        if (cpu >= 0 && before != cpu + 1)
-            Interlocked.Increment(ref _follows);
-        // A second without a long wait: the next one starts the backoff afresh.
-        if (now - Volatile.Read(ref _lastStarved) > Stopwatch.Frequency)
-            Volatile.Write(ref _blockMs, 0);
+        if (before != cpu + 1)
+        {
+            if (cpu >= 0)
+                Interlocked.Increment(ref _follows);
+            else
+                Interlocked.Increment(ref _stops);
+            KeepOffTarget(cpu);
+        }
+    }
+
+    /// <summary>
+    /// The deciding thread runs on the other CPUs: woken on the target, where the holder looks idle
+    /// while it hands answers over, it would preempt the holder and the caller every few milliseconds.
+    /// </summary>
+    private void KeepOffTarget(int target)
+    {
+        var mask = stackalloc ulong[MaskWords];
+        for (var i = 0; i < MaskWords; i++)
+            mask[i] = _allowed[i];
+        if (target >= 0)
+            mask[target / 64] &= ~(1UL << (target % 64));
+        _ = IoUringNative.sched_setaffinity(0, MaskWords * 8, mask);
     }
 
     private void Pin(int targetPlusOne)
@@ -438,6 +493,12 @@ internal sealed unsafe class CallerFollower : IDisposable
     {
         Volatile.Write(ref _disabled, 1);
         ReleaseBaton();
+        Volatile.Write(ref _stopping, 1);
+        _decide.Set();
+        // Bounded: a read of a stuck process's /proc file must not hold up the unmount.
+        if (_decider is not null && !_decider.Join(TimeSpan.FromSeconds(5)))
+            return; // the thread still owns the descriptor and the event; they go with the process
+        _decide.Dispose();
         if (_statFd >= 0)
             IoUringNative.close(_statFd);
         _statFd = -1;

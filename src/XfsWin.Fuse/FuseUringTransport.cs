@@ -58,6 +58,7 @@ internal sealed unsafe class FuseUringTransport
     private const ulong DoneTag = ulong.MaxValue - 1;
     private const int MaxCpus = 1024;
     private const uint FUSE_READ = 15;
+    private const uint FUSE_WRITE = 16;
     private const int ReadInSize = 40;          // sizeof(struct fuse_read_in)
     private const int ReadInSizeOffset = 16;    // offsetof(struct fuse_read_in, size)
     /// <summary>Reads at least this large are served off the queue's CPU (see <see cref="Worker.TryHandOff"/>).</summary>
@@ -622,17 +623,30 @@ internal sealed unsafe class FuseUringTransport
     /// Keeps a waiting caller on the CPU of the queue thread that answers it (see
     /// <see cref="SchedulerPolicy"/>). Without it, each answer moved the caller to the idle CPU, its
     /// next request went to that CPU's queue, whose answer moved it back (measured: 80k to 95k
-    /// migrations for 100k stat calls, no faster than /dev/fuse); with it, about 100. Whether the
-    /// queue thread is alone is looked at no more than once a millisecond. (Staying SCHED_IDLE
-    /// through bursts of requests, changing policy only at their ends, measured slower.)
+    /// migrations for 100k stat calls, no faster than /dev/fuse); with it, about 100.
+    /// <para>
+    /// The queue thread becomes SCHED_IDLE before it commits answers, when it is the only runnable
+    /// thread of the machine (looked at no more than once a millisecond), and stays so while its
+    /// requests keep coming about the same node: a policy change costs about 3 µs here, and changing
+    /// twice per request took 12 % of all samples of a stat run. It turns back to SCHED_OTHER for a
+    /// request about another node (the first lookup in a directory starts the engine's background
+    /// reads, whose threads, woken by an idle-looking CPU's only thread, would be placed here and run
+    /// first: that made "staying idle" slower in the fourth session), for reads and writes of file
+    /// data, when it is no longer alone, and when it is starved (<see cref="StarvationWatch"/>,
+    /// <see cref="IdleBackoff"/>).
+    /// </para>
     /// </summary>
     private sealed class CallerKeeper : IDisposable
     {
         private static readonly long s_recheckTicks = System.Diagnostics.Stopwatch.Frequency / 1000;
         private readonly FuseUringTransport _t;
         private readonly int _loadFd = -1;
+        private readonly IdleBackoff _backoff = new();
+        private StarvationWatch _watch;
         private bool _enabled;
         private bool _alone;
+        private bool _idle;
+        private ulong _lastNode;
         private long _checkedAt;
 
         public CallerKeeper(FuseUringTransport t)
@@ -647,12 +661,51 @@ internal sealed unsafe class FuseUringTransport
             _checkedAt = System.Diagnostics.Stopwatch.GetTimestamp() - s_recheckTicks;
         }
 
-        /// <summary>True when committing as an idle thread is both safe and useful now.</summary>
-        public bool ShouldYieldCpu()
+        /// <summary>Before answers are committed: becomes SCHED_IDLE if that is both safe and useful now.</summary>
+        public void BeforeCommit()
         {
-            if (!_enabled)
-                return false;
+            if (!_enabled || _idle)
+                return;
             var now = System.Diagnostics.Stopwatch.GetTimestamp();
+            if (!Alone(now) || !_backoff.Allows(now) || !_watch.Start())
+                return;
+            SchedulerPolicy.BecomeIdle();
+            _idle = true;
+        }
+
+        /// <summary>On a request taken from the ring: back to SCHED_OTHER unless it continues the same caller's run.</summary>
+        public void OnRequest(in FuseInHeader request)
+        {
+            var sameNode = request.nodeid == _lastNode;
+            _lastNode = request.nodeid;
+            if (!_idle)
+                return;
+            var now = System.Diagnostics.Stopwatch.GetTimestamp();
+            var keep = sameNode && request.opcode is not (FUSE_READ or FUSE_WRITE) && Alone(now);
+            if (keep && _watch.Starved(now))
+            {
+                keep = false;
+                _backoff.Starved(now);
+            }
+            if (!keep)
+                BecomeNormal();
+        }
+
+        public bool IsIdle => _idle;
+
+        /// <summary>
+        /// No request waiting after a commit: the caller's run is over. Back to SCHED_OTHER, so that
+        /// a thread waiting for the next caller is not an idle-policy thread that a busy neighbour
+        /// would keep from the CPU when that request comes.
+        /// </summary>
+        public void Pause()
+        {
+            if (_idle)
+                BecomeNormal();
+        }
+
+        private bool Alone(long now)
+        {
             if (now - _checkedAt >= s_recheckTicks)
             {
                 _alone = SchedulerPolicy.OnlyRunnableThread(_loadFd);
@@ -661,10 +714,9 @@ internal sealed unsafe class FuseUringTransport
             return _alone;
         }
 
-        public static void BecomeIdle() => SchedulerPolicy.BecomeIdle();
-
-        public void BecomeNormal()
+        private void BecomeNormal()
         {
+            _idle = false;
             if (!SchedulerPolicy.BecomeNormal())
             {
                 // Not expected (the permission was checked); do not risk it again.
@@ -675,6 +727,9 @@ internal sealed unsafe class FuseUringTransport
 
         public void Dispose()
         {
+            // The thread may serve a new ring next (Recover): it starts as a normal thread.
+            if (_idle)
+                BecomeNormal();
             if (_loadFd >= 0)
                 IoUringNative.close(_loadFd);
         }
@@ -1077,14 +1132,28 @@ internal sealed unsafe class FuseUringTransport
                 {
                     if (InjectedFailure() is { } injected)
                         return injected;
-                    if (ring.PendingSubmissions > 0 && keeper.ShouldYieldCpu())
+                    // Hand the answers over as an idle-policy thread, so their callers are woken here (see CallerKeeper).
+                    if (ring.PendingSubmissions > 0)
+                        keeper.BeforeCommit();
+                    int rc;
+                    if (keeper.IsIdle)
                     {
-                        // Hand the answers over as an idle-policy thread, so their callers are woken here (see CallerKeeper).
-                        CallerKeeper.BecomeIdle();
-                        ring.SubmitAndWait(0);
-                        keeper.BecomeNormal();
+                        // Commit as an idle-policy thread: the woken caller runs here first, and by
+                        // the time this thread runs again it has usually made its next request.
+                        // Only a pause (no request waiting) is waited out, as a normal thread.
+                        rc = ring.SubmitAndWait(0);
+                        if (rc >= 0 && !ring.HasCompletions)
+                            rc = ring.Poll();
+                        if (rc >= 0 && !ring.HasCompletions)
+                        {
+                            keeper.Pause();
+                            rc = ring.SubmitAndWait(1);
+                        }
                     }
-                    var rc = ring.SubmitAndWait(1);
+                    else
+                    {
+                        rc = ring.SubmitAndWait(1);
+                    }
                     if (rc < 0)
                         return $"io_uring_enter failed (errno {-rc})";
                     n = ring.TakeCompletions(new Span<IoUringCqe>(cqes, 32));
@@ -1109,6 +1178,7 @@ internal sealed unsafe class FuseUringTransport
                         {
                             e.Retries = 0;
                             current = e;
+                            keeper.OnRequest(e.Header->in_out);
                             if (!TryHandOff(e))
                             {
                                 Handle(e);

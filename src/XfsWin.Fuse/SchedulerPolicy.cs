@@ -1,3 +1,4 @@
+using System.Diagnostics;
 using System.Globalization;
 using XfsWin.Fuse.Interop;
 
@@ -90,5 +91,123 @@ internal static unsafe class SchedulerPolicy
     {
         var param = 0;
         return IoUringNative.sched_setscheduler(0, IoUringConstants.SCHED_OTHER, &param) == 0;
+    }
+
+    /// <summary>
+    /// The calling thread's time spent waiting on a run queue (ns) and its number of time slices:
+    /// the second and third fields of /proc/thread-self/schedstat; (-1, -1) if unreadable. Opened
+    /// each time (callers look at most once a millisecond): a descriptor kept per thread would
+    /// outlive libfuse's workers.
+    /// </summary>
+    public static (long DelayNs, long Slices) RunQueueWait()
+    {
+        int fd;
+        fixed (byte* path = "/proc/thread-self/schedstat\0"u8)
+            fd = IoUringNative.open(path, IoUringConstants.O_RDONLY | IoUringConstants.O_CLOEXEC);
+        if (fd < 0)
+            return (-1, -1);
+        var buf = stackalloc byte[96];
+        var n = (int)IoUringNative.pread(fd, buf, 96, 0);
+        IoUringNative.close(fd);
+        return n > 0 ? ParseSchedstat(new ReadOnlySpan<byte>(buf, n)) : (-1, -1);
+    }
+
+    /// <summary>The second and third numbers of a schedstat line ("run_ns delay_ns slices"), or (-1, -1).</summary>
+    internal static (long DelayNs, long Slices) ParseSchedstat(ReadOnlySpan<byte> schedstat)
+    {
+        Span<long> fields = stackalloc long[3];
+        var i = 0;
+        for (var f = 0; f < 3; f++)
+        {
+            while (i < schedstat.Length && schedstat[i] == (byte)' ')
+                i++;
+            var start = i;
+            while (i < schedstat.Length && schedstat[i] is >= (byte)'0' and <= (byte)'9')
+                i++;
+            if (i == start || !long.TryParse(schedstat[start..i], NumberStyles.None, CultureInfo.InvariantCulture, out fields[f]))
+                return (-1, -1);
+        }
+        return (fields[1], fields[2]);
+    }
+}
+
+/// <summary>
+/// Watches one SCHED_IDLE thread for starvation, over each millisecond or more: its average wait on
+/// a run queue per time slice. Waiting while the caller it serves runs between two requests is
+/// expected (the woken caller preempts it): some microseconds per slice. Beside a normal thread
+/// that keeps the CPU busy, a SCHED_IDLE thread waits milliseconds for each slice.
+/// </summary>
+internal struct StarvationWatch
+{
+    /// <summary>Waiting this long per slice on average (or the whole interval without a slice) is starving.</summary>
+    private const long StarvedWaitNs = 500_000;
+    private static readonly long s_interval = Stopwatch.Frequency / 1000;
+    private long _wall;
+    private long _delay;
+    private long _slices;
+
+    /// <summary>Starts watching the calling thread; false if its schedstat cannot be read.</summary>
+    public bool Start()
+    {
+        var (delay, slices) = SchedulerPolicy.RunQueueWait();
+        if (delay < 0)
+            return false;
+        _wall = Stopwatch.GetTimestamp();
+        _delay = delay;
+        _slices = slices;
+        return true;
+    }
+
+    /// <summary>True when, since the last look (at least a millisecond ago), the thread waited long for each slice.</summary>
+    public bool Starved(long now)
+    {
+        if (now - _wall < s_interval)
+            return false;
+        var (delay, slices) = SchedulerPolicy.RunQueueWait();
+        if (delay < 0)
+            return true;
+        var waited = delay - _delay;
+        var ran = slices - _slices;
+        var starved = ran > 0 ? waited / ran > StarvedWaitNs : waited * (double)Stopwatch.Frequency / 1e9 > (now - _wall) * 0.8;
+        _wall = now;
+        _delay = delay;
+        _slices = slices;
+        return starved;
+    }
+}
+
+/// <summary>
+/// After a starved SCHED_IDLE thread, answers are handed over normally for a while: 5 ms, twice as
+/// long each time it happens again within a second, up to a second, so that a busy neighbour costs
+/// at most one long wait per period. Integers read and written without locks: a stale value costs
+/// one answer handed over the other way, nothing more.
+/// </summary>
+internal sealed class IdleBackoff
+{
+    private const int MinBlockMs = 5;
+    private const int MaxBlockMs = 1000;
+    private static readonly long s_ms = Stopwatch.Frequency / 1000;
+    private long _blockedUntil;
+    private long _lastStarved;
+    private int _blockMs;
+    private long _starved;
+
+    /// <summary>Times a starved idle thread was reported.</summary>
+    public long Count => Volatile.Read(ref _starved);
+
+    public bool Allows(long now)
+    {
+        if (now - Volatile.Read(ref _lastStarved) > Stopwatch.Frequency)
+            Volatile.Write(ref _blockMs, 0); // a second without starvation: start afresh
+        return now >= Volatile.Read(ref _blockedUntil);
+    }
+
+    public void Starved(long now)
+    {
+        Interlocked.Increment(ref _starved);
+        var block = Math.Clamp(Volatile.Read(ref _blockMs) * 2, MinBlockMs, MaxBlockMs);
+        Volatile.Write(ref _blockMs, block);
+        Volatile.Write(ref _blockedUntil, now + block * s_ms);
+        Volatile.Write(ref _lastStarved, now);
     }
 }

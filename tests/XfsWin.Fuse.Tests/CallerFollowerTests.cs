@@ -30,12 +30,12 @@ public sealed class CallerFollowerTests
     }
 
     [Theory]
-    [InlineData("123456789 987654 321\n", 987654)]
-    [InlineData("5 0 1", 0)]
-    [InlineData("5", -1)]
-    public void The_run_queue_wait_is_the_second_field_of_schedstat(string line, long delay)
+    [InlineData("123456789 987654 321\n", 987654, 321)]
+    [InlineData("5 0 1", 0, 1)]
+    [InlineData("5 7", -1, -1)]
+    public void The_run_queue_wait_and_slices_are_the_second_and_third_fields_of_schedstat(string line, long delay, long slices)
     {
-        Assert.Equal(delay, CallerFollower.SecondField(Encoding.ASCII.GetBytes(line)));
+        Assert.Equal((delay, slices), SchedulerPolicy.ParseSchedstat(Encoding.ASCII.GetBytes(line)));
     }
 
     [Theory]
@@ -68,6 +68,7 @@ public sealed class CallerFollowerTests
         using (var k = new KernelMount(TestImages.Tree))
             expected = Shell.Bash($"sha256sum < {Q(Path.Combine(k.MountPoint, "sparse.bin"))}").Split(' ')[0];
         var before = follower.IdleHandovers;
+        var stopsBefore = follower.Stops;
         // Stat every file, one after another, then read a 100 MB file from the same thread.
         var (files, migrations, readHash) = LoneCaller.WalkThenRead(m.MountPoint, "sparse.bin");
         var handedOver = follower.IdleHandovers - before;
@@ -78,7 +79,21 @@ public sealed class CallerFollowerTests
 
         // File data is read ahead, several requests at once: served on every CPU again.
         Assert.Equal(expected, readHash);
-        Assert.Equal(-1, follower.TargetCpu);
+        Assert.True(follower.Stops > stopsBefore, "following did not end while the file was read");
+        // Once the requests stop, no worker is left an idle-policy thread (after 10 ms: see
+        // CallerFollower.NormalizeIdleWorkers).
+        var quiet = System.Diagnostics.Stopwatch.StartNew();
+        List<string> idle;
+        do
+        {
+            Thread.Sleep(20);
+            idle = Directory.EnumerateDirectories($"/proc/{Environment.ProcessId}/task")
+                .Where(t => File.ReadLines(Path.Combine(t, "sched")).Any(l => l.StartsWith("policy", StringComparison.Ordinal) && l.EndsWith(" 5", StringComparison.Ordinal)))
+                .Select(t => $"{Path.GetFileName(t)} {File.ReadAllText(Path.Combine(t, "comm")).Trim()}")
+                .ToList();
+        }
+        while (idle.Count > 0 && quiet.Elapsed < TimeSpan.FromSeconds(1));
+        Assert.True(idle.Count == 0, $"threads left SCHED_IDLE after {quiet.Elapsed}: " + string.Join(", ", idle));
 
         var elapsed = m.Unmount(out var rc);
         Assert.Equal(0, rc);

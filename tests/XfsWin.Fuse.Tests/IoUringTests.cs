@@ -343,7 +343,9 @@ public sealed class IoUringTransportTests
         var (files, migrations) = LoneCaller.Walk(m.MountPoint);
         Assert.True(files > 5000, $"only {files} files");
         Assert.True(migrations < files * 3 / 100, $"the caller moved between CPUs {migrations} times for {files} lookups");
-        // The queue threads are back to the normal policy between requests.
+        // The queue threads are back to the normal policy once the requests stop (a millisecond
+        // later: see CallerKeeper.Pause).
+        Thread.Sleep(50);
         foreach (var task in Directory.EnumerateDirectories($"/proc/{m.ServerProcessId}/task"))
         {
             if (File.ReadAllText(Path.Combine(task, "comm")).StartsWith("xfswin-uring-", StringComparison.Ordinal))

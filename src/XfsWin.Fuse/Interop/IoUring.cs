@@ -110,6 +110,7 @@ internal static class IoUringConstants
     public const long __NR_io_uring_setup = 425;
     public const long __NR_io_uring_enter = 426;
     public const long __NR_futex = 202;
+    public const long __NR_gettid = 186;
     public const int FUTEX_WAIT_PRIVATE = 128;
     public const int FUTEX_WAKE_PRIVATE = 129;
 
