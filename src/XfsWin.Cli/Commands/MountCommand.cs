@@ -434,6 +434,12 @@ internal sealed class MountArguments
             var key = eq < 0 ? raw : raw[..eq];
             var value = eq < 0 ? null : raw[(eq + 1)..];
             string Value() => value ?? throw new ArgumentException($"-o {key} needs a value ({key}=...).");
+            bool YesOrNo() => Value() switch
+            {
+                "yes" => true,
+                "no" => false,
+                _ => throw new ArgumentException($"{key} takes yes or no, not '{value}'."),
+            };
             switch (key)
             {
                 case "ro":
@@ -472,28 +478,13 @@ internal sealed class MountArguments
                         : throw new ArgumentException($"read_ahead_kb must be a number of KiB (0 keeps the kernel's default), not '{value}'.");
                     break;
                 case "readdirplus":
-                    ReaddirPlus = Value() switch
-                    {
-                        "yes" => true,
-                        "no" => false,
-                        _ => throw new ArgumentException($"readdirplus takes yes or no, not '{value}'."),
-                    };
+                    ReaddirPlus = YesOrNo();
                     break;
                 case "follow_caller":
-                    FollowCaller = Value() switch
-                    {
-                        "yes" => true,
-                        "no" => false,
-                        _ => throw new ArgumentException($"follow_caller takes yes or no, not '{value}'."),
-                    };
+                    FollowCaller = YesOrNo();
                     break;
                 case "io_uring":
-                    IoUring = Value() switch
-                    {
-                        "yes" => true,
-                        "no" => false,
-                        _ => throw new ArgumentException($"io_uring takes yes or no, not '{value}'."),
-                    };
+                    IoUring = YesOrNo();
                     break;
                 case "io_uring_depth":
                     IoUringDepth = int.TryParse(Value(), NumberStyles.None, CultureInfo.InvariantCulture, out var depth) && depth is > 0 and <= 64
