@@ -42,11 +42,6 @@ namespace XfsWin.Fuse;
 internal sealed unsafe class CallerFollower : IDisposable
 {
     private const int MaskWords = 1024 / 64;
-    private const uint FUSE_FORGET = 2;
-    private const uint FUSE_READ = 15;
-    private const uint FUSE_WRITE = 16;
-    private const uint FUSE_INTERRUPT = 36;
-    private const uint FUSE_BATCH_FORGET = 42;
     private const int ENODEV = 19;
     /// <summary>A waiting worker reads anyway once the holder has spent this long on one request.</summary>
     private const int HolderStuckMs = 10;
@@ -213,11 +208,11 @@ internal sealed unsafe class CallerFollower : IDisposable
         if (Volatile.Read(ref _holder) == Environment.CurrentManagedThreadId)
             Volatile.Write(ref _holderBusySince, Stopwatch.GetTimestamp());
         var op = header->opcode;
-        if (op is not (FUSE_FORGET or FUSE_BATCH_FORGET or FUSE_INTERRUPT))
+        if (op is not (FuseUringConstants.FUSE_FORGET or FuseUringConstants.FUSE_BATCH_FORGET or FuseUringConstants.FUSE_INTERRUPT))
         {
             var pid = (int)header->pid;
             var seen = Volatile.Read(ref _windowCaller);
-            if (op is FUSE_READ or FUSE_WRITE || pid <= 0)
+            if (op is FuseUringConstants.FUSE_READ or FuseUringConstants.FUSE_WRITE || pid <= 0)
             {
                 if (seen != -1)
                     Volatile.Write(ref _windowCaller, -1);
@@ -407,33 +402,33 @@ internal sealed unsafe class CallerFollower : IDisposable
     /// The deciding thread runs on the other CPUs: woken on the target, where the holder looks idle
     /// while it hands answers over, it would preempt the holder and the caller every few milliseconds.
     /// </summary>
-    private void KeepOffTarget(int target)
-    {
-        var mask = stackalloc ulong[MaskWords];
-        for (var i = 0; i < MaskWords; i++)
-            mask[i] = _allowed[i];
-        if (target >= 0)
-            mask[target / 64] &= ~(1UL << (target % 64));
-        _ = IoUringNative.sched_setaffinity(0, MaskWords * 8, mask);
-    }
+    private void KeepOffTarget(int target) => SetAffinity(only: -1, except: target);
 
+    /// <summary>Moves this worker to the target CPU, or back to every allowed CPU (0).</summary>
     private void Pin(int targetPlusOne)
     {
+        // On failure the worker stays where it is, and tries again with its next request.
+        if (SetAffinity(only: targetPlusOne - 1, except: -1))
+            t_pinnedPlusOne = targetPlusOne;
+    }
+
+    /// <summary>The calling thread may run on CPU <paramref name="only"/> alone, or else on every allowed CPU but <paramref name="except"/>.</summary>
+    private bool SetAffinity(int only, int except)
+    {
         var mask = stackalloc ulong[MaskWords];
-        if (targetPlusOne == 0)
+        var words = new Span<ulong>(mask, MaskWords);
+        if (only >= 0)
         {
-            for (var i = 0; i < MaskWords; i++)
-                mask[i] = _allowed[i];
+            words.Clear();
+            mask[only / 64] = 1UL << (only % 64);
         }
         else
         {
-            new Span<ulong>(mask, MaskWords).Clear();
-            var cpu = targetPlusOne - 1;
-            mask[cpu / 64] = 1UL << (cpu % 64);
+            _allowed.CopyTo(words);
+            if (except >= 0)
+                mask[except / 64] &= ~(1UL << (except % 64));
         }
-        // On failure the worker stays where it is, and tries again with its next request.
-        if (IoUringNative.sched_setaffinity(0, MaskWords * 8, mask) == 0)
-            t_pinnedPlusOne = targetPlusOne;
+        return IoUringNative.sched_setaffinity(0, MaskWords * 8, mask) == 0;
     }
 
     /// <summary>The CPU thread <paramref name="tid"/> last ran on (field 39 of /proc/TID/stat), or -1.</summary>
@@ -471,22 +466,9 @@ internal sealed unsafe class CallerFollower : IDisposable
         var close = stat.LastIndexOf((byte)')');
         if (close < 0)
             return -1;
-        var rest = stat[(close + 1)..];
-        var field = 2;
-        var i = 0;
-        while (i < rest.Length)
-        {
-            while (i < rest.Length && rest[i] == (byte)' ')
-                i++;
-            var start = i;
-            while (i < rest.Length && rest[i] != (byte)' ' && rest[i] != (byte)'\n')
-                i++;
-            if (i == start)
-                break;
-            if (++field == 39)
-                return int.TryParse(rest[start..i], NumberStyles.None, CultureInfo.InvariantCulture, out var cpu) ? cpu : -1;
-        }
-        return -1;
+        // Field 3 (state) is the first after the name.
+        var field = SchedulerPolicy.Field(stat[(close + 1)..], 39 - 3);
+        return int.TryParse(field, NumberStyles.None, CultureInfo.InvariantCulture, out var cpu) && !field.IsEmpty ? cpu : -1;
     }
 
     public void Dispose()

@@ -57,8 +57,6 @@ internal sealed unsafe class FuseUringTransport
     private const ulong StopTag = ulong.MaxValue;
     private const ulong DoneTag = ulong.MaxValue - 1;
     private const int MaxCpus = 1024;
-    private const uint FUSE_READ = 15;
-    private const uint FUSE_WRITE = 16;
     private const int ReadInSize = 40;          // sizeof(struct fuse_read_in)
     private const int ReadInSizeOffset = 16;    // offsetof(struct fuse_read_in, size)
     /// <summary>Reads at least this large are served off the queue's CPU (see <see cref="Worker.TryHandOff"/>).</summary>
@@ -344,23 +342,23 @@ internal sealed unsafe class FuseUringTransport
     {
         while (true)
         {
-            var follower = HostOf(userdata)?.Follower;
+            var host = HostOf(userdata);
+            var follower = host?.Follower;
             follower?.BeforeRead();
             var n = IoUringNative.read(fd, buffer, length);
             var errno = Marshal.GetLastPInvokeError();
             if (n <= 0)
                 follower?.ReadFailed(errno);
             if (n >= FuseInHeader.Size && ((FuseInHeader*)buffer)->opcode == FuseUringConstants.FUSE_INIT)
-                HostOf(userdata)?.NoteInitRequest(((FuseInHeader*)buffer)->unique);
+                host?.NoteInitRequest(((FuseInHeader*)buffer)->unique);
             if (n >= FuseInHeader.Size && ((FuseInHeader*)buffer)->opcode == FuseStatxConstants.FUSE_STATX && TryAnswerOnDevice(fd, (FuseInHeader*)buffer, userdata))
                 continue;
             if (n >= FuseInHeader.Size)
             {
                 try
                 {
-                    var host = HostOf(userdata);
                     host?.Uring?.SawDeviceRequest((FuseInHeader*)buffer, n);
-                    host?.Follower?.OnRequest((FuseInHeader*)buffer);
+                    follower?.OnRequest((FuseInHeader*)buffer);
                 }
                 catch (Exception)
                 {
@@ -681,7 +679,7 @@ internal sealed unsafe class FuseUringTransport
             if (!_idle)
                 return;
             var now = System.Diagnostics.Stopwatch.GetTimestamp();
-            var keep = sameNode && request.opcode is not (FUSE_READ or FUSE_WRITE) && Alone(now);
+            var keep = sameNode && request.opcode is not (FuseUringConstants.FUSE_READ or FuseUringConstants.FUSE_WRITE) && Alone(now);
             if (keep && _watch.Starved(now))
             {
                 keep = false;
@@ -1034,7 +1032,7 @@ internal sealed unsafe class FuseUringTransport
         private bool TryHandOff(Entry e)
         {
             var h = e.Header;
-            if (_t._bulkThreads.Count == 0 || h->in_out.opcode != FUSE_READ || h->ring_ent_in_out.payload_sz != 0 ||
+            if (_t._bulkThreads.Count == 0 || h->in_out.opcode != FuseUringConstants.FUSE_READ || h->ring_ent_in_out.payload_sz != 0 ||
                 h->in_out.len != FuseInHeader.Size + ReadInSize ||
                 *(uint*)(&h->op_in + ReadInSizeOffset) < HandOffReadBytes)
                 return false;

@@ -69,15 +69,27 @@ internal static unsafe class SchedulerPolicy
 
     internal static int RunningCount(ReadOnlySpan<byte> loadavg)
     {
-        var spaces = 0;
+        var field = Field(loadavg, 3); // "running/total"
+        var slash = field.IndexOf((byte)'/');
+        return slash > 0 && int.TryParse(field[..slash], NumberStyles.None, CultureInfo.InvariantCulture, out var running) ? running : -1;
+    }
+
+    /// <summary>Field <paramref name="index"/> (from 0) of a line of space-separated fields, or empty.</summary>
+    internal static ReadOnlySpan<byte> Field(ReadOnlySpan<byte> line, int index)
+    {
         var i = 0;
-        while (i < loadavg.Length && spaces < 3)
+        for (var f = 0; ; f++)
         {
-            if (loadavg[i++] == (byte)' ')
-                spaces++;
+            while (i < line.Length && line[i] == (byte)' ')
+                i++;
+            var start = i;
+            while (i < line.Length && line[i] != (byte)' ' && line[i] != (byte)'\n')
+                i++;
+            if (i == start)
+                return default;
+            if (f == index)
+                return line[start..i];
         }
-        var slash = loadavg[i..].IndexOf((byte)'/');
-        return slash > 0 && int.TryParse(loadavg.Slice(i, slash), NumberStyles.None, CultureInfo.InvariantCulture, out var running) ? running : -1;
     }
 
     public static void BecomeIdle()
@@ -113,22 +125,11 @@ internal static unsafe class SchedulerPolicy
     }
 
     /// <summary>The second and third numbers of a schedstat line ("run_ns delay_ns slices"), or (-1, -1).</summary>
-    internal static (long DelayNs, long Slices) ParseSchedstat(ReadOnlySpan<byte> schedstat)
-    {
-        Span<long> fields = stackalloc long[3];
-        var i = 0;
-        for (var f = 0; f < 3; f++)
-        {
-            while (i < schedstat.Length && schedstat[i] == (byte)' ')
-                i++;
-            var start = i;
-            while (i < schedstat.Length && schedstat[i] is >= (byte)'0' and <= (byte)'9')
-                i++;
-            if (i == start || !long.TryParse(schedstat[start..i], NumberStyles.None, CultureInfo.InvariantCulture, out fields[f]))
-                return (-1, -1);
-        }
-        return (fields[1], fields[2]);
-    }
+    internal static (long DelayNs, long Slices) ParseSchedstat(ReadOnlySpan<byte> schedstat) =>
+        long.TryParse(Field(schedstat, 1), NumberStyles.None, CultureInfo.InvariantCulture, out var delay) &&
+        long.TryParse(Field(schedstat, 2), NumberStyles.None, CultureInfo.InvariantCulture, out var slices)
+            ? (delay, slices)
+            : (-1, -1);
 }
 
 /// <summary>

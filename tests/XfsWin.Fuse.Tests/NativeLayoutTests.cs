@@ -122,6 +122,11 @@ public sealed class NativeLayoutTests
         .. typeof(IoUringConstants).GetFields(BindingFlags.Public | BindingFlags.Static).Where(f => f.IsLiteral)
             .Select(f => (f.Name, Convert.ToInt64(f.GetRawConstantValue(), System.Globalization.CultureInfo.InvariantCulture), f.Name)),
         ("FUSE_INIT", FuseUringConstants.FUSE_INIT, "FUSE_INIT"),
+        ("FUSE_FORGET", FuseUringConstants.FUSE_FORGET, "FUSE_FORGET"),
+        ("FUSE_READ", FuseUringConstants.FUSE_READ, "FUSE_READ"),
+        ("FUSE_WRITE", FuseUringConstants.FUSE_WRITE, "FUSE_WRITE"),
+        ("FUSE_INTERRUPT", FuseUringConstants.FUSE_INTERRUPT, "FUSE_INTERRUPT"),
+        ("FUSE_BATCH_FORGET", FuseUringConstants.FUSE_BATCH_FORGET, "FUSE_BATCH_FORGET"),
         ("FUSE_INIT_EXT", FuseUringConstants.FUSE_INIT_EXT, "FUSE_INIT_EXT"),
         ("FUSE_MAX_PAGES", FuseUringConstants.FUSE_MAX_PAGES, "FUSE_MAX_PAGES"),
         ("FUSE_URING_IN_OUT_HEADER_SZ", FuseUringReqHeader.InOutSize, "FUSE_URING_IN_OUT_HEADER_SZ"),

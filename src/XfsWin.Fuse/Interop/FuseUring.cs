@@ -124,7 +124,12 @@ internal struct FuseUringCmdReq
 /// <summary>FUSE protocol numbers the transport needs (&lt;linux/fuse.h&gt;).</summary>
 internal static class FuseUringConstants
 {
+    public const uint FUSE_FORGET = 2;
+    public const uint FUSE_READ = 15;
+    public const uint FUSE_WRITE = 16;
     public const uint FUSE_INIT = 26;
+    public const uint FUSE_INTERRUPT = 36;
+    public const uint FUSE_BATCH_FORGET = 42;
     public const uint FUSE_INIT_EXT = 1u << 30;
     public const uint FUSE_MAX_PAGES = 1u << 22;
     /// <summary>FUSE_OVER_IO_URING is bit 41 of the 64-bit INIT flags: bit 9 of flags2.</summary>
