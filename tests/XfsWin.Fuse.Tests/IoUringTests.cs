@@ -276,12 +276,52 @@ public sealed class EnableUringCollection
 /// <summary>
 /// Marks a test that measures how the scheduler treats our threads and so needs the machine to
 /// itself: scripts/test.sh leaves these out of the main run, where every test assembly runs at once,
-/// and runs them alone afterwards.
+/// and runs them alone afterwards. Within that pass, too, no other test may run beside one: each
+/// such test's class belongs to a collection that is never run in parallel (this one, or
+/// <see cref="EnableUringCollection"/>), which QuietMachineTests checks.
 /// </summary>
-public static class QuietMachine
+[CollectionDefinition(Collection, DisableParallelization = true)]
+public sealed class QuietMachine
 {
     public const string Trait = "Needs";
     public const string Value = "QuietMachine";
+    public const string Collection = "quiet machine";
+}
+
+public sealed class QuietMachineTests
+{
+    /// <summary>
+    /// A CI run once failed because xUnit ran the lone-caller test beside the one that puts a busy
+    /// loop on every CPU: both were in the quiet pass, in different (parallel) collections.
+    /// </summary>
+    [Fact]
+    public void Every_test_that_needs_a_quiet_machine_is_in_a_collection_never_run_in_parallel()
+    {
+        var types = typeof(QuietMachineTests).Assembly.GetTypes();
+        var serial = types
+            .SelectMany(t => t.GetCustomAttributesData())
+            .Where(a => a.AttributeType == typeof(CollectionDefinitionAttribute)
+                && a.NamedArguments.Any(n => n.MemberName == nameof(CollectionDefinitionAttribute.DisableParallelization) && (bool)n.TypedValue.Value!))
+            .Select(a => (string)a.ConstructorArguments[0].Value!)
+            .ToHashSet();
+        Assert.Contains(QuietMachine.Collection, serial);
+        var quiet = types
+            .SelectMany(t => t.GetMethods().Select(m => (Type: t, Method: m)))
+            .Where(x => x.Method.GetCustomAttributesData().Any(a => a.AttributeType == typeof(TraitAttribute)
+                && (string?)a.ConstructorArguments[0].Value == QuietMachine.Trait
+                && (string?)a.ConstructorArguments[1].Value == QuietMachine.Value))
+            .ToList();
+        Assert.True(quiet.Count >= 3, $"only {quiet.Count} tests carry the quiet-machine trait");
+        foreach (var (type, method) in quiet)
+        {
+            var name = type.GetCustomAttributesData()
+                .Where(a => a.AttributeType == typeof(CollectionAttribute))
+                .Select(a => (string?)a.ConstructorArguments[0].Value)
+                .FirstOrDefault();
+            Assert.True(name is not null && serial.Contains(name),
+                $"{type.Name}.{method.Name} needs a quiet machine but its class is in collection '{name ?? "(its own, run in parallel)"}'");
+        }
+    }
 }
 
 /// <summary>FUSE over io_uring: used when the kernel offers it, /dev/fuse otherwise, and both serve the same tree.</summary>
@@ -340,9 +380,11 @@ public sealed class IoUringTransportTests
         using var on = IoUringMode.Set(true);
         using var m = new FuseMount(TestImages.Tree);
         IoUringMode.AssertServesThroughIoUring(m.ServerProcessId, "xfswin mount");
+        var others = new OtherCpuUse();
         var (files, migrations) = LoneCaller.Walk(m.MountPoint);
+        var busy = others.Since(Environment.ProcessId, m.ServerProcessId);
         Assert.True(files > 5000, $"only {files} files");
-        Assert.True(migrations < files * 3 / 100, $"the caller moved between CPUs {migrations} times for {files} lookups");
+        Assert.True(migrations < files * 3 / 100, $"the caller moved between CPUs {migrations} times for {files} lookups; {busy}");
         // The queue threads are back to the normal policy once the requests stop (a millisecond
         // later: see CallerKeeper.Pause).
         Thread.Sleep(50);
