@@ -254,6 +254,11 @@ public sealed unsafe class FuseHost : IDisposable
         return null;
     }
 
+    private long _listingRequests;
+
+    /// <summary>READDIR and READDIRPLUS requests served so far (listings the kernel did not have cached).</summary>
+    public long ListingRequests => Volatile.Read(ref _listingRequests);
+
     /// <summary>Requests served through io_uring so far.</summary>
     public long IoUringRequests => _uring?.RingRequests ?? 0;
 
@@ -813,10 +818,29 @@ public sealed unsafe class FuseHost : IDisposable
     [UnmanagedCallersOnly]
     private static void OnOpenDir(nint req, ulong ino, FuseFileInfo* fi)
     {
-        // Directories cannot change under a read-only mount: let the kernel cache listings.
-        fi->bits |= FuseFileInfo.CacheReaddirBit | FuseFileInfo.KeepCacheBit;
-        FuseNative.fuse_reply_open(req, fi);
+        try
+        {
+            var host = HostOf(req);
+            if (CachesListing(host._volume.GetAttributes(host.ToXfsInode(ino)).Size, host._volume.Info.DirectoryBlockSize))
+                fi->bits |= FuseFileInfo.CacheReaddirBit | FuseFileInfo.KeepCacheBit;
+            FuseNative.fuse_reply_open(req, fi);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "opendir", ino);
+        }
     }
+
+    /// <summary>
+    /// Whether the kernel keeps a directory's listing (cache_readdir; directories cannot change
+    /// under a read-only mount). Only for directories whose entries fit in the inode or one
+    /// directory block: the kernel fills its listing cache one entry at a time, each with a
+    /// page-cache lookup, which made a cold listing of 1M entries 0.54-0.65 s instead of
+    /// 0.32-0.36 s uncached, and `find` over 100 directories of 1000 entries 0.20 s instead of
+    /// 0.15-0.19 s. Repeated listings of a big directory were only a little faster from the cache
+    /// (0.30 s against 0.37 s), while a small one saves a round trip to this server each time.
+    /// </summary>
+    internal static bool CachesListing(long directorySize, int directoryBlockSize) => directorySize <= directoryBlockSize;
 
     /// <summary>
     /// Writes entries straight into the reply buffer, in the kernel's struct fuse_dirent layout
@@ -889,6 +913,7 @@ public sealed unsafe class FuseHost : IDisposable
         try
         {
             var host = HostOf(req);
+            Interlocked.Increment(ref host._listingRequests);
             var buffer = host._buffers.Rent();
             try
             {
@@ -913,6 +938,7 @@ public sealed unsafe class FuseHost : IDisposable
         try
         {
             var host = HostOf(req);
+            Interlocked.Increment(ref host._listingRequests);
             var buffer = host._buffers.Rent();
             try
             {
