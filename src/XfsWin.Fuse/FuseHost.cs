@@ -248,6 +248,8 @@ public sealed unsafe class FuseHost : IDisposable
     {
         if (Transport == FuseTransport.IoUring)
             return $"xfswin: requests are served through FUSE over io_uring ({_uring!.QueueCount} queue(s), one per CPU).";
+        if (_options.IoUring && _uring is null && _transportNote == FuseUringTransport.NoFusectlReason)
+            return "xfswin: requests are served through /dev/fuse: " + FuseUringTransport.NoFusectlReason + ".";
         if (_options.IoUring && _uring is null && FuseUringTransport.KernelSwitchedOff)
             return "xfswin: requests are served through /dev/fuse: this kernel has FUSE over io_uring, but it is switched off. " +
                    $"Metadata-heavy work (ls -lR, find, stat of many files) is faster with it; as root, switch it on for the next mounts with: echo Y > {FuseUringTransport.EnableSwitch}";

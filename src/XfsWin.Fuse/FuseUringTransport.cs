@@ -187,6 +187,55 @@ internal sealed unsafe class FuseUringTransport
         }
     }
 
+    /// <summary>Why an ordinary user's server without fusectl serves through /dev/fuse (see <see cref="CanEndAStalledMount"/>).</summary>
+    public const string NoFusectlReason =
+        "FUSE over io_uring is not used by an ordinary user while the fusectl file system is not mounted on " + FusectlMountPoint +
+        ": a queue that failed for good could not end the mount, and callers on its CPU would wait until it is unmounted by hand " +
+        "(as root: mount -t fusectl none " + FusectlMountPoint + ")";
+
+    private const string FusectlMountPoint = "/sys/fs/fuse/connections";
+
+    /// <summary>
+    /// FUSE over io_uring is used only where a queue that fails for good can end the mount (see
+    /// FuseHost.AbortConnection): as root, by a forced unmount, or else through the fusectl file
+    /// system. An ordinary user without fusectl could not, and a lost request would leave its caller
+    /// waiting until someone unmounts by hand: slower metadata over /dev/fuse is the better deal.
+    /// </summary>
+    internal static bool CanEndAStalledMount(bool root, string mountInfo, out string reason)
+    {
+        var ok = root || FusectlMounted(mountInfo);
+        reason = ok ? "" : NoFusectlReason;
+        return ok;
+    }
+
+    /// <summary>Whether a /proc/self/mountinfo text has the fusectl file system mounted on /sys/fs/fuse/connections.</summary>
+    internal static bool FusectlMounted(string mountInfo)
+    {
+        foreach (var line in mountInfo.Split('\n'))
+        {
+            // "36 25 0:32 / /sys/fs/fuse/connections rw,relatime shared:14 - fusectl fusectl rw": the mount
+            // point is the fifth field; the type is the first after the " - " separator.
+            var fields = line.Split(' ');
+            var separator = Array.IndexOf(fields, "-");
+            if (fields.Length > 4 && separator > 4 && separator + 1 < fields.Length &&
+                fields[4] == FusectlMountPoint && fields[separator + 1] == "fusectl")
+                return true;
+        }
+        return false;
+    }
+
+    private static string ReadMountInfo()
+    {
+        try
+        {
+            return File.ReadAllText("/proc/self/mountinfo");
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            return "";
+        }
+    }
+
     /// <summary>
     /// Sets up the transport for a mounted session before its loop starts: one thread and ring per
     /// queue, and the device hooks. Returns null, with the reason, when io_uring is not wanted or
@@ -200,6 +249,8 @@ internal sealed unsafe class FuseUringTransport
             return null;
         }
         if (!KernelEnabled(out reason))
+            return null;
+        if (!CanEndAStalledMount(FuseNative.geteuid() == 0, ReadMountInfo(), out reason))
             return null;
         var queues = CountPossibleCpus();
         if (queues is < 1 or > MaxCpus)

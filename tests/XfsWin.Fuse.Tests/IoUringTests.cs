@@ -693,6 +693,72 @@ public sealed class IoUringTransportTests
         }
     }
 
+    [Theory]
+    [InlineData("42 23 0:39 / /sys/fs/fuse/connections rw,relatime - fusectl none rw", true)]
+    [InlineData("36 25 0:32 / /sys/fs/fuse/connections rw,nosuid shared:14 - fusectl fusectl rw", true)]
+    [InlineData("36 25 0:32 / /sys/fs/fuse/connections rw - sysfs sysfs rw", false)]
+    [InlineData("36 25 0:32 / /mnt/elsewhere rw - fusectl none rw", false)]
+    [InlineData("", false)]
+    public void Fusectl_is_found_in_mountinfo_on_its_own_mount_point(string mountInfo, bool mounted)
+    {
+        var text = "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n" + mountInfo + "\n";
+        Assert.Equal(mounted, FuseUringTransport.FusectlMounted(text));
+        Assert.True(FuseUringTransport.CanEndAStalledMount(root: true, text, out _));
+        Assert.Equal(mounted, FuseUringTransport.CanEndAStalledMount(root: false, text, out var reason));
+        Assert.Equal(mounted ? "" : FuseUringTransport.NoFusectlReason, reason);
+    }
+
+    /// <summary>
+    /// An ordinary user's server where fusectl is not mounted could not end a mount whose queue
+    /// failed for good (see FuseUringTransport.CanEndAStalledMount): it serves through /dev/fuse,
+    /// says why and how to change it, and reads the same tree as the kernel's XFS. fusectl is
+    /// unmounted only in the server's private mount namespace.
+    /// </summary>
+    [Fact]
+    public void An_unprivileged_server_without_fusectl_serves_through_dev_fuse_and_says_why()
+    {
+        using var on = IoUringMode.Set(true);
+        using var k = new KernelMount(TestImages.Tree);
+        var dir = Shell.MakeTempDirectory("xfswin-nobody");
+        var mp = dir + "/mnt";
+        var pid = 0;
+        try
+        {
+            Shell.Bash($"chmod 0755 {Q(dir)}; mkdir {Q(mp)}; chown 65534:65534 {Q(mp)}");
+            var (dotnet, _) = Shell.Xfswin;
+            var dll = Path.Combine(XfsWin.TestSupport.UnprivilegedRun.OutputDirectory, "xfswin.dll");
+            const string nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp DOTNET_CLI_HOME=/tmp";
+            var r = Shell.Run("unshare", ["--mount", "--propagation", "private", "bash", "-euc",
+                $"mknod -m 0666 {Q(dir)}/fuse c 10 229; mount --bind {Q(dir)}/fuse /dev/fuse; umount /sys/fs/fuse/connections; " +
+                $"exec {nobody} {Q(dotnet)} {Q(dll)} mount {Q(TestImages.Tree)} {Q(mp)}"], timeout: TimeSpan.FromMinutes(2));
+            var m = System.Text.RegularExpressions.Regex.Match(r.Stderr, @"server pid (\d+)");
+            Assert.True(r.ExitCode == 0 && m.Success, r.Both);
+            pid = int.Parse(m.Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture);
+            Assert.Contains("xfswin: requests are served through /dev/fuse: " + FuseUringTransport.NoFusectlReason + ".", r.Stderr, StringComparison.Ordinal);
+            Assert.DoesNotContain(Directory.EnumerateDirectories($"/proc/{pid}/task"),
+                t => File.ReadAllText(t + "/comm").StartsWith("xfswin-uring-", StringComparison.Ordinal));
+            // Only the server's namespace lost fusectl.
+            Assert.Contains(File.ReadLines("/proc/self/mountinfo"), l => l.Contains(" /sys/fs/fuse/connections ", StringComparison.Ordinal) && l.Contains(" - fusectl ", StringComparison.Ordinal));
+
+            const string walk = "find . -printf '%p %y %m %s %U %G %l\\n' | LC_ALL=C sort; find . -type f -readable -print0 | LC_ALL=C sort -z | xargs -0 sha256sum";
+            var expected = Shell.Bash($"cd {Q(k.MountPoint)} && exec {nobody} bash -euo pipefail -c {Q(walk)}");
+            var actual = Shell.Bash($"nsenter -t {pid} -m {nobody} bash -euo pipefail -c {Q($"cd {Q(mp)}\n{walk}")}");
+            Assert.Equal(expected, actual);
+            Assert.True(expected.Length > 100000, "the walk read little");
+        }
+        finally
+        {
+            if (pid > 0 && Directory.Exists($"/proc/{pid}"))
+            {
+                Shell.Run("nsenter", ["-t", pid.ToString(System.Globalization.CultureInfo.InvariantCulture), "-m", "fusermount3", "-u", mp]);
+                var sw = Stopwatch.StartNew();
+                while (Directory.Exists($"/proc/{pid}") && sw.Elapsed < TimeSpan.FromSeconds(10))
+                    Thread.Sleep(50);
+            }
+            Directory.Delete(dir, recursive: true);
+        }
+    }
+
     [Fact]
     public void With_enable_uring_off_the_host_serves_through_dev_fuse()
     {
