@@ -629,68 +629,42 @@ public sealed class IoUringTransportTests
     {
         using var on = IoUringMode.Set(true);
         using var k = new KernelMount(TestImages.Tree);
-        var dir = Shell.MakeTempDirectory("xfswin-nobody");
-        var mp = dir + "/mnt";
-        var pid = 0;
-        try
+        using var server = UnprivilegedServer.Start(TestImages.Tree);
+        var pid = server.ProcessId;
+        Assert.Contains($"xfswin: requests are served through FUSE over io_uring ({CpuCount} queue(s), one per CPU).", server.Stderr, StringComparison.Ordinal);
+        var status = File.ReadAllLines($"/proc/{pid}/status");
+        Assert.Contains(status, l => l.StartsWith("Uid:", StringComparison.Ordinal) && l.Split('\t')[1] == "65534");
+        Assert.Contains(status, l => l == "CapEff:\t0000000000000000");
+        IoUringMode.AssertServesThroughIoUring(pid, "the unprivileged server");
+
+        long QueueSwitches() => Directory.EnumerateDirectories($"/proc/{pid}/task")
+            .Where(t => File.ReadAllText(t + "/comm").StartsWith("xfswin-uring-", StringComparison.Ordinal))
+            .Sum(t => long.Parse(File.ReadLines(t + "/status").First(l => l.StartsWith("voluntary_ctxt_switches:", StringComparison.Ordinal)).Split('\t')[1],
+                System.Globalization.CultureInfo.InvariantCulture));
+
+        // The same tree as the kernel's XFS, both read by the same user (user xattrs only: trusted ones are root's).
+        const string walk = """
+            find . -printf '%p %y %m %s %U %G %l\n' | LC_ALL=C sort
+            find . -type f -readable -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+            { getfattr -R -d -m '^user\.' --absolute-names . 2>/dev/null || true; } | LC_ALL=C sort | sha256sum
+            """;
+        var switches = QueueSwitches();
+        var expected = UnprivilegedServer.RunAsNobody(k.MountPoint, walk);
+        var actual = server.RunInside(walk);
+        Assert.Equal(expected, actual);
+        Assert.True(expected.Length > 100000, "the walk read little");
+        // The queue threads woke for thousands of requests: they came through the ring.
+        var woken = QueueSwitches() - switches;
+        Assert.True(woken > 3000, $"the queue threads woke {woken} times for the walk");
+
+        // One request after another from a single caller: what CallerKeeper acts on when it may.
+        server.RunInside("for i in $(seq 3); do find . -printf '%i %s\n' > /dev/null; done");
+        foreach (var task in Directory.EnumerateDirectories($"/proc/{pid}/task"))
         {
-            Shell.Bash($"chmod 0755 {Q(dir)}; mkdir {Q(mp)}; chown 65534:65534 {Q(mp)}");
-            var (dotnet, _) = Shell.Xfswin;
-            var dll = Path.Combine(XfsWin.TestSupport.UnprivilegedRun.OutputDirectory, "xfswin.dll");
-            const string nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp DOTNET_CLI_HOME=/tmp";
-            var r = Shell.Run("unshare", ["--mount", "--propagation", "private", "bash", "-euc",
-                $"mknod -m 0666 {Q(dir)}/fuse c 10 229; mount --bind {Q(dir)}/fuse /dev/fuse; " +
-                $"exec {nobody} {Q(dotnet)} {Q(dll)} mount {Q(TestImages.Tree)} {Q(mp)}"], timeout: TimeSpan.FromMinutes(2));
-            var m = System.Text.RegularExpressions.Regex.Match(r.Stderr, @"server pid (\d+)");
-            Assert.True(r.ExitCode == 0 && m.Success, r.Both);
-            pid = int.Parse(m.Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture);
-            Assert.Contains($"xfswin: requests are served through FUSE over io_uring ({CpuCount} queue(s), one per CPU).", r.Stderr, StringComparison.Ordinal);
-            var status = File.ReadAllLines($"/proc/{pid}/status");
-            Assert.Contains(status, l => l.StartsWith("Uid:", StringComparison.Ordinal) && l.Split('\t')[1] == "65534");
-            Assert.Contains(status, l => l == "CapEff:\t0000000000000000");
-            IoUringMode.AssertServesThroughIoUring(pid, "the unprivileged server");
-
-            string InNamespace(string script) => Shell.Bash($"nsenter -t {pid} -m {nobody} bash -euo pipefail -c {Q(script)}");
-            long QueueSwitches() => Directory.EnumerateDirectories($"/proc/{pid}/task")
-                .Where(t => File.ReadAllText(t + "/comm").StartsWith("xfswin-uring-", StringComparison.Ordinal))
-                .Sum(t => long.Parse(File.ReadLines(t + "/status").First(l => l.StartsWith("voluntary_ctxt_switches:", StringComparison.Ordinal)).Split('\t')[1],
-                    System.Globalization.CultureInfo.InvariantCulture));
-
-            // The same tree as the kernel's XFS, both read by the same user (user xattrs only: trusted ones are root's).
-            const string walk = """
-                find . -printf '%p %y %m %s %U %G %l\n' | LC_ALL=C sort
-                find . -type f -readable -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
-                { getfattr -R -d -m '^user\.' --absolute-names . 2>/dev/null || true; } | LC_ALL=C sort | sha256sum
-                """;
-            var switches = QueueSwitches();
-            var expected = Shell.Bash($"cd {Q(k.MountPoint)} && exec {nobody} bash -euo pipefail -c {Q(walk)}");
-            var actual = InNamespace($"cd {Q(mp)}\n{walk}");
-            Assert.Equal(expected, actual);
-            Assert.True(expected.Length > 100000, "the walk read little");
-            // The queue threads woke for thousands of requests: they came through the ring.
-            var woken = QueueSwitches() - switches;
-            Assert.True(woken > 3000, $"the queue threads woke {woken} times for the walk");
-
-            // One request after another from a single caller: what CallerKeeper acts on when it may.
-            InNamespace($"cd {Q(mp)} && for i in $(seq 3); do find . -printf '%i %s\n' > /dev/null; done");
-            foreach (var task in Directory.EnumerateDirectories($"/proc/{pid}/task"))
-            {
-                var policy = File.ReadLines(task + "/sched").First(l => l.StartsWith("policy", StringComparison.Ordinal));
-                Assert.True(policy.EndsWith(" 0", StringComparison.Ordinal), $"{File.ReadAllText(task + "/comm").Trim()}: {policy}");
-            }
-            IoUringMode.AssertServesThroughIoUring(pid, "the unprivileged server");
+            var policy = File.ReadLines(task + "/sched").First(l => l.StartsWith("policy", StringComparison.Ordinal));
+            Assert.True(policy.EndsWith(" 0", StringComparison.Ordinal), $"{File.ReadAllText(task + "/comm").Trim()}: {policy}");
         }
-        finally
-        {
-            if (pid > 0 && Directory.Exists($"/proc/{pid}"))
-            {
-                Shell.Run("nsenter", ["-t", pid.ToString(System.Globalization.CultureInfo.InvariantCulture), "-m", "fusermount3", "-u", mp]);
-                var sw = Stopwatch.StartNew();
-                while (Directory.Exists($"/proc/{pid}") && sw.Elapsed < TimeSpan.FromSeconds(10))
-                    Thread.Sleep(50);
-            }
-            Directory.Delete(dir, recursive: true);
-        }
+        IoUringMode.AssertServesThroughIoUring(pid, "the unprivileged server");
     }
 
     [Theory]
@@ -719,44 +693,17 @@ public sealed class IoUringTransportTests
     {
         using var on = IoUringMode.Set(true);
         using var k = new KernelMount(TestImages.Tree);
-        var dir = Shell.MakeTempDirectory("xfswin-nobody");
-        var mp = dir + "/mnt";
-        var pid = 0;
-        try
-        {
-            Shell.Bash($"chmod 0755 {Q(dir)}; mkdir {Q(mp)}; chown 65534:65534 {Q(mp)}");
-            var (dotnet, _) = Shell.Xfswin;
-            var dll = Path.Combine(XfsWin.TestSupport.UnprivilegedRun.OutputDirectory, "xfswin.dll");
-            const string nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp DOTNET_CLI_HOME=/tmp";
-            var r = Shell.Run("unshare", ["--mount", "--propagation", "private", "bash", "-euc",
-                $"mknod -m 0666 {Q(dir)}/fuse c 10 229; mount --bind {Q(dir)}/fuse /dev/fuse; umount /sys/fs/fuse/connections; " +
-                $"exec {nobody} {Q(dotnet)} {Q(dll)} mount {Q(TestImages.Tree)} {Q(mp)}"], timeout: TimeSpan.FromMinutes(2));
-            var m = System.Text.RegularExpressions.Regex.Match(r.Stderr, @"server pid (\d+)");
-            Assert.True(r.ExitCode == 0 && m.Success, r.Both);
-            pid = int.Parse(m.Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture);
-            Assert.Contains("xfswin: requests are served through /dev/fuse: " + FuseUringTransport.NoFusectlReason + ".", r.Stderr, StringComparison.Ordinal);
-            Assert.DoesNotContain(Directory.EnumerateDirectories($"/proc/{pid}/task"),
-                t => File.ReadAllText(t + "/comm").StartsWith("xfswin-uring-", StringComparison.Ordinal));
-            // Only the server's namespace lost fusectl.
-            Assert.Contains(File.ReadLines("/proc/self/mountinfo"), l => l.Contains(" /sys/fs/fuse/connections ", StringComparison.Ordinal) && l.Contains(" - fusectl ", StringComparison.Ordinal));
+        using var server = UnprivilegedServer.Start(TestImages.Tree, asRootFirst: "umount /sys/fs/fuse/connections");
+        Assert.Contains("xfswin: requests are served through /dev/fuse: " + FuseUringTransport.NoFusectlReason + ".", server.Stderr, StringComparison.Ordinal);
+        Assert.DoesNotContain(Directory.EnumerateDirectories($"/proc/{server.ProcessId}/task"),
+            t => File.ReadAllText(t + "/comm").StartsWith("xfswin-uring-", StringComparison.Ordinal));
+        // Only the server's namespace lost fusectl.
+        Assert.True(FuseUringTransport.FusectlMounted(File.ReadAllText("/proc/self/mountinfo")), "fusectl is gone from the test's own namespace");
 
-            const string walk = "find . -printf '%p %y %m %s %U %G %l\\n' | LC_ALL=C sort; find . -type f -readable -print0 | LC_ALL=C sort -z | xargs -0 sha256sum";
-            var expected = Shell.Bash($"cd {Q(k.MountPoint)} && exec {nobody} bash -euo pipefail -c {Q(walk)}");
-            var actual = Shell.Bash($"nsenter -t {pid} -m {nobody} bash -euo pipefail -c {Q($"cd {Q(mp)}\n{walk}")}");
-            Assert.Equal(expected, actual);
-            Assert.True(expected.Length > 100000, "the walk read little");
-        }
-        finally
-        {
-            if (pid > 0 && Directory.Exists($"/proc/{pid}"))
-            {
-                Shell.Run("nsenter", ["-t", pid.ToString(System.Globalization.CultureInfo.InvariantCulture), "-m", "fusermount3", "-u", mp]);
-                var sw = Stopwatch.StartNew();
-                while (Directory.Exists($"/proc/{pid}") && sw.Elapsed < TimeSpan.FromSeconds(10))
-                    Thread.Sleep(50);
-            }
-            Directory.Delete(dir, recursive: true);
-        }
+        const string walk = "find . -printf '%p %y %m %s %U %G %l\\n' | LC_ALL=C sort; find . -type f -readable -print0 | LC_ALL=C sort -z | xargs -0 sha256sum";
+        var expected = UnprivilegedServer.RunAsNobody(k.MountPoint, walk);
+        Assert.Equal(expected, server.RunInside(walk));
+        Assert.True(expected.Length > 100000, "the walk read little");
     }
 
     [Fact]
@@ -824,4 +771,75 @@ public sealed class IoUringTransportTests
     [InlineData("0,2,4-5", 4)]
     public void Possible_cpu_lists_are_counted(string list, int count) =>
         Assert.Equal(count, FuseUringTransport.CountCpuList(list));
+}
+
+/// <summary>
+/// `xfswin mount` run by an ordinary user (uid 65534, no capabilities; fusermount3 mounts for it).
+/// /dev/fuse may be root's only on this machine: the user gets a 0666 node bound over it in a
+/// private mount namespace, where the mount then lives (entered with nsenter to use it).
+/// </summary>
+internal sealed class UnprivilegedServer : IDisposable
+{
+    private const string Nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp DOTNET_CLI_HOME=/tmp";
+    private readonly string _dir;
+    private readonly string _mountPoint;
+
+    private UnprivilegedServer(string dir, string mountPoint, int processId, string stderr)
+    {
+        _dir = dir;
+        _mountPoint = mountPoint;
+        ProcessId = processId;
+        Stderr = stderr;
+    }
+
+    public int ProcessId { get; }
+
+    /// <summary>What the mount command printed.</summary>
+    public string Stderr { get; }
+
+    /// <summary>Mounts <paramref name="image"/>; <paramref name="asRootFirst"/> runs in the new namespace before the server starts.</summary>
+    public static UnprivilegedServer Start(string image, string asRootFirst = "")
+    {
+        var dir = Shell.MakeTempDirectory("xfswin-nobody");
+        var mp = dir + "/mnt";
+        try
+        {
+            Shell.Bash($"chmod 0755 {Q(dir)}; mkdir {Q(mp)}; chown 65534:65534 {Q(mp)}");
+            var (dotnet, _) = Shell.Xfswin;
+            var dll = Path.Combine(XfsWin.TestSupport.UnprivilegedRun.OutputDirectory, "xfswin.dll");
+            var r = Shell.Run("unshare", ["--mount", "--propagation", "private", "bash", "-euc",
+                $"mknod -m 0666 {Q(dir)}/fuse c 10 229; mount --bind {Q(dir)}/fuse /dev/fuse; {asRootFirst}\n" +
+                $"exec {Nobody} {Q(dotnet)} {Q(dll)} mount {Q(image)} {Q(mp)}"], timeout: TimeSpan.FromMinutes(2));
+            var m = System.Text.RegularExpressions.Regex.Match(r.Stderr, @"server pid (\d+)");
+            Assert.True(r.ExitCode == 0 && m.Success, r.Both);
+            return new UnprivilegedServer(dir, mp, int.Parse(m.Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture), r.Stderr);
+        }
+        catch
+        {
+            Directory.Delete(dir, recursive: true);
+            throw;
+        }
+    }
+
+    /// <summary>Runs a bash script as the user, in the mount's directory and namespace.</summary>
+    public string RunInside(string script) =>
+        Shell.Bash($"nsenter -t {ProcessId} -m {Nobody} bash -euo pipefail -c {Q($"cd {Q(_mountPoint)}\n{script}")}");
+
+    /// <summary>Runs a bash script as the same user in <paramref name="directory"/> of this namespace.</summary>
+    public static string RunAsNobody(string directory, string script) =>
+        Shell.Bash($"cd {Q(directory)} && exec {Nobody} bash -euo pipefail -c {Q(script)}");
+
+    public void Dispose()
+    {
+        if (Directory.Exists($"/proc/{ProcessId}"))
+        {
+            Shell.Run("nsenter", ["-t", ProcessId.ToString(System.Globalization.CultureInfo.InvariantCulture), "-m", "fusermount3", "-u", _mountPoint]);
+            var sw = Stopwatch.StartNew();
+            while (Directory.Exists($"/proc/{ProcessId}") && sw.Elapsed < TimeSpan.FromSeconds(10))
+                Thread.Sleep(50);
+        }
+        Directory.Delete(_dir, recursive: true);
+    }
+
+    private static string Q(string s) => MountCommandProcessTests.Quote(s);
 }
