@@ -412,7 +412,7 @@ public sealed unsafe class FuseHost : IDisposable
                 uint.TryParse(major, System.Globalization.CultureInfo.InvariantCulture, out var ma) &&
                 uint.TryParse(minor, System.Globalization.CultureInfo.InvariantCulture, out var mi))
             {
-                var abort = $"/sys/fs/fuse/connections/{(ma << 20) | mi}/abort";
+                var abort = $"{FuseUringTransport.FusectlMountPoint}/{(ma << 20) | mi}/abort";
                 if (File.Exists(abort))
                 {
                     File.WriteAllText(abort, "1");

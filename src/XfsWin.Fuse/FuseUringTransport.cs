@@ -193,7 +193,8 @@ internal sealed unsafe class FuseUringTransport
         ": a queue that failed for good could not end the mount, and callers on its CPU would wait until it is unmounted by hand " +
         "(as root: mount -t fusectl none " + FusectlMountPoint + ")";
 
-    private const string FusectlMountPoint = "/sys/fs/fuse/connections";
+    /// <summary>Where the fusectl file system is mounted (its connection directories hold the abort files).</summary>
+    internal const string FusectlMountPoint = "/sys/fs/fuse/connections";
 
     /// <summary>
     /// FUSE over io_uring is used only where a queue that fails for good can end the mount (see
