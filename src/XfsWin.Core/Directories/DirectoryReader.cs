@@ -90,7 +90,8 @@ public sealed class DirectoryReader
             }
             case Form.Leaf:
             {
-                var leaf = ReadTreeBlock(dir, map!, LeafDaBlock, _v5 ? DaBlockInfoView.Dir3Leaf1V5 : DaBlockInfoView.Dir2Leaf1V4, 0, "directory leaf block", 20);
+                var leaf1 = _v5 ? DaBlockInfoView.Dir3Leaf1V5 : DaBlockInfoView.Dir2Leaf1V4;
+                var leaf = ReadTreeBlock(dir, map!, LeafDaBlock, leaf1, leaf1, "directory leaf block");
                 var view = new DirectoryLeafView(leaf, _v5);
                 int count = view.Count;
                 if (count > view.MaxEntries(leaf1: true)) throw BadCount(dir, "leaf", count);
@@ -162,7 +163,7 @@ public sealed class DirectoryReader
         for (int depth = 0; ; depth++)
         {
             if (depth > 8) throw _mount.Corrupt($"directory hash tree of inode {dir.Number}", dir.ByteOffset, "deeper than any valid tree (a loop?)");
-            block = ReadTreeBlock(dir, map, dablk, nodeMagic, leafMagic, "directory node/leaf block", 21);
+            block = ReadTreeBlock(dir, map, dablk, nodeMagic, leafMagic, "directory node/leaf block");
             if (new DaBlockInfoView(block).Magic == leafMagic)
             {
                 if (expectedLevel > 0) throw _mount.Corrupt($"directory node of inode {dir.Number}", 0, "leaf found where a node belongs");
@@ -192,7 +193,7 @@ public sealed class DirectoryReader
             if (SearchHashArray(dir, map, block, leaf.HeaderSize, count, hash, name, out ino, out bool ranToEnd)) return true;
             uint forw = new DaBlockInfoView(block).Forw;
             if (!ranToEnd || forw == 0) return false;
-            block = ReadTreeBlock(dir, map, forw, leafMagic, leafMagic, "directory leaf block", 22);
+            block = ReadTreeBlock(dir, map, forw, leafMagic, leafMagic, "directory leaf block");
         }
         throw _mount.Corrupt($"directory leaf chain of inode {dir.Number}", dir.ByteOffset, "too many leaves with one hash (a loop?)");
     }
@@ -400,7 +401,7 @@ public sealed class DirectoryReader
                     throw _mount.Corrupt($"directory inode {dir.Number}", dir.ByteOffset, "multi-block directory without a leaf block");
                 var first = ReadTreeBlock(dir, map, LeafDaBlock,
                     _v5 ? DaBlockInfoView.Dir3Leaf1V5 : DaBlockInfoView.Dir2Leaf1V4,
-                    _v5 ? DaBlockInfoView.DaNodeV5 : DaBlockInfoView.DaNodeV4, "directory leaf/node block", 23,
+                    _v5 ? DaBlockInfoView.DaNodeV5 : DaBlockInfoView.DaNodeV4, "directory leaf/node block",
                     _v5 ? DaBlockInfoView.Dir3LeafNV5 : DaBlockInfoView.Dir2LeafNV4);
                 ushort magic = new DaBlockInfoView(first).Magic;
                 return magic is DaBlockInfoView.Dir3Leaf1V5 or DaBlockInfoView.Dir2Leaf1V4 ? Form.Leaf : Form.Node;
@@ -412,8 +413,27 @@ public sealed class DirectoryReader
     private (byte[] Block, long ByteOffset) ReadDataBlock(Inode dir, ExtentMap map, ulong db, bool singleBlock) =>
         ReadDirBlock(dir, map, db << _sb.DirBlockLog, new DirectoryDataVerifier(_sb, dir.Number, singleBlock));
 
-    private byte[] ReadTreeBlock(Inode dir, ExtentMap map, ulong dablk, ushort magicA, ushort magicB, string structure, int kind, ushort magicC = 0) =>
-        ReadDirBlock(dir, map, dablk, new DaTreeBlockVerifier(_sb, dir.Number, magicA, magicB, magicC == 0 ? magicA : magicC, structure, kind)).Block;
+    /// <summary>
+    /// Reads a block of the directory's hash tree (leaf, node or leafN) and checks that it is one of
+    /// the kinds the caller expects. Every tree block is verified and cached as one kind (any of the
+    /// three magics, then CRC and owner): the directory's form is learned from its first block, and
+    /// the lookup that follows finds that block cached instead of reading it again (one disk read
+    /// per cold directory).
+    /// </summary>
+    private byte[] ReadTreeBlock(Inode dir, ExtentMap map, ulong dablk, ushort magicA, ushort magicB, string structure, ushort magicC = 0)
+    {
+        var (leaf1, node, leafN) = _v5
+            ? (DaBlockInfoView.Dir3Leaf1V5, DaBlockInfoView.DaNodeV5, DaBlockInfoView.Dir3LeafNV5)
+            : (DaBlockInfoView.Dir2Leaf1V4, DaBlockInfoView.DaNodeV4, DaBlockInfoView.Dir2LeafNV4);
+        var (block, offset) = ReadDirBlock(dir, map, dablk, new DaTreeBlockVerifier(_sb, dir.Number, leaf1, node, leafN, structure, TreeBlockKind));
+        ushort magic = new DaBlockInfoView(block).Magic;
+        if (magic != magicA && magic != magicB && magic != (magicC == 0 ? magicA : magicC))
+            throw _mount.Corrupt($"{structure} of inode {dir.Number}", offset, $"bad magic 0x{magic:x4}");
+        return block;
+    }
+
+    /// <summary>The buffer-cache kind of directory hash-tree blocks (see <see cref="ReadTreeBlock"/>).</summary>
+    private const int TreeBlockKind = 23;
 
     /// <summary>
     /// Reads the directory block starting at file block <paramref name="fileBlock"/> (a da block number:

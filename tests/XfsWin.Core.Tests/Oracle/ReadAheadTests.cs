@@ -152,6 +152,36 @@ public sealed class ReadAheadTests
         Assert.True(volume.IsHealthy);
     }
 
+    /// <summary>
+    /// A directory's form is learned from its first hash-tree block; the lookup that follows reads
+    /// the same block and must find it cached (one verifier kind for every tree block), not read it
+    /// again. After a listing (form learned, data blocks cached), a lookup in a leaf directory reads
+    /// no directory block at all, one in a node directory only the leafN block it descends to.
+    /// </summary>
+    [Theory]
+    [InlineData("/dirs/leaf", 0)]
+    [InlineData("/dirs/node", 1)]
+    public void A_lookup_after_the_form_is_known_reads_no_tree_block_twice(string path, int treeBlockReads)
+    {
+        var image = OracleImages.Ensure("default");
+        var dir = image.Manifest.Get(path);
+        using var device = new CountingDevice(FileBlockDevice.Open(image.ImagePath));
+        using var volume = XfsVolume.Open(device, ownsDevice: false);
+        Assert.Equal(dir.Children!.Count + 2, volume.ListDirectory(dir.Ino).Count);
+        Assert.True(volume.WaitForReadAhead(TimeSpan.FromSeconds(30)));
+        device.Reset();
+
+        var (name, ino) = dir.Children[dir.Children.Count / 2];
+        Assert.True(volume.TryLookup(dir.Ino, name, out var found));
+        Assert.Equal(ino, found);
+        Assert.True(volume.WaitForReadAhead(TimeSpan.FromSeconds(30)));
+        int blockSize = volume.Info.DirectoryBlockSize;
+        var directoryBlockReads = device.Log.Where(r => r.Length == blockSize).ToList();
+        Assert.True(directoryBlockReads.Count == treeBlockReads,
+            $"{directoryBlockReads.Count} directory block reads: " + string.Join(", ", directoryBlockReads.Select(r => r.Offset / blockSize)));
+        Assert.True(volume.IsHealthy);
+    }
+
     /// <summary>A verifier that rejects one offset: a block that fails must not be cached, and its reader must hear of it.</summary>
     private readonly struct RejectOne(long bad) : IBufferVerifier
     {
