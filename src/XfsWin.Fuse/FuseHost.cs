@@ -326,13 +326,10 @@ public sealed unsafe class FuseHost : IDisposable
     internal static string? MountDevice(string mountPoint)
     {
         string? found = null;
-        foreach (var line in File.ReadLines("/proc/self/mountinfo"))
+        foreach (var m in MountInfo.Parse(MountInfo.ReadCurrent()))
         {
-            var f = line.Split(' ');
-            var sep = Array.IndexOf(f, "-");
-            if (f.Length > 4 && sep > 0 && sep + 1 < f.Length && f[sep + 1].StartsWith("fuse", StringComparison.Ordinal) &&
-                f[4].Replace("\\040", " ", StringComparison.Ordinal) == mountPoint)
-                found = f[2]; // the last one wins: the topmost mount on that path
+            if (m.FileSystemType.StartsWith("fuse", StringComparison.Ordinal) && m.MountPoint == mountPoint)
+                found = m.Device; // the last one wins: the topmost mount on that path
         }
         return found;
     }

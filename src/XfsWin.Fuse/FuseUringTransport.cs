@@ -210,32 +210,8 @@ internal sealed unsafe class FuseUringTransport
     }
 
     /// <summary>Whether a /proc/self/mountinfo text has the fusectl file system mounted on /sys/fs/fuse/connections.</summary>
-    internal static bool FusectlMounted(string mountInfo)
-    {
-        foreach (var line in mountInfo.Split('\n'))
-        {
-            // "36 25 0:32 / /sys/fs/fuse/connections rw,relatime shared:14 - fusectl fusectl rw": the mount
-            // point is the fifth field; the type is the first after the " - " separator.
-            var fields = line.Split(' ');
-            var separator = Array.IndexOf(fields, "-");
-            if (fields.Length > 4 && separator > 4 && separator + 1 < fields.Length &&
-                fields[4] == FusectlMountPoint && fields[separator + 1] == "fusectl")
-                return true;
-        }
-        return false;
-    }
-
-    private static string ReadMountInfo()
-    {
-        try
-        {
-            return File.ReadAllText("/proc/self/mountinfo");
-        }
-        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
-        {
-            return "";
-        }
-    }
+    internal static bool FusectlMounted(string mountInfo) =>
+        MountInfo.Parse(mountInfo).Any(m => m.MountPoint == FusectlMountPoint && m.FileSystemType == "fusectl");
 
     /// <summary>
     /// Sets up the transport for a mounted session before its loop starts: one thread and ring per
@@ -251,7 +227,7 @@ internal sealed unsafe class FuseUringTransport
         }
         if (!KernelEnabled(out reason))
             return null;
-        if (!CanEndAStalledMount(FuseNative.geteuid() == 0, ReadMountInfo(), out reason))
+        if (!CanEndAStalledMount(FuseNative.geteuid() == 0, MountInfo.ReadCurrent(), out reason))
             return null;
         var queues = CountPossibleCpus();
         if (queues is < 1 or > MaxCpus)

@@ -240,12 +240,14 @@ internal sealed class OtherCpuUse
                 continue;
             try
             {
-                var line = File.ReadAllText(Path.Combine(dir, "stat"));
-                var close = line.LastIndexOf(')');
-                var open = line.IndexOf('(');
+                var line = File.ReadAllBytes(Path.Combine(dir, "stat"));
+                var open = Array.IndexOf(line, (byte)'(');
+                var close = Array.LastIndexOf(line, (byte)')');
                 // Fields after the name start at 3 (state); utime and stime are fields 14 and 15.
-                var rest = line[(close + 2)..].Split(' ');
-                result[pid] = (line[(open + 1)..close], long.Parse(rest[11], CultureInfo.InvariantCulture) + long.Parse(rest[12], CultureInfo.InvariantCulture));
+                var rest = line.AsSpan(close + 1);
+                var ticks = long.Parse(SchedulerPolicy.Field(rest, 14 - 3), CultureInfo.InvariantCulture) +
+                            long.Parse(SchedulerPolicy.Field(rest, 15 - 3), CultureInfo.InvariantCulture);
+                result[pid] = (Encoding.ASCII.GetString(line, open + 1, close - open - 1), ticks);
             }
             catch (IOException)
             {

@@ -76,20 +76,6 @@ internal static class Shell
     }
 
     /// <summary>True when <paramref name="mountPoint"/> is a mount point of the given type in /proc/self/mountinfo.</summary>
-    public static bool IsMounted(string mountPoint, string fsType)
-    {
-        foreach (var line in File.ReadLines("/proc/self/mountinfo"))
-        {
-            var parts = line.Split(' ');
-            var sep = Array.IndexOf(parts, "-");
-            if (parts.Length > 4 && sep > 0 && sep + 1 < parts.Length &&
-                Unescape(parts[4]) == mountPoint && parts[sep + 1] == fsType)
-                return true;
-        }
-        return false;
-    }
-
-    private static string Unescape(string s) =>
-        s.Replace("\\040", " ", StringComparison.Ordinal).Replace("\\011", "\t", StringComparison.Ordinal)
-         .Replace("\\012", "\n", StringComparison.Ordinal).Replace("\\134", "\\", StringComparison.Ordinal);
+    public static bool IsMounted(string mountPoint, string fsType) =>
+        MountInfo.Parse(MountInfo.ReadCurrent()).Any(m => m.MountPoint == mountPoint && m.FileSystemType == fsType);
 }
