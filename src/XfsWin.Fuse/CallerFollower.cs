@@ -64,6 +64,10 @@ internal sealed unsafe class CallerFollower : IDisposable
     [ThreadStatic]
     private static ulong t_lastNode;
 
+    // This thread has been through BeforeRead once (its inherited policy looked at).
+    [ThreadStatic]
+    private static bool t_started;
+
     /// <summary>A worker that has handed answers over as an idle thread: its thread id, and whether it is SCHED_IDLE now.</summary>
     private sealed class WorkerState
     {
@@ -93,6 +97,7 @@ internal sealed unsafe class CallerFollower : IDisposable
     private long _follows;
     private long _stops;
     private long _idleHandovers;
+    private long _inheritedIdle;
     private readonly IdleBackoff _backoff = new();
 
     private CallerFollower(TextWriter log, bool mayUseIdlePolicy)
@@ -134,6 +139,9 @@ internal sealed unsafe class CallerFollower : IDisposable
     /// <summary>Times following ended (a second caller, a data read, or no caller in a window).</summary>
     public long Stops => Volatile.Read(ref _stops);
 
+    /// <summary>The deciding thread rests: no request came for <see cref="RestMs"/> ms.</summary>
+    internal bool Resting => Volatile.Read(ref _parked) != 0;
+
     /// <summary>The CPU workers now move to, or -1.</summary>
     public int TargetCpu => Volatile.Read(ref _targetPlusOne) - 1;
 
@@ -148,6 +156,8 @@ internal sealed unsafe class CallerFollower : IDisposable
     /// </summary>
     public void BeforeRead()
     {
+        if (!t_started)
+            Start();
         var me = Environment.CurrentManagedThreadId;
         while (Volatile.Read(ref _disabled) == 0)
         {
@@ -176,6 +186,26 @@ internal sealed unsafe class CallerFollower : IDisposable
                 IoUringNative.FutexWait(_batonGeneration, generation, HolderStuckMs);
         }
     }
+
+    /// <summary>
+    /// A worker's first read. A thread starts under its creator's policy, and libfuse starts a new
+    /// worker from the one that has just read a request, which may be the holder, SCHED_IDLE: such a
+    /// worker is not registered as idle and nobody would turn it back. (A CI run found a worker left
+    /// SCHED_IDLE after the requests stopped: this, and a request outlasting RestMs (see
+    /// BeforeReply), are the two ways that could happen.)
+    /// </summary>
+    private void Start()
+    {
+        t_started = true;
+        if (_mayUseIdlePolicy && SchedulerPolicy.IsIdle())
+        {
+            SchedulerPolicy.BecomeNormal();
+            Interlocked.Increment(ref _inheritedIdle);
+        }
+    }
+
+    /// <summary>Workers that started as SCHED_IDLE threads, inherited from the worker that started them, and were turned back.</summary>
+    public long InheritedIdle => Volatile.Read(ref _inheritedIdle);
 
     /// <summary>Called when a read of /dev/fuse failed: the holder lets the others read (ENODEV at unmount ends following).</summary>
     public void ReadFailed(int errno)
@@ -224,7 +254,10 @@ internal sealed unsafe class CallerFollower : IDisposable
             }
         }
         var now = Stopwatch.GetTimestamp();
-        Volatile.Write(ref _lastRequest, now);
+        // A full fence between this write and the read of _parked (the deciding thread writes
+        // _parked, then reads _lastRequest): one of the two sees the other, so the deciding thread
+        // never rests with a request unseen.
+        Interlocked.Exchange(ref _lastRequest, now);
         if (Volatile.Read(ref _parked) != 0 && Interlocked.Exchange(ref _parked, 0) != 0)
             _decide.Set();
         var target = Volatile.Read(ref _targetPlusOne);
@@ -251,7 +284,7 @@ internal sealed unsafe class CallerFollower : IDisposable
     {
         var idle = IsIdle;
         if (idle || t_pinnedPlusOne == 0 || Volatile.Read(ref _targetPlusOne) != t_pinnedPlusOne || !_mayUseIdlePolicy ||
-            !_backoff.Allows(Stopwatch.GetTimestamp()) || Volatile.Read(ref _disabled) != 0)
+            !_backoff.Allows(Stopwatch.GetTimestamp()) || Volatile.Read(ref _disabled) != 0 || Volatile.Read(ref _parked) != 0)
         {
             if (idle)
                 Interlocked.Increment(ref _idleHandovers);
@@ -260,8 +293,19 @@ internal sealed unsafe class CallerFollower : IDisposable
         if (!t_watch.Start())
             return;
         var me = t_worker ??= Register();
+        // Idle is published before the policy changes, and the deciding thread's rest looked at
+        // after (full fences on both sides; it rests, then turns idle workers back): either it sees
+        // this worker idle, or this worker sees it resting and turns itself back. A request that
+        // took longer than RestMs (a slow disk read) would otherwise leave the worker SCHED_IDLE
+        // after the deciding thread had gone to rest.
+        Interlocked.Exchange(ref me.Idle, 1);
         SchedulerPolicy.BecomeIdle();
-        Volatile.Write(ref me.Idle, 1);
+        if (Volatile.Read(ref _parked) != 0)
+        {
+            Volatile.Write(ref me.Idle, 0);
+            SchedulerPolicy.BecomeNormal();
+            return;
+        }
         Interlocked.Increment(ref _idleHandovers);
     }
 
@@ -369,9 +413,10 @@ internal sealed unsafe class CallerFollower : IDisposable
             var last = Volatile.Read(ref _lastRequest);
             if (Stopwatch.GetTimestamp() - last > RestMs * s_ms)
             {
+                // Rest first, then turn idle workers back (see BeforeReply for the other side).
+                Interlocked.Exchange(ref _parked, 1);
                 NormalizeIdleWorkers();
-                Volatile.Write(ref _parked, 1);
-                // A request read meanwhile saw the thread awake and did not wake it.
+                // A request read meanwhile may have seen this thread awake and not woken it.
                 if (Volatile.Read(ref _lastRequest) != last)
                     Volatile.Write(ref _parked, 0);
                 continue;

@@ -98,6 +98,9 @@ internal static unsafe class SchedulerPolicy
         IoUringNative.sched_setscheduler(0, IoUringConstants.SCHED_IDLE, &param);
     }
 
+    /// <summary>The calling thread runs under SCHED_IDLE (for one it inherited from the thread that created it).</summary>
+    public static bool IsIdle() => IoUringNative.sched_getscheduler(0) == IoUringConstants.SCHED_IDLE;
+
     /// <summary>Back to SCHED_OTHER; false (errno set) if the kernel refused.</summary>
     public static bool BecomeNormal()
     {

@@ -96,7 +96,7 @@ public sealed class CallerFollowerTests
                 .ToList();
         }
         while (idle.Count > 0 && quiet.Elapsed < TimeSpan.FromSeconds(1));
-        Assert.True(idle.Count == 0, $"threads left SCHED_IDLE after {quiet.Elapsed}: " + string.Join(", ", idle));
+        Assert.True(idle.Count == 0, $"threads left SCHED_IDLE after {quiet.Elapsed}: {string.Join(", ", idle)} ({follower.InheritedIdle} workers started as idle threads and were turned back)");
 
         var elapsed = m.Unmount(out var rc);
         Assert.Equal(0, rc);

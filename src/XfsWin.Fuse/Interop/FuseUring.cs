@@ -124,6 +124,7 @@ internal struct FuseUringCmdReq
 /// <summary>FUSE protocol numbers the transport needs (&lt;linux/fuse.h&gt;).</summary>
 internal static class FuseUringConstants
 {
+    public const uint FUSE_LOOKUP = 1;
     public const uint FUSE_FORGET = 2;
     public const uint FUSE_READ = 15;
     public const uint FUSE_WRITE = 16;

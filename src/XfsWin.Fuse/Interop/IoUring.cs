@@ -194,6 +194,10 @@ internal static unsafe partial class IoUringNative
     [LibraryImport(LibC, SetLastError = true)]
     public static partial int sched_setscheduler(int pid, int policy, int* param);
 
+    /// <summary>sched_getscheduler(2): the policy of thread <paramref name="pid"/> (0: the calling thread), or -1.</summary>
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int sched_getscheduler(int pid);
+
     /// <summary>struct rlimit.</summary>
     [StructLayout(LayoutKind.Explicit, Size = 16)]
     public struct RLimit

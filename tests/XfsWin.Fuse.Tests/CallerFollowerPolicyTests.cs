@@ -1,0 +1,161 @@
+using System.Runtime.InteropServices;
+using XfsWin.Fuse.Interop;
+
+namespace XfsWin.Fuse.Tests;
+
+/// <summary>
+/// No worker is left a SCHED_IDLE thread once requests stop (see CallerFollower): neither one
+/// libfuse started from the idle holder, nor one whose request outlasted the deciding thread's
+/// wait. The follower is driven here as libfuse's workers drive it, without a mount, so that each
+/// order of events happens for certain.
+/// </summary>
+public sealed unsafe partial class CallerFollowerPolicyTests
+{
+    private static int PolicyOf(int tid) => IoUringNative.sched_getscheduler(tid);
+
+    private static int Tid() => (int)IoUringNative.syscall(IoUringConstants.__NR_gettid, 0, 0, 0, 0, 0, 0);
+
+    private static CallerFollower NewFollower()
+    {
+        Assert.True(Environment.ProcessorCount >= 2, "these tests need at least 2 CPUs");
+        Assert.True(SchedulerPolicy.MayLeaveIdlePolicy(), "these tests need the right to leave SCHED_IDLE (run as root)");
+        var f = CallerFollower.TryCreate(TextWriter.Null);
+        Assert.NotNull(f);
+        return f;
+    }
+
+    /// <summary>Runs <paramref name="body"/> on a thread of its own (it changes that thread's policy and affinity).</summary>
+    private static void OnOwnThread(Action body)
+    {
+        Exception? failure = null;
+        var t = new Thread(() =>
+        {
+            try { body(); }
+            catch (Exception e) { failure = e; }
+        });
+        t.Start();
+        Assert.True(t.Join(TimeSpan.FromSeconds(30)), "the worker thread did not finish");
+        if (failure is not null)
+            throw new Xunit.Sdk.XunitException(failure.ToString());
+    }
+
+    private static void WaitFor(Func<bool> condition, string what)
+    {
+        var sw = System.Diagnostics.Stopwatch.StartNew();
+        while (!condition())
+        {
+            Assert.True(sw.Elapsed < TimeSpan.FromSeconds(10), $"waited 10 s for {what}");
+            Thread.Sleep(1);
+        }
+    }
+
+    /// <summary>
+    /// Makes the calling thread the followed holder: asks as a lone caller (itself) until the
+    /// deciding thread targets a CPU, then reads and takes a request as libfuse's worker would.
+    /// </summary>
+    private static void Follow(CallerFollower f)
+    {
+        var request = new FuseInHeader { opcode = FuseUringConstants.FUSE_LOOKUP, nodeid = 1, pid = (uint)Tid() };
+        f.BeforeRead();
+        var sw = System.Diagnostics.Stopwatch.StartNew();
+        do
+        {
+            Assert.True(sw.Elapsed < TimeSpan.FromSeconds(10), "the deciding thread did not follow a lone caller within 10 s");
+            f.OnRequest(&request);
+            Thread.Sleep(1);
+        }
+        while (f.TargetCpu < 0);
+        f.BeforeRead();
+        f.OnRequest(&request);
+        Assert.Equal(f.TargetCpu, CallerFollower.ProcessorField(File.ReadAllBytes("/proc/thread-self/stat")));
+    }
+
+    [LibraryImport("libc")]
+    private static partial int pthread_create(nint* thread, nint attr, delegate* unmanaged<nint, nint> start, nint arg);
+
+    [LibraryImport("libc")]
+    private static partial int pthread_join(nint thread, nint* result);
+
+    /// <summary>What a worker started by libfuse saw: its policy as it started, and after its first read.</summary>
+    private sealed class NativeWorker(CallerFollower follower)
+    {
+        public int Inherited = -1, AfterRead = -1;
+
+        [UnmanagedCallersOnly]
+        public static nint Run(nint state)
+        {
+            var w = (NativeWorker)GCHandle.FromIntPtr(state).Target!;
+            w.Inherited = PolicyOf(0);
+            w._follower.BeforeRead();
+            w.AfterRead = PolicyOf(0);
+            return 0;
+        }
+
+
+        private readonly CallerFollower _follower = follower;
+    }
+
+    [Fact]
+    public void A_worker_started_by_an_idle_thread_reads_as_a_normal_thread()
+    {
+        using var f = NewFollower();
+        var worker = new NativeWorker(f);
+        var handle = GCHandle.Alloc(worker);
+        try
+        {
+            OnOwnThread(() =>
+            {
+                SchedulerPolicy.BecomeIdle();
+                // libfuse starts a worker (pthread_create, which keeps the creator's policy) from
+                // the one that has just read a request: here, an idle one. (.NET's own threads
+                // start as SCHED_OTHER whoever starts them.)
+                nint thread;
+                Assert.Equal(0, pthread_create(&thread, 0, &NativeWorker.Run, GCHandle.ToIntPtr(handle)));
+                Assert.Equal(0, pthread_join(thread, null));
+                Assert.True(SchedulerPolicy.BecomeNormal());
+            });
+        }
+        finally
+        {
+            handle.Free();
+        }
+        Assert.Equal(IoUringConstants.SCHED_IDLE, worker.Inherited);
+        Assert.Equal(IoUringConstants.SCHED_OTHER, worker.AfterRead);
+        Assert.Equal(1, f.InheritedIdle);
+    }
+
+    [Fact]
+    public void A_holder_idle_between_requests_is_turned_back_when_they_stop()
+    {
+        using var f = NewFollower();
+        OnOwnThread(() =>
+        {
+            Follow(f);
+            f.BeforeReply();
+            Assert.Equal(1, f.IdleHandovers);
+            Assert.Equal(IoUringConstants.SCHED_IDLE, PolicyOf(0));
+            // The next read waits for the caller's next request, which does not come.
+            WaitFor(() => f.Resting, "the deciding thread to rest");
+            WaitFor(() => PolicyOf(0) == IoUringConstants.SCHED_OTHER, "the idle worker to be turned back");
+        });
+    }
+
+    [Fact]
+    public void A_holder_whose_request_outlasts_the_deciding_threads_wait_does_not_stay_idle()
+    {
+        using var f = NewFollower();
+        OnOwnThread(() =>
+        {
+            Follow(f);
+            // A request that takes long (a slow disk read): the deciding thread goes to rest
+            // meanwhile, with the workers still pinned to the caller's CPU.
+            WaitFor(() => f.Resting, "the deciding thread to rest");
+            Assert.True(f.TargetCpu >= 0);
+            f.BeforeReply();
+            Assert.Equal(IoUringConstants.SCHED_OTHER, PolicyOf(0));
+            Thread.Sleep(50);
+            Assert.Equal(IoUringConstants.SCHED_OTHER, PolicyOf(0));
+        });
+        Assert.Equal(0, f.IdleHandovers);
+    }
+}
