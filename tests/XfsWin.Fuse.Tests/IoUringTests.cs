@@ -800,6 +800,11 @@ internal sealed class UnprivilegedServer : IDisposable
     /// <summary>Mounts <paramref name="image"/>; <paramref name="asRootFirst"/> runs in the new namespace before the server starts.</summary>
     public static UnprivilegedServer Start(string image, string asRootFirst = "")
     {
+        // An unprivileged server ends a stalled mount through fusectl, and uses io_uring only where
+        // it is mounted (see FuseUringTransport.CanEndAStalledMount). Machines that boot with
+        // systemd have it; a bare container or VM may not, so it is mounted here as on those.
+        if (!FuseUringTransport.FusectlMounted(File.ReadAllText("/proc/self/mountinfo")))
+            Shell.Bash($"mount -t fusectl fusectl {FuseUringTransport.FusectlMountPoint}");
         var dir = Shell.MakeTempDirectory("xfswin-nobody");
         var mp = dir + "/mnt";
         try
