@@ -194,7 +194,7 @@ public sealed unsafe class FuseHost : IDisposable
                 _ = Task.Run(SetReadAheadAfterInit);
         }
         if (_uring is null && _options.FollowCaller)
-            _follower = CallerFollower.TryCreate(_log);
+            _follower = CallerFollower.TryCreate(_log, new BackgroundThreads(() => _volume.BackgroundThreadsStarted, _volume.CopyBackgroundThreadIds));
         Volatile.Write(ref _transportChosen, 1);
         int rc;
         try

@@ -158,4 +158,86 @@ public sealed unsafe partial class CallerFollowerPolicyTests
         });
         Assert.Equal(0, f.IdleHandovers);
     }
+
+    /// <summary>The CPUs thread <paramref name="tid"/> may run on.</summary>
+    private static List<int> CpusOf(int tid)
+    {
+        var mask = stackalloc ulong[16];
+        Assert.Equal(0, IoUringNative.sched_getaffinity(tid, 16 * 8, mask));
+        return Enumerable.Range(0, 1024).Where(c => (mask[c / 64] & (1UL << (c % 64))) != 0).ToList();
+    }
+
+    /// <summary>A thread that only waits, as a volume's read-ahead threads do between reads.</summary>
+    private sealed class WaitingThread : IDisposable
+    {
+        private readonly ManualResetEventSlim _end = new();
+        private readonly ManualResetEventSlim _started = new();
+        private readonly Thread _thread;
+
+        public WaitingThread()
+        {
+            _thread = new Thread(() =>
+            {
+                Tid = Tid();
+                _started.Set();
+                _end.Wait();
+            });
+            _thread.Start();
+            _started.Wait();
+        }
+
+        public int Tid { get; private set; }
+
+        public void Dispose()
+        {
+            _end.Set();
+            _thread.Join();
+        }
+    }
+
+    /// <summary>
+    /// While a caller is followed the volume's background threads run anywhere but its CPU, one
+    /// started meanwhile included; when following ends they may run everywhere again.
+    /// </summary>
+    [Fact]
+    public void Background_threads_keep_off_the_followed_callers_cpu_until_following_ends()
+    {
+        var everywhere = CpusOf(0);
+        var threads = new List<WaitingThread> { new() };
+        try
+        {
+            using var f = CallerFollower.TryCreate(TextWriter.Null, new BackgroundThreads(
+                () => { lock (threads) return threads.Count; },
+                ids => { lock (threads) ids.AddRange(threads.Select(t => t.Tid)); }));
+            Assert.NotNull(f);
+            OnOwnThread(() =>
+            {
+                Follow(f);
+                var target = f.TargetCpu;
+                var elsewhere = everywhere.Where(c => c != target).ToList();
+                WaitFor(() => CpusOf(threads[0].Tid).SequenceEqual(elsewhere), "the background thread to leave the caller's CPU");
+
+                // Started meanwhile (by this worker, pinned to the target; .NET starts its threads
+                // on every CPU of the process whoever starts them): placed too.
+                var late = new WaitingThread();
+                Assert.Contains(target, CpusOf(late.Tid));
+                lock (threads)
+                    threads.Add(late);
+                var request = new FuseInHeader { opcode = FuseUringConstants.FUSE_LOOKUP, nodeid = 1, pid = (uint)Tid() };
+                f.OnRequest(&request);
+                WaitFor(() => CpusOf(late.Tid).SequenceEqual(elsewhere), "the thread started on the caller's CPU to leave it");
+
+                // A read of file data ends following.
+                var read = new FuseInHeader { opcode = FuseUringConstants.FUSE_READ, nodeid = 2, pid = (uint)Tid() };
+                f.OnRequest(&read);
+                WaitFor(() => f.TargetCpu < 0, "following to end");
+                WaitFor(() => threads.All(t => CpusOf(t.Tid).SequenceEqual(everywhere)), "the background threads to get every CPU back");
+            });
+        }
+        finally
+        {
+            foreach (var t in threads)
+                t.Dispose();
+        }
+    }
 }

@@ -36,6 +36,8 @@ public sealed class InodeCache
         return inode;
     }
 
+    internal bool IsCached(ulong ino) => _inodes.ContainsKey(ino);
+
     /// <summary>Blocks per read: one inode chunk (64 inodes) when chunks are aligned, else one block.</summary>
     private static uint ClusterBlocks(Format.Superblock sb)
     {
@@ -116,6 +118,37 @@ public sealed class InodeCache
         for (int k = 0; k < clusters.Count; k++)
             if (unique == 0 || clusters[k] != clusters[unique - 1]) clusters[unique++] = clusters[k];
         _mount.Buffers.StartPrefetchScattered(CollectionsMarshal.AsSpan(clusters)[..unique], length, 0, ClusterVerifier, waitForSlot: true);
+    }
+
+    /// <summary>
+    /// Decodes into the cache, on a background thread, the inodes whose clusters <see cref="ReadAhead"/>
+    /// started reading (waiting for those reads): the lookups that follow a directory's first one then
+    /// find their inodes decoded. Only what verifies is kept, and nothing is reported: an inode that
+    /// fails is left to whoever asks for it, who gets the error. V5 only (a V4 inode's use is proven
+    /// by the inode btree, whose reads report).
+    /// </summary>
+    public void Preload(List<ulong> inodes)
+    {
+        var sb = _mount.Superblock;
+        if (!sb.IsV5) return;
+        long cachedOffset = -1;
+        byte[]? cluster = null;
+        foreach (var ino in inodes)
+        {
+            if (!sb.IsValidInode(ino) || _inodes.ContainsKey(ino)) continue;
+            var (clusterOffset, clusterLength) = ClusterOf(ino);
+            if (clusterOffset != cachedOffset)
+            {
+                cachedOffset = clusterOffset;
+                if (!_mount.Buffers.TryGetCached(clusterOffset, clusterLength, 0, ClusterVerifier.Kind, out cluster))
+                    cluster = null;
+            }
+            if (cluster is null) continue;
+            long offset = sb.InodeToByte(ino);
+            var raw = cluster.AsSpan((int)(offset - clusterOffset), sb.InodeSize);
+            if (!DinodeView.Verify(raw, ino, sb).IsOk || new DinodeView(raw).Mode == 0) continue;
+            if (_inodes.TryAdd(ino, new Inode(ino, raw.ToArray(), offset, sb)) && Interlocked.Increment(ref _count) > MaxEntries) Trim();
+        }
     }
 
     private Inode Load(ulong ino)

@@ -42,6 +42,11 @@ public sealed class BufferCache : IDisposable
     // Read-ahead reads run here: four reads in flight keep a disk busy; each only reads and
     // verifies, never waiting for another, so the threads cannot starve each other.
     private readonly BackgroundWorkers _readers = new("xfswin-readahead", 4);
+    // What read-ahead reads into, one per reader thread: aligned, so that an unbuffered device reads
+    // straight into it, and outside the GC heap (a fresh array of up to 1 MiB per read, on the large
+    // object heap, had the background GC running through a cold stat walk, and the device bounced
+    // every read through its own aligned buffer).
+    private readonly AlignedBufferPool _spanBuffers = new(ReadAheadMaxSpanBytes, maxRetained: 4);
     private int _readAheadsInFlight;
     private long _bytes;
     private int _sweeping;
@@ -56,6 +61,9 @@ public sealed class BufferCache : IDisposable
     public IBlockDevice Device => _device;
 
     public long CachedBytes => Interlocked.Read(ref _bytes);
+
+    /// <summary>The read-ahead threads (see <see cref="BackgroundWorkers"/>).</summary>
+    public BackgroundWorkers ReadAheadThreads => _readers;
 
     /// <summary>Asynchronous read-aheads still reading (the owner waits for none before closing the device).</summary>
     public int ReadAheadsInFlight => Volatile.Read(ref _readAheadsInFlight);
@@ -93,6 +101,22 @@ public sealed class BufferCache : IDisposable
             if (Interlocked.Add(ref _bytes, length) > _capacityBytes) Sweep();
         }
         return data;
+    }
+
+    /// <summary>
+    /// The cached buffer, waiting for a read-ahead that is fetching it; false (nothing read, nothing
+    /// reported) when it is neither cached nor on its way.
+    /// </summary>
+    public bool TryGetCached(long byteOffset, int length, ulong owner, int kind, out byte[] data)
+    {
+        var key = new Key(byteOffset, length, kind, owner);
+        if (!_entries.TryGetValue(key, out var hit) && _pending.TryGetValue(key, out var inFlight))
+        {
+            inFlight.Wait();
+            _entries.TryGetValue(key, out hit);
+        }
+        data = hit?.Data!;
+        return hit is not null;
     }
 
     /// <summary>Whether the buffer is cached or being read ahead (a cheap check before planning read-ahead).</summary>
@@ -141,12 +165,20 @@ public sealed class BufferCache : IDisposable
         {
             try
             {
-                var span = GC.AllocateUninitializedArray<byte>(spanLength);
-                _device.Read(spanOffset, span);
-                long added = 0;
-                foreach (var key in keys)
-                    added += AddVerified(span.AsSpan((int)(key.Offset - spanOffset), blockLength), key.Offset, owner, verifier);
-                if (Interlocked.Add(ref _bytes, added) > _capacityBytes) Sweep();
+                var pooled = spanLength <= ReadAheadMaxSpanBytes ? _spanBuffers.Rent() : null;
+                try
+                {
+                    var span = pooled is not null ? pooled.Span[..spanLength] : new byte[spanLength];
+                    _device.Read(spanOffset, span);
+                    long added = 0;
+                    foreach (var key in keys)
+                        added += AddVerified(span.Slice((int)(key.Offset - spanOffset), blockLength), key.Offset, owner, verifier);
+                    if (Interlocked.Add(ref _bytes, added) > _capacityBytes) Sweep();
+                }
+                finally
+                {
+                    if (pooled is not null) _spanBuffers.Return(pooled);
+                }
             }
             catch (Exception e) when (e is IOException or UnauthorizedAccessException or ObjectDisposedException)
             {
@@ -171,7 +203,12 @@ public sealed class BufferCache : IDisposable
     private const int MaxReadAheadsInFlight = 16;
 
     /// <summary>Lets queued read-ahead finish and stops its threads; later read-ahead requests are ignored. Reads still work.</summary>
-    public void Dispose() => _readers.Dispose();
+    public void Dispose()
+    {
+        // A read that outlived the threads' deadline returns its buffer later; it is then kept, not freed under it.
+        _readers.Dispose();
+        _spanBuffers.Dispose();
+    }
 
     /// <summary>Largest single read-ahead read, and the largest gap between wanted buffers read through rather than split.</summary>
     private const int ReadAheadMaxSpanBytes = 1024 * 1024, ReadAheadMaxGapBytes = 64 * 1024;

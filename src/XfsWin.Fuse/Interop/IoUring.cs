@@ -186,7 +186,7 @@ internal static unsafe partial class IoUringNative
     [LibraryImport(LibC, SetLastError = true)]
     public static partial int sched_setaffinity(int pid, nuint cpusetsize, ulong* mask);
 
-    /// <summary>sched_getaffinity(2); pid 0 is the calling thread. Returns the mask's size in bytes, or -1.</summary>
+    /// <summary>sched_getaffinity(2) through glibc; pid 0 is the calling thread. Returns 0, or -1 (errno set).</summary>
     [LibraryImport(LibC, SetLastError = true)]
     public static partial int sched_getaffinity(int pid, nuint cpusetsize, ulong* mask);
 

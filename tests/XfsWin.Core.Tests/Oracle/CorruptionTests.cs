@@ -139,6 +139,40 @@ public sealed partial class CorruptionTests(ITestOutputHelper output) : IDisposa
         Assert.NotEmpty(errors);
     }
 
+    /// <summary>
+    /// The first lookup in a directory reads its children's inodes ahead and decodes them in the
+    /// background. A damaged one is neither cached nor reported there: the volume stays healthy
+    /// until someone asks for that inode, who gets the error with its address.
+    /// </summary>
+    [Fact]
+    public void A_damaged_inode_decoded_ahead_is_reported_only_to_whoever_asks_for_it()
+    {
+        var image = OracleImages.Ensure("rmap-nrext64");
+        var dir = image.Manifest.Get("/dirs/node");
+        var (victimName, victimIno) = dir.Children![^1];
+        var copy = Copy(image, "readahead-inode");
+        var daddr = Daddr(copy, image.XfsprogsVersion, $"inode {victimIno}");
+        XfsDb.Write(copy, image.XfsprogsVersion, $"inode {victimIno}", "write -d core.format 9");
+
+        Watchdog.Run(Limit, "looking up beside a damaged inode", () =>
+        {
+            using var volume = XfsVolume.Open(copy);
+            var (firstName, firstIno) = dir.Children[0];
+            Assert.True(volume.TryLookup(dir.Ino, firstName, out var found));
+            Assert.Equal(firstIno, found);
+            Assert.True(volume.WaitForReadAhead(TimeSpan.FromSeconds(30)));
+            Assert.True(volume.IsInodeCached(dir.Children[1].Ino), "the children were not decoded ahead");
+            Assert.False(volume.IsInodeCached(victimIno));
+            Assert.True(volume.IsHealthy, "the read-ahead reported damage nobody asked about");
+
+            Assert.True(volume.TryLookup(dir.Ino, victimName, out var victim));
+            var ex = Assert.Throws<XfsCorruptionException>(() => volume.GetAttributes(victim));
+            Assert.InRange(ex.ByteOffset, daddr * 512 - 65536, daddr * 512 + 65536);
+            Assert.False(volume.IsHealthy);
+            return ex;
+        });
+    }
+
     [Fact]
     public void Directory_block_with_a_bad_magic_is_reported_with_its_address()
     {
