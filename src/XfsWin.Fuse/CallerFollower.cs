@@ -241,7 +241,8 @@ internal sealed unsafe class CallerFollower : IDisposable
         if (Volatile.Read(ref _holder) == Environment.CurrentManagedThreadId)
             Volatile.Write(ref _holderBusySince, Stopwatch.GetTimestamp());
         var op = header->opcode;
-        if (op is not (FuseUringConstants.FUSE_FORGET or FuseUringConstants.FUSE_BATCH_FORGET or FuseUringConstants.FUSE_INTERRUPT))
+        if (op is not (FuseUringConstants.FUSE_FORGET or FuseUringConstants.FUSE_BATCH_FORGET or FuseUringConstants.FUSE_INTERRUPT) &&
+            !IsKernelsOwnRelease(op, header->pid))
         {
             var pid = (int)header->pid;
             var seen = Volatile.Read(ref _windowCaller);
@@ -274,6 +275,16 @@ internal sealed unsafe class CallerFollower : IDisposable
         if (target != t_pinnedPlusOne)
             Pin(target);
     }
+
+    /// <summary>
+    /// The kernel sends RELEASE and RELEASEDIR in the background once a file or directory is closed,
+    /// on nobody's behalf (pid 0). Counted as a second caller, they ended following once per
+    /// directory of a walk that lists directories (`find -ls`, `ls -lR`, `du`), which then never was
+    /// followed at all. Other requests with pid 0 (a caller in a PID namespace the server cannot see)
+    /// still count as a caller that cannot be followed.
+    /// </summary>
+    internal static bool IsKernelsOwnRelease(uint opcode, uint pid) =>
+        pid == 0 && opcode is FuseUringConstants.FUSE_RELEASE or FuseUringConstants.FUSE_RELEASEDIR;
 
     /// <summary>
     /// Called on a worker about to write an answer: a worker on the followed caller's CPU becomes a

@@ -240,4 +240,47 @@ public sealed unsafe partial class CallerFollowerPolicyTests
                 t.Dispose();
         }
     }
+
+    [Theory]
+    [InlineData(FuseUringConstants.FUSE_RELEASEDIR, 0u, true)]
+    [InlineData(FuseUringConstants.FUSE_RELEASE, 0u, true)]
+    [InlineData(FuseUringConstants.FUSE_RELEASEDIR, 4242u, false)]
+    [InlineData(FuseUringConstants.FUSE_LOOKUP, 0u, false)]
+    public void Only_releases_the_kernel_sends_on_nobodys_behalf_are_not_a_caller(uint opcode, uint pid, bool kernels)
+    {
+        Assert.Equal(kernels, CallerFollower.IsKernelsOwnRelease(opcode, pid));
+    }
+
+    /// <summary>
+    /// A walk that lists directories closes each one, and the kernel then sends RELEASEDIR with pid 0
+    /// in the background: the caller is still alone, and following goes on.
+    /// </summary>
+    [Fact]
+    public void The_kernels_own_releasedir_does_not_end_following_a_lone_caller()
+    {
+        using var f = NewFollower();
+        OnOwnThread(() =>
+        {
+            Follow(f);
+            var stops = f.Stops;
+            var target = f.TargetCpu;
+            var lookup = new FuseInHeader { opcode = FuseUringConstants.FUSE_LOOKUP, nodeid = 7, pid = (uint)Tid() };
+            var release = new FuseInHeader { opcode = FuseUringConstants.FUSE_RELEASEDIR, nodeid = 7, pid = 0 };
+            // Longer than several of the deciding thread's looks (every millisecond).
+            var sw = System.Diagnostics.Stopwatch.StartNew();
+            while (sw.ElapsedMilliseconds < 50)
+            {
+                f.OnRequest(&lookup);
+                f.OnRequest(&release);
+                Thread.Sleep(1);
+            }
+            Assert.Equal(stops, f.Stops);
+            Assert.Equal(target, f.TargetCpu);
+
+            // Another request with pid 0 is a caller the server cannot see: following ends.
+            var unseen = new FuseInHeader { opcode = FuseUringConstants.FUSE_LOOKUP, nodeid = 7, pid = 0 };
+            f.OnRequest(&unseen);
+            WaitFor(() => f.TargetCpu < 0, "following to end for a caller in another PID namespace");
+        });
+    }
 }

@@ -128,6 +128,8 @@ internal static class FuseUringConstants
     public const uint FUSE_FORGET = 2;
     public const uint FUSE_READ = 15;
     public const uint FUSE_WRITE = 16;
+    public const uint FUSE_RELEASE = 18;
+    public const uint FUSE_RELEASEDIR = 29;
     public const uint FUSE_INIT = 26;
     public const uint FUSE_INTERRUPT = 36;
     public const uint FUSE_BATCH_FORGET = 42;
