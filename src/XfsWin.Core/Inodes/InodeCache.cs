@@ -143,12 +143,23 @@ public sealed class InodeCache
                 if (!_mount.Buffers.TryGetCached(clusterOffset, clusterLength, 0, ClusterVerifier.Kind, out cluster))
                     cluster = null;
             }
-            if (cluster is null) continue;
-            long offset = sb.InodeToByte(ino);
-            var raw = cluster.AsSpan((int)(offset - clusterOffset), sb.InodeSize);
-            if (!DinodeView.Verify(raw, ino, sb).IsOk || new DinodeView(raw).Mode == 0) continue;
-            if (_inodes.TryAdd(ino, new Inode(ino, raw.ToArray(), offset, sb)) && Interlocked.Increment(ref _count) > MaxEntries) Trim();
+            if (cluster is null || Decode(ino, cluster, clusterOffset, out _) is not { } inode) continue;
+            if (_inodes.TryAdd(ino, inode) && Interlocked.Increment(ref _count) > MaxEntries) Trim();
         }
+    }
+
+    /// <summary>
+    /// Inode <paramref name="ino"/> from its cluster, verified (magic, version, CRC, self-address;
+    /// in use), or null with the reason in <paramref name="failure"/>.
+    /// </summary>
+    private Inode? Decode(ulong ino, byte[] cluster, long clusterOffset, out string failure)
+    {
+        var sb = _mount.Superblock;
+        long offset = sb.InodeToByte(ino);
+        var raw = cluster.AsSpan((int)(offset - clusterOffset), sb.InodeSize);
+        var check = DinodeView.Verify(raw, ino, sb);
+        failure = !check.IsOk ? check.ToString() : new DinodeView(raw).Mode == 0 ? "a directory names this inode but it is free" : "";
+        return failure.Length == 0 ? new Inode(ino, raw.ToArray(), offset, sb) : null;
     }
 
     private Inode Load(ulong ino)
@@ -159,14 +170,10 @@ public sealed class InodeCache
         long offset = sb.InodeToByte(ino);
         var (clusterOffset, clusterLength) = ClusterOf(ino);
         var cluster = _mount.Buffers.Read(clusterOffset, clusterLength, 0, ClusterVerifier);
-        var raw = cluster.AsSpan((int)(offset - clusterOffset), sb.InodeSize).ToArray();
-        var check = DinodeView.Verify(raw, ino, sb);
-        if (!check.IsOk) throw _mount.Corrupt($"inode {ino}", offset, check.ToString());
-        if (new DinodeView(raw).Mode == 0)
-            throw _mount.Corrupt($"inode {ino}", offset, "a directory names this inode but it is free");
+        var inode = Decode(ino, cluster, clusterOffset, out var failure) ?? throw _mount.Corrupt($"inode {ino}", offset, failure);
         // V4 inodes carry no CRC or self-address: only the inode btree can prove this one is in use.
         if (!sb.IsV5 && !_allocation.IsAllocated(ino))
             throw _mount.Corrupt($"inode {ino}", offset, "the inode btree says this inode is not allocated");
-        return new Inode(ino, raw, offset, sb);
+        return inode;
     }
 }

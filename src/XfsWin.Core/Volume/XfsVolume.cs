@@ -238,7 +238,7 @@ public sealed partial class XfsVolume : IDisposable
                 var collector = new ChildCollector { Inodes = [] };
                 _directories.Enumerate(dir, 0, ref collector);
                 _inodes.ReadAhead(collector.Inodes);
-                _inodes.Preload(collector.Inodes);
+                if (Volatile.Read(ref _disposed) == 0) _inodes.Preload(collector.Inodes);
             }
             finally
             {
