@@ -24,6 +24,23 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# arm64, the FUSE host's other architecture: its structure layouts are checked with the aarch64 cross
+# compiler, and its build is run by qemu-user against libfuse3 for arm64 (Debian multiarch).
+arm=()
+command -v aarch64-linux-gnu-gcc >/dev/null || arm+=(gcc-aarch64-linux-gnu)
+command -v qemu-aarch64 >/dev/null || arm+=(qemu-user)
+[ -e /usr/lib/aarch64-linux-gnu/libfuse3.so.3 ] || arm+=(libfuse3-3:arm64 libc6:arm64 libstdc++6:arm64 libgcc-s1:arm64 zlib1g:arm64)
+if [ ${#arm[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "The arm64 tests need: ${arm[*]} (with 'dpkg --add-architecture arm64'). Run this script as root." >&2
+    exit 1
+  fi
+  echo "Installing for the arm64 tests: ${arm[*]}"
+  dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${arm[@]}" >/dev/null
+fi
+
 if ! command -v dotnet >/dev/null; then
   echo "The .NET 10 SDK is required (https://dot.net); install it and run this again." >&2
   exit 1

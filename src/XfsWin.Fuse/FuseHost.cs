@@ -97,10 +97,10 @@ public sealed unsafe class FuseHost : IDisposable
     {
         if (!OperatingSystem.IsLinux())
             throw new FuseUnavailableException("The FUSE host runs on Linux only. On Windows, mount with the WinFsp driver instead.");
-        if (RuntimeInformation.ProcessArchitecture != Architecture.X64)
+        if (RuntimeInformation.ProcessArchitecture is not (Architecture.X64 or Architecture.Arm64))
             throw new FuseUnavailableException(
-                $"The FUSE host supports Linux on x86-64 only (this is {RuntimeInformation.ProcessArchitecture}): " +
-                "its native structure layouts are declared for x86-64. Use 'xfswin extract' or 'xfswin cat' instead.");
+                $"The FUSE host supports Linux on x86-64 and arm64 only (this is {RuntimeInformation.ProcessArchitecture}): " +
+                "its native structure layouts are declared for those two. Use 'xfswin extract' or 'xfswin cat' instead.");
         if (!File.Exists("/dev/fuse"))
             throw new FuseUnavailableException(
                 "FUSE is not available: /dev/fuse does not exist. Load the kernel module with 'modprobe fuse' " +

@@ -29,6 +29,14 @@ public sealed class NativeLayoutTests
         (typeof(FuseCustomIo), "struct fuse_custom_io"),
     ];
 
+    // On arm64 struct stat is shorter (and so fuse_entry_param); every other structure is the same
+    // declaration on both, checked against the aarch64 cross compiler too.
+    private static readonly (Type Managed, string Native)[] Arm64Structs =
+    [
+        .. Structs.Select(s => s.Managed == typeof(NativeStat) ? (typeof(NativeStatArm64), s.Native)
+            : s.Managed == typeof(FuseEntryParam) ? (typeof(FuseEntryParamArm64), s.Native) : s),
+    ];
+
     // The io_uring transport's structures, checked against the kernel's UAPI headers (a separate
     // program: <linux/fuse.h> does not mix with libfuse's headers).
     private static readonly (Type Managed, string Native)[] KernelStructs =
@@ -116,7 +124,14 @@ public sealed class NativeLayoutTests
         Assert.Equal(glibc["mode"], (long)Marshal.OffsetOf<FuseStatx>(nameof(FuseStatx.mode)));
     }
 
-    // C# constant -> C expression, for the kernel-header program.
+    // C# constant -> C expression, for the kernel-header program (system call numbers differ between architectures).
+    private static (string Name, long Value, string C)[] KernelConstantsFor(Architecture architecture) =>
+    [
+        .. KernelConstants,
+        ("__NR_futex", IoUringConstants.SyscallNumbers(architecture).Futex, "__NR_futex"),
+        ("__NR_gettid", IoUringConstants.SyscallNumbers(architecture).Gettid, "__NR_gettid"),
+    ];
+
     private static readonly (string Name, long Value, string C)[] KernelConstants =
     [
         .. typeof(IoUringConstants).GetFields(BindingFlags.Public | BindingFlags.Static).Where(f => f.IsLiteral)
@@ -143,8 +158,10 @@ public sealed class NativeLayoutTests
         "FUSE_IO_URING_CMD_REGISTER", "FUSE_IO_URING_CMD_COMMIT_AND_FETCH",
     ];
 
-    private static readonly Lazy<Dictionary<string, long>> Native = new(CompileAndRun);
-    private static readonly Lazy<Dictionary<string, long>> Kernel = new(CompileAndRunKernelProbe);
+    private static readonly Lazy<Dictionary<string, long>> Native = new(() => CompileAndRun(LayoutTarget.Host, Structs));
+    private static readonly Lazy<Dictionary<string, long>> Kernel = new(() => CompileAndRunKernelProbe(LayoutTarget.Host));
+    private static readonly Lazy<Dictionary<string, long>> NativeArm64 = new(() => CompileAndRun(LayoutTarget.Arm64, Arm64Structs));
+    private static readonly Lazy<Dictionary<string, long>> KernelArm64 = new(() => CompileAndRunKernelProbe(LayoutTarget.Arm64));
 
     private static string CField(string managedField) => managedField switch
     {
@@ -160,14 +177,14 @@ public sealed class NativeLayoutTests
     private static IEnumerable<FieldInfo> LayoutFields(Type t) =>
         t.GetFields(BindingFlags.Public | BindingFlags.Instance).Where(f => f.Name != "bits"); // bit-field word: checked bit by bit
 
-    private static Dictionary<string, long> CompileAndRun()
+    private static Dictionary<string, long> CompileAndRun(LayoutTarget target, (Type Managed, string Native)[] structs)
     {
         var c = new StringBuilder();
         c.AppendLine("#define FUSE_USE_VERSION 312");
         c.AppendLine("#include <fuse_lowlevel.h>");
         c.AppendLine("#include <sys/stat.h>\n#include <sys/statvfs.h>\n#include <stddef.h>\n#include <stdio.h>\n#include <string.h>");
         c.AppendLine("int main(void) {");
-        foreach (var (managed, native) in Structs)
+        foreach (var (managed, native) in structs)
         {
             c.AppendLine($"  printf(\"{managed.Name}.sizeof %zu\\n\", sizeof({native}));");
             foreach (var f in LayoutFields(managed))
@@ -185,11 +202,11 @@ public sealed class NativeLayoutTests
 
         var cflags = Shell.Run("pkg-config", ["--cflags", "fuse3"]);
         Assert.True(cflags.ExitCode == 0, "pkg-config cannot find fuse3: install libfuse3-dev (apt-get install libfuse3-dev). " + cflags.Both);
-        return CompileC(c.ToString(), cflags.Stdout.Split(' ', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries));
+        return CompileC(c.ToString(), cflags.Stdout.Split(' ', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries), target);
     }
 
     /// <summary>The same for the kernel's UAPI headers: io_uring, the FUSE wire format, and the libc constants the transport uses.</summary>
-    private static Dictionary<string, long> CompileAndRunKernelProbe()
+    private static Dictionary<string, long> CompileAndRunKernelProbe(LayoutTarget target)
     {
         var c = new StringBuilder();
         c.AppendLine("#define _GNU_SOURCE\n#include <linux/fuse.h>\n#include <linux/io_uring.h>\n#include <sys/uio.h>\n#include <sys/mman.h>\n#include <sys/syscall.h>");
@@ -202,32 +219,58 @@ public sealed class NativeLayoutTests
             foreach (var f in LayoutFields(managed))
                 c.AppendLine($"  printf(\"{managed.Name}.{f.Name} %zu\\n\", offsetof({native}, {f.Name}));");
         }
-        foreach (var (managed, native) in KernelStructs)
+        foreach (var (managed, native) in KernelStructsOf(target))
             Print(managed, native);
-        foreach (var (name, _, expr) in KernelConstants.Where(k => !UringOnlyConstants.Contains(k.Name)))
+        foreach (var (name, _, expr) in KernelConstantsOf(target).Where(k => !UringOnlyConstants.Contains(k.Name)))
             c.AppendLine($"  printf(\"const.{name} %lld\\n\", (long long)({expr}));");
-        c.AppendLine("#ifdef FUSE_URING_IN_OUT_HEADER_SZ\n  printf(\"has_uring 1\\n\");");
+        c.AppendLine(target == LayoutTarget.Host ? "#ifdef FUSE_URING_IN_OUT_HEADER_SZ\n  printf(\"has_uring 1\\n\");" : "#if 0");
         foreach (var (managed, native) in UringStructs)
             Print(managed, native);
         foreach (var (name, _, expr) in KernelConstants.Where(k => UringOnlyConstants.Contains(k.Name)))
             c.AppendLine($"  printf(\"const.{name} %lld\\n\", (long long)({expr}));");
         c.AppendLine("#else\n  printf(\"has_uring 0\\n\");\n#endif");
         c.AppendLine("  return 0;\n}");
-        return CompileC(c.ToString(), []);
+        return CompileC(c.ToString(), [], target);
     }
 
-    private static Dictionary<string, long> CompileC(string source, IEnumerable<string> cflags)
+    // The FUSE wire format and io_uring are declared with fixed-width types, the same on every
+    // architecture (and the cross compiler's kernel headers are older than the machine's): on arm64
+    // the probe checks what the C library and the architecture decide.
+    private static readonly HashSet<Type> LibcKernelStructs = [typeof(IoVec), typeof(IoUringNative.RLimit), typeof(IoUringNative.Timespec)];
+
+    private static IEnumerable<(Type Managed, string Native)> KernelStructsOf(LayoutTarget target) =>
+        target == LayoutTarget.Host ? KernelStructs : KernelStructs.Where(s => LibcKernelStructs.Contains(s.Managed));
+
+    private static IEnumerable<(string Name, long Value, string C)> KernelConstantsOf(LayoutTarget target) =>
+        KernelConstantsFor(target.Architecture).Where(k => target == LayoutTarget.Host ||
+            !(k.Name.StartsWith("IORING_", StringComparison.Ordinal) || k.Name.StartsWith("FUSE_", StringComparison.Ordinal) ||
+              k.Name.StartsWith("__NR_io_uring", StringComparison.Ordinal)));
+
+    /// <summary>
+    /// Where a probe is compiled and run: this machine, or arm64 (the aarch64 cross compiler with its
+    /// own glibc and kernel headers, the program run by qemu-user; scripts/install-deps.sh installs both).
+    /// </summary>
+    internal sealed record LayoutTarget(string Compiler, string[] Runner, Architecture Architecture)
     {
+        public static readonly LayoutTarget Host = new("gcc", [], RuntimeInformation.ProcessArchitecture);
+        public static readonly LayoutTarget Arm64 = new("aarch64-linux-gnu-gcc", ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"], Architecture.Arm64);
+    }
+
+    private static Dictionary<string, long> CompileC(string source, IEnumerable<string> cflags, LayoutTarget? target = null)
+    {
+        target ??= LayoutTarget.Host;
         var dir = Shell.MakeTempDirectory("xfswin-layout");
         try
         {
             File.WriteAllText(Path.Combine(dir, "layout.c"), source);
             var args = cflags.ToList();
             args.AddRange(["-Wall", "-Werror", "-o", Path.Combine(dir, "layout"), Path.Combine(dir, "layout.c")]);
-            var cc = Shell.Run("gcc", args);
-            Assert.True(cc.ExitCode == 0, "gcc failed on the layout probe:\n" + cc.Both + "\n" + source);
-            var run = Shell.Run(Path.Combine(dir, "layout"), []);
-            Assert.Equal(0, run.ExitCode);
+            var cc = Shell.Run(target.Compiler, args);
+            Assert.True(cc.ExitCode == 0, $"{target.Compiler} failed on the layout probe (scripts/install-deps.sh installs it):\n" + cc.Both + "\n" + source);
+            var run = target.Runner.Length == 0
+                ? Shell.Run(Path.Combine(dir, "layout"), [])
+                : Shell.Run(target.Runner[0], [.. target.Runner[1..], Path.Combine(dir, "layout")]);
+            Assert.True(run.ExitCode == 0, $"the layout probe failed ({string.Join(' ', target.Runner)}): {run.Both}");
             return run.Stdout.Split('\n', StringSplitOptions.RemoveEmptyEntries)
                 .Select(l => l.Split(' '))
                 .ToDictionary(p => p[0], p => long.Parse(p[1], System.Globalization.CultureInfo.InvariantCulture));
@@ -280,7 +323,7 @@ public sealed class NativeLayoutTests
     public void Io_uring_and_fuse_wire_constants_match_the_kernel_headers()
     {
         var native = Kernel.Value;
-        foreach (var (name, value, _) in KernelConstants.Where(k => !UringOnlyConstants.Contains(k.Name) || native["has_uring"] == 1))
+        foreach (var (name, value, _) in KernelConstantsFor(RuntimeInformation.ProcessArchitecture).Where(k => !UringOnlyConstants.Contains(k.Name) || native["has_uring"] == 1))
             Assert.True(value == native[$"const.{name}"], $"{name}: C# {value}, header {native[$"const.{name}"]}");
     }
 
@@ -384,5 +427,43 @@ public sealed class NativeLayoutTests
             Assert.Equal((nuint)FuseHost.Align8(FuseHost.DirentNameOffset + length),
                 FuseNative.fuse_add_direntry(0, null, 0, pz, &st, 0));
         }
+    }
+
+    public static TheoryData<string> Arm64StructNames()
+    {
+        var data = new TheoryData<string>();
+        foreach (var (managed, _) in Arm64Structs)
+            data.Add(managed.Name);
+        return data;
+    }
+
+    /// <summary>The same structures as libfuse and glibc lay them out on arm64 (aarch64 cross compiler, run under qemu-user).</summary>
+    [Theory]
+    [MemberData(nameof(Arm64StructNames))]
+    public void Arm64_struct_size_and_every_field_offset_match_the_aarch64_compiler(string name)
+    {
+        var managed = Arm64Structs.Single(s => s.Managed.Name == name).Managed;
+        AssertLayout(managed, NativeArm64.Value, "aarch64-linux-gnu-gcc");
+    }
+
+    [Fact]
+    public void Arm64_file_info_bits_kernel_structures_and_constants_match_the_aarch64_headers()
+    {
+        var native = NativeArm64.Value;
+        Assert.Equal(FuseFileInfo.WritePageBit, (uint)native["bit.writepage"]);
+        Assert.Equal(FuseFileInfo.KeepCacheBit, (uint)native["bit.keep_cache"]);
+        Assert.Equal(FuseFileInfo.CacheReaddirBit, (uint)native["bit.cache_readdir"]);
+        Assert.Equal(FuseFileInfo.NoFlushBit, (uint)native["bit.noflush"]);
+        foreach (var k in typeof(FuseConstants).GetFields(BindingFlags.Public | BindingFlags.Static).Where(f => f.IsLiteral))
+            Assert.True(Convert.ToUInt64(k.GetRawConstantValue(), System.Globalization.CultureInfo.InvariantCulture) == (ulong)native[$"const.{k.Name}"], k.Name);
+        var kernel = KernelArm64.Value;
+        foreach (var (managed, _) in KernelStructsOf(LayoutTarget.Arm64))
+            AssertLayout(managed, kernel, "aarch64-linux-gnu-gcc");
+        var constants = KernelConstantsOf(LayoutTarget.Arm64).ToList();
+        Assert.Contains(constants, k => k.Name == "__NR_futex");
+        Assert.Contains(constants, k => k.Name == "O_CLOEXEC");
+        foreach (var (name, value, _) in constants)
+            Assert.True(value == kernel[$"const.{name}"], $"{name}: C# {value}, arm64 header {kernel[$"const.{name}"]}");
+        Assert.NotEqual(IoUringConstants.SyscallNumbers(Architecture.Arm64), IoUringConstants.SyscallNumbers(Architecture.X64));
     }
 }

@@ -247,7 +247,17 @@ public static class MountCommand
         if (!psi.Environment.ContainsKey("DOTNET_TieredCompilation"))
             psi.Environment["DOTNET_TieredCompilation"] = "0";
 
-        using var child = Process.Start(psi)!;
+        Process started;
+        try
+        {
+            started = Process.Start(psi)!;
+        }
+        catch (System.ComponentModel.Win32Exception e)
+        {
+            Console.Error.WriteLine($"xfswin: cannot start the background server ({psi.FileName}: {e.Message}); mount in the foreground with -f instead.");
+            return 1;
+        }
+        using var child = started;
         child.StandardInput.Close();
         child.ErrorDataReceived += (_, e) =>
         {

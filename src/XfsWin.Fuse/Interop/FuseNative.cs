@@ -54,11 +54,29 @@ internal static unsafe partial class FuseNative
     [LibraryImport(LibFuse)]
     public static partial void fuse_reply_none(nint req);
 
-    [LibraryImport(LibFuse)]
-    public static partial int fuse_reply_entry(nint req, FuseEntryParam* entry);
+    [LibraryImport(LibFuse, EntryPoint = "fuse_reply_entry")]
+    private static partial int fuse_reply_entry_native(nint req, void* entry);
 
-    [LibraryImport(LibFuse)]
-    public static partial int fuse_reply_attr(nint req, NativeStat* attr, double attrTimeout);
+    /// <summary>fuse_reply_entry with the entry in its x86-64 form (converted on arm64, see StatAbi).</summary>
+    public static int fuse_reply_entry(nint req, FuseEntryParam* entry)
+    {
+        if (!StatAbi.IsArm64)
+            return fuse_reply_entry_native(req, entry);
+        var arm = StatAbi.ToArm64(*entry);
+        return fuse_reply_entry_native(req, &arm);
+    }
+
+    [LibraryImport(LibFuse, EntryPoint = "fuse_reply_attr")]
+    private static partial int fuse_reply_attr_native(nint req, void* attr, double attrTimeout);
+
+    /// <summary>fuse_reply_attr with the attributes in their x86-64 form (converted on arm64).</summary>
+    public static int fuse_reply_attr(nint req, NativeStat* attr, double attrTimeout)
+    {
+        if (!StatAbi.IsArm64)
+            return fuse_reply_attr_native(req, attr, attrTimeout);
+        var arm = StatAbi.ToArm64(*attr);
+        return fuse_reply_attr_native(req, &arm, attrTimeout);
+    }
 
     [LibraryImport(LibFuse)]
     public static partial int fuse_reply_readlink(nint req, byte* link);
@@ -78,11 +96,21 @@ internal static unsafe partial class FuseNative
     [LibraryImport(LibFuse)]
     public static partial int fuse_reply_lseek(nint req, long offset);
 
+    /// <summary>Packs a plain directory entry (libfuse reads st_ino and st_mode of the architecture's struct stat). The host packs its own; tests measure with this.</summary>
     [LibraryImport(LibFuse)]
-    public static partial nuint fuse_add_direntry(nint req, byte* buf, nuint bufSize, byte* name, NativeStat* stat, long nextOffset);
+    public static partial nuint fuse_add_direntry(nint req, byte* buf, nuint bufSize, byte* name, void* stat, long nextOffset);
 
-    [LibraryImport(LibFuse)]
-    public static partial nuint fuse_add_direntry_plus(nint req, byte* buf, nuint bufSize, byte* name, FuseEntryParam* entry, long nextOffset);
+    [LibraryImport(LibFuse, EntryPoint = "fuse_add_direntry_plus")]
+    private static partial nuint fuse_add_direntry_plus_native(nint req, byte* buf, nuint bufSize, byte* name, void* entry, long nextOffset);
+
+    /// <summary>fuse_add_direntry_plus with the entry in its x86-64 form (converted on arm64).</summary>
+    public static nuint fuse_add_direntry_plus(nint req, byte* buf, nuint bufSize, byte* name, FuseEntryParam* entry, long nextOffset)
+    {
+        if (!StatAbi.IsArm64 || entry == null)
+            return fuse_add_direntry_plus_native(req, buf, bufSize, name, entry, nextOffset);
+        var arm = StatAbi.ToArm64(*entry);
+        return fuse_add_direntry_plus_native(req, buf, bufSize, name, &arm, nextOffset);
+    }
 
     // libfuse >= 3.12: an opaque loop configuration built with setters.
     [LibraryImport(LibFuse)]

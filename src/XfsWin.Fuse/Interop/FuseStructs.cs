@@ -3,9 +3,12 @@ using System.Runtime.InteropServices;
 namespace XfsWin.Fuse.Interop;
 
 // Layouts of the libfuse3 (3.x, FUSE_USE_VERSION 312) and glibc structures the host exchanges with
-// native code, for Linux x86-64 (LP64). Each one is declared once, here, with explicit offsets;
-// tests/XfsWin.Fuse.Tests/NativeLayoutTests compiles a C program against the installed headers
-// and checks every size and offset below against what gcc computes.
+// native code, for Linux on x86-64 and on arm64 (both LP64). Each one is declared once, here, with
+// explicit offsets; tests/XfsWin.Fuse.Tests/NativeLayoutTests compiles a C program against the
+// installed headers, natively and with the aarch64 cross compiler, and checks every size and offset
+// below against what gcc computes. Only struct stat differs between the two (and with it
+// fuse_entry_param, which holds one): the host fills the x86-64 form and StatAbi converts it at the
+// calls into libfuse on arm64.
 
 /// <summary>struct stat (glibc, x86-64).</summary>
 [StructLayout(LayoutKind.Explicit, Size = Size)]
@@ -31,7 +34,82 @@ internal struct NativeStat
     [FieldOffset(112)] public long st_ctim_nsec;
 }
 
-/// <summary>struct statvfs (glibc, x86-64).</summary>
+/// <summary>struct stat (glibc, arm64: the kernel's generic layout).</summary>
+[StructLayout(LayoutKind.Explicit, Size = Size)]
+internal struct NativeStatArm64
+{
+    public const int Size = 128;
+
+    [FieldOffset(0)] public ulong st_dev;
+    [FieldOffset(8)] public ulong st_ino;
+    [FieldOffset(16)] public uint st_mode;
+    [FieldOffset(20)] public uint st_nlink;
+    [FieldOffset(24)] public uint st_uid;
+    [FieldOffset(28)] public uint st_gid;
+    [FieldOffset(32)] public ulong st_rdev;
+    [FieldOffset(48)] public long st_size;
+    [FieldOffset(56)] public int st_blksize;
+    [FieldOffset(64)] public long st_blocks;
+    [FieldOffset(72)] public long st_atim_sec;
+    [FieldOffset(80)] public long st_atim_nsec;
+    [FieldOffset(88)] public long st_mtim_sec;
+    [FieldOffset(96)] public long st_mtim_nsec;
+    [FieldOffset(104)] public long st_ctim_sec;
+    [FieldOffset(112)] public long st_ctim_nsec;
+}
+
+/// <summary>struct fuse_entry_param on arm64 (its struct stat is shorter).</summary>
+[StructLayout(LayoutKind.Explicit, Size = Size)]
+internal struct FuseEntryParamArm64
+{
+    public const int Size = 160;
+
+    [FieldOffset(0)] public ulong ino;
+    [FieldOffset(8)] public ulong generation;
+    [FieldOffset(16)] public NativeStatArm64 attr;
+    [FieldOffset(144)] public double attr_timeout;
+    [FieldOffset(152)] public double entry_timeout;
+}
+
+/// <summary>
+/// The host fills struct stat and fuse_entry_param in their x86-64 form; on arm64 these give the
+/// form libfuse expects there. Nothing else the host passes differs between the two.
+/// </summary>
+internal static unsafe class StatAbi
+{
+    public static readonly bool IsArm64 = RuntimeInformation.ProcessArchitecture == Architecture.Arm64;
+
+    public static NativeStatArm64 ToArm64(in NativeStat s) => new()
+    {
+        st_dev = s.st_dev,
+        st_ino = s.st_ino,
+        st_mode = s.st_mode,
+        st_nlink = (uint)Math.Min(s.st_nlink, uint.MaxValue),
+        st_uid = s.st_uid,
+        st_gid = s.st_gid,
+        st_rdev = s.st_rdev,
+        st_size = s.st_size,
+        st_blksize = (int)s.st_blksize,
+        st_blocks = s.st_blocks,
+        st_atim_sec = s.st_atim_sec,
+        st_atim_nsec = s.st_atim_nsec,
+        st_mtim_sec = s.st_mtim_sec,
+        st_mtim_nsec = s.st_mtim_nsec,
+        st_ctim_sec = s.st_ctim_sec,
+        st_ctim_nsec = s.st_ctim_nsec,
+    };
+
+    public static FuseEntryParamArm64 ToArm64(in FuseEntryParam e) => new()
+    {
+        ino = e.ino,
+        generation = e.generation,
+        attr = ToArm64(e.attr),
+        attr_timeout = e.attr_timeout,
+        entry_timeout = e.entry_timeout,
+    };
+}
+
+/// <summary>struct statvfs (glibc; the same on x86-64 and arm64).</summary>
 [StructLayout(LayoutKind.Explicit, Size = Size)]
 internal struct NativeStatvfs
 {

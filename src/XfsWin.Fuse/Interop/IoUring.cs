@@ -2,7 +2,7 @@ using System.Runtime.InteropServices;
 
 namespace XfsWin.Fuse.Interop;
 
-// io_uring's user-space ABI (include/uapi/linux/io_uring.h), Linux x86-64, declared once here with
+// io_uring's user-space ABI (include/uapi/linux/io_uring.h), Linux x86-64 and arm64 (the same), declared once here with
 // explicit offsets. tests/XfsWin.Fuse.Tests/NativeLayoutTests compiles a C program against the
 // installed <linux/io_uring.h> and checks every size, offset and constant below.
 
@@ -109,8 +109,14 @@ internal static class IoUringConstants
 {
     public const long __NR_io_uring_setup = 425;
     public const long __NR_io_uring_enter = 426;
-    public const long __NR_futex = 202;
-    public const long __NR_gettid = 186;
+    // The io_uring calls have one number on every architecture (they came after the numbers were
+    // unified); the older calls do not.
+    public static readonly long __NR_futex = SyscallNumbers(RuntimeInformation.ProcessArchitecture).Futex;
+    public static readonly long __NR_gettid = SyscallNumbers(RuntimeInformation.ProcessArchitecture).Gettid;
+
+    /// <summary>futex(2) and gettid(2) on x86-64 (also the answer for anything else) and on arm64.</summary>
+    public static (long Futex, long Gettid) SyscallNumbers(Architecture architecture) =>
+        architecture == Architecture.Arm64 ? (98, 178) : (202, 186);
     public const int FUTEX_WAIT_PRIVATE = 128;
     public const int FUTEX_WAKE_PRIVATE = 129;
 
