@@ -281,13 +281,9 @@ public sealed class NativeLayoutTests
         }
     }
 
-    public static TheoryData<string> StructNames()
-    {
-        var data = new TheoryData<string>();
-        foreach (var (managed, _) in Structs)
-            data.Add(managed.Name);
-        return data;
-    }
+    private static TheoryData<string> NamesOf((Type Managed, string Native)[] structs) => [.. structs.Select(s => s.Managed.Name)];
+
+    public static TheoryData<string> StructNames() => NamesOf(Structs);
 
     [Theory]
     [MemberData(nameof(StructNames))]
@@ -303,13 +299,7 @@ public sealed class NativeLayoutTests
                 $"{name}.{f.Name}: C# offset {Marshal.OffsetOf(managed, f.Name)}, gcc says {native[$"{name}.{f.Name}"]}");
     }
 
-    public static TheoryData<string> KernelStructNames()
-    {
-        var data = new TheoryData<string>();
-        foreach (var (managed, _) in KernelStructs)
-            data.Add(managed.Name);
-        return data;
-    }
+    public static TheoryData<string> KernelStructNames() => NamesOf(KernelStructs);
 
     [Theory]
     [MemberData(nameof(KernelStructNames))]
@@ -429,13 +419,7 @@ public sealed class NativeLayoutTests
         }
     }
 
-    public static TheoryData<string> Arm64StructNames()
-    {
-        var data = new TheoryData<string>();
-        foreach (var (managed, _) in Arm64Structs)
-            data.Add(managed.Name);
-        return data;
-    }
+    public static TheoryData<string> Arm64StructNames() => NamesOf(Arm64Structs);
 
     /// <summary>The same structures as libfuse and glibc lay them out on arm64 (aarch64 cross compiler, run under qemu-user).</summary>
     [Theory]
