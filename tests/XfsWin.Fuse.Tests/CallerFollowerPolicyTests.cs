@@ -131,9 +131,18 @@ public sealed unsafe partial class CallerFollowerPolicyTests
         OnOwnThread(() =>
         {
             Follow(f);
-            f.BeforeReply();
-            Assert.Equal(1, f.IdleHandovers);
-            Assert.Equal(IoUringConstants.SCHED_IDLE, PolicyOf(0));
+            // A request, then its answer handed over as an idle thread. Retried: on a loaded machine
+            // this thread may be held off the CPU for longer than the deciding thread waits before it
+            // rests and turns idle workers back (10 ms), between the two steps or before the check.
+            var request = new FuseInHeader { opcode = FuseUringConstants.FUSE_LOOKUP, nodeid = 1, pid = (uint)Tid() };
+            var idle = false;
+            for (var attempt = 0; attempt < 50 && !idle; attempt++)
+            {
+                f.OnRequest(&request);
+                f.BeforeReply();
+                idle = f.IdleHandovers > 0 && PolicyOf(0) == IoUringConstants.SCHED_IDLE;
+            }
+            Assert.True(idle, "the holder never handed an answer over as an idle thread");
             // The next read waits for the caller's next request, which does not come.
             WaitFor(() => f.Resting, "the deciding thread to rest");
             WaitFor(() => PolicyOf(0) == IoUringConstants.SCHED_OTHER, "the idle worker to be turned back");
