@@ -37,8 +37,11 @@ if [ ${#arm[@]} -gt 0 ]; then
   fi
   echo "Installing for the arm64 tests: ${arm[*]}"
   dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${arm[@]}" >/dev/null
+  # Only the arm64 tests need these: if the package source cannot serve them, those tests fail and
+  # say what is missing; everything else still runs.
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${arm[@]}" >/dev/null; }; then
+    echo "install-deps: could not install ${arm[*]}; the arm64 tests (NativeLayoutTests.Arm64*, Arm64Tests) will fail." >&2
+  fi
 fi
 
 if ! command -v dotnet >/dev/null; then
