@@ -290,13 +290,7 @@ public sealed class NativeLayoutTests
     public void Struct_size_and_every_field_offset_match_gcc(string name)
     {
         var managed = Structs.Single(s => s.Managed.Name == name).Managed;
-        var native = Native.Value;
-        Assert.Equal(native[$"{name}.sizeof"], Marshal.SizeOf(managed));
-        var fields = LayoutFields(managed).ToList();
-        Assert.NotEmpty(fields);
-        foreach (var f in fields)
-            Assert.True(native[$"{name}.{f.Name}"] == (long)Marshal.OffsetOf(managed, f.Name),
-                $"{name}.{f.Name}: C# offset {Marshal.OffsetOf(managed, f.Name)}, gcc says {native[$"{name}.{f.Name}"]}");
+        AssertLayout(managed, Native.Value, "gcc");
     }
 
     public static TheoryData<string> KernelStructNames() => NamesOf(KernelStructs);
@@ -375,9 +369,10 @@ public sealed class NativeLayoutTests
     }
 
     [Fact]
-    public void File_info_flag_bits_match_gcc_bitfield_allocation()
+    public void File_info_flag_bits_match_gcc_bitfield_allocation() => AssertFileInfoBits(Native.Value);
+
+    private static void AssertFileInfoBits(Dictionary<string, long> native)
     {
-        var native = Native.Value;
         Assert.Equal(FuseFileInfo.WritePageBit, (uint)native["bit.writepage"]);
         Assert.Equal(FuseFileInfo.DirectIoBit, (uint)native["bit.direct_io"]);
         Assert.Equal(FuseFileInfo.KeepCacheBit, (uint)native["bit.keep_cache"]);
@@ -389,9 +384,10 @@ public sealed class NativeLayoutTests
     }
 
     [Fact]
-    public void Constants_match_the_headers()
+    public void Constants_match_the_headers() => AssertFuseConstants(Native.Value);
+
+    private static void AssertFuseConstants(Dictionary<string, long> native)
     {
-        var native = Native.Value;
         var constants = typeof(FuseConstants).GetFields(BindingFlags.Public | BindingFlags.Static).Where(f => f.IsLiteral).ToList();
         Assert.NotEmpty(constants);
         foreach (var k in constants)
@@ -433,13 +429,8 @@ public sealed class NativeLayoutTests
     [Fact]
     public void Arm64_file_info_bits_kernel_structures_and_constants_match_the_aarch64_headers()
     {
-        var native = NativeArm64.Value;
-        Assert.Equal(FuseFileInfo.WritePageBit, (uint)native["bit.writepage"]);
-        Assert.Equal(FuseFileInfo.KeepCacheBit, (uint)native["bit.keep_cache"]);
-        Assert.Equal(FuseFileInfo.CacheReaddirBit, (uint)native["bit.cache_readdir"]);
-        Assert.Equal(FuseFileInfo.NoFlushBit, (uint)native["bit.noflush"]);
-        foreach (var k in typeof(FuseConstants).GetFields(BindingFlags.Public | BindingFlags.Static).Where(f => f.IsLiteral))
-            Assert.True(Convert.ToUInt64(k.GetRawConstantValue(), System.Globalization.CultureInfo.InvariantCulture) == (ulong)native[$"const.{k.Name}"], k.Name);
+        AssertFileInfoBits(NativeArm64.Value);
+        AssertFuseConstants(NativeArm64.Value);
         var kernel = KernelArm64.Value;
         foreach (var (managed, _) in KernelStructsOf(LayoutTarget.Arm64))
             AssertLayout(managed, kernel, "aarch64-linux-gnu-gcc");
