@@ -4,6 +4,7 @@ using XfsWin.Directories;
 using XfsWin.Extents;
 using XfsWin.Format;
 using XfsWin.Inodes;
+using XfsWin.Journal;
 using XfsWin.Metadata;
 
 namespace XfsWin.Volume;
