@@ -72,7 +72,7 @@ public sealed partial class XfsVolume : IDisposable
     public static XfsVolume Open(string source, VolumeOpenOptions? options = null)
     {
         options ??= new VolumeOpenOptions();
-        // In-place log replay is the one thing that writes before the write path exists.
+        // In-place log replay is the one thing that writes before the write path exists; the write gate decides whether it may.
         var device = PartitionSpec.Open(source, options.Partition, writable: options.Replay == LogReplayMode.InPlace);
         try
         {
@@ -88,10 +88,11 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>Opens a volume on a device the caller owns (it is disposed with the volume when <paramref name="ownsDevice"/>).</summary>
     public static XfsVolume Open(IBlockDevice device, VolumeOpenOptions? options = null, bool ownsDevice = true)
     {
+        ArgumentNullException.ThrowIfNull(device);
         options ??= new VolumeOpenOptions();
-        var sector = new byte[Math.Max(512, Math.Min(device.SectorSize, 4096))];
         if (device.Length < 512)
             throw new XfsException(XfsError.NotXfs, $"the source is only {device.Length} bytes: not an XFS volume");
+        var sector = new byte[Math.Max(512, Math.Min(device.SectorSize, 4096))];
         device.Read(0, sector.AsSpan(0, Math.Min(sector.Length, (int)Math.Min(device.Length, sector.Length))));
         var view = new SuperblockView(sector);
         if (view.MagicNumber != SuperblockView.Magic)
@@ -104,7 +105,34 @@ public sealed partial class XfsVolume : IDisposable
         var check = Superblock.Verify(sector);
         if (!check.IsOk) throw new XfsCorruptionException("primary superblock", 0, check.ToString());
         var sb = Superblock.Decode(sector);
+        CheckReadable(sb, device.Length);
 
+        var warnings = new List<string>();
+        var readOnly = new List<string> { "the write path is not available yet: every open is read-only" };
+        if (options.Writable)
+        {
+            // What a read-write open would be refused for, by name, from the one list the write gate keeps.
+            var refusal = WriteGate.Check(sector, WritePurpose.Modify);
+            if (refusal is not null) readOnly.Add(refusal.Message);
+        }
+
+        var (effective, recovery) = PrepareLog(device, sb, options, warnings);
+        if (recovery.State is LogState.ReplayedInMemory or LogState.ReplayedInPlace)
+        {
+            // The log may have changed the geometry (a logged grow): from here on only the replayed superblock counts.
+            sb = LogRecovery.ReadReplayedSuperblock(effective);
+            CheckReadable(sb, effective.Length);
+        }
+        if (sb.RtBlocks > 0) warnings.Add($"the volume has a realtime section ({sb.RtBlocks} blocks) on another device; files stored there cannot be read");
+        if (sb.HasAsciiCi) warnings.Add("ascii-ci (case-insensitive names) volume");
+        var mount = new MountContext(effective, sb, options.MetadataCacheBytes);
+        var summary = AgSummary.Read(mount, warnings);
+        return new XfsVolume(device, ownsDevice, mount, summary, recovery, warnings, readOnly);
+    }
+
+    /// <summary>Refuses to read volumes whose contents this build could show wrongly.</summary>
+    private static void CheckReadable(Superblock sb, long deviceLength)
+    {
         uint unknownIncompat = sb.Incompat & ~SuperblockFeatures.IncompatKnown;
         if (unknownIncompat != 0)
         {
@@ -120,18 +148,8 @@ public sealed partial class XfsVolume : IDisposable
         if (sb.InodeSize > (int)sb.BlockSize)
             throw new XfsException(XfsError.Unsupported, "inodes larger than a block are not supported.");
         long needed = (long)(sb.DataBlocks << sb.BlockLog);
-        if (device.Length < needed)
-            throw new XfsException(XfsError.IoError, $"the source holds {device.Length} bytes but the volume is {needed} bytes: the image is truncated. Copy the whole disk or partition.");
-
-        var warnings = new List<string>();
-        var readOnly = new List<string> { "the write path is not available yet: every open is read-only" };
-        if (sb.RtBlocks > 0) warnings.Add($"the volume has a realtime section ({sb.RtBlocks} blocks) on another device; files stored there cannot be read");
-        if (sb.HasAsciiCi) warnings.Add("ascii-ci (case-insensitive names) volume");
-
-        var (effective, recovery) = PrepareLog(device, sb, options, warnings);
-        var mount = new MountContext(effective, sb, options.MetadataCacheBytes);
-        var summary = AgSummary.Read(mount, warnings);
-        return new XfsVolume(device, ownsDevice, mount, summary, recovery, warnings, readOnly);
+        if (deviceLength < needed)
+            throw new XfsException(XfsError.IoError, $"the source holds {deviceLength} bytes but the volume is {needed} bytes: the image is truncated. Copy the whole disk or partition.");
     }
 
     public VolumeInfo Info => _info;
