@@ -131,11 +131,14 @@ public static class LogRecovery
     public static Superblock ReadReplayedSuperblock(IBlockDevice device)
     {
         ArgumentNullException.ThrowIfNull(device);
-        var probe = new byte[512];
-        device.Read(0, probe);
-        int size = new SuperblockView(probe).SectSize;
-        var sector = size is >= 512 and <= 32768 && (size & (size - 1)) == 0 ? new byte[size] : probe;
-        if (sector.Length != probe.Length) device.Read(0, sector);
+        var sector = new byte[512];
+        device.Read(0, sector);
+        int size = new SuperblockView(sector).SectSize;
+        if (size is > 512 and <= 32768 && (size & (size - 1)) == 0)
+        {
+            sector = new byte[size];
+            device.Read(0, sector);
+        }
         var check = Superblock.Verify(sector);
         if (!check.IsOk) throw new XfsCorruptionException("primary superblock after log replay", 0, check.ToString());
         return Superblock.Decode(sector);

@@ -477,7 +477,8 @@ public sealed class KernelLogReplayTests : IDisposable
     public void KernelReplayedVolumeHasACleanLog()
     {
         var s = DirtyLogScenarios.Ensure("crash");
-        using var data = FileBlockDevice.Open(s.KernelImage, writable: false);
+        string copy = DirtyLogScenarios.Copy(s.KernelImage, _tmp, "kernel-replayed.img");
+        using var data = FileBlockDevice.Open(copy, writable: true);
         var result = Recover(s, data, null, LogReplayMode.InPlace);
         Assert.Equal(LogState.Clean, result.State);
         Assert.Equal(0, result.TransactionsReplayed);
