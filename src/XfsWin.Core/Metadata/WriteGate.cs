@@ -179,6 +179,9 @@ public sealed class WriteAccess : IDisposable
     public Superblock Superblock { get; }
     public WritePurpose Purpose { get; }
 
+    /// <summary>Corruption the writers found on this volume (the first is kept), as a mounted volume's health records it.</summary>
+    public VolumeHealth Health { get; } = new();
+
     public void Dispose()
     {
         if (!_ownsDevices) return;

@@ -19,6 +19,20 @@ public static class InPlaceRecovery
     public static LogRecoveryResult Run(WriteAccess access, IProgress<double>? progress = null)
     {
         ArgumentNullException.ThrowIfNull(access);
+        try
+        {
+            return RunCore(access, progress);
+        }
+        catch (XfsCorruptionException e)
+        {
+            // Corruption the replay or the editors found is recorded as the read side records it (structure and daddr named).
+            access.Health.Record(e);
+            throw;
+        }
+    }
+
+    private static LogRecoveryResult RunCore(WriteAccess access, IProgress<double>? progress)
+    {
         if (access.Purpose != WritePurpose.LogRecovery)
             throw new ArgumentException("the write access was granted for another purpose than log recovery", nameof(access));
         var replay = LogRecovery.BeginInPlace(access, progress);

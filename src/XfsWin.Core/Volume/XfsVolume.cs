@@ -169,6 +169,7 @@ public sealed partial class XfsVolume : IDisposable
 
     public InodeAttributes GetAttributes(ulong inode)
     {
+        ThrowIfDisposed();
         try
         {
             return _inodes.Get(inode).Attributes;
@@ -182,6 +183,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>Looks a name up in a directory by hash (not by scanning). False when absent.</summary>
     public bool TryLookup(ulong directoryInode, ReadOnlySpan<byte> name, out ulong inode)
     {
+        ThrowIfDisposed();
         if (name.Length > 255) throw new XfsException(XfsError.NameTooLong, "names are at most 255 bytes in XFS");
         try
         {
@@ -280,6 +282,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>Resolves a '/'-separated path from the root. Symlinks in the middle are followed (within the volume); the last one only when asked.</summary>
     public ulong ResolvePath(string path, bool followFinalSymlink = false)
     {
+        ThrowIfDisposed();
         ArgumentNullException.ThrowIfNull(path);
         try
         {
@@ -337,6 +340,7 @@ public sealed partial class XfsVolume : IDisposable
     public void ReadDirectory<TVisitor>(ulong directoryInode, long cookie, ref TVisitor visitor)
         where TVisitor : IDirectoryVisitor
     {
+        ThrowIfDisposed();
         try
         {
             _directories.Enumerate(_inodes.Get(directoryInode), cookie, ref visitor);
@@ -374,6 +378,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>Reads file data at <paramref name="offset"/>; returns bytes read (0 at or past EOF). Holes and unwritten extents read as zeros.</summary>
     public int Read(ulong inode, long offset, Span<byte> destination)
     {
+        ThrowIfDisposed();
         try
         {
             return ReadCore(inode, offset, destination);
@@ -404,6 +409,7 @@ public sealed partial class XfsVolume : IDisposable
 
     public async ValueTask<int> ReadAsync(ulong inode, long offset, Memory<byte> destination, CancellationToken cancellationToken = default)
     {
+        ThrowIfDisposed();
         try
         {
             return await ReadAsyncCore(inode, offset, destination, cancellationToken).ConfigureAwait(false);
@@ -440,6 +446,7 @@ public sealed partial class XfsVolume : IDisposable
     /// </summary>
     public bool TrySeekDataOrHole(ulong inode, long offset, bool data, out long result)
     {
+        ThrowIfDisposed();
         try
         {
             return TrySeekCore(inode, offset, data, out result);
@@ -519,6 +526,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>The target of a symlink, as stored (bytes, not NUL-terminated).</summary>
     public byte[] ReadLink(ulong inode)
     {
+        ThrowIfDisposed();
         try
         {
             return SymlinkReader.Read(_mount, _inodes.Get(inode));
@@ -532,6 +540,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>Extended attributes of an inode, parent pointers excluded unless asked.</summary>
     public IReadOnlyList<XattrEntry> ListXattrs(ulong inode, bool includeParentPointers = false)
     {
+        ThrowIfDisposed();
         try
         {
             return _attributes.List(_inodes.Get(inode), includeParentPointers);
@@ -545,6 +554,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>Value of one extended attribute; false when absent.</summary>
     public bool TryGetXattr(ulong inode, XattrNamespace ns, ReadOnlySpan<byte> name, out byte[] value)
     {
+        ThrowIfDisposed();
         try
         {
             return _attributes.TryGet(_inodes.Get(inode), ns, name, out value);
@@ -556,12 +566,18 @@ public sealed partial class XfsVolume : IDisposable
     }
 
     /// <summary>
-    /// Exceptions that can only come from metadata shaped in a way no verifier anticipated. They are
-    /// turned into corruption errors (the volume goes unhealthy) instead of escaping as crashes.
+    /// Exceptions that only metadata shaped in a way no verifier anticipated can provoke (an index, length or
+    /// count read from disk that is out of range). They are turned into corruption errors (the volume goes
+    /// unhealthy) instead of escaping as crashes. Anything else is not the disk's fault: our own bugs
+    /// (<see cref="InvalidOperationException"/>, <see cref="NullReferenceException"/>, ...), use after
+    /// <see cref="Dispose"/> and exceptions thrown by a caller's visitor surface as what they are, with the
+    /// volume's health untouched.
     /// </summary>
     private static bool IsMalformedData(Exception e) =>
-        e is IndexOutOfRangeException or ArgumentOutOfRangeException or OverflowException or InvalidOperationException
+        e is IndexOutOfRangeException or ArgumentOutOfRangeException or OverflowException
             or ArgumentException and not ArgumentNullException;
+
+    private void ThrowIfDisposed() => ObjectDisposedException.ThrowIf(Volatile.Read(ref _disposed) != 0, this);
 
     private XfsCorruptionException Malformed(Exception e, ulong inode) =>
         _mount.Corrupt($"metadata reached from inode {inode}", 0, $"malformed structure ({e.GetType().Name}: {e.Message})");
@@ -569,6 +585,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>statfs(2) figures, computed as the Linux kernel reports them (xfs_fs_statfs).</summary>
     public FileSystemStats GetStats()
     {
+        ThrowIfDisposed();
         var sb = _mount.Superblock;
         ulong logBlocks = sb.LogStart != 0 ? sb.LogBlocks : 0;
         ulong total = sb.DataBlocks - logBlocks;
