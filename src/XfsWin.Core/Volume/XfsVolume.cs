@@ -109,12 +109,9 @@ public sealed partial class XfsVolume : IDisposable
 
         var warnings = new List<string>();
         var readOnly = new List<string> { "the write path is not available yet: every open is read-only" };
-        if (options.Writable)
-        {
-            // What a read-write open would be refused for, by name, from the one list the write gate keeps.
-            var refusal = WriteGate.Check(sector, WritePurpose.Modify);
-            if (refusal is not null) readOnly.Add(refusal.Message);
-        }
+        // What writing would be refused for, by name, from the one list the write gate keeps (`xfswin info` shows it).
+        var refusal = WriteGate.Check(sector, WritePurpose.Modify);
+        if (refusal is not null) readOnly.Add(refusal.Message);
 
         var (effective, recovery) = PrepareLog(device, sb, options, warnings);
         if (recovery.State is LogState.ReplayedInMemory or LogState.ReplayedInPlace)
