@@ -1,5 +1,7 @@
 using System.Text;
 using BenchmarkDotNet.Attributes;
+using XfsWin.Directories;
+using XfsWin.Format;
 using XfsWin.Volume;
 
 namespace XfsWin.Benchmarks;

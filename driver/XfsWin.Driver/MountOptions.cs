@@ -1,5 +1,6 @@
 using System.Globalization;
 using XfsWin.Driver.Semantics;
+using XfsWin.Journal;
 using XfsWin.Volume;
 
 namespace XfsWin.Driver;

@@ -1,3 +1,5 @@
+using XfsWin.Format;
+using XfsWin.Inodes;
 using XfsWin.Volume;
 
 namespace XfsWin.Driver;

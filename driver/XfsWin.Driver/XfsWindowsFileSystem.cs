@@ -2,6 +2,9 @@ using XfsWin.Attributes;
 using System.Buffers.Binary;
 using System.Collections.Concurrent;
 using XfsWin.Driver.Semantics;
+using XfsWin.Directories;
+using XfsWin.Format;
+using XfsWin.Inodes;
 using XfsWin.Volume;
 
 namespace XfsWin.Driver;

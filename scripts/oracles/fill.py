@@ -10,6 +10,7 @@ Content is pseudo-random from fixed seeds, so two runs produce the same data.
 """
 import os
 import random
+import re
 import socket
 import stat
 import subprocess
@@ -34,6 +35,21 @@ def setx(path, name, value: bytes):
 
 def run(*args):
     subprocess.run(args, check=True)
+
+
+def extent_count(path, attr_fork=False):
+    """Extents of a fork as the kernel maps them (xfs_io bmap), holes not counted."""
+    out = subprocess.run(["xfs_io", "-r", "-c", "bmap -a" if attr_fork else "bmap", path],
+                         check=True, capture_output=True, text=True).stdout
+    return sum(1 for line in out.splitlines() if re.match(r"\s*\d+: \[\d+\.\.\d+\]: \d+\.\.\d+", line))
+
+
+def allocated_block(path, content: bytes):
+    """Writes and fsyncs a file, so its blocks are allocated now (not at writeback)."""
+    with open(path, "wb") as f:
+        f.write(content)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def fill(root: str, scale: str):
@@ -128,11 +144,24 @@ def fill(root: str, scale: str):
     write(p, b"node")
     for i in range(2000 if full else 600):
         setx(p, f"user.node-attribute-{i:05d}", f"value-{i}".encode() * (1 + i % 5))
+    # Remote values in at least two attribute-fork extents: the kernel allocates each value when it is set, and
+    # may put the second right after the first (one extent). A block taken by another file of the same directory
+    # (so of the same AG) between the two separates them; the result is checked, and the file made again until it
+    # holds two extents (the default image's tests rely on them; the small images only carry the values).
     p = j("xattrs", "remote")
-    write(p, b"remote")
-    setx(p, "user.remote-5000", data(50, 5000))
-    setx(p, "user.remote-64k", data(51, 65536))
-    setx(p, "user.local-small", b"small")
+    for attempt in range(32):
+        write(p, b"remote")
+        setx(p, "user.remote-5000", data(50, 5000))
+        filler = j("xattrs", f"filler-{attempt}")
+        allocated_block(filler, data(53, bs))
+        setx(p, "user.remote-64k", data(51, 65536))
+        setx(p, "user.local-small", b"small")
+        os.remove(filler)
+        if extent_count(p, attr_fork=True) >= 2 or not full:
+            break
+        os.remove(p)
+    else:
+        raise SystemExit("fill.py: /xattrs/remote: the kernel kept its remote values in one extent in 32 attempts")
     p = j("xattrs", "namespaces")
     write(p, b"ns")
     setx(p, "trusted.secret", b"trusted value")
@@ -193,10 +222,19 @@ def fill(root: str, scale: str):
     if full:
         # 100,000+ entries; created in the same AG as the fragmented file, so the directory's
         # blocks land in one-block holes and its data fork goes to btree format.
+        # A file inside the new directory has its inode, and so its blocks, in the directory's AG: written whole
+        # and punched every other block, it leaves one-block holes right where the directory's blocks go.
         big = j("extents", "big-dir")
         os.mkdir(big)
+        fragmenter = os.path.join(big, "fragmenter")
+        allocated_block(fragmenter, data(62, 8192 * bs))
+        run("xfs_io", *[a for b in range(1, 8192, 2) for a in ("-c", f"fpunch {b * bs} {bs}")], fragmenter)
         for i in range(100_000):
             open(os.path.join(big, f"e{i:06d}-{'n' * (i % 31)}"), "wb").close()
+        os.remove(fragmenter)
+        # An inode's data fork holds at most (inode size - core) / 16 extent records: with more, it is a btree.
+        if extent_count(big) <= 64:
+            raise SystemExit(f"fill.py: /extents/big-dir has only {extent_count(big)} extents: its fork is not a btree")
 
     # ---- owners and modes ----
     os.mkdir(j("owners"))

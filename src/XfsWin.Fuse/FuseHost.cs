@@ -3,6 +3,9 @@ using System.Diagnostics;
 using System.Runtime.InteropServices;
 using System.Text;
 using XfsWin.Fuse.Interop;
+using XfsWin.Directories;
+using XfsWin.Format;
+using XfsWin.Inodes;
 using XfsWin.Volume;
 
 namespace XfsWin.Fuse;

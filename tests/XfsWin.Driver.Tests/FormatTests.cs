@@ -50,12 +50,12 @@ public class FormatTests
     [Fact]
     public void SpecialFilesUseWslTags()
     {
-        Assert.Equal(0x80000024u, ReparseTags.ForFileType(Volume.XfsFileType.Fifo, true));
-        Assert.Equal(0x80000025u, ReparseTags.ForFileType(Volume.XfsFileType.CharacterDevice, true));
-        Assert.Equal(0x80000026u, ReparseTags.ForFileType(Volume.XfsFileType.BlockDevice, true));
-        Assert.Equal(0x80000023u, ReparseTags.ForFileType(Volume.XfsFileType.Socket, true));
-        Assert.Equal(0u, ReparseTags.ForFileType(Volume.XfsFileType.Fifo, false));
-        Assert.Equal(0u, ReparseTags.ForFileType(Volume.XfsFileType.RegularFile, true));
+        Assert.Equal(0x80000024u, ReparseTags.ForFileType(Format.XfsFileType.Fifo, true));
+        Assert.Equal(0x80000025u, ReparseTags.ForFileType(Format.XfsFileType.CharacterDevice, true));
+        Assert.Equal(0x80000026u, ReparseTags.ForFileType(Format.XfsFileType.BlockDevice, true));
+        Assert.Equal(0x80000023u, ReparseTags.ForFileType(Format.XfsFileType.Socket, true));
+        Assert.Equal(0u, ReparseTags.ForFileType(Format.XfsFileType.Fifo, false));
+        Assert.Equal(0u, ReparseTags.ForFileType(Format.XfsFileType.RegularFile, true));
         var b = new byte[8];
         Assert.Equal(8, ReparseData.WriteEmpty(b, ReparseTags.LxFifo));
         Assert.Equal(ReparseTags.LxFifo, BinaryPrimitives.ReadUInt32LittleEndian(b));

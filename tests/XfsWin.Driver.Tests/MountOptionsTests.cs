@@ -1,4 +1,5 @@
 using XfsWin.Driver.Semantics;
+using XfsWin.Journal;
 using XfsWin.Volume;
 
 namespace XfsWin.Driver.Tests;

@@ -36,7 +36,7 @@ public unsafe class ServiceTests
         Assert.Equal((@"C:\images\my disk.img", "X:"), (table[0].Source, table[0].MountPoint));
         Assert.True(table[0].Options.CaseInsensitive);
         Assert.Equal(1, table[1].Options.Partition);
-        Assert.Equal(Volume.LogReplayMode.InPlace, table[1].Options.Replay);
+        Assert.Equal(Journal.LogReplayMode.InPlace, table[1].Options.Replay);
         Assert.Equal(5, table[2].Line);
         var e = Assert.Throws<FormatException>(() => MountTable.Parse("a.img X: --nope"));
         Assert.Contains("line 1", e.Message);

@@ -1,4 +1,5 @@
 using XfsWin.Cli.Commands;
+using XfsWin.Journal;
 using XfsWin.Volume;
 
 namespace XfsWin.Fuse.Tests;

@@ -2,6 +2,8 @@ using System.Buffers;
 using System.Buffers.Binary;
 using System.Security.Cryptography;
 using System.Text;
+using XfsWin.Directories;
+using XfsWin.Format;
 using XfsWin.Volume;
 
 namespace XfsWin.TestSupport;

@@ -13,13 +13,13 @@ public static class ReparseTags
     public const uint LxBlockDevice = 0x80000026; // IO_REPARSE_TAG_LX_BLK
 
     /// <summary>The tag for a non-regular, non-directory XFS file; 0 for regular files and directories.</summary>
-    public static uint ForFileType(XfsWin.Volume.XfsFileType type, bool lxSpecialFiles) => type switch
+    public static uint ForFileType(XfsWin.Format.XfsFileType type, bool lxSpecialFiles) => type switch
     {
-        XfsWin.Volume.XfsFileType.Symlink => Symlink,
-        XfsWin.Volume.XfsFileType.Fifo when lxSpecialFiles => LxFifo,
-        XfsWin.Volume.XfsFileType.CharacterDevice when lxSpecialFiles => LxCharDevice,
-        XfsWin.Volume.XfsFileType.BlockDevice when lxSpecialFiles => LxBlockDevice,
-        XfsWin.Volume.XfsFileType.Socket when lxSpecialFiles => AfUnix,
+        XfsWin.Format.XfsFileType.Symlink => Symlink,
+        XfsWin.Format.XfsFileType.Fifo when lxSpecialFiles => LxFifo,
+        XfsWin.Format.XfsFileType.CharacterDevice when lxSpecialFiles => LxCharDevice,
+        XfsWin.Format.XfsFileType.BlockDevice when lxSpecialFiles => LxBlockDevice,
+        XfsWin.Format.XfsFileType.Socket when lxSpecialFiles => AfUnix,
         _ => 0,
     };
 }

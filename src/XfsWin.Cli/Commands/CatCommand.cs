@@ -1,5 +1,6 @@
 using System.CommandLine;
 using XfsWin.Cli.Output;
+using XfsWin.Format;
 using XfsWin.Volume;
 
 namespace XfsWin.Cli.Commands;

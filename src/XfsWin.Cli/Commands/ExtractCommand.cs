@@ -5,6 +5,9 @@ using System.Text;
 using Microsoft.Win32.SafeHandles;
 using XfsWin.Cli.Native;
 using XfsWin.Cli.Output;
+using XfsWin.Directories;
+using XfsWin.Format;
+using XfsWin.Inodes;
 using XfsWin.Volume;
 
 namespace XfsWin.Cli.Commands;

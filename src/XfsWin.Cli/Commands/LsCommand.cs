@@ -2,6 +2,8 @@ using System.CommandLine;
 using System.Text;
 using System.Text.Json;
 using XfsWin.Cli.Output;
+using XfsWin.Format;
+using XfsWin.Inodes;
 using XfsWin.Volume;
 
 namespace XfsWin.Cli.Commands;

@@ -3,6 +3,7 @@ using System.Globalization;
 using System.Runtime.InteropServices;
 using XfsWin.Cli.Native;
 using XfsWin.Fuse;
+using XfsWin.Journal;
 using XfsWin.Volume;
 
 namespace XfsWin.Cli.Commands;

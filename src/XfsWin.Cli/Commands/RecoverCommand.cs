@@ -2,6 +2,7 @@ using XfsWin.Device;
 using XfsWin.Format;
 using XfsWin.Inodes;
 using XfsWin.Journal;
+using XfsWin.Metadata;
 using XfsWin.Volume;
 
 namespace XfsWin.Cli.Commands;
@@ -69,8 +70,26 @@ public static class RecoverCommand
 
         try
         {
-            using var data = PartitionSpec.Open(source, partition, writable: !dryRun);
-            using var log = logSource is null ? null : FileBlockDevice.Open(logSource, writable: !dryRun);
+            if (!dryRun)
+            {
+                // Everything that writes passes the write gate first: it refuses NEEDSREPAIR, unknown features and V4
+                // volumes before a byte is written.
+                using var access = WriteGate.Open(source, partition, logSource, WritePurpose.LogRecovery);
+                if (access.Superblock.LogStart == 0 && access.Log is null)
+                {
+                    stderr.WriteLine($"xfswin recover: {source} has an external log; give it with --log-device LOGDEV. Nothing was written.");
+                    return 2;
+                }
+                var recovered = RunWithProgress(stderr, "recovering", progress => InPlaceRecovery.Run(access, progress));
+                Report(stdout, recovered);
+                stdout.WriteLine(recovered.State == LogState.Clean
+                    ? "The log is clean: there is nothing to recover."
+                    : "Recovered: the replayed metadata is on the device and the log is marked clean; Linux will mount it without recovery.");
+                return 0;
+            }
+
+            using var data = PartitionSpec.Open(source, partition, writable: false);
+            using var log = logSource is null ? null : PartitionSpec.Open(logSource, null, writable: false);
             var sector = new byte[Math.Max(4096, data.SectorSize)];
             data.Read(0, sector);
             var check = Superblock.Verify(sector);
@@ -85,50 +104,41 @@ public static class RecoverCommand
                 stderr.WriteLine($"xfswin recover: {source} has an external log; give it with --log-device LOGDEV. Nothing was written.");
                 return 2;
             }
-
-            bool interactive = ReferenceEquals(stderr, Console.Error) && !Console.IsErrorRedirected;
-            var progress = new ConsoleProgress(stderr, dryRun ? "replaying log in memory" : "recovering", interactive);
-            LogRecoveryResult result;
-            try
+            // A dry run says up front what the write gate would refuse.
+            var refusal = WriteGate.Check(sector, WritePurpose.LogRecovery);
+            if (refusal is not null)
             {
-                result = LogRecovery.Recover(data, log, sb, dryRun ? LogReplayMode.Memory : LogReplayMode.InPlace, progress);
+                stderr.WriteLine($"xfswin recover: recovery would be refused: {refusal.Message}");
+                return 1;
             }
-            finally
-            {
-                progress.Finish();
-            }
+            var result = RunWithProgress(stderr, "replaying log in memory", progress => LogRecovery.Recover(data, log, sb, LogReplayMode.Memory, progress));
             Report(stdout, result);
             if (result.State == LogState.Clean)
             {
                 stdout.WriteLine("The log is clean: there is nothing to recover.");
                 return 0;
             }
-            if (dryRun)
+            // Unlinked inodes block in-place recovery only when freeing them would be refused: try it on a throwaway overlay.
+            string? unlinkedRefusal = null;
+            if (result.UnlinkedInodes > 0)
             {
-                // Unlinked inodes block in-place recovery only when freeing them would be refused: try it on a throwaway overlay.
-                string? unlinkedRefusal = null;
-                if (result.UnlinkedInodes > 0)
+                try
                 {
-                    try
-                    {
-                        UnlinkedInodeFreeing.FreeAll(new OverlayDevice(result.Device), sb);
-                    }
-                    catch (XfsException e) when (e.Error == XfsError.Unsupported)
-                    {
-                        unlinkedRefusal = e.Message;
-                        stdout.WriteLine($"unlinked:      freeing them in place would be refused: {e.Message}");
-                    }
+                    UnlinkedInodeFreeing.FreeAll(new OverlayDevice(result.Device), LogRecovery.ReadReplayedSuperblock(result.Device));
                 }
-                bool blocked = result.UnfinishedIntents.Count > 0 || unlinkedRefusal is not null;
-                long bytes = result.Device is OverlayDevice o ? o.DirtyBytes : 0;
-                stdout.WriteLine(blocked
-                    ? "Dry run: in-place recovery would be refused (see above): mount the volume once with Linux instead. Nothing was written."
-                    : $"Dry run: recovery would write {bytes / 1024} KiB of metadata and mark the log clean. Nothing was written.");
-                (result.Device as IDisposable)?.Dispose();
-                return blocked ? 3 : 0;
+                catch (XfsException e) when (e.Error == XfsError.Unsupported)
+                {
+                    unlinkedRefusal = e.Message;
+                    stdout.WriteLine($"unlinked:      freeing them in place would be refused: {e.Message}");
+                }
             }
-            stdout.WriteLine("Recovered: the replayed metadata is on the device and the log is marked clean; Linux will mount it without recovery.");
-            return 0;
+            bool blocked = result.UnfinishedIntents.Count > 0 || unlinkedRefusal is not null;
+            long bytes = result.Device is OverlayDevice o ? o.DirtyBytes : 0;
+            stdout.WriteLine(blocked
+                ? "Dry run: in-place recovery would be refused (see above): mount the volume once with Linux instead. Nothing was written."
+                : $"Dry run: recovery would write {bytes / 1024} KiB of metadata and mark the log clean. Nothing was written.");
+            (result.Device as IDisposable)?.Dispose();
+            return blocked ? 3 : 0;
         }
         catch (XfsException ex)
         {
@@ -144,6 +154,20 @@ public static class RecoverCommand
         {
             stderr.WriteLine($"xfswin recover: {ex.Message} (recovery writes to the device: run as administrator/root, or use --dry-run)");
             return 1;
+        }
+    }
+
+    private static LogRecoveryResult RunWithProgress(TextWriter stderr, string label, Func<IProgress<double>, LogRecoveryResult> recover)
+    {
+        bool interactive = ReferenceEquals(stderr, Console.Error) && !Console.IsErrorRedirected;
+        var progress = new ConsoleProgress(stderr, label, interactive);
+        try
+        {
+            return recover(progress);
+        }
+        finally
+        {
+            progress.Finish();
         }
     }
 

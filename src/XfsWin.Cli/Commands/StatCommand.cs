@@ -2,6 +2,7 @@ using XfsWin.Attributes;
 using System.CommandLine;
 using System.Text.Json;
 using XfsWin.Cli.Output;
+using XfsWin.Format;
 using XfsWin.Volume;
 
 namespace XfsWin.Cli.Commands;

@@ -1,4 +1,5 @@
 using System.Text;
+using XfsWin.Format;
 using XfsWin.Volume;
 
 namespace XfsWin.Cli.Output;

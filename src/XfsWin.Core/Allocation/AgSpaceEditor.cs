@@ -40,12 +40,12 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         _agf = new byte[sb.SectorSize];
         device.Read(_agfOffset, _agf);
         if (BinaryPrimitives.ReadUInt32BigEndian(_agf) != AgfView.Magic || !XfsCrc.Verify(_agf, AgfView.OffCrc))
-            throw new XfsException(XfsError.Corrupt, $"AGF of AG {agno} fails verification");
+            throw new XfsCorruptionException($"AGF of AG {agno}", _agfOffset, "bad magic or CRC");
         _agflOffset = sb.AgBlockToByte(agno, 0) + 3L * sb.SectorSize;
         _agfl = new byte[sb.SectorSize];
         device.Read(_agflOffset, _agfl);
         if (BinaryPrimitives.ReadUInt32BigEndian(_agfl) != AgflLayout.Magic || !XfsCrc.Verify(_agfl, AgflLayout.OffCrc))
-            throw new XfsException(XfsError.Corrupt, $"AGFL of AG {agno} fails verification");
+            throw new XfsCorruptionException($"AGFL of AG {agno}", _agflOffset, "bad magic or CRC");
         _agflSlots = (sb.SectorSize - AgflLayout.SizeV5) / 4;
     }
 
@@ -79,10 +79,10 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         if (count == 0)
             throw new XfsException(XfsError.Unsupported, $"the free list of AG {_agno} is empty, and a {kind} block must split");
         uint first = AgfU32(AgfView.OffFlfirst);
-        if (first >= _agflSlots) throw new XfsException(XfsError.Corrupt, $"AGF of AG {_agno}: flfirst {first} is outside the free list");
+        if (first >= _agflSlots) throw new XfsCorruptionException($"AGF of AG {_agno}", _agfOffset, $"flfirst {first} is outside the free list");
         uint bno = BinaryPrimitives.ReadUInt32BigEndian(_agfl.AsSpan(AgflLayout.OffBno + 4 * (int)first));
         if (bno == 0 || bno >= AgfU32(AgfView.OffLength))
-            throw new XfsException(XfsError.Corrupt, $"AGFL of AG {_agno}: slot {first} holds block {bno}, outside the AG");
+            throw new XfsCorruptionException($"AGFL of AG {_agno}", _agflOffset, $"slot {first} holds block {bno}, outside the AG");
         SetAgfU32(AgfView.OffFlfirst, (first + 1) % (uint)_agflSlots);
         SetAgfU32(AgfView.OffFlcount, count - 1);
         SetAgfU32(AgfView.OffBtreeblks, AgfU32(AgfView.OffBtreeblks) + 1);
@@ -126,7 +126,7 @@ public sealed class AgSpaceEditor : IAgBtreeHost
     public void FreeExtent(uint agbno, uint length)
     {
         if (length == 0 || agbno == 0 || (ulong)agbno + length > AgfU32(AgfView.OffLength))
-            throw new XfsException(XfsError.Corrupt, $"AG {_agno}: cannot free blocks {agbno}+{length}: outside the AG");
+            throw new XfsCorruptionException($"free space of AG {_agno} (AGF)", _agfOffset, $"cannot free blocks {agbno}+{length}: outside the AG");
         EnsureFreeList();
         var byBlock = ByBlock;
         Span<byte> key = stackalloc byte[8];
@@ -140,7 +140,7 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         {
             var r = Decode(byBlock.RecordAt(at));
             if ((ulong)r.Start + r.Length > agbno)
-                throw new XfsException(XfsError.Corrupt, $"AG {_agno}: blocks {agbno}+{length} are already free (bnobt record {r.Start}+{r.Length})");
+                throw new XfsCorruptionException($"free space btree of AG {_agno} (AGF)", _agfOffset, $"blocks {agbno}+{length} are already free (bnobt record {r.Start}+{r.Length})");
             if (r.Start + r.Length == agbno) left = r;
         }
         var next = byBlock.RecordAfter(at); // with no record at or before agbno: the first record
@@ -148,7 +148,7 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         {
             var r = Decode(next);
             if (r.Start < end)
-                throw new XfsException(XfsError.Corrupt, $"AG {_agno}: blocks {agbno}+{length} overlap free space (bnobt record {r.Start}+{r.Length})");
+                throw new XfsCorruptionException($"free space btree of AG {_agno} (AGF)", _agfOffset, $"blocks {agbno}+{length} overlap free space (bnobt record {r.Start}+{r.Length})");
             if (r.Start == end) right = r;
         }
 
@@ -287,7 +287,7 @@ public sealed class AgSpaceEditor : IAgBtreeHost
                     SetAgfU32(AgfView.OffFlcount, AgfU32(AgfView.OffFlcount) + 1);
                 }
             }
-            throw new XfsException(XfsError.Corrupt, $"AG {_agno}: the free list does not fill up to its minimum");
+            throw new XfsCorruptionException($"AGF of AG {_agno}", _agfOffset, "the free list does not fill up to its minimum");
         }
         finally
         {
@@ -349,7 +349,7 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         static uint Start(byte[] r) => BinaryPrimitives.ReadUInt32BigEndian(r);
         static uint Count(byte[] r) => BinaryPrimitives.ReadUInt32BigEndian(r.AsSpan(4));
         if (left is not null && (ulong)Start(left) + Count(left) > agbno)
-            throw new XfsException(XfsError.Corrupt, $"AG {_agno}: free blocks {agbno}+{length} already have a reverse mapping");
+            throw new XfsCorruptionException($"reverse mapping btree of AG {_agno} (AGF)", _agfOffset, $"free blocks {agbno}+{length} already have a reverse mapping");
         bool mergeLeft = IsAg(left) && Start(left!) + Count(left!) == agbno;
         bool mergeRight = IsAg(right) && Start(right!) == agbno + length;
         var record = new byte[24];
@@ -420,14 +420,14 @@ public sealed class AgSpaceEditor : IAgBtreeHost
             BinaryPrimitives.WriteUInt32BigEndian(key, start);
             var pos = tree.FindLessOrEqual(key);
             if (pos.LeafIndex < 0 || !tree.RecordAt(pos).AsSpan().SequenceEqual(last))
-                throw new XfsException(XfsError.Corrupt, $"{tree.Name} of AG {_agno}: its last record cannot be found again");
+                throw new XfsCorruptionException($"{tree.Name} of AG {_agno} (AGF)", _agfOffset, "its last record cannot be found again");
             tree.Delete(pos);
             UnmapReverse(start & ~RefcountRecord.CowFlag, length, RmapRecord.OwnCow, 0, 0);
             FreeExtent(start & ~RefcountRecord.CowFlag, length);
             BlocksFreed -= length; // staging blocks, not a file's
             removed++;
         }
-        throw new XfsException(XfsError.Corrupt, $"AG {_agno}: the CoW staging records do not run out");
+        throw new XfsCorruptionException($"refcount btree of AG {_agno} (AGF)", _agfOffset, "the CoW staging records do not run out");
     }
 
     private AgBtreeEditor RefCounts => new(_device, _sb, _agno, AgBtreeKind.RefCount, AgfU32(AgfView.OffRefcountRoot), (int)AgfU32(AgfView.OffRefcountLevel), this);
@@ -441,12 +441,12 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         _device.Write(_agfOffset, _agf);
     }
 
-    private XfsException NoMapping(uint agbno, uint length, ulong owner) =>
-        new(XfsError.Corrupt, $"AG {_agno}: the reverse mapping btree has no record for blocks {agbno}+{length} of owner {owner}");
+    private XfsCorruptionException NoMapping(uint agbno, uint length, ulong owner) =>
+        new($"reverse mapping btree of AG {_agno} (AGF)", _agfOffset, $"no record for blocks {agbno}+{length} of owner {owner}");
 
-    private static void Delete(AgBtreeEditor tree, uint start, uint length) => tree.Delete(Exact(tree, start, length));
+    private void Delete(AgBtreeEditor tree, uint start, uint length) => tree.Delete(Exact(tree, start, length));
 
-    private static void Replace(AgBtreeEditor tree, uint start, uint length, uint newStart, uint newLength)
+    private void Replace(AgBtreeEditor tree, uint start, uint length, uint newStart, uint newLength)
     {
         var pos = Exact(tree, start, length);
         Span<byte> rec = stackalloc byte[8];
@@ -454,13 +454,13 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         tree.Update(pos, rec);
     }
 
-    private static AgBtreeEditor.Position Exact(AgBtreeEditor tree, uint start, uint length)
+    private AgBtreeEditor.Position Exact(AgBtreeEditor tree, uint start, uint length)
     {
         Span<byte> key = stackalloc byte[8];
         Rec(key, start, length);
         var pos = tree.FindLessOrEqual(key);
         if (pos.LeafIndex < 0 || Decode(tree.RecordAt(pos)) != (start, length))
-            throw new XfsException(XfsError.Corrupt, $"{tree.Name}: no record for free extent {start}+{length}");
+            throw new XfsCorruptionException($"{tree.Name} of AG {_agno} (AGF)", _agfOffset, $"no record for free extent {start}+{length}");
         return pos;
     }
 

@@ -4,7 +4,6 @@ using XfsWin.Extents;
 using XfsWin.Format;
 using XfsWin.Inodes;
 using XfsWin.Metadata;
-using XfsWin.Volume;
 
 namespace XfsWin.Attributes;
 

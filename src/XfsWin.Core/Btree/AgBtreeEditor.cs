@@ -606,7 +606,10 @@ public sealed class AgBtreeEditor
     private int PointerBase => HeaderSize + NodeMax * NodeEntryKeys;
     private uint NodePointer(byte[] node, int i) => BinaryPrimitives.ReadUInt32BigEndian(node.AsSpan(PointerBase + i * 4));
 
-    private XfsException Corrupt(uint agbno, string problem) =>
-        new(XfsError.Corrupt, $"{Name} of AG {_agno}" + (agbno != 0 ? $", block {agbno}" : "") + $": {problem}");
+    /// <summary>Corruption of this tree: at <paramref name="agbno"/>, or (0) of the tree as a whole, named at its AG header.</summary>
+    private XfsCorruptionException Corrupt(uint agbno, string problem) =>
+        new($"{Name} of AG {_agno}" + (agbno != 0 ? $", block {agbno}" : " (AG header)"),
+            agbno != 0 ? _sb.AgBlockToByte(_agno, agbno) : _sb.AgBlockToByte(_agno, 0) + (_kind is AgBtreeKind.Inodes or AgBtreeKind.FreeInodes ? 2L : 1L) * _sb.SectorSize,
+            problem);
 
 }

@@ -42,7 +42,7 @@ public sealed class ExtentMap
         if (_format == ForkFormat.Extents && _count * BmbtRecord.Size > (ulong)_forkSize)
             throw mount.Corrupt($"inode {inode.Number}", inode.ByteOffset, $"{_count} extents do not fit in the {_fork} fork ({_forkSize} bytes)");
         if (_format is not (ForkFormat.Extents or ForkFormat.Btree))
-            throw new InvalidOperationException($"{_fork} fork of inode {inode.Number} is not extent-mapped");
+            throw mount.Corrupt($"inode {inode.Number}", inode.ByteOffset, $"its {_fork} fork is read as a file's blocks but its format ({_format}) maps none");
     }
 
     /// <summary>

@@ -1,5 +1,4 @@
 using XfsWin.Format;
-using XfsWin.Volume;
 
 namespace XfsWin.Inodes;
 

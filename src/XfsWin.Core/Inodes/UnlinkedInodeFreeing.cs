@@ -43,7 +43,7 @@ public static class UnlinkedInodeFreeing
             var agi = new byte[sb.SectorSize];
             device.Read(agiOffset, agi);
             if (BinaryPrimitives.ReadUInt32BigEndian(agi) != AgiView.Magic || !XfsCrc.Verify(agi, AgiView.OffCrc))
-                throw new XfsException(XfsError.Corrupt, $"AGI of AG {ag} fails verification after replay");
+                throw new XfsCorruptionException($"AGI of AG {ag}", agiOffset, "bad magic or CRC after replay");
             var chain = UnlinkedChain(device, sb, ag, agi);
             if (chain.Count == 0) continue;
             var space = new AgSpaceEditor(device, sb, ag);
@@ -75,7 +75,7 @@ public static class UnlinkedInodeFreeing
             {
                 ulong ino = ((ulong)ag << sb.AgInoLog) | agino;
                 if (!sb.IsValidInode(ino) || !seen.Add(agino))
-                    throw new XfsException(XfsError.Corrupt, $"AGI of AG {ag}: unlinked bucket {b} leads to a bad or repeated inode ({agino})");
+                    throw new XfsCorruptionException($"AGI of AG {ag}", sb.AgBlockToByte(ag, 0) + 2L * sb.SectorSize, $"unlinked bucket {b} leads to a bad or repeated inode ({agino})");
                 inodes.Add(ino);
                 device.Read(sb.InodeToByte(ino), core);
                 agino = BinaryPrimitives.ReadUInt32BigEndian(core.AsSpan(DinodeView.OffNextUnlinked));
@@ -92,8 +92,8 @@ public static class UnlinkedInodeFreeing
         var d = new DinodeView(raw);
         if (BinaryPrimitives.ReadUInt16BigEndian(raw) != DinodeView.Magic || !XfsCrc.Verify(raw, DinodeView.OffCrc) ||
             BinaryPrimitives.ReadUInt64BigEndian(raw.AsSpan(DinodeView.OffIno)) != ino)
-            throw new XfsException(XfsError.Corrupt, $"inode {ino} on an unlinked list fails verification");
-        if (d.Mode == 0) throw new XfsException(XfsError.Corrupt, $"inode {ino} on an unlinked list is already free");
+            throw new XfsCorruptionException($"inode {ino} (on an unlinked list)", offset, "bad magic, CRC or inode number");
+        if (d.Mode == 0) throw new XfsCorruptionException($"inode {ino} (on an unlinked list)", offset, "it is already free");
         if (d.LinkCount != 0) throw new XfsException(XfsError.Unsupported, $"inode {ino} is on an unlinked list but still has {d.LinkCount} link(s)");
         if ((d.Flags & DinodeView.FlagRealtime) != 0)
             throw new XfsException(XfsError.Unsupported, $"unlinked inode {ino} is a realtime file; freeing realtime extents is not supported");
@@ -112,7 +112,7 @@ public static class UnlinkedInodeFreeing
         if (forkOffset != 0)
             blocksFreed += ReleaseFork(device, sb, ino, raw[DinodeView.OffAformat], attrFork, attrExtents, attrFork: true, spaces);
         if (blocksFreed != d.Nblocks)
-            throw new XfsException(XfsError.Corrupt, $"unlinked inode {ino} maps {blocksFreed} blocks but counts {d.Nblocks}");
+            throw new XfsCorruptionException($"inode {ino} (on an unlinked list)", sb.InodeToByte(ino), $"it maps {blocksFreed} blocks but counts {d.Nblocks}");
 
         MarkFree(device, sb, ino, agi, SpaceOf(device, sb, sb.InoToAgno(ino), spaces));
         ClearCore(raw, sb);
@@ -129,7 +129,7 @@ public static class UnlinkedInodeFreeing
         if (format == FormatExtents)
         {
             if (extentCount * BmbtRecord.Size > (ulong)fork.Length)
-                throw new XfsException(XfsError.Corrupt, $"inode {ino}: {extentCount} extents do not fit its fork");
+                throw new XfsCorruptionException($"inode {ino}", sb.InodeToByte(ino), $"{extentCount} extents do not fit its fork");
             for (int i = 0; i < (int)extentCount; i++) extents.Add(BmbtRecord.Decode(fork.Slice(i * BmbtRecord.Size, BmbtRecord.Size)));
         }
         else if (format == FormatBtree)
@@ -163,7 +163,7 @@ public static class UnlinkedInodeFreeing
         int numrecs = BinaryPrimitives.ReadUInt16BigEndian(root[2..]);
         int rootMax = (root.Length - BmdrBlockView.HeaderSize) / 16;
         if (level < 1 || numrecs < 1 || numrecs > rootMax)
-            throw new XfsException(XfsError.Corrupt, $"inode {ino}: bad extent btree root (level {level}, {numrecs} entries)");
+            throw new XfsCorruptionException($"inode {ino}", sb.InodeToByte(ino), $"bad extent btree root (level {level}, {numrecs} entries)");
         var pending = new List<(ulong Fsb, int Level)>();
         for (int i = 0; i < numrecs; i++)
             pending.Add((BinaryPrimitives.ReadUInt64BigEndian(root[(BmdrBlockView.HeaderSize + rootMax * 8 + i * 8)..]), level - 1));
@@ -174,16 +174,16 @@ public static class UnlinkedInodeFreeing
         {
             var (fsb, expect) = pending[k];
             if (!sb.IsValidFsb(fsb) || blocks.Count > 1_000_000)
-                throw new XfsException(XfsError.Corrupt, $"inode {ino}: extent btree pointer {fsb} is not a valid block");
+                throw new XfsCorruptionException($"extent btree of inode {ino}", sb.InodeToByte(ino), $"pointer {fsb} is not a valid block");
             blocks.Add(fsb);
             device.Read(sb.FsbToByte(fsb), block);
             if (BinaryPrimitives.ReadUInt32BigEndian(block) != BtreeMagic.BmapV5 || !XfsCrc.Verify(block, BtreeBlockView.LongOffCrc) ||
                 BinaryPrimitives.ReadUInt64BigEndian(block.AsSpan(BtreeBlockView.LongOffOwner)) != ino ||
                 BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(BtreeBlockView.OffLevel)) != expect)
-                throw new XfsException(XfsError.Corrupt, $"inode {ino}: extent btree block {fsb} fails verification");
+                throw new XfsCorruptionException($"extent btree block {fsb} of inode {ino}", sb.FsbToByte(fsb), "bad magic, CRC, owner or level");
             int n = BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(BtreeBlockView.OffNumrecs));
             if (n > (expect == 0 ? leafMax : nodeMax))
-                throw new XfsException(XfsError.Corrupt, $"inode {ino}: extent btree block {fsb} holds too many entries");
+                throw new XfsCorruptionException($"extent btree block {fsb} of inode {ino}", sb.FsbToByte(fsb), "more entries than fit");
             for (int i = 0; i < n; i++)
             {
                 if (expect == 0) extents.Add(BmbtRecord.Decode(block.AsSpan(BmbtLongHeader + i * BmbtRecord.Size, BmbtRecord.Size)));
@@ -206,12 +206,12 @@ public static class UnlinkedInodeFreeing
         Span<byte> key = stackalloc byte[InobtRecord.KeySize];
         BinaryPrimitives.WriteUInt32BigEndian(key, agino);
         var pos = inobt.FindLessOrEqual(key);
-        if (pos.LeafIndex < 0) throw new XfsException(XfsError.Corrupt, $"inode {ino}: no inode btree record holds it");
+        if (pos.LeafIndex < 0) throw new XfsCorruptionException($"inode btree of AG {ag} (AGI)", sb.AgBlockToByte(ag, 0) + 2L * sb.SectorSize, $"no record holds inode {ino}");
         var old = inobt.RecordAt(pos);
         var rec = InobtRecord.Decode(old, sb.HasSparseInodes);
         int index = (int)(agino - rec.StartIno);
         if (agino < rec.StartIno || index >= InobtRecord.InodesPerChunk || !rec.IsAllocated(index))
-            throw new XfsException(XfsError.Corrupt, $"inode {ino}: the inode btree does not record it as in use");
+            throw new XfsCorruptionException($"inode btree of AG {ag} (AGI)", sb.AgBlockToByte(ag, 0) + 2L * sb.SectorSize, $"inode {ino} is not recorded as in use");
         uint freeCount = rec.FreeCount + 1;
         bool chunkFree = freeCount >= rec.Count;
         var updated = (byte[])old.Clone();
@@ -234,7 +234,7 @@ public static class UnlinkedInodeFreeing
                 BinaryPrimitives.WriteUInt32BigEndian(key, rec.StartIno);
                 var at = finobt.FindLessOrEqual(key);
                 if (at.LeafIndex < 0 || !finobt.RecordAt(at).AsSpan().SequenceEqual(old))
-                    throw new XfsException(XfsError.Corrupt, $"inode {ino}: the free inode btree disagrees with the inode btree about chunk {rec.StartIno}");
+                    throw new XfsCorruptionException($"free inode btree of AG {ag} (AGI)", sb.AgBlockToByte(ag, 0) + 2L * sb.SectorSize, $"it disagrees with the inode btree about chunk {rec.StartIno} (inode {ino})");
                 if (chunkFree) finobt.Delete(at);
                 else finobt.Update(at, updated);
             }
@@ -344,7 +344,7 @@ public static class UnlinkedInodeFreeing
 
     private static (uint Ag, uint Agbno) Split(Superblock sb, ulong fsb, ulong ino)
     {
-        if (!sb.IsValidFsb(fsb)) throw new XfsException(XfsError.Corrupt, $"inode {ino} maps block {fsb}, outside the volume");
+        if (!sb.IsValidFsb(fsb)) throw new XfsCorruptionException($"inode {ino}", sb.InodeToByte(ino), $"it maps block {fsb}, outside the volume");
         return ((uint)(fsb >> sb.AgBlkLog), (uint)(fsb & ((1UL << sb.AgBlkLog) - 1)));
     }
 

@@ -1,18 +1,17 @@
-using XfsWin.Allocation;
-using XfsWin.Inodes;
 using System.Buffers.Binary;
 using XfsWin.Device;
 using XfsWin.Format;
-using XfsWin.Volume;
+using XfsWin.Metadata;
 
 namespace XfsWin.Journal;
 
 /// <summary>
-/// Log recovery: find the log's head and tail, replay every committed transaction into a
-/// copy-on-write overlay of the data device, then either keep the overlay (in-memory replay: the
-/// device is never written) or write it out and mark the log clean with an unmount record
-/// (in-place). Unfinished intents and unlinked-but-open inodes need the write path to finish; they
-/// are reported in memory and make in-place recovery refuse before anything is written.
+/// Log recovery: find the log's head and tail and replay every committed transaction into a
+/// copy-on-write overlay of the data device. <see cref="Recover"/> keeps the overlay (in-memory replay:
+/// the device is never written). <see cref="BeginInPlace"/> needs a <see cref="WriteAccess"/> from the
+/// write gate and returns an <see cref="InPlaceReplay"/> that writes the overlay out and marks the log
+/// clean with an unmount record; what the kernel does at mount after its replay (freeing unlinked inodes,
+/// removing CoW staging extents) is the Volume layer's to decide and compute.
 /// </summary>
 public static class LogRecovery
 {
@@ -24,12 +23,41 @@ public static class LogRecovery
     internal static LogRecoveryResult Recover(IBlockDevice dataDevice, IBlockDevice? externalLogDevice, Superblock sb, LogReplayMode mode,
         IProgress<double>? progress, bool honourQuotaOff)
     {
+        if (mode == LogReplayMode.InPlace)
+            throw new ArgumentException("in-place recovery writes to the device: it starts at the write gate (WriteGate, then LogRecovery.BeginInPlace)", nameof(mode));
+        var replay = Replay(dataDevice, externalLogDevice, sb, mode, progress, honourQuotaOff);
+        var result = replay.Result;
+        if (replay.Overlay is null) return result;
+        var warnings = (List<string>)result.Warnings;
+        if (result.UnlinkedInodes > 0)
+            warnings.Add($"{result.UnlinkedInodes} inode(s) were unlinked while open at the crash; they are hidden here (in-place recovery frees them, as Linux does at mount)");
+        if (replay.AgsWithLeftoverCow.Count > 0)
+            warnings.Add($"leftover copy-on-write staging extents in AG {string.Join(", ", replay.AgsWithLeftoverCow)}: they hold no file data (in-place recovery removes them, as Linux does at mount)");
+        result.State = LogState.ReplayedInMemory;
+        result.Device = replay.Overlay;
+        progress?.Report(1.0);
+        return result;
+    }
+
+    /// <summary>
+    /// Replays the log of the volume the gate admitted into memory, ready to be written in place by
+    /// <see cref="InPlaceReplay.WriteReplay"/>. Nothing is written here.
+    /// </summary>
+    public static InPlaceReplay BeginInPlace(WriteAccess access, IProgress<double>? progress = null)
+    {
+        ArgumentNullException.ThrowIfNull(access);
+        return Replay(access.Data, access.Log, access.Superblock, LogReplayMode.InPlace, progress, honourQuotaOff: true);
+    }
+
+    private static InPlaceReplay Replay(IBlockDevice dataDevice, IBlockDevice? externalLogDevice, Superblock sb, LogReplayMode mode,
+        IProgress<double>? progress, bool honourQuotaOff)
+    {
         var warnings = new List<string>();
         if (sb.LogStart == 0 && externalLogDevice is null)
         {
             warnings.Add("the log is on an external device that was not given; if Linux did not unmount cleanly, the view may be stale. " +
                          "Pass the log device to replay it.");
-            return new LogRecoveryResult { State = LogState.External, Device = dataDevice, Warnings = warnings };
+            return new InPlaceReplay(new LogRecoveryResult { State = LogState.External, Device = dataDevice, Warnings = warnings }, sb);
         }
         uint unknownLogIncompat = sb.LogIncompat & ~SuperblockFeatures.LogIncompatKnown;
         if (unknownLogIncompat != 0)
@@ -51,19 +79,17 @@ public static class LogRecovery
         {
             result.State = LogState.Clean;
             progress?.Report(1.0);
-            return result;
+            return new InPlaceReplay(result, sb);
         }
         if (mode == LogReplayMode.None)
         {
             warnings.Add("the log is dirty (Linux did not unmount cleanly) and was not replayed: recent changes are missing from this view");
             result.State = LogState.Dirty;
-            return result;
+            return new InPlaceReplay(result, sb);
         }
         // xlog_valid_lsn: metadata can never carry an LSN beyond the head of the log that wrote it.
         if (sb.IsV5 && sb.Lsn != 0 && sb.Lsn != ulong.MaxValue && sb.Lsn > pos.HeadLsn)
             throw new XfsCorruptionException("superblock", 0, $"its LSN {Lsn.Format(sb.Lsn)} is ahead of the log head {Lsn.Format(pos.HeadLsn)}");
-        if (mode == LogReplayMode.InPlace && (!dataDevice.CanWrite || (externalLogDevice is { CanWrite: false })))
-            throw new XfsException(XfsError.ReadOnly, "in-place log recovery needs the device opened for writing; open it read-write or use --replay=memory.");
 
         long distance = LogScanner.Distance(area.Blocks, pos.TailBlock, pos.HeadBlock);
         result.LogBytesReplayed = distance << LogArea.BBShift;
@@ -81,6 +107,10 @@ public static class LogRecovery
         overlay.DropCleanPages();
         warnings.AddRange(replayer.Warnings);
 
+        // The log may have changed the geometry (a grow is logged as a superblock buffer): everything after
+        // the replay works from the superblock the replay left, never from the one read before it.
+        var after = ReadReplayedSuperblock(overlay);
+
         result.TransactionsReplayed = replayer.TransactionsReplayed;
         result.QuotaAccounting = replayer.QuotaAccounting;
         result.DquotsReplayed = replayer.DquotsReplayed;
@@ -90,93 +120,32 @@ public static class LogRecovery
         result.IntentsLogged = replayer.IntentsLogged();
         result.IntentsFinished = replayer.IntentsFinished();
         result.UnfinishedIntents = replayer.UnfinishedIntents();
-        result.UnlinkedInodes = RecoveryChecks.CountUnlinkedInodes(overlay, sb, warnings);
-        var cowAgs = RecoveryChecks.AgsWithLeftoverCow(overlay, sb);
+        result.UnlinkedInodes = RecoveryChecks.CountUnlinkedInodes(overlay, after, warnings);
+        var cowAgs = RecoveryChecks.AgsWithLeftoverCow(overlay, after);
         foreach (var (kind, count) in result.UnfinishedIntents)
             warnings.Add($"{count} unfinished {kind} intent(s) in the log: Linux finishes them when it mounts the volume; XfsWin cannot finish them yet");
+        return new InPlaceReplay(result, after, overlay, cowAgs, area, pos, dataDevice);
+    }
 
-
-        if (mode == LogReplayMode.Memory)
+    /// <summary>The primary superblock as the replay left it, verified.</summary>
+    public static Superblock ReadReplayedSuperblock(IBlockDevice device)
+    {
+        ArgumentNullException.ThrowIfNull(device);
+        var sector = new byte[512];
+        device.Read(0, sector);
+        int size = new SuperblockView(sector).SectSize;
+        if (size is > 512 and <= 32768 && (size & (size - 1)) == 0)
         {
-            if (result.UnlinkedInodes > 0)
-                warnings.Add($"{result.UnlinkedInodes} inode(s) were unlinked while open at the crash; they are hidden here (in-place recovery frees them, as Linux does at mount)");
-            if (cowAgs.Count > 0)
-                warnings.Add($"leftover copy-on-write staging extents in AG {string.Join(", ", cowAgs)}: they hold no file data (in-place recovery removes them, as Linux does at mount)");
-            result.State = LogState.ReplayedInMemory;
-            result.Device = overlay;
-            progress?.Report(1.0);
-            return result;
+            sector = new byte[size];
+            device.Read(0, sector);
         }
-
-        // In place: refuse before writing anything if the kernel would have more to do.
-        var refusals = new List<string>();
-        if (result.UnfinishedIntents.Count > 0)
-            refusals.Add("unfinished intents (" + string.Join(", ", result.UnfinishedIntents.Select(kv => $"{kv.Value} {kv.Key}")) + ")");
-        // What the kernel does at mount after its replay (freeing unlinked inodes, removing CoW staging extents)
-        // goes into a second overlay on top of the replay, so that a refusal still leaves the disk untouched and
-        // the replay can be written out on its own first.
-        OverlayDevice? afterReplay = null;
-        if ((result.UnlinkedInodes > 0 || cowAgs.Count > 0) && refusals.Count == 0)
-        {
-            afterReplay = new OverlayDevice(overlay);
-            try
-            {
-                if (result.UnlinkedInodes > 0)
-                    result.UnlinkedInodesFreed = UnlinkedInodeFreeing.FreeAll(afterReplay, sb);
-            }
-            catch (XfsException e) when (e.Error == XfsError.Unsupported)
-            {
-                refusals.Add($"{result.UnlinkedInodes} unlinked-but-open inode(s) to free ({e.Message})");
-            }
-            try
-            {
-                foreach (var ag in cowAgs)
-                {
-                    var space = new AgSpaceEditor(afterReplay, sb, ag);
-                    result.CowStagingExtentsRemoved += space.RemoveCowStaging();
-                    space.Commit();
-                }
-            }
-            catch (XfsException e) when (e.Error == XfsError.Unsupported)
-            {
-                refusals.Add($"leftover copy-on-write staging extents to remove in AG {string.Join(", ", cowAgs)} ({e.Message})");
-            }
-        }
-        if (refusals.Count > 0)
-            throw new XfsException(XfsError.Unsupported,
-                "the log holds work that only the kernel's write path can finish: " + string.Join("; ", refusals) +
-                ". xfswin cannot finish them yet, so nothing was written. Mount the volume once with Linux (it replays and finishes them), or open it with --replay=memory.");
-
-        // The replay first: idempotent, so a crash while it is written out leaves the log dirty and replaying
-        // again finishes the job.
-        RebuildSummaryCounters(overlay, sb);
-        overlay.FlushTo(dataDevice, (done, total) => progress?.Report(0.9 + 0.06 * done / Math.Max(1, total)));
-        dataDevice.Flush();
-        LogWriter.WriteUnmountRecord(area, sb, pos);
-        area.Device.Flush();
-        if (afterReplay is not null)
-        {
-            // Then that work, which no log describes: fenced with NEEDSREPAIR, set on disk before its first
-            // write and cleared after its last, so a crash in between leaves a volume with a clean log that the
-            // kernel refuses to mount until xfs_repair (no log to zero) has finished the job.
-            RebuildSummaryCounters(afterReplay, sb);
-            SetNeedsRepair(dataDevice, afterReplay, sb.SectorSize, true);
-            afterReplay.FlushTo(dataDevice, (done, total) => progress?.Report(0.96 + 0.03 * done / Math.Max(1, total)));
-            dataDevice.Flush();
-            SetNeedsRepair(dataDevice, null, sb.SectorSize, false);
-            if (result.UnlinkedInodesFreed > 0)
-                warnings.Add($"freed {result.UnlinkedInodesFreed} inode(s) unlinked while open at the crash, as Linux does after its replay");
-            if (result.CowStagingExtentsRemoved > 0)
-                warnings.Add($"removed {result.CowStagingExtentsRemoved} leftover copy-on-write staging extent(s), as Linux does at mount");
-        }
-        result.State = LogState.ReplayedInPlace;
-        result.Device = dataDevice;
-        progress?.Report(1.0);
-        return result;
+        var check = Superblock.Verify(sector);
+        if (!check.IsOk) throw new XfsCorruptionException("primary superblock after log replay", 0, check.ToString());
+        return Superblock.Decode(sector);
     }
 
     /// <summary>Sets or clears the NEEDSREPAIR incompatible feature in the primary superblock on disk (and in the overlay's copy), flushed.</summary>
-    private static void SetNeedsRepair(IBlockDevice disk, IBlockDevice? overlay, int sectorSize, bool on)
+    internal static void SetNeedsRepair(IBlockDevice disk, IBlockDevice? overlay, int sectorSize, bool on)
     {
         foreach (var device in overlay is null ? [disk] : new[] { disk, overlay })
         {
@@ -239,7 +208,7 @@ public static class LogRecovery
     /// Lazy superblock counters are only exact at a clean unmount; after a dirty log the kernel rebuilds
     /// them from the AG headers (xfs_initialize_perag_data). Do the same before marking the log clean.
     /// </summary>
-    private static void RebuildSummaryCounters(IBlockDevice device, Superblock sb)
+    internal static void RebuildSummaryCounters(IBlockDevice device, Superblock sb)
     {
         ulong icount = 0, ifree = 0, fdblocks = 0;
         var hdr = new byte[sb.SectorSize];

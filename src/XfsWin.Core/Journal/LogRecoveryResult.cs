@@ -1,5 +1,4 @@
 using XfsWin.Device;
-using XfsWin.Volume;
 
 namespace XfsWin.Journal;
 

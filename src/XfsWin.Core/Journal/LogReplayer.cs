@@ -15,7 +15,8 @@ namespace XfsWin.Journal;
 public sealed class LogReplayer
 {
     private readonly IBlockDevice _target;
-    private readonly Superblock _sb;
+    /// <summary>The geometry replay works with: the superblock as found, then as each replayed primary superblock buffer leaves it (a logged grow).</summary>
+    private Superblock _sb;
     /// <summary>The superblock sector as the log leaves it (pass 1), for the quota decision.</summary>
     private readonly byte[] _lastSuperblock;
     private readonly ulong _diskSuperblockLsn;
@@ -377,6 +378,23 @@ public sealed class LogReplayer
         }
         _target.Write(offset, buf);
         BuffersReplayed++;
+        if (blkno == 0) AdoptReplayedGeometry(trans, buf);
+    }
+
+    /// <summary>
+    /// xlog_recover_do_primary_sb_buffer: a replayed primary superblock carries the geometry every later item of
+    /// the log was written with (growfs logs the new AG count and size), so replay goes on with it.
+    /// </summary>
+    private void AdoptReplayedGeometry(LogTransaction trans, byte[] buf)
+    {
+        if (new SuperblockView(buf).MagicNumber != SuperblockView.Magic)
+            throw Corrupt(trans, "the replayed primary superblock has a bad magic number");
+        var replayed = Superblock.Decode(buf);
+        if (replayed.AgCount < _sb.AgCount)
+            throw Corrupt(trans, $"the replayed superblock shrinks the AG count from {_sb.AgCount} to {replayed.AgCount}, which log recovery does not do");
+        if (replayed.BlockSize != _sb.BlockSize || replayed.AgBlocks != _sb.AgBlocks || replayed.InodeSize != _sb.InodeSize)
+            throw Corrupt(trans, "the replayed superblock changes the block, AG or inode size");
+        _sb = replayed;
     }
 
     /// <summary>xlog_recover_do_reg_buffer: copy each run of dirty chunks, capped at its region's length.</summary>

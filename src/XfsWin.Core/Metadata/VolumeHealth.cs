@@ -15,6 +15,15 @@ public sealed class VolumeHealth
 
     public int CorruptionCount => Volatile.Read(ref _count);
 
+    /// <summary>Records corruption found and raised elsewhere (the editors of in-place recovery); returns it for rethrowing.</summary>
+    public XfsCorruptionException Record(XfsCorruptionException e)
+    {
+        ArgumentNullException.ThrowIfNull(e);
+        Interlocked.CompareExchange(ref _first, e, null);
+        Interlocked.Increment(ref _count);
+        return e;
+    }
+
     public XfsCorruptionException Report(string structure, long byteOffset, string problem)
     {
         var e = new XfsCorruptionException(structure, byteOffset, problem);

@@ -1,3 +1,4 @@
+using XfsWin.Journal;
 namespace XfsWin.Volume;
 
 /// <summary>What <c>xfswin info</c> shows: geometry, features and health of an opened volume.</summary>

@@ -1,6 +1,7 @@
 using XfsWin.Device;
 using XfsWin.Format;
 using XfsWin.Journal;
+using XfsWin.Metadata;
 
 namespace XfsWin.Volume;
 
@@ -23,7 +24,11 @@ public sealed partial class XfsVolume
         LogRecoveryResult recovery;
         try
         {
-            recovery = LogRecovery.Recover(device, logDevice, sb, options.Replay);
+            // In place, the log replay writes: only through the write gate, which reads the superblock again
+            // and refuses (NEEDSREPAIR, unknown features, V4) before anything is written.
+            recovery = options.Replay == LogReplayMode.InPlace
+                ? InPlaceRecovery.Run(WriteGate.Admit(device, logDevice, WritePurpose.LogRecovery))
+                : LogRecovery.Recover(device, logDevice, sb, options.Replay);
         }
         finally
         {

@@ -4,6 +4,7 @@ using XfsWin.Directories;
 using XfsWin.Extents;
 using XfsWin.Format;
 using XfsWin.Inodes;
+using XfsWin.Journal;
 using XfsWin.Metadata;
 
 namespace XfsWin.Volume;
@@ -71,7 +72,7 @@ public sealed partial class XfsVolume : IDisposable
     public static XfsVolume Open(string source, VolumeOpenOptions? options = null)
     {
         options ??= new VolumeOpenOptions();
-        // In-place log replay is the one thing that writes before the write path exists.
+        // In-place log replay is the one thing that writes before the write path exists; the write gate decides whether it may.
         var device = PartitionSpec.Open(source, options.Partition, writable: options.Replay == LogReplayMode.InPlace);
         try
         {
@@ -87,10 +88,11 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>Opens a volume on a device the caller owns (it is disposed with the volume when <paramref name="ownsDevice"/>).</summary>
     public static XfsVolume Open(IBlockDevice device, VolumeOpenOptions? options = null, bool ownsDevice = true)
     {
+        ArgumentNullException.ThrowIfNull(device);
         options ??= new VolumeOpenOptions();
-        var sector = new byte[Math.Max(512, Math.Min(device.SectorSize, 4096))];
         if (device.Length < 512)
             throw new XfsException(XfsError.NotXfs, $"the source is only {device.Length} bytes: not an XFS volume");
+        var sector = new byte[Math.Max(512, Math.Min(device.SectorSize, 4096))];
         device.Read(0, sector.AsSpan(0, Math.Min(sector.Length, (int)Math.Min(device.Length, sector.Length))));
         var view = new SuperblockView(sector);
         if (view.MagicNumber != SuperblockView.Magic)
@@ -103,7 +105,31 @@ public sealed partial class XfsVolume : IDisposable
         var check = Superblock.Verify(sector);
         if (!check.IsOk) throw new XfsCorruptionException("primary superblock", 0, check.ToString());
         var sb = Superblock.Decode(sector);
+        CheckReadable(sb, device.Length);
 
+        var warnings = new List<string>();
+        var readOnly = new List<string> { "the write path is not available yet: every open is read-only" };
+        // What writing would be refused for, by name, from the one list the write gate keeps (`xfswin info` shows it).
+        var refusal = WriteGate.Check(sector, WritePurpose.Modify);
+        if (refusal is not null) readOnly.Add(refusal.Message);
+
+        var (effective, recovery) = PrepareLog(device, sb, options, warnings);
+        if (recovery.State is LogState.ReplayedInMemory or LogState.ReplayedInPlace)
+        {
+            // The log may have changed the geometry (a logged grow): from here on only the replayed superblock counts.
+            sb = LogRecovery.ReadReplayedSuperblock(effective);
+            CheckReadable(sb, effective.Length);
+        }
+        if (sb.RtBlocks > 0) warnings.Add($"the volume has a realtime section ({sb.RtBlocks} blocks) on another device; files stored there cannot be read");
+        if (sb.HasAsciiCi) warnings.Add("ascii-ci (case-insensitive names) volume");
+        var mount = new MountContext(effective, sb, options.MetadataCacheBytes);
+        var summary = AgSummary.Read(mount, warnings);
+        return new XfsVolume(device, ownsDevice, mount, summary, recovery, warnings, readOnly);
+    }
+
+    /// <summary>Refuses to read volumes whose contents this build could show wrongly.</summary>
+    private static void CheckReadable(Superblock sb, long deviceLength)
+    {
         uint unknownIncompat = sb.Incompat & ~SuperblockFeatures.IncompatKnown;
         if (unknownIncompat != 0)
         {
@@ -119,18 +145,8 @@ public sealed partial class XfsVolume : IDisposable
         if (sb.InodeSize > (int)sb.BlockSize)
             throw new XfsException(XfsError.Unsupported, "inodes larger than a block are not supported.");
         long needed = (long)(sb.DataBlocks << sb.BlockLog);
-        if (device.Length < needed)
-            throw new XfsException(XfsError.IoError, $"the source holds {device.Length} bytes but the volume is {needed} bytes: the image is truncated. Copy the whole disk or partition.");
-
-        var warnings = new List<string>();
-        var readOnly = new List<string> { "the write path is not available yet: every open is read-only" };
-        if (sb.RtBlocks > 0) warnings.Add($"the volume has a realtime section ({sb.RtBlocks} blocks) on another device; files stored there cannot be read");
-        if (sb.HasAsciiCi) warnings.Add("ascii-ci (case-insensitive names) volume");
-
-        var (effective, recovery) = PrepareLog(device, sb, options, warnings);
-        var mount = new MountContext(effective, sb, options.MetadataCacheBytes);
-        var summary = AgSummary.Read(mount, warnings);
-        return new XfsVolume(device, ownsDevice, mount, summary, recovery, warnings, readOnly);
+        if (deviceLength < needed)
+            throw new XfsException(XfsError.IoError, $"the source holds {deviceLength} bytes but the volume is {needed} bytes: the image is truncated. Copy the whole disk or partition.");
     }
 
     public VolumeInfo Info => _info;
@@ -150,6 +166,7 @@ public sealed partial class XfsVolume : IDisposable
 
     public InodeAttributes GetAttributes(ulong inode)
     {
+        ThrowIfDisposed();
         try
         {
             return _inodes.Get(inode).Attributes;
@@ -163,6 +180,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>Looks a name up in a directory by hash (not by scanning). False when absent.</summary>
     public bool TryLookup(ulong directoryInode, ReadOnlySpan<byte> name, out ulong inode)
     {
+        ThrowIfDisposed();
         if (name.Length > 255) throw new XfsException(XfsError.NameTooLong, "names are at most 255 bytes in XFS");
         try
         {
@@ -261,6 +279,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>Resolves a '/'-separated path from the root. Symlinks in the middle are followed (within the volume); the last one only when asked.</summary>
     public ulong ResolvePath(string path, bool followFinalSymlink = false)
     {
+        ThrowIfDisposed();
         ArgumentNullException.ThrowIfNull(path);
         try
         {
@@ -318,6 +337,7 @@ public sealed partial class XfsVolume : IDisposable
     public void ReadDirectory<TVisitor>(ulong directoryInode, long cookie, ref TVisitor visitor)
         where TVisitor : IDirectoryVisitor
     {
+        ThrowIfDisposed();
         try
         {
             _directories.Enumerate(_inodes.Get(directoryInode), cookie, ref visitor);
@@ -355,6 +375,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>Reads file data at <paramref name="offset"/>; returns bytes read (0 at or past EOF). Holes and unwritten extents read as zeros.</summary>
     public int Read(ulong inode, long offset, Span<byte> destination)
     {
+        ThrowIfDisposed();
         try
         {
             return ReadCore(inode, offset, destination);
@@ -385,6 +406,7 @@ public sealed partial class XfsVolume : IDisposable
 
     public async ValueTask<int> ReadAsync(ulong inode, long offset, Memory<byte> destination, CancellationToken cancellationToken = default)
     {
+        ThrowIfDisposed();
         try
         {
             return await ReadAsyncCore(inode, offset, destination, cancellationToken).ConfigureAwait(false);
@@ -421,6 +443,7 @@ public sealed partial class XfsVolume : IDisposable
     /// </summary>
     public bool TrySeekDataOrHole(ulong inode, long offset, bool data, out long result)
     {
+        ThrowIfDisposed();
         try
         {
             return TrySeekCore(inode, offset, data, out result);
@@ -500,6 +523,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>The target of a symlink, as stored (bytes, not NUL-terminated).</summary>
     public byte[] ReadLink(ulong inode)
     {
+        ThrowIfDisposed();
         try
         {
             return SymlinkReader.Read(_mount, _inodes.Get(inode));
@@ -513,6 +537,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>Extended attributes of an inode, parent pointers excluded unless asked.</summary>
     public IReadOnlyList<XattrEntry> ListXattrs(ulong inode, bool includeParentPointers = false)
     {
+        ThrowIfDisposed();
         try
         {
             return _attributes.List(_inodes.Get(inode), includeParentPointers);
@@ -526,6 +551,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>Value of one extended attribute; false when absent.</summary>
     public bool TryGetXattr(ulong inode, XattrNamespace ns, ReadOnlySpan<byte> name, out byte[] value)
     {
+        ThrowIfDisposed();
         try
         {
             return _attributes.TryGet(_inodes.Get(inode), ns, name, out value);
@@ -537,12 +563,18 @@ public sealed partial class XfsVolume : IDisposable
     }
 
     /// <summary>
-    /// Exceptions that can only come from metadata shaped in a way no verifier anticipated. They are
-    /// turned into corruption errors (the volume goes unhealthy) instead of escaping as crashes.
+    /// Exceptions that only metadata shaped in a way no verifier anticipated can provoke (an index, length or
+    /// count read from disk that is out of range). They are turned into corruption errors (the volume goes
+    /// unhealthy) instead of escaping as crashes. Anything else is not the disk's fault: our own bugs
+    /// (<see cref="InvalidOperationException"/>, <see cref="NullReferenceException"/>, ...), use after
+    /// <see cref="Dispose"/> and exceptions thrown by a caller's visitor surface as what they are, with the
+    /// volume's health untouched.
     /// </summary>
     private static bool IsMalformedData(Exception e) =>
-        e is IndexOutOfRangeException or ArgumentOutOfRangeException or OverflowException or InvalidOperationException
+        e is IndexOutOfRangeException or ArgumentOutOfRangeException or OverflowException
             or ArgumentException and not ArgumentNullException;
+
+    private void ThrowIfDisposed() => ObjectDisposedException.ThrowIf(Volatile.Read(ref _disposed) != 0, this);
 
     private XfsCorruptionException Malformed(Exception e, ulong inode) =>
         _mount.Corrupt($"metadata reached from inode {inode}", 0, $"malformed structure ({e.GetType().Name}: {e.Message})");
@@ -550,6 +582,7 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>statfs(2) figures, computed as the Linux kernel reports them (xfs_fs_statfs).</summary>
     public FileSystemStats GetStats()
     {
+        ThrowIfDisposed();
         var sb = _mount.Superblock;
         ulong logBlocks = sb.LogStart != 0 ? sb.LogBlocks : 0;
         ulong total = sb.DataBlocks - logBlocks;

@@ -3,6 +3,7 @@ using Xunit;
 using XfsWin.Device;
 using XfsWin.Format;
 using XfsWin.Journal;
+using XfsWin.Metadata;
 using XfsWin.TestSupport;
 using XfsWin.Volume;
 
@@ -21,7 +22,13 @@ public sealed class KernelLogReplayTests : IDisposable
     public static TheoryData<string> TreeScenarios => new() { "crash", "cow", "wrap", "xhdr4k", "extlog", "mkfs613", "intents", "quota", "quotaoff", "pairs" };
 
     private static LogRecoveryResult Recover(DirtyLogScenario s, FileBlockDevice data, FileBlockDevice? log, LogReplayMode mode) =>
-        LogRecovery.Recover(data, log, DirtyLogScenarios.ReadSuperblock(data), mode);
+        Recover(data, log, mode);
+
+    /// <summary>In place through the write gate, as every writer goes; otherwise the journal's replay alone.</summary>
+    private static LogRecoveryResult Recover(IBlockDevice data, IBlockDevice? log, LogReplayMode mode) =>
+        mode == LogReplayMode.InPlace
+            ? InPlaceRecovery.Run(WriteGate.Admit(data, log, WritePurpose.LogRecovery))
+            : LogRecovery.Recover(data, log, DirtyLogScenarios.ReadSuperblock(data), mode);
 
     [Theory]
     [MemberData(nameof(TreeScenarios))]
@@ -470,7 +477,8 @@ public sealed class KernelLogReplayTests : IDisposable
     public void KernelReplayedVolumeHasACleanLog()
     {
         var s = DirtyLogScenarios.Ensure("crash");
-        using var data = FileBlockDevice.Open(s.KernelImage, writable: false);
+        string copy = DirtyLogScenarios.Copy(s.KernelImage, _tmp, "kernel-replayed.img");
+        using var data = FileBlockDevice.Open(copy, writable: true);
         var result = Recover(s, data, null, LogReplayMode.InPlace);
         Assert.Equal(LogState.Clean, result.State);
         Assert.Equal(0, result.TransactionsReplayed);
@@ -546,7 +554,7 @@ public sealed class KernelLogReplayTests : IDisposable
         string before = DirtyLogScenarios.Copy(bad, _tmp, "corrupt-before.img");
         using (var data = FileBlockDevice.Open(bad, writable: true))
         {
-            var ex = Assert.Throws<XfsCorruptionException>(() => LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), mode));
+            var ex = Assert.Throws<XfsCorruptionException>(() => Recover(data, null, mode));
             Assert.Contains($"log block {tailRecord}", ex.Message);
             Assert.Contains("CRC", ex.Message);
         }

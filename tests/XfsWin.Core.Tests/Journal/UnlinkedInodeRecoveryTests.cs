@@ -4,6 +4,7 @@ using Xunit;
 using XfsWin.Device;
 using XfsWin.Format;
 using XfsWin.Journal;
+using XfsWin.Metadata;
 using XfsWin.TestSupport;
 using XfsWin.Volume;
 
@@ -88,7 +89,7 @@ public sealed partial class UnlinkedInodeRecoveryTests : IDisposable
         string copy = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, Scenario + ".img");
         using (var data = FileBlockDevice.Open(copy, writable: true))
         {
-            var result = LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.InPlace);
+            var result = InPlaceRecovery.Run(WriteGate.Admit(data, null, WritePurpose.LogRecovery));
             Assert.Equal(LogState.ReplayedInPlace, result.State);
             Assert.Equal(held.Count, result.UnlinkedInodes);
             Assert.Equal(LogState.Clean, LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.Memory).State);
@@ -122,7 +123,7 @@ public sealed partial class UnlinkedInodeRecoveryTests : IDisposable
         string copy = DirtyLogScenarios.Copy(s.DirtyImage, _tmp, "unlinkedmany.img");
         using (var data = FileBlockDevice.Open(copy, writable: true))
         {
-            var result = LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.InPlace);
+            var result = InPlaceRecovery.Run(WriteGate.Admit(data, null, WritePurpose.LogRecovery));
             Assert.Equal(LogState.ReplayedInPlace, result.State);
             Assert.Equal(14000, result.UnlinkedInodes);
             Assert.Equal(14000, result.UnlinkedInodesFreed);
@@ -152,7 +153,7 @@ public sealed partial class UnlinkedInodeRecoveryTests : IDisposable
             var cowAgs = RecoveryChecks.AgsWithLeftoverCow(memory.Device, sb);
             Assert.NotEmpty(cowAgs);
 
-            var result = LogRecovery.Recover(data, null, sb, LogReplayMode.InPlace);
+            var result = InPlaceRecovery.Run(WriteGate.Admit(data, null, WritePurpose.LogRecovery));
             Assert.Equal(LogState.ReplayedInPlace, result.State);
             Assert.Equal(1, result.UnlinkedInodesFreed);
             Assert.True(result.CowStagingExtentsRemoved > 0);
@@ -201,7 +202,7 @@ public sealed partial class UnlinkedInodeRecoveryTests : IDisposable
         using (var data = FileBlockDevice.Open(copy, writable: true))
         {
             var failing = new FailingDevice(data, writesAfterFence: 3);
-            Assert.ThrowsAny<IOException>(() => LogRecovery.Recover(failing, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.InPlace));
+            Assert.ThrowsAny<IOException>(() => InPlaceRecovery.Run(WriteGate.Admit(failing, null, WritePurpose.LogRecovery)));
             Assert.Equal(LogState.Clean, LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.Memory).State);
         }
         uint incompat = Convert.ToUInt32(XfsDb.Fields(copy, "sb 0", "print features_incompat")["features_incompat"], 16);

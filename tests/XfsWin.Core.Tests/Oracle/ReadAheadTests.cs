@@ -1,5 +1,6 @@
 using System.Text;
 using XfsWin.Device;
+using XfsWin.Directories;
 using XfsWin.Format;
 using XfsWin.Metadata;
 using XfsWin.TestSupport;

@@ -1,4 +1,8 @@
 using System.Text;
+using XfsWin.Attributes;
+using XfsWin.Directories;
+using XfsWin.Format;
+using XfsWin.Journal;
 using XfsWin.TestSupport;
 using XfsWin.Volume;
 using Xunit;

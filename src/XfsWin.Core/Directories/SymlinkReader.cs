@@ -1,8 +1,9 @@
 using XfsWin.Extents;
 using XfsWin.Format;
+using XfsWin.Inodes;
 using XfsWin.Metadata;
 
-namespace XfsWin.Inodes;
+namespace XfsWin.Directories;
 
 /// <summary>Reads symlink targets: local (in the inode) or remote (blocks, each with an XSLM header on V5).</summary>
 public static class SymlinkReader
