@@ -11,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
 [ "$(id -u)" -eq 0 ] || { echo "Run as root: it loop-mounts images and drops caches." >&2; exit 1; }
+# The io_uring switch is machine-wide: hold the lock the FUSE tests take while they change it.
+[ -n "${XFSWIN_URING_LOCK_HELD:-}" ] || exec env XFSWIN_URING_LOCK_HELD=1 flock -x /tmp/xfswin-enable-uring.lock bash "bench/$(basename "$0")" "$@"
 
 cache=${XFSWIN_BENCH_CACHE:-/var/tmp/xfswin-bench}
 img=$cache/smalldirs-3000x10.img
