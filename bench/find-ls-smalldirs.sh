@@ -6,10 +6,13 @@
 # Every run mounts afresh after dropping the page, dentry and inode caches. Needs root, xfsprogs,
 # fuse3, python3, the .NET SDK.
 # Usage: bench/find-ls-smalldirs.sh [RUNS]   (default 3; every run is printed)
+#   XFSWIN_BENCH_XFSWIN=DIR   measures the xfswin.dll built in DIR instead of building this tree
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
 [ "$(id -u)" -eq 0 ] || { echo "Run as root: it loop-mounts images and drops caches." >&2; exit 1; }
+# The io_uring switch is machine-wide: hold the lock the FUSE tests take while they change it.
+[ -n "${XFSWIN_URING_LOCK_HELD:-}" ] || exec env XFSWIN_URING_LOCK_HELD=1 flock -x /tmp/xfswin-enable-uring.lock bash "bench/$(basename "$0")" "$@"
 
 cache=${XFSWIN_BENCH_CACHE:-/var/tmp/xfswin-bench}
 img=$cache/smalldirs-3000x10.img
@@ -30,9 +33,13 @@ PY
   umount "$m"; rmdir "$m"; mv "$img.tmp" "$img"
 fi
 
-echo "Building xfswin (Release)..."
-dotnet build src/XfsWin.Cli -c Release -v quiet -nologo >/dev/null
-xfswin=(dotnet "$PWD/src/XfsWin.Cli/bin/Release/net10.0/xfswin.dll")
+if [ -n "${XFSWIN_BENCH_XFSWIN:-}" ]; then
+  xfswin=(dotnet "$(realpath "$XFSWIN_BENCH_XFSWIN")/xfswin.dll")
+else
+  echo "Building xfswin (Release)..."
+  dotnet build src/XfsWin.Cli -c Release -v quiet -nologo >/dev/null
+  xfswin=(dotnet "$PWD/src/XfsWin.Cli/bin/Release/net10.0/xfswin.dll")
+fi
 
 mnt=$(mktemp -d /tmp/xfswin-bench-XXXXXX)
 uring_param=/sys/module/fuse/parameters/enable_uring

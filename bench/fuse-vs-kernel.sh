@@ -10,11 +10,15 @@
 # Usage: bench/fuse-vs-kernel.sh [RUNS]      (default 2 runs per measurement; the best is reported)
 #   XFSWIN_BENCH_ONLY="read_big stat_100k"  measures only those (no report table)
 #   XFSWIN_BENCH_FUSE_OPTIONS="max_threads=8" adds mount options to both FUSE mounts
+#   XFSWIN_BENCH_XFSWIN=DIR   measures the xfswin.dll built in DIR (another commit's build) instead
+#                             of building this tree
 # The image (6 GiB sparse, ~1.3 GiB used) is cached under ${XFSWIN_BENCH_CACHE:-/var/tmp/xfswin-bench}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-2}
 [ "$(id -u)" -eq 0 ] || { echo "Run as root: it loop-mounts images and drops caches." >&2; exit 1; }
+# The io_uring switch is machine-wide: hold the lock the FUSE tests take while they change it.
+[ -n "${XFSWIN_URING_LOCK_HELD:-}" ] || exec env XFSWIN_URING_LOCK_HELD=1 flock -x /tmp/xfswin-enable-uring.lock bash "bench/$(basename "$0")" "$@"
 
 cache=${XFSWIN_BENCH_CACHE:-/var/tmp/xfswin-bench}
 key=$(sed -n '/^# --- image ---/,/^# --- end image ---/p' "$0" | sha256sum | cut -c1-16)
@@ -47,9 +51,13 @@ PY
 fi
 # --- end image ---
 
-echo "Building xfswin (Release)..."
-dotnet build src/XfsWin.Cli -c Release -v quiet -nologo >/dev/null
-xfswin=(dotnet "$PWD/src/XfsWin.Cli/bin/Release/net10.0/xfswin.dll")
+if [ -n "${XFSWIN_BENCH_XFSWIN:-}" ]; then
+  xfswin=(dotnet "$(realpath "$XFSWIN_BENCH_XFSWIN")/xfswin.dll")
+else
+  echo "Building xfswin (Release)..."
+  dotnet build src/XfsWin.Cli -c Release -v quiet -nologo >/dev/null
+  xfswin=(dotnet "$PWD/src/XfsWin.Cli/bin/Release/net10.0/xfswin.dll")
+fi
 
 mnt=$(mktemp -d /tmp/xfswin-bench-XXXXXX)
 unmount_all() { fusermount3 -u "$mnt" 2>/dev/null || umount "$mnt" 2>/dev/null || true; }

@@ -8,20 +8,10 @@ bash scripts/install-deps.sh
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 run_tests() { dotnet test "$@" -c Release --logger "trx" --results-directory "$results" --logger "console;verbosity=normal"; }
+# Arguments (say a --filter) go to dotnet test.
 set +e
-if [ $# -gt 0 ]; then
-  run_tests XfsWin.sln "$@"
-  status=$?
-else
-  # Every test assembly runs at once, except the few tests that measure how the scheduler treats
-  # the FUSE server's threads: those need the machine to themselves, and run alone afterwards.
-  run_tests XfsWin.sln --filter "Needs!=QuietMachine"
-  status=$?
-  echo "Tests that need a quiet machine, alone:"
-  run_tests tests/XfsWin.Fuse.Tests --no-build --filter "Needs=QuietMachine"
-  quiet=$?
-  [ $status -ne 0 ] || status=$quiet
-fi
+run_tests XfsWin.sln "$@"
+status=$?
 set -e
 
 python3 - "$results" <<'PY'

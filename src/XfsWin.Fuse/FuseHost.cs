@@ -14,7 +14,9 @@ namespace XfsWin.Fuse;
 /// Serves an <see cref="XfsVolume"/> to the Linux kernel through libfuse3's low-level API.
 /// It only translates: FUSE requests become engine calls, engine results and errors become FUSE
 /// replies. Node ids are XFS inode numbers, except that FUSE's root id (1) stands for the volume's
-/// root inode. The mount is read-only. Worker threads of the multithreaded session loop call the
+/// root inode. Mounts are read-only unless <see cref="FuseMountOptions.ReadOnly"/> is false, and
+/// what the kernel may cache depends on that (<see cref="FileOpenBits"/>,
+/// <see cref="DirectoryOpenBits"/>). Worker threads of the multithreaded session loop call the
 /// engine concurrently (the engine is thread-safe); the host itself keeps no per-inode state, so
 /// forget needs no bookkeeping.
 /// </summary>
@@ -45,7 +47,6 @@ public sealed unsafe class FuseHost : IDisposable
     private ulong _initUnique;
     private int _loggedErrors;
     private int _disposed;
-    private CallerFollower? _follower;
     private FuseUringTransport? _uring;
     private string _transportNote = "the session has not started";
 
@@ -196,8 +197,6 @@ public sealed unsafe class FuseHost : IDisposable
             if (raiseReadAhead)
                 _ = Task.Run(SetReadAheadAfterInit);
         }
-        if (_uring is null && _options.FollowCaller)
-            _follower = CallerFollower.TryCreate(_log, new BackgroundThreads(() => _volume.BackgroundThreadsStarted, _volume.CopyBackgroundThreadIds));
         Volatile.Write(ref _transportChosen, 1);
         int rc;
         try
@@ -207,7 +206,6 @@ public sealed unsafe class FuseHost : IDisposable
         finally
         {
             _uring?.Stop();
-            _follower?.Dispose();
         }
         // After an external unmount this only closes the device descriptor.
         FuseNative.fuse_session_unmount(_session);
@@ -268,12 +266,6 @@ public sealed unsafe class FuseHost : IDisposable
     public long IoUringRequests => _uring?.RingRequests ?? 0;
 
     internal FuseUringTransport? Uring => _uring;
-
-    /// <summary>Moves /dev/fuse workers to a lone caller's CPU (null with io_uring, one CPU, or follow_caller=no).</summary>
-    internal CallerFollower? Follower => _follower;
-
-    /// <summary>Times the /dev/fuse workers moved to a lone caller's CPU (0 without a follower).</summary>
-    public long CallerFollows => _follower?.Follows ?? 0;
 
     /// <summary>
     /// The kernel lowers the mount's readahead to what FUSE_INIT negotiated (128 KiB by default) when
@@ -461,7 +453,7 @@ public sealed unsafe class FuseHost : IDisposable
 
     private string BuildMountOptions()
     {
-        var opts = new List<string> { "ro", "fsname=" + EscapeOption(_options.FileSystemName), "subtype=xfswin" };
+        var opts = new List<string> { _options.ReadOnly ? "ro" : "rw", "fsname=" + EscapeOption(_options.FileSystemName), "subtype=xfswin" };
         if (_options.AllowOther)
             opts.Add("allow_other");
         if (_options.DefaultPermissions)
@@ -684,8 +676,10 @@ public sealed unsafe class FuseHost : IDisposable
                          // them (and the mode bits) itself, as it does for its own XFS.
                          FuseConstants.FUSE_CAP_POSIX_ACL;
             conn->want |= wanted & conn->capable;
-            // Nothing changes behind the kernel's back on a read-only mount: no need to revalidate cached pages.
-            conn->want &= ~FuseConstants.FUSE_CAP_AUTO_INVAL_DATA;
+            // Nothing changes behind the kernel's back on a read-only mount: no need to revalidate
+            // cached pages. A read-write mount keeps libfuse's choice (revalidate when mtime moves).
+            if (host._options.ReadOnly)
+                conn->want &= ~FuseConstants.FUSE_CAP_AUTO_INVAL_DATA;
             if (!host._options.ReaddirPlus)
                 conn->want &= ~(FuseConstants.FUSE_CAP_READDIRPLUS | FuseConstants.FUSE_CAP_READDIRPLUS_AUTO);
             conn->time_gran = 1;
@@ -771,15 +765,38 @@ public sealed unsafe class FuseHost : IDisposable
     {
         const int O_ACCMODE = 3;
         const int EROFS = 30;
-        if ((fi->flags & O_ACCMODE) != 0)
+        try
         {
-            FuseNative.fuse_reply_err(req, EROFS);
-            return;
+            var host = HostOf(req);
+            // The engine serves no writes yet, on read-write mounts either.
+            if ((fi->flags & O_ACCMODE) != 0 && (host._options.ReadOnly || host._volume.IsReadOnly))
+            {
+                FuseNative.fuse_reply_err(req, EROFS);
+                return;
+            }
+            fi->bits |= FileOpenBits(host._options.ReadOnly);
+            FuseNative.fuse_reply_open(req, fi);
         }
-        // The data cannot change under a read-only mount: keep pages cached across opens.
-        fi->bits |= FuseFileInfo.KeepCacheBit;
-        FuseNative.fuse_reply_open(req, fi);
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "open", ino);
+        }
     }
+
+    /// <summary>
+    /// open's reply flags for a regular file: keep_cache (the kernel keeps the file's pages across
+    /// opens) on a read-only mount only, where the data cannot change. On a read-write mount each
+    /// open drops them, so no copy older than a change is served.
+    /// </summary>
+    internal static uint FileOpenBits(bool readOnlyMount) => readOnlyMount ? FuseFileInfo.KeepCacheBit : 0;
+
+    /// <summary>
+    /// opendir's reply flags: on a read-only mount, cache_readdir and keep_cache for directories
+    /// whose listing the kernel should keep (<see cref="CachesListing"/>); on a read-write mount
+    /// none, so every listing is asked for afresh.
+    /// </summary>
+    internal static uint DirectoryOpenBits(bool readOnlyMount, long directorySize, int directoryBlockSize) =>
+        readOnlyMount && CachesListing(directorySize, directoryBlockSize) ? FuseFileInfo.CacheReaddirBit | FuseFileInfo.KeepCacheBit : 0;
 
     [UnmanagedCallersOnly]
     private static void OnRead(nint req, ulong ino, nuint size, long offset, FuseFileInfo* fi)
@@ -823,8 +840,8 @@ public sealed unsafe class FuseHost : IDisposable
         try
         {
             var host = HostOf(req);
-            if (CachesListing(host._volume.GetAttributes(host.ToXfsInode(ino)).Size, host._volume.Info.DirectoryBlockSize))
-                fi->bits |= FuseFileInfo.CacheReaddirBit | FuseFileInfo.KeepCacheBit;
+            if (host._options.ReadOnly)
+                fi->bits |= DirectoryOpenBits(readOnlyMount: true, host._volume.GetAttributes(host.ToXfsInode(ino)).Size, host._volume.Info.DirectoryBlockSize);
             FuseNative.fuse_reply_open(req, fi);
         }
         catch (Exception ex)
@@ -834,8 +851,8 @@ public sealed unsafe class FuseHost : IDisposable
     }
 
     /// <summary>
-    /// Whether the kernel keeps a directory's listing (cache_readdir; directories cannot change
-    /// under a read-only mount). Only for directories whose entries fit in the inode or one
+    /// Whether the kernel keeps a directory's listing on a read-only mount (cache_readdir;
+    /// directories cannot change there). Only for directories whose entries fit in the inode or one
     /// directory block: the kernel fills its listing cache one entry at a time, each with a
     /// page-cache lookup, which made a cold listing of 1M entries 0.54-0.65 s instead of
     /// 0.32-0.36 s uncached, and `find` over 100 directories of 1000 entries 0.20 s instead of

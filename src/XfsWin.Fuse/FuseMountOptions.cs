@@ -15,7 +15,19 @@ public sealed record FuseMountOptions
     /// <summary>Report this group for every file instead of the one stored on the volume.</summary>
     public uint? GidOverride { get; init; }
 
-    /// <summary>Seconds the kernel may cache attributes. The mount is read-only, so long is safe.</summary>
+    /// <summary>
+    /// Mount read-only (the default). The kernel then keeps file pages across opens (keep_cache) and
+    /// the listings of small directories (cache_readdir), since nothing can change them; a read-write
+    /// mount keeps neither, so that a change is never hidden behind a cached copy. The engine serves
+    /// no writes yet (<see cref="XfsWin.Volume.XfsVolume.IsReadOnly"/>): on a read-write mount,
+    /// opening a file for writing still fails with EROFS.
+    /// </summary>
+    public bool ReadOnly { get; init; } = true;
+
+    /// <summary>
+    /// Seconds the kernel may cache attributes. Every change to the volume goes through this mount
+    /// (the kernel updates what it caches itself), so long is safe.
+    /// </summary>
     public double AttributeTimeout { get; init; } = 3600;
 
     /// <summary>Seconds the kernel may cache name lookups (positive and negative).</summary>
@@ -32,12 +44,6 @@ public sealed record FuseMountOptions
 
     /// <summary>One /dev/fuse descriptor per worker thread.</summary>
     public bool CloneFd { get; init; }
-
-    /// <summary>
-    /// With /dev/fuse, move the worker threads to the CPU of a lone caller making one request after
-    /// another, so that neither side wakes an idle CPU per request (see CallerFollower).
-    /// </summary>
-    public bool FollowCaller { get; init; } = true;
 
     /// <summary>
     /// Offer readdirplus (entries with their attributes) to the kernel, which then uses it for the

@@ -371,12 +371,8 @@ internal sealed unsafe class FuseUringTransport
         while (true)
         {
             var host = HostOf(userdata);
-            var follower = host?.Follower;
-            follower?.BeforeRead();
             var n = IoUringNative.read(fd, buffer, length);
             var errno = Marshal.GetLastPInvokeError();
-            if (n <= 0)
-                follower?.ReadFailed(errno);
             if (n >= FuseInHeader.Size && ((FuseInHeader*)buffer)->opcode == FuseUringConstants.FUSE_INIT)
                 host?.NoteInitRequest(((FuseInHeader*)buffer)->unique);
             if (n >= FuseInHeader.Size && ((FuseInHeader*)buffer)->opcode == FuseStatxConstants.FUSE_STATX && TryAnswerOnDevice(fd, (FuseInHeader*)buffer, userdata))
@@ -386,7 +382,6 @@ internal sealed unsafe class FuseUringTransport
                 try
                 {
                     host?.Uring?.SawDeviceRequest((FuseInHeader*)buffer, n);
-                    follower?.OnRequest((FuseInHeader*)buffer);
                 }
                 catch (Exception)
                 {
@@ -454,14 +449,6 @@ internal sealed unsafe class FuseUringTransport
         }
         if (!written)
         {
-            try
-            {
-                host?.Follower?.BeforeReply();
-            }
-            catch (Exception)
-            {
-                // Only placement: the answer goes out regardless.
-            }
             n = IoUringNative.writev(fd, iov, count);
             Marshal.SetLastSystemError(Marshal.GetLastPInvokeError());
         }
@@ -642,122 +629,6 @@ internal sealed unsafe class FuseUringTransport
         catch (Exception ex)
         {
             _log.WriteLine($"xfswin: io_uring read thread failed: {ex}");
-        }
-    }
-
-    /// <summary>
-    /// Keeps a waiting caller on the CPU of the queue thread that answers it (see
-    /// <see cref="SchedulerPolicy"/>). Without it, each answer moved the caller to the idle CPU, its
-    /// next request went to that CPU's queue, whose answer moved it back (measured: 80k to 95k
-    /// migrations for 100k stat calls, no faster than /dev/fuse); with it, about 100.
-    /// <para>
-    /// The queue thread becomes SCHED_IDLE before it commits answers, when it is the only runnable
-    /// thread of the machine (looked at no more than once a millisecond), and stays so while its
-    /// requests keep coming about the same node: a policy change costs about 3 µs here, and changing
-    /// twice per request took 12 % of all samples of a stat run. It turns back to SCHED_OTHER for a
-    /// request about another node (the first lookup in a directory starts the engine's background
-    /// reads, whose threads, woken by an idle-looking CPU's only thread, would be placed here and run
-    /// first: that made "staying idle" slower in the fourth session), for reads and writes of file
-    /// data, when it is no longer alone, and when it is starved (<see cref="StarvationWatch"/>,
-    /// <see cref="IdleBackoff"/>).
-    /// </para>
-    /// </summary>
-    private sealed class CallerKeeper : IDisposable
-    {
-        private static readonly long s_recheckTicks = System.Diagnostics.Stopwatch.Frequency / 1000;
-        private readonly FuseUringTransport _t;
-        private readonly int _loadFd = -1;
-        private readonly IdleBackoff _backoff = new();
-        private StarvationWatch _watch;
-        private bool _enabled;
-        private bool _alone;
-        private bool _idle;
-        private ulong _lastNode;
-        private long _checkedAt;
-
-        public CallerKeeper(FuseUringTransport t)
-        {
-            _t = t;
-            _enabled = SchedulerPolicy.MayLeaveIdlePolicy();
-            if (_enabled)
-            {
-                _loadFd = SchedulerPolicy.OpenLoadAverage();
-                _enabled = _loadFd >= 0;
-            }
-            _checkedAt = System.Diagnostics.Stopwatch.GetTimestamp() - s_recheckTicks;
-        }
-
-        /// <summary>Before answers are committed: becomes SCHED_IDLE if that is both safe and useful now.</summary>
-        public void BeforeCommit()
-        {
-            if (!_enabled || _idle)
-                return;
-            var now = System.Diagnostics.Stopwatch.GetTimestamp();
-            if (!Alone(now) || !_backoff.Allows(now) || !_watch.Start())
-                return;
-            SchedulerPolicy.BecomeIdle();
-            _idle = true;
-        }
-
-        /// <summary>On a request taken from the ring: back to SCHED_OTHER unless it continues the same caller's run.</summary>
-        public void OnRequest(in FuseInHeader request)
-        {
-            var sameNode = request.nodeid == _lastNode;
-            _lastNode = request.nodeid;
-            if (!_idle)
-                return;
-            var now = System.Diagnostics.Stopwatch.GetTimestamp();
-            var keep = sameNode && request.opcode is not (FuseUringConstants.FUSE_READ or FuseUringConstants.FUSE_WRITE) && Alone(now);
-            if (keep && _watch.Starved(now))
-            {
-                keep = false;
-                _backoff.Starved(now);
-            }
-            if (!keep)
-                BecomeNormal();
-        }
-
-        public bool IsIdle => _idle;
-
-        /// <summary>
-        /// No request waiting after a commit: the caller's run is over. Back to SCHED_OTHER, so that
-        /// a thread waiting for the next caller is not an idle-policy thread that a busy neighbour
-        /// would keep from the CPU when that request comes.
-        /// </summary>
-        public void Pause()
-        {
-            if (_idle)
-                BecomeNormal();
-        }
-
-        private bool Alone(long now)
-        {
-            if (now - _checkedAt >= s_recheckTicks)
-            {
-                _alone = SchedulerPolicy.OnlyRunnableThread(_loadFd);
-                _checkedAt = now;
-            }
-            return _alone;
-        }
-
-        private void BecomeNormal()
-        {
-            _idle = false;
-            if (!SchedulerPolicy.BecomeNormal())
-            {
-                // Not expected (the permission was checked); do not risk it again.
-                _enabled = false;
-                _t._log.WriteLine($"xfswin: an io_uring queue thread could not leave SCHED_IDLE (errno {Marshal.GetLastPInvokeError()}).");
-            }
-        }
-
-        public void Dispose()
-        {
-            // The thread may serve a new ring next (Recover): it starts as a normal thread.
-            if (_idle)
-                BecomeNormal();
-            if (_loadFd >= 0)
-                IoUringNative.close(_loadFd);
         }
     }
 
@@ -1148,7 +1019,6 @@ internal sealed unsafe class FuseUringTransport
         {
             var cqes = stackalloc IoUringCqe[32];
             var ring = _ring!;
-            using var keeper = new CallerKeeper(_t);
             Entry? current = null;
             var i = 0;
             var n = 0;
@@ -1158,28 +1028,7 @@ internal sealed unsafe class FuseUringTransport
                 {
                     if (InjectedFailure() is { } injected)
                         return injected;
-                    // Hand the answers over as an idle-policy thread, so their callers are woken here (see CallerKeeper).
-                    if (ring.PendingSubmissions > 0)
-                        keeper.BeforeCommit();
-                    int rc;
-                    if (keeper.IsIdle)
-                    {
-                        // Commit as an idle-policy thread: the woken caller runs here first, and by
-                        // the time this thread runs again it has usually made its next request.
-                        // Only a pause (no request waiting) is waited out, as a normal thread.
-                        rc = ring.SubmitAndWait(0);
-                        if (rc >= 0 && !ring.HasCompletions)
-                            rc = ring.Poll();
-                        if (rc >= 0 && !ring.HasCompletions)
-                        {
-                            keeper.Pause();
-                            rc = ring.SubmitAndWait(1);
-                        }
-                    }
-                    else
-                    {
-                        rc = ring.SubmitAndWait(1);
-                    }
+                    var rc = ring.SubmitAndWait(1);
                     if (rc < 0)
                         return $"io_uring_enter failed (errno {-rc})";
                     n = ring.TakeCompletions(new Span<IoUringCqe>(cqes, 32));
@@ -1204,7 +1053,6 @@ internal sealed unsafe class FuseUringTransport
                         {
                             e.Retries = 0;
                             current = e;
-                            keeper.OnRequest(e.Header->in_out);
                             if (!TryHandOff(e))
                             {
                                 Handle(e);

@@ -183,9 +183,6 @@ internal sealed unsafe class IoUringRing : IDisposable
         return r is >= 0 or -IoUringConstants.EINTR ? 0 : r;
     }
 
-    /// <summary>True when completions are ready to take (with DEFER_TASKRUN, only those posted by the last <see cref="Poll"/> or wait).</summary>
-    public bool HasCompletions => *_cqHead != Volatile.Read(ref *_cqTail);
-
     /// <summary>Copies the completions that are ready into <paramref name="into"/> and releases their slots.</summary>
     public int TakeCompletions(Span<IoUringCqe> into)
     {

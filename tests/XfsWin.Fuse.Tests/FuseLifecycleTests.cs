@@ -12,7 +12,8 @@ public sealed class FuseLifecycleTests
         var sw = Stopwatch.StartNew();
         while (Directory.Exists($"/proc/{pid}") && !File.ReadAllText($"/proc/{pid}/stat").Contains(") Z ", StringComparison.Ordinal))
         {
-            Assert.True(sw.Elapsed < TimeSpan.FromSeconds(20), $"the server (pid {pid}) is still running 20 s after {what}");
+            // The limit only tells a hang from a slow machine.
+            Assert.True(sw.Elapsed < TimeSpan.FromSeconds(60), $"the server (pid {pid}) is still running 60 s after {what}");
             Thread.Sleep(50);
         }
     }
@@ -105,12 +106,12 @@ public sealed class FuseLifecycleTests
             {
                 if (p.HasExited)
                     Assert.Fail("xfswin mount -f exited early: " + await stderr);
-                Assert.True(sw.Elapsed < TimeSpan.FromSeconds(30), "the mount did not appear in 30 s");
+                Assert.True(sw.Elapsed < TimeSpan.FromSeconds(120), "the mount did not appear in 120 s");
                 Thread.Sleep(50);
             }
             Assert.Equal("bottom\n", File.ReadAllText(Path.Combine(mp, "deep/a/b/c/d/e/f/g/h/leaf.txt")));
             Shell.Bash($"kill -INT {p.Id}");
-            Assert.True(p.WaitForExit(20_000), "xfswin mount -f did not exit after SIGINT");
+            Assert.True(p.WaitForExit(60_000), "xfswin mount -f did not exit after SIGINT");
             var messages = await stderr;
             Assert.True(p.ExitCode == 0, messages);
             Assert.False(Shell.IsMounted(mp, "fuse.xfswin"));
@@ -149,11 +150,8 @@ public sealed class FuseLifecycleTests
         Assert.Equal("hello, xfs\n", File.ReadAllText(Path.Combine(m.MountPoint, "small.txt"))); // init has completed
         var device = FuseHost.MountDevice(m.MountPoint);
         Assert.NotNull(device);
-        var path = $"/sys/class/bdi/{device}/read_ahead_kb";
-        var sw = Stopwatch.StartNew();
-        while (File.ReadAllText(path).Trim() != "2048" && sw.Elapsed < TimeSpan.FromSeconds(10))
-            Thread.Sleep(50);
-        Assert.Equal("2048", File.ReadAllText(path).Trim());
+        // Raised once the init reply is written, before xfswin mount reports the mount (FuseHost.WaitForTransport).
+        Assert.Equal("2048", File.ReadAllText($"/sys/class/bdi/{device}/read_ahead_kb").Trim());
     }
 
     [Fact]

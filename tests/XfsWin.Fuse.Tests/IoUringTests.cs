@@ -183,7 +183,8 @@ internal static partial class IoUringMode
             threads = QueueThreads(pid);
             if (threads.Count == queues && threads.All(t => t.Syscall == 426))
                 return;
-            if (sw.Elapsed > TimeSpan.FromSeconds(10))
+            // Only tells a transport that never starts from a slow machine: returns as soon as it serves.
+            if (sw.Elapsed > TimeSpan.FromSeconds(60))
                 break;
             Thread.Sleep(50);
         }
@@ -241,15 +242,16 @@ internal sealed class InProcessMount : IDisposable
 
     public string Log => _log.ToString();
 
-    /// <summary>Unmounts with fusermount3 -u and waits for <see cref="FuseHost.Run"/> to return; returns how long that took.</summary>
-    public TimeSpan Unmount(out int runResult)
+    /// <summary>
+    /// Unmounts with fusermount3 -u and waits for <see cref="FuseHost.Run"/> to return. The limit
+    /// only tells a hang from a slow machine: the session ends as soon as the kernel ends it.
+    /// </summary>
+    public void Unmount(out int runResult)
     {
-        var sw = Stopwatch.StartNew();
         var r = Shell.Run("fusermount3", ["-u", MountPoint]);
         Assert.True(r.ExitCode == 0, r.Both);
-        Assert.True(_thread.Join(TimeSpan.FromSeconds(20)), "FuseHost.Run did not return within 20 s of fusermount3 -u");
+        Assert.True(_thread.Join(TimeSpan.FromSeconds(60)), "FuseHost.Run did not return within 60 s of fusermount3 -u");
         runResult = _runResult;
-        return sw.Elapsed;
     }
 
     /// <summary>Waits for <see cref="FuseHost.Run"/> to return on its own.</summary>
@@ -271,57 +273,6 @@ public sealed class EnableUringCollection
 {
     /// <summary>Tests that flip the machine-wide enable_uring switch run alone, after the others.</summary>
     public const string Name = "enable_uring switch";
-}
-
-/// <summary>
-/// Marks a test that measures how the scheduler treats our threads and so needs the machine to
-/// itself: scripts/test.sh leaves these out of the main run, where every test assembly runs at once,
-/// and runs them alone afterwards. Within that pass, too, no other test may run beside one: each
-/// such test's class belongs to a collection that is never run in parallel (this one, or
-/// <see cref="EnableUringCollection"/>), which QuietMachineTests checks.
-/// </summary>
-[CollectionDefinition(Collection, DisableParallelization = true)]
-public sealed class QuietMachine
-{
-    public const string Trait = "Needs";
-    public const string Value = "QuietMachine";
-    public const string Collection = "quiet machine";
-}
-
-public sealed class QuietMachineTests
-{
-    /// <summary>
-    /// A CI run once failed because xUnit ran the lone-caller test beside the one that puts a busy
-    /// loop on every CPU: both were in the quiet pass, in different (parallel) collections.
-    /// </summary>
-    [Fact]
-    public void Every_test_that_needs_a_quiet_machine_is_in_a_collection_never_run_in_parallel()
-    {
-        var types = typeof(QuietMachineTests).Assembly.GetTypes();
-        var serial = types
-            .SelectMany(t => t.GetCustomAttributesData())
-            .Where(a => a.AttributeType == typeof(CollectionDefinitionAttribute)
-                && a.NamedArguments.Any(n => n.MemberName == nameof(CollectionDefinitionAttribute.DisableParallelization) && (bool)n.TypedValue.Value!))
-            .Select(a => (string)a.ConstructorArguments[0].Value!)
-            .ToHashSet();
-        Assert.Contains(QuietMachine.Collection, serial);
-        var quiet = types
-            .SelectMany(t => t.GetMethods().Select(m => (Type: t, Method: m)))
-            .Where(x => x.Method.GetCustomAttributesData().Any(a => a.AttributeType == typeof(TraitAttribute)
-                && (string?)a.ConstructorArguments[0].Value == QuietMachine.Trait
-                && (string?)a.ConstructorArguments[1].Value == QuietMachine.Value))
-            .ToList();
-        Assert.True(quiet.Count >= 3, $"only {quiet.Count} tests carry the quiet-machine trait");
-        foreach (var (type, method) in quiet)
-        {
-            var name = type.GetCustomAttributesData()
-                .Where(a => a.AttributeType == typeof(CollectionAttribute))
-                .Select(a => (string?)a.ConstructorArguments[0].Value)
-                .FirstOrDefault();
-            Assert.True(name is not null && serial.Contains(name),
-                $"{type.Name}.{method.Name} needs a quiet machine but its class is in collection '{name ?? "(its own, run in parallel)"}'");
-        }
-    }
 }
 
 /// <summary>FUSE over io_uring: used when the kernel offers it, /dev/fuse otherwise, and both serve the same tree.</summary>
@@ -358,41 +309,9 @@ public sealed class IoUringTransportTests
         foreach (var (name, _, cpus) in threads)
             Assert.Equal(name["xfswin-uring-".Length..], cpus); // queue N runs on CPU N only
 
-        var elapsed = m.Unmount(out var rc);
+        m.Unmount(out var rc);
         Assert.Equal(0, rc);
-        Assert.True(elapsed < TimeSpan.FromSeconds(5), $"Run took {elapsed} to end after the unmount");
         Assert.Empty(IoUringMode.QueueThreads(Environment.ProcessId));
-    }
-
-    /// <summary>
-    /// A single-threaded caller making one request after another must stay on its CPU: otherwise
-    /// each answer moves it to the idle CPU and io_uring gains nothing (see CallerKeeper; without it
-    /// this walk moved 7 to 12% of the time on an otherwise idle 2-CPU machine, with it 0.2%). A
-    /// busy machine is another matter: the queue threads then leave the policy alone (see
-    /// CallerKeeper), and the scheduler moves the caller whenever a CPU goes idle for a moment (CI
-    /// saw 3.3% while the other test assemblies ran beside it). So this test runs on a quiet
-    /// machine: scripts/test.sh runs the <see cref="QuietMachine"/> tests after all the others.
-    /// </summary>
-    [Fact]
-    [Trait(QuietMachine.Trait, QuietMachine.Value)]
-    public void A_caller_making_one_request_after_another_stays_on_its_cpu()
-    {
-        using var on = IoUringMode.Set(true);
-        using var m = new FuseMount(TestImages.Tree);
-        IoUringMode.AssertServesThroughIoUring(m.ServerProcessId, "xfswin mount");
-        var others = new OtherCpuUse();
-        var (files, migrations) = LoneCaller.Walk(m.MountPoint);
-        var busy = others.Since(Environment.ProcessId, m.ServerProcessId);
-        Assert.True(files > 5000, $"only {files} files");
-        Assert.True(migrations < files * 3 / 100, $"the caller moved between CPUs {migrations} times for {files} lookups; {busy}");
-        // The queue threads are back to the normal policy once the requests stop (a millisecond
-        // later: see CallerKeeper.Pause).
-        Thread.Sleep(50);
-        foreach (var task in Directory.EnumerateDirectories($"/proc/{m.ServerProcessId}/task"))
-        {
-            if (File.ReadAllText(Path.Combine(task, "comm")).StartsWith("xfswin-uring-", StringComparison.Ordinal))
-                Assert.Contains(File.ReadLines(Path.Combine(task, "sched")), l => l.StartsWith("policy", StringComparison.Ordinal) && l.EndsWith(" 0", StringComparison.Ordinal));
-        }
     }
 
     [Fact]
@@ -428,9 +347,8 @@ public sealed class IoUringTransportTests
         Assert.Contains("refused to register", m.Host.TransportDescription, StringComparison.Ordinal);
         Assert.Contains("injected by a test", m.Log, StringComparison.Ordinal);
         Assert.True(m.Host.Uring!.DeviceRequests > 2);
-        var elapsed = m.Unmount(out var rc);
+        m.Unmount(out var rc);
         Assert.Equal(0, rc);
-        Assert.True(elapsed < TimeSpan.FromSeconds(5), $"Run took {elapsed} to end after the unmount");
     }
 
     /// <summary>What each caller of <see cref="RunOnEveryCpu"/> lists and reads: names, types, modes, sizes, owners, link targets, contents, xattrs.</summary>
@@ -525,9 +443,8 @@ public sealed class IoUringTransportTests
         var before = m.Host.IoUringRequests;
         Shell.Bash($"taskset -c {failing} stat {Q(m.MountPoint)}/small.txt > /dev/null");
         Assert.True(m.Host.IoUringRequests > before);
-        var elapsed = m.Unmount(out var rc);
+        m.Unmount(out var rc);
         Assert.Equal(0, rc);
-        Assert.True(elapsed < TimeSpan.FromSeconds(5), $"Run took {elapsed} to end after the unmount");
     }
 
     /// <summary>
@@ -619,13 +536,12 @@ public sealed class IoUringTransportTests
 
     /// <summary>
     /// An ordinary user's server (no capabilities; fusermount3 mounts for it) is served through the
-    /// ring like root's, reads the same tree as the kernel's XFS, and never leaves a queue thread
-    /// in SCHED_IDLE: without CAP_SYS_NICE it could not come back, so CallerKeeper stays off.
+    /// ring like root's and reads the same tree as the kernel's XFS.
     /// /dev/fuse may be root's only on this machine: the user gets a 0666 node bound over it in a
     /// private mount namespace, where the mount then lives (entered with nsenter to use it).
     /// </summary>
     [Fact]
-    public void An_unprivileged_server_serves_through_the_ring_with_the_caller_keeper_off()
+    public void An_unprivileged_server_serves_through_the_ring()
     {
         using var on = IoUringMode.Set(true);
         using var k = new KernelMount(TestImages.Tree);
@@ -656,14 +572,6 @@ public sealed class IoUringTransportTests
         // The queue threads woke for thousands of requests: they came through the ring.
         var woken = QueueSwitches() - switches;
         Assert.True(woken > 3000, $"the queue threads woke {woken} times for the walk");
-
-        // One request after another from a single caller: what CallerKeeper acts on when it may.
-        server.RunInside("for i in $(seq 3); do find . -printf '%i %s\n' > /dev/null; done");
-        foreach (var task in Directory.EnumerateDirectories($"/proc/{pid}/task"))
-        {
-            var policy = File.ReadLines(task + "/sched").First(l => l.StartsWith("policy", StringComparison.Ordinal));
-            Assert.True(policy.EndsWith(" 0", StringComparison.Ordinal), $"{File.ReadAllText(task + "/comm").Trim()}: {policy}");
-        }
         IoUringMode.AssertServesThroughIoUring(pid, "the unprivileged server");
     }
 
@@ -746,7 +654,7 @@ public sealed class IoUringTransportTests
         var sw = Stopwatch.StartNew();
         while (Directory.Exists($"/proc/{m.ServerProcessId}") && !File.ReadAllText($"/proc/{m.ServerProcessId}/stat").Contains(") Z ", StringComparison.Ordinal))
         {
-            Assert.True(sw.Elapsed < TimeSpan.FromSeconds(10), $"the server is still running 10 s after SIG{signal}");
+            Assert.True(sw.Elapsed < TimeSpan.FromSeconds(60), $"the server is still running 60 s after SIG{signal}");
             Thread.Sleep(50);
         }
         Assert.False(Shell.IsMounted(m.MountPoint, "fuse.xfswin"));

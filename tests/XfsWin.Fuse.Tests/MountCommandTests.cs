@@ -9,7 +9,7 @@ public sealed class MountArgumentsTests
     [Fact]
     public void Options_map_to_the_host_and_the_volume()
     {
-        var m = MountArguments.Parse(["-o", "ro,allow_other,default_permissions,uid=1000,gid=100,attr_timeout=5,entry_timeout=2.5,max_threads=3,clone_fd,readdirplus=yes,follow_caller=no,read_ahead_kb=1024,max_read=131072",
+        var m = MountArguments.Parse(["-o", "ro,allow_other,default_permissions,uid=1000,gid=100,attr_timeout=5,entry_timeout=2.5,max_threads=3,clone_fd,readdirplus=yes,read_ahead_kb=1024,max_read=131072",
             "--replay=none", "-f", "img", "mnt"]);
         Assert.True(m.Foreground);
         Assert.Equal(LogReplayMode.None, m.Replay);
@@ -25,7 +25,6 @@ public sealed class MountArgumentsTests
         Assert.Equal(3, o.MaxThreads);
         Assert.True(o.CloneFd);
         Assert.True(o.ReaddirPlus);
-        Assert.False(o.FollowCaller);
         Assert.Equal(1024, o.ReadAheadKiB);
         Assert.Equal(["max_read=131072"], o.ExtraOptions);
         Assert.Equal(Path.GetFullPath("img"), o.FileSystemName);
@@ -51,7 +50,7 @@ public sealed class MountArgumentsTests
         Assert.False(o.AllowOther);
         Assert.Null(o.UidOverride);
         Assert.False(o.ReaddirPlus);
-        Assert.True(o.FollowCaller);
+        Assert.True(o.ReadOnly);
         Assert.True(o.AttributeTimeout >= 60);
         Assert.True(o.EntryTimeout >= 60);
     }
@@ -62,7 +61,7 @@ public sealed class MountArgumentsTests
     [InlineData("fsname=x", "set by xfswin")]
     [InlineData("attr_timeout=-1", "seconds")]
     [InlineData("readdirplus=maybe", "yes or no")]
-    [InlineData("follow_caller=1", "yes or no")]
+    [InlineData("follow_caller=no", "scheduler places")]
     [InlineData("read_ahead_kb=lots", "KiB")]
     public void Bad_options_say_what_is_wrong(string option, string expected)
     {

@@ -47,8 +47,6 @@ public sealed class NativeLayoutTests
         (typeof(IoUringSqe), "struct io_uring_sqe"),
         (typeof(IoUringCqe), "struct io_uring_cqe"),
         (typeof(IoVec), "struct iovec"),
-        (typeof(IoUringNative.RLimit), "struct rlimit"),
-        (typeof(IoUringNative.Timespec), "struct timespec"),
         (typeof(FuseInHeader), "struct fuse_in_header"),
         (typeof(FuseOutHeader), "struct fuse_out_header"),
         (typeof(FuseInitIn), "struct fuse_init_in"),
@@ -124,14 +122,7 @@ public sealed class NativeLayoutTests
         Assert.Equal(glibc["mode"], (long)Marshal.OffsetOf<FuseStatx>(nameof(FuseStatx.mode)));
     }
 
-    // C# constant -> C expression, for the kernel-header program (system call numbers differ between architectures).
-    private static (string Name, long Value, string C)[] KernelConstantsFor(Architecture architecture) =>
-    [
-        .. KernelConstants,
-        ("__NR_futex", IoUringConstants.SyscallNumbers(architecture).Futex, "__NR_futex"),
-        ("__NR_gettid", IoUringConstants.SyscallNumbers(architecture).Gettid, "__NR_gettid"),
-    ];
-
+    // C# constant -> C expression, for the kernel-header program.
     private static readonly (string Name, long Value, string C)[] KernelConstants =
     [
         .. typeof(IoUringConstants).GetFields(BindingFlags.Public | BindingFlags.Static).Where(f => f.IsLiteral)
@@ -210,7 +201,7 @@ public sealed class NativeLayoutTests
     {
         var c = new StringBuilder();
         c.AppendLine("#define _GNU_SOURCE\n#include <linux/fuse.h>\n#include <linux/io_uring.h>\n#include <sys/uio.h>\n#include <sys/mman.h>\n#include <sys/syscall.h>");
-        c.AppendLine("#include <sched.h>\n#include <fcntl.h>\n#include <sys/resource.h>\n#include <linux/futex.h>\n#include <time.h>");
+        c.AppendLine("#include <sched.h>\n#include <fcntl.h>");
         c.AppendLine("#include <sys/eventfd.h>\n#include <poll.h>\n#include <errno.h>\n#include <stddef.h>\n#include <stdio.h>");
         c.AppendLine("int main(void) {");
         void Print(Type managed, string native)
@@ -236,13 +227,13 @@ public sealed class NativeLayoutTests
     // The FUSE wire format and io_uring are declared with fixed-width types, the same on every
     // architecture (and the cross compiler's kernel headers are older than the machine's): on arm64
     // the probe checks what the C library and the architecture decide.
-    private static readonly HashSet<Type> LibcKernelStructs = [typeof(IoVec), typeof(IoUringNative.RLimit), typeof(IoUringNative.Timespec)];
+    private static readonly HashSet<Type> LibcKernelStructs = [typeof(IoVec)];
 
     private static IEnumerable<(Type Managed, string Native)> KernelStructsOf(LayoutTarget target) =>
         target == LayoutTarget.Host ? KernelStructs : KernelStructs.Where(s => LibcKernelStructs.Contains(s.Managed));
 
     private static IEnumerable<(string Name, long Value, string C)> KernelConstantsOf(LayoutTarget target) =>
-        KernelConstantsFor(target.Architecture).Where(k => target == LayoutTarget.Host ||
+        KernelConstants.Where(k => target == LayoutTarget.Host ||
             !(k.Name.StartsWith("IORING_", StringComparison.Ordinal) || k.Name.StartsWith("FUSE_", StringComparison.Ordinal) ||
               k.Name.StartsWith("__NR_io_uring", StringComparison.Ordinal)));
 
@@ -307,7 +298,7 @@ public sealed class NativeLayoutTests
     public void Io_uring_and_fuse_wire_constants_match_the_kernel_headers()
     {
         var native = Kernel.Value;
-        foreach (var (name, value, _) in KernelConstantsFor(RuntimeInformation.ProcessArchitecture).Where(k => !UringOnlyConstants.Contains(k.Name) || native["has_uring"] == 1))
+        foreach (var (name, value, _) in KernelConstants.Where(k => !UringOnlyConstants.Contains(k.Name) || native["has_uring"] == 1))
             Assert.True(value == native[$"const.{name}"], $"{name}: C# {value}, header {native[$"const.{name}"]}");
     }
 
@@ -435,10 +426,9 @@ public sealed class NativeLayoutTests
         foreach (var (managed, _) in KernelStructsOf(LayoutTarget.Arm64))
             AssertLayout(managed, kernel, "aarch64-linux-gnu-gcc");
         var constants = KernelConstantsOf(LayoutTarget.Arm64).ToList();
-        Assert.Contains(constants, k => k.Name == "__NR_futex");
-        Assert.Contains(constants, k => k.Name == "O_CLOEXEC");
+        Assert.Contains(constants, k => k.Name == "EFD_NONBLOCK");
+        Assert.Contains(constants, k => k.Name == "MAP_POPULATE");
         foreach (var (name, value, _) in constants)
             Assert.True(value == kernel[$"const.{name}"], $"{name}: C# {value}, arm64 header {kernel[$"const.{name}"]}");
-        Assert.NotEqual(IoUringConstants.SyscallNumbers(Architecture.Arm64), IoUringConstants.SyscallNumbers(Architecture.X64));
     }
 }

@@ -43,8 +43,6 @@ public static class MountCommand
                                   max_threads=N        worker threads (default 2 x CPUs, at least 4)
                                   clone_fd             one /dev/fuse descriptor per worker
                                   readdirplus=yes|no   attributes with listings (default no)
-                                  follow_caller=yes|no with /dev/fuse, serve a lone caller on its
-                                                       own CPU (default yes)
                                   read_ahead_kb=N      kernel readahead for the mount (4096; as root)
                                   io_uring=yes|no      FUSE over io_uring when the kernel offers it
                                                        (default yes; root enables it in the kernel with
@@ -196,7 +194,8 @@ public static class MountCommand
                 }
             }) { Name = "xfswin-session" };
             loop.Start();
-            var notice = host.WaitForTransport(TimeSpan.FromSeconds(5)) ? host.TransportNotice() : null;
+            // Returns once FUSE_INIT is answered; the limit only bounds a kernel that never sends it.
+            var notice = host.WaitForTransport(TimeSpan.FromSeconds(60)) ? host.TransportNotice() : null;
             if (isChild)
             {
                 // The parent prints the mount's line, then this one (see StartInBackground).
@@ -332,7 +331,6 @@ internal sealed class MountArguments
     public bool DefaultPermissions { get; private set; }
     public bool CloneFd { get; private set; }
     public bool ReaddirPlus { get; private set; }
-    public bool FollowCaller { get; private set; } = true;
     public bool IoUring { get; private set; } = true;
     public int? IoUringDepth { get; private set; }
     public int ReadAheadKiB { get; private set; } = 4096;
@@ -358,7 +356,6 @@ internal sealed class MountArguments
             Debug = Debug,
             CloneFd = CloneFd,
             ReaddirPlus = ReaddirPlus,
-            FollowCaller = FollowCaller,
             ReadAheadKiB = ReadAheadKiB,
             IoUring = IoUring,
             ExtraOptions = ExtraOptions,
@@ -492,8 +489,7 @@ internal sealed class MountArguments
                     ReaddirPlus = YesOrNo();
                     break;
                 case "follow_caller":
-                    FollowCaller = YesOrNo();
-                    break;
+                    throw new ArgumentException("-o follow_caller is not an option of xfswin mount: the scheduler places the server's threads. Drop it.");
                 case "io_uring":
                     IoUring = YesOrNo();
                     break;

@@ -17,9 +17,6 @@ public sealed class BackgroundWorkers : IDisposable
 {
     private readonly Queue<Action> _queue = new();
     private readonly List<Thread> _threads = [];
-    // The threads' operating-system ids, as each recorded its own when it started.
-    private readonly List<int> _threadIds = [];
-    private int _threadsStarted;
     private readonly string _name;
     private readonly int _maxThreads;
     private int _idle;
@@ -53,22 +50,8 @@ public sealed class BackgroundWorkers : IDisposable
         }
     }
 
-    /// <summary>Threads that have started so far (grows by one as each starts; they are not replaced).</summary>
-    public int ThreadsStarted => Volatile.Read(ref _threadsStarted);
-
-    /// <summary>Adds the operating-system ids of the threads started so far to <paramref name="into"/>.</summary>
-    public void CopyThreadIds(List<int> into)
-    {
-        lock (_threadIds)
-            into.AddRange(_threadIds);
-    }
-
     private void Run()
     {
-        var id = NativeThreadId.Current();
-        lock (_threadIds)
-            _threadIds.Add(id);
-        Interlocked.Increment(ref _threadsStarted);
         while (true)
         {
             Action work;

@@ -205,21 +205,6 @@ public sealed partial class XfsVolume : IDisposable
     // starts on the buffer cache's own read-ahead threads, so it must not share them).
     private readonly BackgroundWorkers _readAheadPlanner = new("xfswin-planner", 1);
 
-    /// <summary>
-    /// Background threads of this volume (read-ahead) started so far: grows as they start, so that
-    /// a host placing them on CPUs (the FUSE host keeps them off a followed caller's CPU) knows when
-    /// to look at <see cref="CopyBackgroundThreadIds"/> again.
-    /// </summary>
-    public int BackgroundThreadsStarted => _readAheadPlanner.ThreadsStarted + _mount.Buffers.ReadAheadThreads.ThreadsStarted;
-
-    /// <summary>Adds the operating-system thread ids of this volume's background threads to <paramref name="into"/>.</summary>
-    public void CopyBackgroundThreadIds(List<int> into)
-    {
-        ArgumentNullException.ThrowIfNull(into);
-        _readAheadPlanner.CopyThreadIds(into);
-        _mount.Buffers.ReadAheadThreads.CopyThreadIds(into);
-    }
-
     /// <summary>Whether <paramref name="inode"/> is decoded in the inode cache (tests of read-ahead).</summary>
     internal bool IsInodeCached(ulong inode) => _inodes.IsCached(inode);
 

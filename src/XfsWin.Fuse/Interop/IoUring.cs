@@ -109,16 +109,7 @@ internal static class IoUringConstants
 {
     public const long __NR_io_uring_setup = 425;
     public const long __NR_io_uring_enter = 426;
-    // The io_uring calls have one number on every architecture (they came after the numbers were
-    // unified); the older calls do not.
-    public static readonly long __NR_futex = SyscallNumbers(RuntimeInformation.ProcessArchitecture).Futex;
-    public static readonly long __NR_gettid = SyscallNumbers(RuntimeInformation.ProcessArchitecture).Gettid;
-
-    /// <summary>futex(2) and gettid(2) on x86-64 (also the answer for anything else) and on arm64.</summary>
-    public static (long Futex, long Gettid) SyscallNumbers(Architecture architecture) =>
-        architecture == Architecture.Arm64 ? (98, 178) : (202, 186);
-    public const int FUTEX_WAIT_PRIVATE = 128;
-    public const int FUTEX_WAKE_PRIVATE = 129;
+    // The io_uring calls have one number on every architecture (they came after the numbers were unified).
 
     public const uint IORING_SETUP_SUBMIT_ALL = 1u << 7;
     public const uint IORING_SETUP_COOP_TASKRUN = 1u << 8;
@@ -145,12 +136,6 @@ internal static class IoUringConstants
     public const int EFD_CLOEXEC = 0x80000;
     public const int EFD_NONBLOCK = 0x800;
     public const uint POLLIN = 1;
-
-    public const int O_RDONLY = 0;
-    public const int O_CLOEXEC = 0x80000;
-    public const int RLIMIT_NICE = 13;
-    public const int SCHED_OTHER = 0;
-    public const int SCHED_IDLE = 5;
 
     public const int EINTR = 4;
     public const int EAGAIN = 11;
@@ -192,35 +177,6 @@ internal static unsafe partial class IoUringNative
     [LibraryImport(LibC, SetLastError = true)]
     public static partial int sched_setaffinity(int pid, nuint cpusetsize, ulong* mask);
 
-    /// <summary>sched_getaffinity(2) through glibc; pid 0 is the calling thread. Returns 0, or -1 (errno set).</summary>
-    [LibraryImport(LibC, SetLastError = true)]
-    public static partial int sched_getaffinity(int pid, nuint cpusetsize, ulong* mask);
-
-    /// <summary>sched_setscheduler(2) with a struct sched_param (one int); pid 0 is the calling thread.</summary>
-    [LibraryImport(LibC, SetLastError = true)]
-    public static partial int sched_setscheduler(int pid, int policy, int* param);
-
-    /// <summary>sched_getscheduler(2): the policy of thread <paramref name="pid"/> (0: the calling thread), or -1.</summary>
-    [LibraryImport(LibC, SetLastError = true)]
-    public static partial int sched_getscheduler(int pid);
-
-    /// <summary>struct rlimit.</summary>
-    [StructLayout(LayoutKind.Explicit, Size = 16)]
-    public struct RLimit
-    {
-        [FieldOffset(0)] public ulong rlim_cur;
-        [FieldOffset(8)] public ulong rlim_max;
-    }
-
-    [LibraryImport(LibC, SetLastError = true)]
-    public static partial int getrlimit(int resource, RLimit* limit);
-
-    [LibraryImport(LibC, SetLastError = true)]
-    public static partial int open(byte* path, int flags);
-
-    [LibraryImport(LibC, SetLastError = true)]
-    public static partial nint pread(int fd, void* buf, nuint count, long offset);
-
     /// <summary>statfs(2) into a buffer of at least 120 bytes (struct statfs).</summary>
     [LibraryImport(LibC, SetLastError = true)]
     public static partial int statfs(byte* path, void* buf);
@@ -233,30 +189,6 @@ internal static unsafe partial class IoUringNative
         var r = syscall(IoUringConstants.__NR_io_uring_setup, entries, (long)p, 0, 0, 0, 0);
         return r < 0 ? -Marshal.GetLastPInvokeError() : (int)r;
     }
-
-    /// <summary>struct timespec.</summary>
-    [StructLayout(LayoutKind.Sequential)]
-    public struct Timespec
-    {
-        public long tv_sec;
-        public long tv_nsec;
-    }
-
-    /// <summary>
-    /// FUTEX_WAIT on a private futex word while it holds <paramref name="expected"/>, at most
-    /// <paramref name="milliseconds"/>. Through syscall(2), which unlike glibc's blocking calls is no
-    /// thread-cancellation point: libfuse cancels its workers at unmount, and a cancellation acted on
-    /// inside managed code would never return.
-    /// </summary>
-    public static void FutexWait(int* word, int expected, int milliseconds)
-    {
-        var timeout = new Timespec { tv_sec = milliseconds / 1000, tv_nsec = milliseconds % 1000 * 1_000_000L };
-        syscall(IoUringConstants.__NR_futex, (long)word, IoUringConstants.FUTEX_WAIT_PRIVATE, expected, (long)&timeout, 0, 0);
-    }
-
-    /// <summary>FUTEX_WAKE of every waiter on a private futex word.</summary>
-    public static void FutexWakeAll(int* word) =>
-        syscall(IoUringConstants.__NR_futex, (long)word, IoUringConstants.FUTEX_WAKE_PRIVATE, int.MaxValue, 0, 0, 0);
 
     /// <summary>io_uring_enter(2) without a signal mask: submissions consumed, or -errno.</summary>
     public static int IoUringEnter(int fd, uint toSubmit, uint minComplete, uint flags)
