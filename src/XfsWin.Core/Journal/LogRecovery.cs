@@ -3,6 +3,7 @@ using XfsWin.Inodes;
 using System.Buffers.Binary;
 using XfsWin.Device;
 using XfsWin.Format;
+using XfsWin.Metadata;
 using XfsWin.Volume;
 
 namespace XfsWin.Journal;
@@ -119,10 +120,14 @@ public static class LogRecovery
         if ((result.UnlinkedInodes > 0 || cowAgs.Count > 0) && refusals.Count == 0)
         {
             afterReplay = new OverlayDevice(overlay);
+            // One change over metadata buffers of the second overlay: committed and written back (through the
+            // write verifiers) only when nothing was refused, so a refusal leaves even the overlay untouched.
+            using var buffers = new BufferCache(afterReplay, new VolumeHealth(), 64L << 20);
+            using var changes = new MetadataChangeSet(buffers);
             try
             {
                 if (result.UnlinkedInodes > 0)
-                    result.UnlinkedInodesFreed = UnlinkedInodeFreeing.FreeAll(afterReplay, sb);
+                    result.UnlinkedInodesFreed = UnlinkedInodeFreeing.FreeAll(changes, sb);
             }
             catch (XfsException e) when (e.Error == XfsError.Unsupported)
             {
@@ -132,7 +137,7 @@ public static class LogRecovery
             {
                 foreach (var ag in cowAgs)
                 {
-                    var space = new AgSpaceEditor(afterReplay, sb, ag);
+                    var space = new AgSpaceEditor(changes, sb, ag);
                     result.CowStagingExtentsRemoved += space.RemoveCowStaging();
                     space.Commit();
                 }
@@ -140,6 +145,11 @@ public static class LogRecovery
             catch (XfsException e) when (e.Error == XfsError.Unsupported)
             {
                 refusals.Add($"leftover copy-on-write staging extents to remove in AG {string.Join(", ", cowAgs)} ({e.Message})");
+            }
+            if (refusals.Count == 0)
+            {
+                changes.Commit();
+                buffers.Writeback();
             }
         }
         if (refusals.Count > 0)
