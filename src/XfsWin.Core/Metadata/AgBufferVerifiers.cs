@@ -56,8 +56,8 @@ public readonly struct AgflBufferVerifier(Superblock sb, uint agno) : IBufferVer
 /// </summary>
 public readonly struct AgBtreeBlockVerifier(Superblock sb, uint agno, uint magic, string structure) : IBufferVerifier
 {
-    /// <summary>One kind per tree, from the V5 magic's low half (unique among the tree kinds).</summary>
-    public int Kind => 0x10000 + (int)(magic & 0xFFFF);
+    /// <summary>The V5 magic itself: one kind per tree, the same the read cursor uses (see BtreeCursor), above every small kind number.</summary>
+    public int Kind => (int)magic;
     public string Structure => structure;
     public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset) => BtreeBlockView.Verify(buffer, magic, false, sb, byteOffset, agno);
 
@@ -68,7 +68,7 @@ public readonly struct AgBtreeBlockVerifier(Superblock sb, uint agno, uint magic
 /// <summary>Read verifier of a V5 extent B+tree (bmbt) block owned by inode <paramref name="ino"/>.</summary>
 public readonly struct BmbtBlockVerifier(Superblock sb, ulong ino) : IBufferVerifier
 {
-    public int Kind => 0x10000 + (int)(BtreeMagic.BmapV5 & 0xFFFF);
+    public int Kind => (int)BtreeMagic.BmapV5;
     public string Structure => $"extent btree block of inode {ino}";
     public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset) => BtreeBlockView.Verify(buffer, BtreeMagic.BmapV5, true, sb, byteOffset, ino);
 }
