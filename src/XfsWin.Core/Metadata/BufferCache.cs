@@ -290,7 +290,7 @@ public sealed class BufferCache : IDisposable
                 }
                 if (taken)
                 {
-                    buffer.WriteVerifier = writeVerifier ?? buffer.WriteVerifier;
+                    buffer.ChangeWriteVerifier = writeVerifier;
                     buffer.ChangeKind = verifier.Kind;
                     buffer.ChangeOwner = owner;
                     buffer.BeginChangeLocked(zeroed: false);
@@ -332,7 +332,7 @@ public sealed class BufferCache : IDisposable
                     continue;
                 }
                 buffer.BumpGenerationLocked();
-                buffer.WriteVerifier = writeVerifier;
+                buffer.ChangeWriteVerifier = writeVerifier;
                 buffer.ChangeKind = kind;
                 buffer.ChangeOwner = owner;
                 buffer.BeginChangeLocked(zeroed: true);

@@ -58,9 +58,12 @@ public sealed class MetadataBuffer
     // Set while a read-ahead is fetching this buffer: readers that miss wait for it instead of reading.
     internal volatile Task? PendingRead;
     internal IBufferWriteVerifier? WriteVerifier;
-    // What verifies the private copy once published: the kind and owner of the lock owner's read or new block.
+    // What the private copy is once published: the kind and owner of the lock owner's read or new
+    // block, and its write verifier (taken over only when the change commits, so that a cancelled
+    // change leaves the published bytes with the verifier that matches them).
     internal int ChangeKind;
     internal ulong ChangeOwner;
+    internal IBufferWriteVerifier? ChangeWriteVerifier;
 
     internal MetadataBuffer(long offset, int length)
     {
@@ -249,6 +252,7 @@ public sealed class MetadataBuffer
         else if (commit && !Stale && _changedUnderLock && _working is not null)
         {
             _snapshot = new Snapshot(_working, ChangeKind, ChangeOwner);
+            WriteVerifier = ChangeWriteVerifier ?? WriteVerifier;
             Dirty = true;
             becameDirty = true;
         }

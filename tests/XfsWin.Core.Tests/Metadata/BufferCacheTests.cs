@@ -334,6 +334,8 @@ public sealed class BufferCacheTests
         Assert.Equal(1, cache.Writeback());
         Assert.Equal(new long[] { 2 * Block }, device.Writes);
         Assert.Equal(0, device.Bytes[Block + 40]);
+        // The cancelled invalidation left its write verifier in place: the CRC was recomputed.
+        using (var fresh = MakeCache(device)) Assert.Equal(0x99, fresh.Read(2 * Block, Block, 0, A)[40]);
         // Read again: what the disk holds, in a new buffer.
         Assert.Equal(0, cache.Read(Block, Block, 0, A)[40]);
         Assert.NotSame(freed, cache.Find(Block, Block));
