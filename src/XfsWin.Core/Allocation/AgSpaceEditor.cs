@@ -1,13 +1,14 @@
 using System.Buffers.Binary;
 using XfsWin.Btree;
-using XfsWin.Device;
 using XfsWin.Format;
+using XfsWin.Metadata;
 
 namespace XfsWin.Allocation;
 
 /// <summary>
 /// Returns blocks of one AG to free space and drops their reverse mappings, as the kernel's
-/// xfs_free_ag_extent and xfs_rmap_unmap do, on a device holding a V5 volume (recovery's overlay).
+/// xfs_free_ag_extent and xfs_rmap_unmap do, on a V5 volume, through metadata buffers joined to a
+/// <see cref="MetadataChangeSet"/> (the AGF, the AGFL and every tree block it touches).
 /// <para>
 /// Invariants kept: both free-space trees hold the same extents, merged with their neighbours (a
 /// freed extent touching free space on either side becomes one record); agf_freeblks counts them
@@ -15,14 +16,15 @@ namespace XfsWin.Allocation;
 /// The free-space and reverse-map trees take the blocks they grow by from the AG free list (AGFL)
 /// and give back the blocks they shrink by, as the kernel's allocbt/rmapbt block hooks do:
 /// agf_btreeblks and agf_rmap_blocks follow, and the reverse mapping (OWN_AG covers both the AGFL
-/// and those trees) does not change. The AGF and AGFL are written by <see cref="Commit"/>; the
-/// superblock counters are the caller's to rebuild.
+/// and those trees) does not change. The AGF and AGFL are logged by <see cref="Commit"/>; the change
+/// set's commit publishes them and the cache's writeback writes them; the superblock counters are the
+/// caller's to rebuild.
 /// </para>
 /// </summary>
 public sealed class AgSpaceEditor : IAgBtreeHost
 {
 
-    private readonly IBlockDevice _device;
+    private readonly MetadataChangeSet _changes;
     private readonly Superblock _sb;
     private readonly uint _agno;
     private readonly byte[] _agf;
@@ -31,30 +33,28 @@ public sealed class AgSpaceEditor : IAgBtreeHost
     private readonly long _agflOffset;
     private readonly int _agflSlots;
 
-    public AgSpaceEditor(IBlockDevice device, Superblock sb, uint agno)
+    /// <summary>Joins the AG's AGF and AGFL (verified on first read) to <paramref name="changes"/>.</summary>
+    public AgSpaceEditor(MetadataChangeSet changes, Superblock sb, uint agno)
     {
-        _device = device;
+        if (!sb.IsV5) throw new XfsException(XfsError.Unsupported, "changing free space of V4 volumes is not supported");
+        _changes = changes;
         _sb = sb;
         _agno = agno;
         _agfOffset = sb.AgBlockToByte(agno, 0) + sb.SectorSize;
-        _agf = new byte[sb.SectorSize];
-        device.Read(_agfOffset, _agf);
-        if (BinaryPrimitives.ReadUInt32BigEndian(_agf) != AgfView.Magic || !XfsCrc.Verify(_agf, AgfView.OffCrc))
-            throw new XfsCorruptionException($"AGF of AG {agno}", _agfOffset, "bad magic or CRC");
+        var agf = new AgfBufferVerifier(sb, agno);
+        _agf = changes.Read(_agfOffset, sb.SectorSize, agno, agf, agf.ForWrite()).Contents;
         _agflOffset = sb.AgBlockToByte(agno, 0) + 3L * sb.SectorSize;
-        _agfl = new byte[sb.SectorSize];
-        device.Read(_agflOffset, _agfl);
-        if (BinaryPrimitives.ReadUInt32BigEndian(_agfl) != AgflLayout.Magic || !XfsCrc.Verify(_agfl, AgflLayout.OffCrc))
-            throw new XfsCorruptionException($"AGFL of AG {agno}", _agflOffset, "bad magic or CRC");
+        var agfl = new AgflBufferVerifier(sb, agno);
+        _agfl = changes.Read(_agflOffset, sb.SectorSize, agno, agfl, agfl.ForWrite()).Contents;
         _agflSlots = (sb.SectorSize - AgflLayout.SizeV5) / 4;
     }
 
     private uint AgfU32(int offset) => BinaryPrimitives.ReadUInt32BigEndian(_agf.AsSpan(offset));
     private void SetAgfU32(int offset, uint value) => BinaryPrimitives.WriteUInt32BigEndian(_agf.AsSpan(offset), value);
 
-    private AgBtreeEditor ByBlock => new(_device, _sb, _agno, AgBtreeKind.FreeSpaceByBlock, AgfU32(AgfView.OffBnoRoot), (int)AgfU32(AgfView.OffBnoLevel), this);
-    private AgBtreeEditor ByCount => new(_device, _sb, _agno, AgBtreeKind.FreeSpaceByCount, AgfU32(AgfView.OffCntRoot), (int)AgfU32(AgfView.OffCntLevel), this);
-    private AgBtreeEditor ReverseMap => new(_device, _sb, _agno, AgBtreeKind.ReverseMap, AgfU32(AgfView.OffRmapRoot), (int)AgfU32(AgfView.OffRmapLevel), this);
+    private AgBtreeEditor ByBlock => new(_changes, _sb, _agno, AgBtreeKind.FreeSpaceByBlock, AgfU32(AgfView.OffBnoRoot), (int)AgfU32(AgfView.OffBnoLevel), this);
+    private AgBtreeEditor ByCount => new(_changes, _sb, _agno, AgBtreeKind.FreeSpaceByCount, AgfU32(AgfView.OffCntRoot), (int)AgfU32(AgfView.OffCntLevel), this);
+    private AgBtreeEditor ReverseMap => new(_changes, _sb, _agno, AgBtreeKind.ReverseMap, AgfU32(AgfView.OffRmapRoot), (int)AgfU32(AgfView.OffRmapLevel), this);
 
     private static (int Root, int Level) RootFields(AgBtreeKind kind) => kind switch
     {
@@ -430,15 +430,13 @@ public sealed class AgSpaceEditor : IAgBtreeHost
         throw new XfsCorruptionException($"refcount btree of AG {_agno} (AGF)", _agfOffset, "the CoW staging records do not run out");
     }
 
-    private AgBtreeEditor RefCounts => new(_device, _sb, _agno, AgBtreeKind.RefCount, AgfU32(AgfView.OffRefcountRoot), (int)AgfU32(AgfView.OffRefcountLevel), this);
+    private AgBtreeEditor RefCounts => new(_changes, _sb, _agno, AgBtreeKind.RefCount, AgfU32(AgfView.OffRefcountRoot), (int)AgfU32(AgfView.OffRefcountLevel), this);
 
-    /// <summary>Writes the AGF and AGFL (counters, roots and free list changed through this editor).</summary>
+    /// <summary>Logs the AGF and AGFL (counters, roots and free list changed through this editor) in its change set.</summary>
     public void Commit()
     {
-        XfsCrc.Stamp(_agfl, AgflLayout.OffCrc);
-        _device.Write(_agflOffset, _agfl);
-        XfsCrc.Stamp(_agf, AgfView.OffCrc);
-        _device.Write(_agfOffset, _agf);
+        _changes.LogRange(_agflOffset, _sb.SectorSize, 0, _sb.SectorSize - 1);
+        _changes.LogRange(_agfOffset, _sb.SectorSize, 0, _sb.SectorSize - 1);
     }
 
     private XfsCorruptionException NoMapping(uint agbno, uint length, ulong owner) =>

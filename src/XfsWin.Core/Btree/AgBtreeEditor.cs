@@ -1,6 +1,6 @@
 using System.Buffers.Binary;
-using XfsWin.Device;
 using XfsWin.Format;
+using XfsWin.Metadata;
 
 namespace XfsWin.Btree;
 
@@ -31,9 +31,12 @@ public interface IAgBtreeHost
 }
 
 /// <summary>
-/// Changes records of one V5 AG B+tree in place on a device (recovery's copy-on-write overlay):
-/// insert, delete or rewrite a leaf record, then bring every ancestor's keys up to date (low keys,
-/// and the high keys of the overlapping reverse-map tree).
+/// Changes records of one V5 AG B+tree through metadata buffers joined to a
+/// <see cref="MetadataChangeSet"/>: insert, delete or rewrite a leaf record, then bring every
+/// ancestor's keys up to date (low keys, and the high keys of the overlapping reverse-map tree).
+/// Every block it changes is logged whole; blocks the tree gives up are invalidated (never written
+/// back); the change set's commit publishes the blocks and the cache's writeback writes them through
+/// the tree's write verifier (structure, LSN, CRC).
 /// <para>
 /// Invariants kept, as the kernel's xfs_btree.c keeps them: every non-root block holds between half
 /// its capacity and its capacity; a full block splits in two (a full root makes the tree one level
@@ -47,7 +50,7 @@ public sealed class AgBtreeEditor
 {
     private const int HeaderSize = BtreeBlockView.ShortHeaderV5;
 
-    private readonly IBlockDevice _device;
+    private readonly MetadataChangeSet _changes;
     private readonly Superblock _sb;
     private readonly uint _agno;
     private readonly AgBtreeKind _kind;
@@ -55,18 +58,22 @@ public sealed class AgBtreeEditor
     private uint _root;
     private int _levels;
     private readonly int _blockSize;
+    private readonly AgBtreeBlockVerifier _verifier;
+    private readonly IBufferWriteVerifier _writeVerifier;
 
-    public AgBtreeEditor(IBlockDevice device, Superblock sb, uint agno, AgBtreeKind kind, uint root, int levels, IAgBtreeHost host)
+    public AgBtreeEditor(MetadataChangeSet changes, Superblock sb, uint agno, AgBtreeKind kind, uint root, int levels, IAgBtreeHost host)
     {
         _host = host;
         if (!sb.IsV5) throw new XfsException(XfsError.Unsupported, "changing B+trees of V4 volumes is not supported");
-        _device = device;
+        _changes = changes;
         _sb = sb;
         _agno = agno;
         _kind = kind;
         _root = root;
         _levels = levels;
         _blockSize = (int)sb.BlockSize;
+        _verifier = new AgBtreeBlockVerifier(sb, agno, Magic, Name);
+        _writeVerifier = _verifier.ForWrite();
         if (levels is < 1 or > 9 || root == 0 || root >= sb.AgBlocks)
             throw Corrupt(root, $"root {root} with {levels} levels is not a valid tree");
     }
@@ -293,6 +300,7 @@ public sealed class AgBtreeEditor
                 // A root node with one child: the child becomes the root.
                 uint child = NodePointer(block, 0);
                 _host.ReleaseBlock(_kind, pos.Blocks[level]);
+                InvalidateBlock(pos.Blocks[level]);
                 _root = child;
                 _levels--;
                 _host.SetRoot(_kind, _root, _levels);
@@ -345,6 +353,7 @@ public sealed class AgBtreeEditor
             Unlink(pos.Blocks[level], block, leftBno, left);
             WriteBlock(leftBno, left);
             _host.ReleaseBlock(_kind, pos.Blocks[level]);
+            InvalidateBlock(pos.Blocks[level]);
             RefreshEntry(parent, pi - 1, left, level);
             DeleteEntry(pos, level + 1);
         }
@@ -355,6 +364,7 @@ public sealed class AgBtreeEditor
             Unlink(rightBno, right, pos.Blocks[level], block);
             WriteBlock(pos.Blocks[level], block);
             _host.ReleaseBlock(_kind, rightBno);
+            InvalidateBlock(rightBno);
             RefreshEntry(parent, pi, block, level);
             pos.Index[level + 1] = pi + 1;
             DeleteEntry(pos, level + 1);
@@ -546,7 +556,8 @@ public sealed class AgBtreeEditor
 
     private byte[] NewBlock(uint agbno, int level)
     {
-        var block = new byte[_blockSize];
+        if (agbno == 0 || agbno >= _sb.AgBlocks) throw Corrupt(agbno, "a new block would lie outside the AG");
+        var block = _changes.GetNew(_sb.AgBlockToByte(_agno, agbno), _blockSize, _verifier.Kind, _agno, _writeVerifier).Contents;
         BinaryPrimitives.WriteUInt32BigEndian(block, Magic);
         BinaryPrimitives.WriteUInt16BigEndian(block.AsSpan(BtreeBlockView.OffLevel), (ushort)level);
         BinaryPrimitives.WriteUInt32BigEndian(block.AsSpan(BtreeBlockView.OffLeftSib), BtreeBlockView.NullShortPtr);
@@ -578,25 +589,27 @@ public sealed class AgBtreeEditor
 
     // ---- blocks ---------------------------------------------------------------------------------
 
+    /// <summary>The block's bytes as this change sees them: read and verified on first use, then the joined buffer's private copy.</summary>
     private byte[] ReadBlock(uint agbno, int level)
     {
         if (agbno == 0 || agbno >= _sb.AgBlocks) throw Corrupt(agbno, "a pointer leads outside the AG");
-        var block = new byte[_blockSize];
-        _device.Read(_sb.AgBlockToByte(_agno, agbno), block);
-        if (!XfsCrc.Verify(block, BtreeBlockView.ShortOffCrc)) throw Corrupt(agbno, "CRC mismatch");
-        if (BinaryPrimitives.ReadUInt32BigEndian(block) != Magic) throw Corrupt(agbno, "bad magic");
+        var block = _changes.Read(_sb.AgBlockToByte(_agno, agbno), _blockSize, _agno, _verifier, _writeVerifier).Contents;
         if (BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(BtreeBlockView.OffLevel)) != level) throw Corrupt(agbno, $"level is not {level}");
         if (NumRecs(block) > MaxEntries(level)) throw Corrupt(agbno, "more entries than fit");
-        if (BinaryPrimitives.ReadUInt64BigEndian(block.AsSpan(BtreeBlockView.ShortOffBlkno)) != (ulong)(_sb.AgBlockToByte(_agno, agbno) >> 9))
-            throw Corrupt(agbno, "the block names another address");
         return block;
     }
 
+    /// <summary>Logs the whole block as changed (its CRC and LSN are stamped at writeback).</summary>
     private void WriteBlock(uint agbno, byte[] block)
     {
-        XfsCrc.Stamp(block, BtreeBlockView.ShortOffCrc);
-        _device.Write(_sb.AgBlockToByte(_agno, agbno), block);
+        long offset = _sb.AgBlockToByte(_agno, agbno);
+        if (!ReferenceEquals(_changes.Read(offset, _blockSize, _agno, _verifier, _writeVerifier).Contents, block))
+            throw new InvalidOperationException($"{Name} of AG {_agno}: block {agbno} was changed outside its buffer");
+        _changes.LogRange(offset, _blockSize, 0, _blockSize - 1);
     }
+
+    /// <summary>A block the tree gave up: its buffer goes stale and is never written back.</summary>
+    private void InvalidateBlock(uint agbno) => _changes.Invalidate(_sb.AgBlockToByte(_agno, agbno), _blockSize);
 
     private static int NumRecs(byte[] block) => BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(BtreeBlockView.OffNumrecs));
     private static void SetNumRecs(byte[] block, int n) => BinaryPrimitives.WriteUInt16BigEndian(block.AsSpan(BtreeBlockView.OffNumrecs), (ushort)n);

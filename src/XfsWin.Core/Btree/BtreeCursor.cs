@@ -219,7 +219,8 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
 
     private readonly struct Verifier(Superblock sb, ulong owner) : IBufferVerifier
     {
-        public int Kind => 100 + (int)(Ops.Magic(false) & 0xFF);
+        // The tree's V5 magic: distinct for every tree kind (the inode and free-inode trees share their V4 magic's last byte).
+        public int Kind => (int)Ops.Magic(true);
         public string Structure => Ops.Name + " block";
         public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset) =>
             BtreeBlockView.Verify(buffer, Ops.Magic(sb.IsV5), Ops.LongPointers, sb, byteOffset, owner);

@@ -3,6 +3,7 @@ using XfsWin.Allocation;
 using XfsWin.Btree;
 using XfsWin.Device;
 using XfsWin.Format;
+using XfsWin.Metadata;
 
 namespace XfsWin.Inodes;
 
@@ -13,8 +14,10 @@ namespace XfsWin.Inodes;
 /// reverse mappings removed, it is marked free in the inode and free-inode btrees, its core is
 /// cleared as xfs_ifree leaves it, and the AGI buckets are emptied.
 /// <para>
-/// Runs on recovery's copy-on-write overlay of a V5 volume; the caller rebuilds the superblock
-/// counters and writes the overlay out. Anything it cannot do exactly as the kernel would is refused
+/// Works on metadata buffers joined to one <see cref="MetadataChangeSet"/> (recovery's, over its
+/// copy-on-write overlay of a V5 volume); the caller commits the change, writes the buffers back and
+/// rebuilds the superblock counters. It runs alone (nothing else changes the volume meanwhile), so
+/// the AG header lock order does not bind it. Anything it cannot do exactly as the kernel would is refused
 /// with <see cref="XfsError.Unsupported"/> before the overlay reaches the disk: blocks that may be
 /// shared (reflink inodes), realtime files, quota accounting (dquots would need the same change),
 /// and sparse inode chunks whose hole mask does not fall on block boundaries.
@@ -26,13 +29,26 @@ public static class UnlinkedInodeFreeing
     private const int BmbtLongHeader = BtreeBlockView.LongHeaderV5;
     private const byte FormatExtents = 2, FormatBtree = 3;
 
-    /// <summary>Frees every inode on the unlinked lists; returns how many.</summary>
+    /// <summary>
+    /// Frees every inode on the unlinked lists of the volume on <paramref name="device"/> and writes the
+    /// result back to it (a buffer cache of its own, committed and written back); returns how many.
+    /// </summary>
     public static int FreeAll(IBlockDevice device, Superblock sb)
+    {
+        using var cache = new BufferCache(device, new VolumeHealth(), 64L << 20);
+        using var changes = new MetadataChangeSet(cache);
+        int freed = FreeAll(changes, sb);
+        changes.Commit();
+        cache.Writeback();
+        return freed;
+    }
+
+    /// <summary>Frees every inode on the unlinked lists, in <paramref name="changes"/>; returns how many.</summary>
+    public static int FreeAll(MetadataChangeSet changes, Superblock sb)
     {
         if (!sb.IsV5)
             throw new XfsException(XfsError.Unsupported, "freeing unlinked inodes of V4 volumes is not supported");
-        var sector = new byte[sb.SectorSize];
-        device.Read(0, sector);
+        var sector = changes.Cache.Read(0, sb.SectorSize, 0, new RawBlockVerifier("superblock", 5));
         if ((BinaryPrimitives.ReadUInt16BigEndian(sector.AsSpan(SuperblockView.OffQflags)) & QuotaAccountingFlags) != 0)
             throw new XfsException(XfsError.Unsupported, "quota accounting is on: freeing the unlinked inodes would also change their owners' dquots");
 
@@ -40,34 +56,40 @@ public static class UnlinkedInodeFreeing
         for (uint ag = 0; ag < sb.AgCount; ag++)
         {
             long agiOffset = sb.AgBlockToByte(ag, 0) + 2L * sb.SectorSize;
-            var agi = new byte[sb.SectorSize];
-            device.Read(agiOffset, agi);
-            if (BinaryPrimitives.ReadUInt32BigEndian(agi) != AgiView.Magic || !XfsCrc.Verify(agi, AgiView.OffCrc))
-                throw new XfsCorruptionException($"AGI of AG {ag}", agiOffset, "bad magic or CRC after replay");
-            var chain = UnlinkedChain(device, sb, ag, agi);
+            var agiVerifier = new AgiBufferVerifier(sb, ag);
+            var agi = changes.Read(agiOffset, sb.SectorSize, ag, agiVerifier, agiVerifier.ForWrite()).Contents;
+            var chain = UnlinkedChain(changes, sb, ag, agi);
             if (chain.Count == 0) continue;
-            var space = new AgSpaceEditor(device, sb, ag);
+            var space = new AgSpaceEditor(changes, sb, ag);
             var spaces = new Dictionary<uint, AgSpaceEditor> { [ag] = space };
             foreach (var ino in chain)
             {
-                FreeInode(device, sb, ino, agi, spaces);
+                FreeInode(changes, sb, ino, agi, spaces);
                 freed++;
             }
             for (int b = 0; b < AgiView.UnlinkedBuckets; b++)
                 BinaryPrimitives.WriteUInt32BigEndian(agi.AsSpan(AgiView.OffUnlinked + 4 * b), AgiView.NullAgino);
-            XfsCrc.Stamp(agi, AgiView.OffCrc);
-            device.Write(agiOffset, agi);
+            changes.LogRange(agiOffset, sb.SectorSize, 0, sb.SectorSize - 1);
             foreach (var s in spaces.Values) s.Commit();
         }
         return freed;
     }
 
+    /// <summary>The inode's bytes in its block's buffer, joined to <paramref name="changes"/>.</summary>
+    private static Span<byte> InodeBytes(MetadataChangeSet changes, Superblock sb, ulong ino, out long blockOffset, out int at)
+    {
+        long offset = sb.InodeToByte(ino);
+        blockOffset = offset & ~((long)sb.BlockSize - 1);
+        at = (int)(offset - blockOffset);
+        var verifier = new InodeBlockVerifier(sb);
+        return changes.Read(blockOffset, (int)sb.BlockSize, 0, verifier, verifier).Contents.AsSpan(at, sb.InodeSize);
+    }
+
     /// <summary>The inodes on all 64 buckets of an AGI, following di_next_unlinked (a cycle or bad link is corruption).</summary>
-    private static List<ulong> UnlinkedChain(IBlockDevice device, Superblock sb, uint ag, byte[] agi)
+    private static List<ulong> UnlinkedChain(MetadataChangeSet changes, Superblock sb, uint ag, byte[] agi)
     {
         var inodes = new List<ulong>();
         var seen = new HashSet<uint>();
-        var core = new byte[sb.InodeSize];
         for (int b = 0; b < AgiView.UnlinkedBuckets; b++)
         {
             uint agino = BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffUnlinked + 4 * b));
@@ -77,23 +99,21 @@ public static class UnlinkedInodeFreeing
                 if (!sb.IsValidInode(ino) || !seen.Add(agino))
                     throw new XfsCorruptionException($"AGI of AG {ag}", sb.AgBlockToByte(ag, 0) + 2L * sb.SectorSize, $"unlinked bucket {b} leads to a bad or repeated inode ({agino})");
                 inodes.Add(ino);
-                device.Read(sb.InodeToByte(ino), core);
-                agino = BinaryPrimitives.ReadUInt32BigEndian(core.AsSpan(DinodeView.OffNextUnlinked));
+                var core = InodeBytes(changes, sb, ino, out _, out _);
+                agino = BinaryPrimitives.ReadUInt32BigEndian(core[DinodeView.OffNextUnlinked..]);
             }
         }
         return inodes;
     }
 
-    private static void FreeInode(IBlockDevice device, Superblock sb, ulong ino, byte[] agi, Dictionary<uint, AgSpaceEditor> spaces)
+    private static void FreeInode(MetadataChangeSet changes, Superblock sb, ulong ino, byte[] agi, Dictionary<uint, AgSpaceEditor> spaces)
     {
-        long offset = sb.InodeToByte(ino);
-        var raw = new byte[sb.InodeSize];
-        device.Read(offset, raw);
+        var raw = InodeBytes(changes, sb, ino, out long blockOffset, out int at);
         var d = new DinodeView(raw);
         if (BinaryPrimitives.ReadUInt16BigEndian(raw) != DinodeView.Magic || !XfsCrc.Verify(raw, DinodeView.OffCrc) ||
-            BinaryPrimitives.ReadUInt64BigEndian(raw.AsSpan(DinodeView.OffIno)) != ino)
-            throw new XfsCorruptionException($"inode {ino} (on an unlinked list)", offset, "bad magic, CRC or inode number");
-        if (d.Mode == 0) throw new XfsCorruptionException($"inode {ino} (on an unlinked list)", offset, "it is already free");
+            BinaryPrimitives.ReadUInt64BigEndian(raw[DinodeView.OffIno..]) != ino)
+            throw new XfsCorruptionException($"inode {ino} (on an unlinked list)", sb.InodeToByte(ino), "bad magic, CRC or inode number");
+        if (d.Mode == 0) throw new XfsCorruptionException($"inode {ino} (on an unlinked list)", sb.InodeToByte(ino), "it is already free");
         if (d.LinkCount != 0) throw new XfsException(XfsError.Unsupported, $"inode {ino} is on an unlinked list but still has {d.LinkCount} link(s)");
         if ((d.Flags & DinodeView.FlagRealtime) != 0)
             throw new XfsException(XfsError.Unsupported, $"unlinked inode {ino} is a realtime file; freeing realtime extents is not supported");
@@ -102,25 +122,25 @@ public static class UnlinkedInodeFreeing
 
         int forkOffset = raw[DinodeView.OffForkoff] * 8;
         int literal = sb.InodeSize - DinodeView.V3CoreSize;
-        var dataFork = raw.AsSpan(DinodeView.V3CoreSize, forkOffset != 0 ? forkOffset : literal);
-        var attrFork = forkOffset != 0 ? raw.AsSpan(DinodeView.V3CoreSize + forkOffset, literal - forkOffset) : default;
+        Span<byte> dataFork = raw.Slice(DinodeView.V3CoreSize, forkOffset != 0 ? forkOffset : literal);
+        Span<byte> attrFork = forkOffset != 0 ? raw.Slice(DinodeView.V3CoreSize + forkOffset, literal - forkOffset) : default;
         bool nrext64 = (d.Flags2 & DinodeView.Flag2Nrext64) != 0;
-        ulong dataExtents = nrext64 ? BinaryPrimitives.ReadUInt64BigEndian(raw.AsSpan(DinodeView.OffBigNextents)) : BinaryPrimitives.ReadUInt32BigEndian(raw.AsSpan(DinodeView.OffNextents));
-        uint attrExtents = nrext64 ? BinaryPrimitives.ReadUInt32BigEndian(raw.AsSpan(DinodeView.OffBigAnextents)) : BinaryPrimitives.ReadUInt16BigEndian(raw.AsSpan(DinodeView.OffAnextents));
+        ulong dataExtents = nrext64 ? BinaryPrimitives.ReadUInt64BigEndian(raw[DinodeView.OffBigNextents..]) : BinaryPrimitives.ReadUInt32BigEndian(raw[DinodeView.OffNextents..]);
+        uint attrExtents = nrext64 ? BinaryPrimitives.ReadUInt32BigEndian(raw[DinodeView.OffBigAnextents..]) : BinaryPrimitives.ReadUInt16BigEndian(raw[DinodeView.OffAnextents..]);
 
-        ulong blocksFreed = ReleaseFork(device, sb, ino, raw[DinodeView.OffFormat], dataFork, dataExtents, attrFork: false, spaces);
+        ulong blocksFreed = ReleaseFork(changes, sb, ino, raw[DinodeView.OffFormat], dataFork, dataExtents, attrFork: false, spaces);
         if (forkOffset != 0)
-            blocksFreed += ReleaseFork(device, sb, ino, raw[DinodeView.OffAformat], attrFork, attrExtents, attrFork: true, spaces);
+            blocksFreed += ReleaseFork(changes, sb, ino, raw[DinodeView.OffAformat], attrFork, attrExtents, attrFork: true, spaces);
         if (blocksFreed != d.Nblocks)
             throw new XfsCorruptionException($"inode {ino} (on an unlinked list)", sb.InodeToByte(ino), $"it maps {blocksFreed} blocks but counts {d.Nblocks}");
 
-        MarkFree(device, sb, ino, agi, SpaceOf(device, sb, sb.InoToAgno(ino), spaces));
+        MarkFree(changes, sb, ino, agi, SpaceOf(changes, sb, sb.InoToAgno(ino), spaces));
         ClearCore(raw, sb);
-        device.Write(offset, raw);
+        changes.LogRange(blockOffset, (int)sb.BlockSize, at, at + sb.InodeSize - 1);
     }
 
     /// <summary>Frees what one fork maps (and its extent-btree blocks); returns the blocks freed.</summary>
-    private static ulong ReleaseFork(IBlockDevice device, Superblock sb, ulong ino, byte format, ReadOnlySpan<byte> fork, ulong extentCount,
+    private static ulong ReleaseFork(MetadataChangeSet changes, Superblock sb, ulong ino, byte format, ReadOnlySpan<byte> fork, ulong extentCount,
         bool attrFork, Dictionary<uint, AgSpaceEditor> spaces)
     {
         ulong forkFlag = attrFork ? RmapRecord.AttrForkFlag : 0;
@@ -134,13 +154,13 @@ public static class UnlinkedInodeFreeing
         }
         else if (format == FormatBtree)
         {
-            CollectBtree(device, sb, ino, fork, extents, btreeBlocks);
+            CollectBtree(changes.Cache, sb, ino, fork, extents, btreeBlocks);
         }
         ulong freed = 0;
         foreach (var e in extents)
         {
             var (ag, agbno) = Split(sb, e.StartBlock, ino);
-            var space = SpaceOf(device, sb, ag, spaces);
+            var space = SpaceOf(changes, sb, ag, spaces);
             space.UnmapReverse(agbno, e.BlockCount, ino, e.FileOffset, forkFlag | (e.Unwritten ? RmapRecord.UnwrittenFlag : 0));
             space.FreeExtent(agbno, e.BlockCount);
             freed += e.BlockCount;
@@ -148,16 +168,17 @@ public static class UnlinkedInodeFreeing
         foreach (var fsb in btreeBlocks)
         {
             var (ag, agbno) = Split(sb, fsb, ino);
-            var space = SpaceOf(device, sb, ag, spaces);
+            var space = SpaceOf(changes, sb, ag, spaces);
             space.UnmapReverse(agbno, 1, ino, 0, forkFlag | RmapRecord.BmbtBlockFlag);
             space.FreeExtent(agbno, 1);
+            changes.Invalidate(sb.FsbToByte(fsb), (int)sb.BlockSize);
             freed++;
         }
         return freed;
     }
 
     /// <summary>Walks an extent btree rooted in the inode: every leaf record, and every block below the root.</summary>
-    private static void CollectBtree(IBlockDevice device, Superblock sb, ulong ino, ReadOnlySpan<byte> root, List<BmbtRecord> extents, List<ulong> blocks)
+    private static void CollectBtree(BufferCache cache, Superblock sb, ulong ino, ReadOnlySpan<byte> root, List<BmbtRecord> extents, List<ulong> blocks)
     {
         int level = BinaryPrimitives.ReadUInt16BigEndian(root);
         int numrecs = BinaryPrimitives.ReadUInt16BigEndian(root[2..]);
@@ -169,18 +190,16 @@ public static class UnlinkedInodeFreeing
             pending.Add((BinaryPrimitives.ReadUInt64BigEndian(root[(BmdrBlockView.HeaderSize + rootMax * 8 + i * 8)..]), level - 1));
         int bs = (int)sb.BlockSize;
         int nodeMax = (bs - BmbtLongHeader) / 16, leafMax = (bs - BmbtLongHeader) / BmbtRecord.Size;
-        var block = new byte[bs];
+        var verifier = new BmbtBlockVerifier(sb, ino);
         for (int k = 0; k < pending.Count; k++)
         {
             var (fsb, expect) = pending[k];
             if (!sb.IsValidFsb(fsb) || blocks.Count > 1_000_000)
                 throw new XfsCorruptionException($"extent btree of inode {ino}", sb.InodeToByte(ino), $"pointer {fsb} is not a valid block");
             blocks.Add(fsb);
-            device.Read(sb.FsbToByte(fsb), block);
-            if (BinaryPrimitives.ReadUInt32BigEndian(block) != BtreeMagic.BmapV5 || !XfsCrc.Verify(block, BtreeBlockView.LongOffCrc) ||
-                BinaryPrimitives.ReadUInt64BigEndian(block.AsSpan(BtreeBlockView.LongOffOwner)) != ino ||
-                BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(BtreeBlockView.OffLevel)) != expect)
-                throw new XfsCorruptionException($"extent btree block {fsb} of inode {ino}", sb.FsbToByte(fsb), "bad magic, CRC, owner or level");
+            var block = cache.Read(sb.FsbToByte(fsb), bs, ino, verifier);
+            if (BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(BtreeBlockView.OffLevel)) != expect)
+                throw new XfsCorruptionException($"extent btree block {fsb} of inode {ino}", sb.FsbToByte(fsb), $"level is not {expect}");
             int n = BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(BtreeBlockView.OffNumrecs));
             if (n > (expect == 0 ? leafMax : nodeMax))
                 throw new XfsCorruptionException($"extent btree block {fsb} of inode {ino}", sb.FsbToByte(fsb), "more entries than fit");
@@ -197,11 +216,11 @@ public static class UnlinkedInodeFreeing
     /// the AGI; when that leaves its whole chunk free, releases the chunk as the kernel does without
     /// the ikeep mount option (records deleted, blocks freed, OWN_INODES mapping removed).
     /// </summary>
-    private static void MarkFree(IBlockDevice device, Superblock sb, ulong ino, byte[] agi, AgSpaceEditor space)
+    private static void MarkFree(MetadataChangeSet changes, Superblock sb, ulong ino, byte[] agi, AgSpaceEditor space)
     {
         uint ag = sb.InoToAgno(ino), agino = sb.InoToAgino(ino);
         var host = new InodeTreeHost(sb, agi, space);
-        var inobt = new AgBtreeEditor(device, sb, ag, AgBtreeKind.Inodes,
+        var inobt = new AgBtreeEditor(changes, sb, ag, AgBtreeKind.Inodes,
             BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffRoot)), (int)BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffLevel)), host);
         Span<byte> key = stackalloc byte[InobtRecord.KeySize];
         BinaryPrimitives.WriteUInt32BigEndian(key, agino);
@@ -223,7 +242,7 @@ public static class UnlinkedInodeFreeing
 
         if (sb.HasFinobt)
         {
-            var finobt = new AgBtreeEditor(device, sb, ag, AgBtreeKind.FreeInodes,
+            var finobt = new AgBtreeEditor(changes, sb, ag, AgBtreeKind.FreeInodes,
                 BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffFreeRoot)), (int)BinaryPrimitives.ReadUInt32BigEndian(agi.AsSpan(AgiView.OffFreeLevel)), host);
             if (rec.FreeCount == 0)
             {
@@ -283,9 +302,9 @@ public static class UnlinkedInodeFreeing
     }
 
     /// <summary>The core as xfs_ifree leaves it: no mode, links, size, blocks or forks; a new generation; flags as for a new inode.</summary>
-    private static void ClearCore(byte[] raw, Superblock sb)
+    private static void ClearCore(Span<byte> raw, Superblock sb)
     {
-        var b = raw.AsSpan();
+        var b = raw;
         BinaryPrimitives.WriteUInt16BigEndian(b[DinodeView.OffMode..], 0);
         b[DinodeView.OffFormat] = FormatExtents;
         BinaryPrimitives.WriteUInt16BigEndian(b[DinodeView.OffOnlink..], 0);
@@ -348,9 +367,9 @@ public static class UnlinkedInodeFreeing
         return ((uint)(fsb >> sb.AgBlkLog), (uint)(fsb & ((1UL << sb.AgBlkLog) - 1)));
     }
 
-    private static AgSpaceEditor SpaceOf(IBlockDevice device, Superblock sb, uint ag, Dictionary<uint, AgSpaceEditor> spaces)
+    private static AgSpaceEditor SpaceOf(MetadataChangeSet changes, Superblock sb, uint ag, Dictionary<uint, AgSpaceEditor> spaces)
     {
-        if (!spaces.TryGetValue(ag, out var space)) spaces[ag] = space = new AgSpaceEditor(device, sb, ag);
+        if (!spaces.TryGetValue(ag, out var space)) spaces[ag] = space = new AgSpaceEditor(changes, sb, ag);
         return space;
     }
 }

@@ -96,7 +96,7 @@ public static class LogRecovery
         result.TailLsn = FindTailLsn(reader, pos);
 
         var overlay = new OverlayDevice(dataDevice);
-        var replayer = new LogReplayer(overlay, sb, (blk, problem) => reader.Corrupt(blk, problem)) { HonourQuotaOff = honourQuotaOff };
+        using var replayer = new LogReplayer(overlay, sb, (blk, problem) => reader.Corrupt(blk, problem)) { HonourQuotaOff = honourQuotaOff };
 
         // Pass 1: cancel table. Pass 2: apply.
         Walk(reader, pos, sb, warnings, replayer, pass: 1, progress, 0.0, 0.3);

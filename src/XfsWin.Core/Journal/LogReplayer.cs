@@ -1,6 +1,7 @@
 using System.Buffers.Binary;
 using XfsWin.Device;
 using XfsWin.Format;
+using XfsWin.Metadata;
 
 namespace XfsWin.Journal;
 
@@ -11,10 +12,27 @@ namespace XfsWin.Journal;
 /// kernel's item order, honours cancellations, quota-off items and the V5 LSN rule, pairs intents
 /// with their done items, and stamps LSN and CRC into replayed blocks once per recovery LSN (the
 /// point where the kernel submits its delayed-write list).
+/// <para>
+/// Every block it changes goes through a <see cref="BufferCache"/> over the target, keyed as the log
+/// names it (a buffer item's daddr and length; an inode item's or dquot item's cluster buffer; an
+/// icreate item's clusters), as the kernel's recovery reads them: a replayed item locks its buffer,
+/// changes it, logs what it changed and commits; at each new recovery LSN (and at the end) the
+/// delayed-write list is written back in disk order, regular V5 blocks through a write verifier that
+/// stamps the LSN of the transaction that last replayed them and their CRC, and the clean buffers are
+/// dropped so that the next window reads the target afresh. Two different buffers over the same bytes
+/// in one window (a block freed and reused at another length) would not see each other's changes:
+/// the second one's first use writes the window back first.
+/// </para>
 /// </summary>
-public sealed class LogReplayer
+public sealed class LogReplayer : IDisposable
 {
     private readonly IBlockDevice _target;
+    private readonly BufferCache _buffers;
+    private readonly IBufferWriteVerifier _stamper;
+    // Buffers changed since the last writeback, by disk range (start, end), to find overlaps.
+    private readonly SortedSet<(long Start, long End)> _window = new();
+    private readonly List<MetadataBuffer> _stampedInWindow = new();
+    private static readonly RawBlockVerifier ReplayedBlock = new("block replayed from the log", 7);
     /// <summary>The geometry replay works with: the superblock as found, then as each replayed primary superblock buffer leaves it (a logged grow).</summary>
     private Superblock _sb;
     /// <summary>The superblock sector as the log leaves it (pass 1), for the quota decision.</summary>
@@ -22,7 +40,6 @@ public sealed class LogReplayer
     private readonly ulong _diskSuperblockLsn;
     private readonly Func<long, string, XfsCorruptionException> _corrupt;
     private readonly Dictionary<(long Blkno, int Len), int> _cancelled = new();
-    private readonly Dictionary<(long Blkno, int Len), ulong> _pendingStamp = new();
     /// <summary>Unfinished intents in log order, keyed by (type, id).</summary>
     private readonly Dictionary<(ushort Type, ulong Id), int> _intents = new();
     private readonly List<(ushort Type, ulong Id)> _intentOrder = new();
@@ -35,6 +52,8 @@ public sealed class LogReplayer
     public LogReplayer(IBlockDevice target, Superblock sb, Func<long, string, XfsCorruptionException> corrupt)
     {
         _target = target;
+        _buffers = new BufferCache(target, new VolumeHealth(), 64L << 20);
+        _stamper = new LsnStamper(sb);
         _sb = sb;
         _corrupt = corrupt;
         _lastSuperblock = new byte[LogArea.BBSize];
@@ -198,18 +217,53 @@ public sealed class LogReplayer
         TransactionsReplayed++;
     }
 
-    /// <summary>Stamps every block replayed since the last LSN change; call once more at the end of pass 2.</summary>
+    /// <summary>
+    /// Writes back every block replayed since the last LSN change (stamping LSN and CRC into the regular V5
+    /// ones) and empties the cache; call once more at the end of pass 2, before anything reads the target.
+    /// </summary>
     public void FlushStamps()
     {
-        if (_pendingStamp.Count == 0) return;
-        foreach (var ((blkno, len), lsn) in _pendingStamp)
-        {
-            var buf = new byte[len << LogArea.BBShift];
-            _target.Read(blkno << LogArea.BBShift, buf);
-            if (MetadataLsn.Stamp(buf, _sb, lsn)) _target.Write(blkno << LogArea.BBShift, buf);
-        }
-        _pendingStamp.Clear();
+        _buffers.Writeback();
+        foreach (var buffer in _stampedInWindow) buffer.Lsn = 0;
+        _stampedInWindow.Clear();
+        _window.Clear();
+        _buffers.Clear();
     }
+
+    public void Dispose() => _buffers.Dispose();
+
+    /// <summary>The write verifier of replayed regular V5 blocks: the LSN of the transaction that last replayed it, then the CRC (MetadataLsn.Stamp).</summary>
+    private sealed class LsnStamper(Superblock sb) : IBufferWriteVerifier
+    {
+        public string Structure => "block replayed from the log";
+
+        public VerifyResult PrepareForWrite(Span<byte> block, long byteOffset, ulong lsn)
+        {
+            if (lsn != 0) MetadataLsn.Stamp(block, sb, lsn);
+            return VerifyResult.Ok;
+        }
+    }
+
+    /// <summary>Locks the buffer of [offset, +length) for this replay (writing the window back first if another buffer of it overlaps).</summary>
+    private MetadataBuffer LockBuffer(long offset, int length)
+    {
+        long end = offset + length;
+        if (!_window.Contains((offset, end)))
+        {
+            // The window's ranges never overlap (an overlap flushes it), so only the range starting last at or
+            // before this one, and any starting inside it, can overlap. An empty view's Min and Max are (0, 0).
+            var before = _window.GetViewBetween((long.MinValue, long.MinValue), (offset, long.MaxValue)).Max;
+            var inside = _window.GetViewBetween((offset, long.MinValue), (end - 1, long.MaxValue)).Min;
+            bool overlaps = before.End > before.Start && before.End > offset || inside.End > inside.Start;
+            if (overlaps) FlushStamps();
+            _window.Add((offset, end));
+        }
+        // The stamper stamps only buffers given an LSN (regular V5 blocks); the rest are written as replayed.
+        return _buffers.ReadForWrite(offset, length, 0, ReplayedBlock, _stamper, this);
+    }
+
+    /// <summary>Unlocks a buffer; what was logged in it is published and queued for writeback.</summary>
+    private void UnlockBuffer(MetadataBuffer buffer) => _buffers.Unlock(buffer, this, commit: true);
 
     /// <summary>Intents never matched by a done item, counted by kind.</summary>
     public IReadOnlyDictionary<string, int> UnfinishedIntents()
@@ -344,9 +398,21 @@ public sealed class LogReplayer
             BuffersCancelled++;
             return;
         }
-        var buf = new byte[len << LogArea.BBShift];
         long offset = blkno << LogArea.BBShift;
-        _target.Read(offset, buf);
+        var buffer = LockBuffer(offset, len << LogArea.BBShift);
+        try
+        {
+            ApplyBuffer(trans, item, f, buffer);
+        }
+        finally
+        {
+            UnlockBuffer(buffer);
+        }
+    }
+
+    private void ApplyBuffer(LogTransaction trans, LogItem item, BufLogFormat f, MetadataBuffer buffer)
+    {
+        var buf = buffer.Contents;
         ulong lsn = MetadataLsn.BufferLsn(buf, _sb);
         if (lsn != 0 && lsn != ulong.MaxValue && lsn >= trans.Lsn)
         {
@@ -374,11 +440,15 @@ public sealed class LogReplayer
         else
         {
             CopyRegions(trans, item, f, buf);
-            if (_sb.IsV5) _pendingStamp[(blkno, len)] = trans.Lsn;
+            if (_sb.IsV5)
+            {
+                if (buffer.Lsn == 0) _stampedInWindow.Add(buffer);
+                buffer.Lsn = trans.Lsn;
+            }
         }
-        _target.Write(offset, buf);
+        buffer.LogRange(0, buf.Length - 1);
         BuffersReplayed++;
-        if (blkno == 0) AdoptReplayedGeometry(trans, buf);
+        if (buffer.Offset == 0) AdoptReplayedGeometry(trans, buf);
     }
 
     /// <summary>
@@ -465,9 +535,27 @@ public sealed class LogReplayer
         long clusterBytes = (long)f.Len << LogArea.BBShift;
         if (f.Blkno < 0 || f.Boffset < 0 || f.Boffset + inodeSize > clusterBytes || (f.Blkno << LogArea.BBShift) + clusterBytes > _target.Length)
             throw Corrupt(trans, $"inode {ino}: cluster buffer daddr {f.Blkno} (+{f.Len}), offset {f.Boffset} is out of range");
-        long offset = (f.Blkno << LogArea.BBShift) + f.Boffset;
-        var dip = new byte[inodeSize];
-        _target.Read(offset, dip);
+        var cluster = LockBuffer(f.Blkno << LogArea.BBShift, (int)clusterBytes);
+        try
+        {
+            var dip = cluster.Contents.AsSpan(f.Boffset, inodeSize).ToArray();
+            if (ApplyInode(trans, item, f, dip))
+            {
+                dip.CopyTo(cluster.Contents, f.Boffset);
+                cluster.LogRange(f.Boffset, f.Boffset + inodeSize - 1);
+            }
+        }
+        finally
+        {
+            UnlockBuffer(cluster);
+        }
+    }
+
+    /// <summary>Replays an inode item into <paramref name="dip"/> (a copy of the inode from its cluster); false when it is skipped.</summary>
+    private bool ApplyInode(LogTransaction trans, LogItem item, InodeLogFormat f, byte[] dip)
+    {
+        ulong ino = f.Ino;
+        int inodeSize = _sb.InodeSize;
         var log = item.Regions[1];
         if (BinaryPrimitives.ReadUInt16BigEndian(dip) != DinodeView.Magic)
             throw Corrupt(trans, $"inode {ino}: the on-disk inode at daddr {f.Blkno} +{f.Boffset} has no IN magic");
@@ -480,7 +568,7 @@ public sealed class LogReplayer
             if (diskLsn != 0 && diskLsn != ulong.MaxValue && diskLsn > trans.Lsn)
             {
                 InodesSkippedNewer++;
-                return;
+                return false;
             }
         }
         else
@@ -491,7 +579,7 @@ public sealed class LogReplayer
             if (logIter < diskIter && !(diskIter == ushort.MaxValue && logIter < ushort.MaxValue >> 1))
             {
                 InodesSkippedNewer++;
-                return;
+                return false;
             }
         }
 
@@ -561,8 +649,8 @@ public sealed class LogReplayer
             Warnings.Add($"inode {ino}: a btree owner change (extent swap) was logged; its bmbt blocks' owner fields are left as they are");
 
         if (dip[DinodeView.OffVersion] >= 3) XfsCrc.Stamp(dip, DinodeView.OffCrc);
-        _target.Write(offset, dip);
         InodesReplayed++;
+        return true;
     }
 
     /// <summary>xfs_bmbt_to_bmdr: the in-memory long-form root (full block header) to the on-disk fork root.</summary>
@@ -625,7 +713,22 @@ public sealed class LogReplayer
                 XfsCrc.Stamp(d, DinodeView.OffCrc);
             }
         }
-        _target.Write(chunkByte, chunk);
+        // Cluster by cluster, as xfs_ialloc_inode_init gets each cluster's buffer.
+        int clusterBytes = clusterBlocks * (int)_sb.BlockSize;
+        for (int off = 0; off < chunk.Length; off += clusterBytes)
+        {
+            int n = Math.Min(clusterBytes, chunk.Length - off);
+            var cluster = LockBuffer(chunkByte + off, n);
+            try
+            {
+                chunk.AsSpan(off, n).CopyTo(cluster.Contents);
+                cluster.LogRange(0, n - 1);
+            }
+            finally
+            {
+                UnlockBuffer(cluster);
+            }
+        }
         InodeChunksCreated++;
     }
 
@@ -666,16 +769,27 @@ public sealed class LogReplayer
         if (IsCancelled(q.Blkno, (int)(_sb.BlockSize >> LogArea.BBShift) * q.Len)) return;
         long offset = (q.Blkno << LogArea.BBShift) + q.Boffset;
         if (q.Blkno < 0 || q.Boffset < 0 || offset + size > _target.Length) throw Corrupt(trans, $"dquot {q.Id} at daddr {q.Blkno} is out of range");
-        var dq = new byte[size];
-        _target.Read(offset, dq);
-        if (_sb.IsV5)
+        long bufferOffset = q.Blkno << LogArea.BBShift;
+        int bufferLength = checked((int)_sb.BlockSize * Math.Max(1, q.Len));
+        if (q.Boffset + size > bufferLength || bufferOffset + bufferLength > _target.Length)
+            throw Corrupt(trans, $"dquot {q.Id}: buffer daddr {q.Blkno} (+{q.Len} blocks), offset {q.Boffset} is out of range");
+        var buffer = LockBuffer(bufferOffset, bufferLength);
+        try
         {
-            ulong lsn = BinaryPrimitives.ReadUInt64BigEndian(dq.AsSpan(DquotLogFormat.DqblkOffLsn));
-            if (lsn != 0 && lsn != ulong.MaxValue && lsn >= trans.Lsn) return;
+            var dq = buffer.Contents.AsSpan(q.Boffset, size);
+            if (_sb.IsV5)
+            {
+                ulong lsn = BinaryPrimitives.ReadUInt64BigEndian(dq[DquotLogFormat.DqblkOffLsn..]);
+                if (lsn != 0 && lsn != ulong.MaxValue && lsn >= trans.Lsn) return;
+            }
+            src.CopyTo(dq);
+            if (_sb.IsV5) XfsCrc.Stamp(dq, DquotLogFormat.DqblkOffCrc);
+            buffer.LogRange(q.Boffset, q.Boffset + size - 1);
         }
-        src.CopyTo(dq, 0);
-        if (_sb.IsV5) XfsCrc.Stamp(dq, DquotLogFormat.DqblkOffCrc);
-        _target.Write(offset, dq);
+        finally
+        {
+            UnlockBuffer(buffer);
+        }
         DquotsReplayed++;
     }
 }

@@ -53,10 +53,14 @@ public static class InPlaceRecovery
         if ((result.UnlinkedInodes > 0 || cowAgs.Count > 0) && refusals.Count == 0)
         {
             afterReplay = new OverlayDevice(replay.Overlay!);
+            // One change over metadata buffers of the second overlay: committed and written back (through the
+            // write verifiers) only when nothing was refused, so a refusal leaves even the overlay untouched.
+            using var buffers = new BufferCache(afterReplay, new VolumeHealth(), 64L << 20);
+            using var changes = new MetadataChangeSet(buffers);
             try
             {
                 if (result.UnlinkedInodes > 0)
-                    result.UnlinkedInodesFreed = UnlinkedInodeFreeing.FreeAll(afterReplay, sb);
+                    result.UnlinkedInodesFreed = UnlinkedInodeFreeing.FreeAll(changes, sb);
             }
             catch (XfsException e) when (e.Error == XfsError.Unsupported)
             {
@@ -66,7 +70,7 @@ public static class InPlaceRecovery
             {
                 foreach (var ag in cowAgs)
                 {
-                    var space = new AgSpaceEditor(afterReplay, sb, ag);
+                    var space = new AgSpaceEditor(changes, sb, ag);
                     result.CowStagingExtentsRemoved += space.RemoveCowStaging();
                     space.Commit();
                 }
@@ -74,6 +78,11 @@ public static class InPlaceRecovery
             catch (XfsException e) when (e.Error == XfsError.Unsupported)
             {
                 refusals.Add($"leftover copy-on-write staging extents to remove in AG {string.Join(", ", cowAgs)} ({e.Message})");
+            }
+            if (refusals.Count == 0)
+            {
+                changes.Commit();
+                buffers.Writeback();
             }
         }
         if (refusals.Count > 0)

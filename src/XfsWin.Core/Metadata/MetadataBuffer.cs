@@ -1,0 +1,309 @@
+using XfsWin.Format;
+
+namespace XfsWin.Metadata;
+
+/// <summary>
+/// One range of the disk (byte offset + length) holding metadata, the role of the kernel's xfs_buf.
+/// A <see cref="BufferCache"/> keeps at most one per range.
+/// <para>
+/// Readers see <see cref="Snapshot"/>: an immutable, published copy of the bytes together with the
+/// verifier kind and owner that accepted them. Publishing is one reference store, so readers take
+/// no lock and never see a half-made change. A writer locks the buffer, changes a private copy
+/// (<see cref="Contents"/>) and logs the byte ranges it changed; when the change commits the copy
+/// becomes the new snapshot (copy-on-write per buffer). Copy-on-write was chosen over the kernel's
+/// in-place change under the lock because the read path here takes no buffer lock at all: an
+/// in-place change would let a lock-free reader see a block half rewritten (a btree block mid-split).
+/// </para>
+/// <para>
+/// Lock order: the modification lock is taken after inode locks; AG header buffers (AGI, AGF,
+/// AGFL) are locked in ascending AG order, and within one AG the AGI before the AGF, as the kernel
+/// does; other metadata buffers after the AG headers that lead to them. A lock is owned by a lock
+/// owner (a transaction, a <see cref="MetadataChangeSet"/>), which may take it again recursively,
+/// as a kernel transaction re-finds a buffer it already joined. The internal state monitor below is
+/// a leaf lock: nothing else is taken while it is held.
+/// </para>
+/// </summary>
+public sealed class MetadataBuffer
+{
+    /// <summary>Bytes per bit of the dirty-region bitmap (XFS_BLF_CHUNK, as xfs_buf_log_format's data map counts).</summary>
+    public const int DirtyChunkSize = 128;
+
+    /// <summary>Published bytes and what verified them. Immutable once published.</summary>
+    public sealed class Snapshot(byte[] data, int kind, ulong owner)
+    {
+        public readonly byte[] Data = data;
+        public readonly int Kind = kind;
+        public readonly ulong Owner = owner;
+    }
+
+    private volatile Snapshot? _snapshot;
+
+    // Guards everything below; held only for short state changes (a leaf lock).
+    internal readonly object State = new();
+    private int _holds;
+    private object? _lockOwner;
+    private int _lockDepth;
+    private byte[]? _working;
+    private bool _changedUnderLock;
+    private uint[]? _dirtyMap;
+    private long _generation;
+
+    internal volatile bool Referenced = true;
+    internal bool Evicted;
+    internal bool Stale;
+    // Invalidated by the lock owner; becomes Stale when the change commits.
+    private bool StalePending;
+    internal bool Dirty;
+    internal bool Queued;
+    // Set while a read-ahead is fetching this buffer: readers that miss wait for it instead of reading.
+    internal volatile Task? PendingRead;
+    internal IBufferWriteVerifier? WriteVerifier;
+    // What the private copy is once published: the kind and owner of the lock owner's read or new
+    // block, and its write verifier (taken over only when the change commits, so that a cancelled
+    // change leaves the published bytes with the verifier that matches them).
+    internal int ChangeKind;
+    internal ulong ChangeOwner;
+    internal IBufferWriteVerifier? ChangeWriteVerifier;
+
+    internal MetadataBuffer(long offset, int length)
+    {
+        Offset = offset;
+        Length = length;
+    }
+
+    public long Offset { get; }
+    public int Length { get; }
+
+    /// <summary>The published bytes and the verifier that accepted them; null until read.</summary>
+    public Snapshot? Published => _snapshot;
+
+    /// <summary>Holds taken (a held buffer is never evicted).</summary>
+    public int Holds { get { lock (State) return _holds; } }
+
+    public bool IsLocked { get { lock (State) return _lockOwner is not null; } }
+
+    /// <summary>Changed in memory and not yet written back.</summary>
+    public bool IsDirty { get { lock (State) return Dirty; } }
+
+    /// <summary>Invalidated (a freed metadata block): never written back, dropped from the cache when unlocked.</summary>
+    public bool IsStale { get { lock (State) return Stale || StalePending; } }
+
+    /// <summary>
+    /// Bumped whenever the buffer is locked for a change, invalidated or rewritten from outside:
+    /// a read that started under an older generation must not publish what it read.
+    /// </summary>
+    public long Generation => Interlocked.Read(ref _generation);
+
+    /// <summary>
+    /// The LSN the write verifier stamps into the block's lsn field at writeback: the LSN of the last
+    /// checkpoint that logged the buffer. 0 (no log item) leaves the block's lsn field as it is.
+    /// </summary>
+    public ulong Lsn { get; set; }
+
+    /// <summary>The private copy the lock owner changes; published when the change commits.</summary>
+    public byte[] Contents
+    {
+        get
+        {
+            lock (State)
+                return _working ?? throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
+        }
+    }
+
+    /// <summary>
+    /// Marks bytes [<paramref name="first"/>, <paramref name="last"/>] (inclusive, as
+    /// xfs_trans_log_buf) changed: they are published at commit, written back, and set in the
+    /// dirty-region bitmap the buffer's log item copies.
+    /// </summary>
+    public void LogRange(int first, int last)
+    {
+        if (first < 0 || last < first || last >= Length) throw new ArgumentOutOfRangeException(nameof(first), $"range {first}..{last} of a {Length}-byte buffer");
+        lock (State)
+        {
+            if (_working is null) throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
+            _dirtyMap ??= new uint[(Length / DirtyChunkSize + 31) / 32];
+            for (int chunk = first / DirtyChunkSize, end = last / DirtyChunkSize; chunk <= end; chunk++)
+                _dirtyMap[chunk >> 5] |= 1u << (chunk & 31);
+            _changedUnderLock = true;
+        }
+    }
+
+    /// <summary>
+    /// The dirty-region bitmap, one bit per 128-byte chunk (bit n of word w is chunk 32w + n), as
+    /// blf_data_map holds it; empty when nothing is dirty. Cleared at writeback.
+    /// </summary>
+    public uint[] DirtyMap()
+    {
+        lock (State) return _dirtyMap is null ? [] : (uint[])_dirtyMap.Clone();
+    }
+
+    /// <summary>The dirty bytes as (offset, length) runs of whole 128-byte chunks, in order.</summary>
+    public List<(int Offset, int Length)> DirtyRanges()
+    {
+        var runs = new List<(int, int)>();
+        var map = DirtyMap();
+        int chunks = (Length + DirtyChunkSize - 1) / DirtyChunkSize, start = -1;
+        for (int c = 0; c <= chunks; c++)
+        {
+            bool set = c < chunks && (map.Length > c >> 5) && (map[c >> 5] & (1u << (c & 31))) != 0;
+            if (set && start < 0) start = c;
+            if (!set && start >= 0)
+            {
+                runs.Add((start * DirtyChunkSize, Math.Min(c * DirtyChunkSize, Length) - start * DirtyChunkSize));
+                start = -1;
+            }
+        }
+        return runs;
+    }
+
+    /// <summary>
+    /// Marks the buffer stale (xfs_trans_binval: its block was freed). When the change commits, its
+    /// changes and dirty state are dropped, it is never written back, and it leaves the cache; when
+    /// the change is cancelled, it stays as it was. Only the lock owner may invalidate.
+    /// </summary>
+    public void Invalidate()
+    {
+        lock (State)
+        {
+            if (_working is null) throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
+            StalePending = true;
+            Interlocked.Increment(ref _generation);
+        }
+    }
+
+    // ---- used by BufferCache ----------------------------------------------------------------------
+
+    internal void Publish(Snapshot snapshot) => _snapshot = snapshot;
+
+    /// <summary>Takes a hold unless the buffer was evicted (the caller then looks it up again). Caller holds <see cref="State"/>.</summary>
+    internal bool TryHoldLocked()
+    {
+        if (Evicted) return false;
+        _holds++;
+        return true;
+    }
+
+    internal void DropHoldLocked()
+    {
+        if (_holds <= 0) throw new InvalidOperationException($"buffer at {Offset} (+{Length}) released more often than held");
+        _holds--;
+    }
+
+    internal int HoldsLocked => _holds;
+    internal bool IsLockedLocked => _lockOwner is not null;
+    internal long GenerationLocked => _generation;
+    internal void BumpGenerationLocked() => Interlocked.Increment(ref _generation);
+
+    /// <summary>Waits for and takes the modification lock for <paramref name="owner"/> (recursively for the same owner). Caller holds <see cref="State"/>.</summary>
+    /// <returns>True when this call took the lock (false: the owner already had it).</returns>
+    internal bool AcquireLocked(object owner)
+    {
+        if (ReferenceEquals(_lockOwner, owner))
+        {
+            _lockDepth++;
+            return false;
+        }
+        while (_lockOwner is not null) Monitor.Wait(State);
+        _lockOwner = owner;
+        _lockDepth = 1;
+        _changedUnderLock = false;
+        Interlocked.Increment(ref _generation);
+        return true;
+    }
+
+    /// <summary>Starts the private copy the lock owner changes (from the snapshot, or zeroed for a new block). Caller holds <see cref="State"/>.</summary>
+    internal void BeginChangeLocked(bool zeroed)
+    {
+        if (_working is not null && !zeroed) return;
+        var working = GC.AllocateUninitializedArray<byte>(Length, pinned: true);
+        if (zeroed || _snapshot is null) working.AsSpan().Clear();
+        else _snapshot.Data.CopyTo(working, 0);
+        _working = working;
+        if (zeroed)
+        {
+            Stale = false;
+            StalePending = false;
+            // A new block's every byte is the lock owner's to log; a reinitialised buffer counts as changed.
+            _changedUnderLock = true;
+        }
+    }
+
+    /// <summary>
+    /// Drops one level of the lock; at the last, publishes the private copy when the change commits
+    /// and something was logged. Returns true when the lock was released and the buffer became
+    /// dirty. Caller holds <see cref="State"/>.
+    /// </summary>
+    internal (bool Released, bool BecameDirty) ReleaseLockLocked(object owner, bool commit)
+    {
+        if (!ReferenceEquals(_lockOwner, owner))
+            throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked by this owner");
+        if (--_lockDepth > 0) return (false, false);
+        bool becameDirty = false;
+        if (StalePending)
+        {
+            if (commit)
+            {
+                Stale = true;
+                Dirty = false;
+                _dirtyMap = null;
+            }
+            StalePending = false;
+        }
+        else if (commit && !Stale && _changedUnderLock && _working is not null)
+        {
+            _snapshot = new Snapshot(_working, ChangeKind, ChangeOwner);
+            WriteVerifier = ChangeWriteVerifier ?? WriteVerifier;
+            Dirty = true;
+            becameDirty = true;
+        }
+        _working = null;
+        _changedUnderLock = false;
+        _lockOwner = null;
+        Monitor.PulseAll(State);
+        return (true, becameDirty);
+    }
+
+    internal void SetKindLocked(int kind, ulong owner)
+    {
+        if (_snapshot is { } s && (s.Kind != kind || s.Owner != owner)) _snapshot = new Snapshot(s.Data, kind, owner);
+    }
+
+    internal void ClearDirtyLocked()
+    {
+        Dirty = false;
+        _dirtyMap = null;
+    }
+}
+
+/// <summary>
+/// Checks and finishes a metadata block on its way to disk (a write verifier): structure first,
+/// then the LSN stamped into the block's lsn field (where the structure has one), then the CRC.
+/// Called on a private copy: a failure leaves nothing written.
+/// </summary>
+public interface IBufferWriteVerifier
+{
+    string Structure { get; }
+
+    VerifyResult PrepareForWrite(Span<byte> block, long byteOffset, ulong lsn);
+}
+
+/// <summary>
+/// The write verifier of a self-describing block with one CRC over the whole buffer and, on V5, an
+/// LSN field: stamps the LSN (when given) and the CRC into the copy being written, then runs the
+/// block's read verifier on it, whose CRC check now passes by construction so that it checks the
+/// structure. The result is what the kernel's order (structure, LSN, CRC) gives: a block that fails
+/// its structure check is not written. <paramref name="lsnOffset"/> or <paramref name="crcOffset"/>
+/// -1: the structure has no such field (V4).
+/// </summary>
+public sealed class SelfDescribingWriteVerifier<TVerifier>(TVerifier verifier, int lsnOffset, int crcOffset) : IBufferWriteVerifier
+    where TVerifier : struct, IBufferVerifier
+{
+    public string Structure => verifier.Structure;
+
+    public VerifyResult PrepareForWrite(Span<byte> block, long byteOffset, ulong lsn)
+    {
+        if (lsn != 0 && lsnOffset >= 0) System.Buffers.Binary.BinaryPrimitives.WriteUInt64BigEndian(block[lsnOffset..], lsn);
+        if (crcOffset >= 0) XfsCrc.Stamp(block, crcOffset);
+        return verifier.Verify(block, byteOffset);
+    }
+}

@@ -1,0 +1,96 @@
+namespace XfsWin.Metadata;
+
+/// <summary>
+/// The buffers one change holds locked, as a kernel transaction joins them: each buffer is locked
+/// once, on first use, and stays locked (and its private copy stable) until <see cref="Commit"/>
+/// publishes every buffer that logged a change and queues it for writeback, or <see cref="Cancel"/>
+/// drops every private copy. Asking again for a joined buffer returns it as it is, changes included.
+/// The change set is the lock owner of its buffers; it is used by one thread at a time.
+/// <para>
+/// Lock order (see <see cref="MetadataBuffer"/>): a change set that joins AG headers joins them in
+/// ascending AG order, the AGI before the AGF within an AG; two change sets that could want the same
+/// buffers must follow it, or one of them waits forever.
+/// </para>
+/// </summary>
+public sealed class MetadataChangeSet(BufferCache cache) : IDisposable
+{
+    private readonly Dictionary<(long Offset, int Length), MetadataBuffer> _joined = [];
+    private bool _finished;
+
+    public BufferCache Cache => cache;
+
+    /// <summary>Buffers joined so far.</summary>
+    public int Count => _joined.Count;
+
+    /// <summary>The verified buffer, locked and joined (read through the cache on first use).</summary>
+    public MetadataBuffer Read<TVerifier>(long byteOffset, int length, ulong owner, TVerifier verifier, IBufferWriteVerifier? writeVerifier)
+        where TVerifier : struct, IBufferVerifier
+    {
+        CheckOpen();
+        if (_joined.TryGetValue((byteOffset, length), out var joined)) return joined;
+        var buffer = cache.ReadForWrite(byteOffset, length, owner, verifier, writeVerifier, this);
+        _joined.Add((byteOffset, length), buffer);
+        return buffer;
+    }
+
+    /// <summary>A buffer for a block about to be initialised: locked, joined, its contents zeroed (even when it was joined already).</summary>
+    public MetadataBuffer GetNew(long byteOffset, int length, int kind, ulong owner, IBufferWriteVerifier? writeVerifier)
+    {
+        CheckOpen();
+        if (_joined.TryGetValue((byteOffset, length), out var joined))
+        {
+            // Joined already (a block freed and taken again in one change): the lock is ours, so take it once more and drop that level.
+            cache.Unlock(cache.GetNew(byteOffset, length, kind, owner, writeVerifier, this), this, commit: false);
+            return joined;
+        }
+        var buffer = cache.GetNew(byteOffset, length, kind, owner, writeVerifier, this);
+        _joined.Add((byteOffset, length), buffer);
+        return buffer;
+    }
+
+    /// <summary>Logs bytes [<paramref name="first"/>, <paramref name="last"/>] of a joined buffer as changed.</summary>
+    public void LogRange(long byteOffset, int length, int first, int last)
+    {
+        CheckOpen();
+        if (!_joined.TryGetValue((byteOffset, length), out var buffer))
+            throw new InvalidOperationException($"buffer at {byteOffset} (+{length}) is not part of this change");
+        buffer.LogRange(first, last);
+    }
+
+    /// <summary>Invalidates the buffer of a freed block (joined, without reading it, when it was not).</summary>
+    public void Invalidate(long byteOffset, int length)
+    {
+        CheckOpen();
+        if (!_joined.TryGetValue((byteOffset, length), out var buffer))
+        {
+            buffer = cache.GetNew(byteOffset, length, 0, 0, null, this);
+            _joined.Add((byteOffset, length), buffer);
+        }
+        buffer.Invalidate();
+    }
+
+    /// <summary>Publishes every changed buffer, queues it for writeback and unlocks everything (in ascending disk order).</summary>
+    public void Commit() => Finish(commit: true);
+
+    /// <summary>Drops every private copy and unlocks everything: the cache keeps what it had before the change.</summary>
+    public void Cancel() => Finish(commit: false);
+
+    public void Dispose()
+    {
+        if (!_finished) Cancel();
+    }
+
+    private void Finish(bool commit)
+    {
+        CheckOpen();
+        _finished = true;
+        foreach (var key in _joined.Keys.Order())
+            cache.Unlock(_joined[key], this, commit);
+        _joined.Clear();
+    }
+
+    private void CheckOpen()
+    {
+        if (_finished) throw new InvalidOperationException("this change was already committed or cancelled");
+    }
+}
