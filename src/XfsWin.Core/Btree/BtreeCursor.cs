@@ -33,6 +33,8 @@ public enum BtreeLookup
 /// child is replaced by that child, and an inode root with one child takes the child's entries when they fit.
 /// After <see cref="Insert"/> or <see cref="Delete"/> the cursor has no position: look the next record up again.
 /// </para>
+/// Borrowing and joining use the siblings under the same parent (every non-root node has at least two children,
+/// since a node holds at least four entries in every block size XFS allows); the kernel also reaches across parents.
 /// One cursor per tree at a time changes it (the transaction holds the tree's buffers locked).
 /// </summary>
 public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
@@ -65,6 +67,9 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
         _leafMax = LeafMaxRecs(_blockSize, _v5);
         _nodeMax = NodeMaxRecs(_blockSize, _v5);
         _levels = store.Levels;
+        // Joins look for siblings under the same parent; a non-root node has two children or more only when minrecs is 2 or more.
+        if (_nodeMax < 4 || _leafMax < 2)
+            throw new ArgumentException($"{Ops.Name} blocks of {_blockSize} bytes hold too few entries ({_leafMax} records, {_nodeMax} node entries)", nameof(store));
         if (store.RootInInode)
         {
             if (!Ops.LongPointers) throw new InvalidOperationException($"{Ops.Name} cannot be rooted in an inode");
