@@ -6,19 +6,23 @@ using XfsWin.Format;
 namespace XfsWin.Tests.Btree;
 
 /// <summary>
-/// One AG's free-space trees (bnobt, cntbt) of a V5 image, for changing them with <see cref="BtreeCursor{TOps}"/>
-/// and handing the result to the kernel and xfs_repair: blocks are read and CRC-verified from the device, new
-/// tree blocks come from the AGFL and freed ones go back onto it (as the kernel's allocbt block hooks do, with
-/// agf_btreeblks following), roots and levels go into the AGF, and <see cref="Commit"/> writes every changed tree
-/// block (CRC stamped), the AGFL and the AGF. Nothing reaches the device before <see cref="Commit"/>.
+/// One AG's free-space trees (bnobt, cntbt) and inode trees (inobt, finobt) of a V5 image, for changing them with
+/// <see cref="BtreeCursor{TOps}"/> and handing the result to the kernel and xfs_repair: blocks are read and
+/// CRC-verified from the device; new free-space tree blocks come from the AGFL and freed ones go back onto it (as
+/// the kernel's allocbt block hooks do, with agf_btreeblks following). Inode tree blocks also come from and go to
+/// the AGFL here (free space the AG already set aside), counted in agi_iblocks/agi_fblocks and the superblock's free
+/// block count, which counts AGFL blocks as free and inode tree blocks as used. <see cref="RefillAgflFromFreeSpace"/>
+/// carves blocks off the largest free extent, through the cursor, as xfs_alloc_fix_freelist does. Roots and levels go
+/// into the AGF and AGI; <see cref="Commit"/> writes every changed tree block (CRC stamped), the AGFL, the AGF, the
+/// AGI and the primary superblock. Nothing reaches the device before <see cref="Commit"/>.
 /// </summary>
 internal sealed class ImageAgFreeSpace
 {
     private readonly IBlockDevice _device;
     private readonly Superblock _sb;
     private readonly uint _agno;
-    private readonly byte[] _agf, _agfl;
-    private readonly long _agfOffset, _agflOffset;
+    private readonly byte[] _agf, _agfl, _agi, _super;
+    private readonly long _agfOffset, _agflOffset, _agiOffset;
     private readonly int _agflSlots;
     private readonly Dictionary<uint, byte[]> _blocks = new();
     private readonly HashSet<uint> _dirty = new();
@@ -34,20 +38,61 @@ internal sealed class ImageAgFreeSpace
         _agflOffset = sb.AgBlockToByte(agno, 0) + 3L * sb.SectorSize;
         _agf = new byte[sb.SectorSize];
         _agfl = new byte[sb.SectorSize];
+        _agiOffset = sb.AgBlockToByte(agno, 0) + 2L * sb.SectorSize;
+        _agi = new byte[sb.SectorSize];
+        _super = new byte[sb.SectorSize];
         device.Read(_agfOffset, _agf);
         device.Read(_agflOffset, _agfl);
+        device.Read(_agiOffset, _agi);
+        device.Read(0, _super);
+        var agiCheck = AgiView.Verify(_agi, sb, agno);
+        if (!agiCheck.IsOk) throw new XfsCorruptionException($"AGI of AG {agno}", _agiOffset, agiCheck.Problem!);
         var agfCheck = AgfView.Verify(_agf, sb, agno);
         if (!agfCheck.IsOk) throw new XfsCorruptionException($"AGF of AG {agno}", _agfOffset, agfCheck.Problem!);
         if (BinaryPrimitives.ReadUInt32BigEndian(_agfl) != AgflLayout.Magic || !XfsCrc.Verify(_agfl, AgflLayout.OffCrc))
             throw new XfsCorruptionException($"AGFL of AG {agno}", _agflOffset, "bad magic or CRC");
         _agflSlots = (sb.SectorSize - AgflLayout.SizeV5) / 4;
         sb.MetaUuid.TryWriteBytes(_uuid, bigEndian: true, out _);
-        ByBlock = new Store(this, AgfView.OffBnoRoot, AgfView.OffBnoLevel);
-        ByCount = new Store(this, AgfView.OffCntRoot, AgfView.OffCntLevel);
+        ByBlock = new Store(this, _agf, AgfView.OffBnoRoot, AgfView.OffBnoLevel, -1);
+        ByCount = new Store(this, _agf, AgfView.OffCntRoot, AgfView.OffCntLevel, -1);
+        Inodes = new Store(this, _agi, AgiView.OffRoot, AgiView.OffLevel, AgiView.OffIblocks);
+        FreeInodes = new Store(this, _agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel, AgiView.OffFblocks);
     }
 
     public IBtreeBlockStore ByBlock { get; }
     public IBtreeBlockStore ByCount { get; }
+    public IBtreeBlockStore Inodes { get; }
+    public IBtreeBlockStore FreeInodes { get; }
+
+    public uint AgiField(int offset) => BinaryPrimitives.ReadUInt32BigEndian(_agi.AsSpan(offset));
+    public ulong FreeBlocks => BinaryPrimitives.ReadUInt64BigEndian(_super.AsSpan(SuperblockView.OffFdblocks));
+
+    /// <summary>
+    /// Moves <paramref name="blocks"/> blocks from the end of the largest free extent onto the AGFL, changing the
+    /// extent's record in both free-space trees with the cursor (xfs_alloc_fix_freelist's refill).
+    /// </summary>
+    public void RefillAgflFromFreeSpace(int blocks)
+    {
+        var cnt = new BtreeCursor<CntbtOps>(ByCount);
+        var bno = new BtreeCursor<BnobtOps>(ByBlock);
+        Span<byte> key = stackalloc byte[8];
+        key.Fill(0xFF);
+        if (!cnt.Lookup(key, BtreeLookup.LessOrEqual)) throw new InvalidOperationException($"AG {_agno} has no free space");
+        var rec = cnt.Record.ToArray();
+        uint start = BinaryPrimitives.ReadUInt32BigEndian(rec), count = BinaryPrimitives.ReadUInt32BigEndian(rec.AsSpan(4));
+        if (count <= (uint)blocks) throw new InvalidOperationException($"the largest free extent of AG {_agno} has {count} blocks");
+        cnt.Delete();
+        BinaryPrimitives.WriteUInt32BigEndian(rec.AsSpan(4), count - (uint)blocks);
+        if (!bno.Lookup(rec.AsSpan(0, 8), BtreeLookup.Equal)) throw new InvalidOperationException($"free extent {start} is in the cntbt but not the bnobt");
+        bno.Update(rec);
+        if (!cnt.Insert(rec)) throw new InvalidOperationException($"free extent {start} is in the cntbt twice");
+        // The trees may have taken AGFL blocks for splits; the carved blocks go on after.
+        for (uint b = start + count - (uint)blocks; b < start + count; b++) RefillAgfl(b);
+        SetAgfField(AgfView.OffFreeblks, AgfField(AgfView.OffFreeblks) - (uint)blocks);
+        key.Fill(0xFF);
+        cnt.Lookup(key, BtreeLookup.LessOrEqual);
+        SetAgfField(AgfView.OffLongest, BinaryPrimitives.ReadUInt32BigEndian(cnt.Record[4..]));
+    }
 
     public uint AgfField(int offset) => BinaryPrimitives.ReadUInt32BigEndian(_agf.AsSpan(offset));
     public void SetAgfField(int offset, uint value) => BinaryPrimitives.WriteUInt32BigEndian(_agf.AsSpan(offset), value);
@@ -91,6 +136,14 @@ internal sealed class ImageAgFreeSpace
         Returned++;
     }
 
+    /// <summary>An inode tree took (+1) or gave back (-1) an AGFL block: not a free-space tree block, and not free.</summary>
+    private void MovedToInodeTree(int agiCounter, int delta)
+    {
+        AddToField(_agf, AgfView.OffBtreeblks, -delta);
+        AddToField(_agi, agiCounter, delta);
+        BinaryPrimitives.WriteUInt64BigEndian(_super.AsSpan(SuperblockView.OffFdblocks), (ulong)((long)FreeBlocks - delta));
+    }
+
     /// <summary>Writes the changed tree blocks (CRC stamped), then the AGFL and the AGF.</summary>
     public void Commit()
     {
@@ -106,24 +159,35 @@ internal sealed class ImageAgFreeSpace
         _device.Write(_agflOffset, _agfl);
         XfsCrc.Stamp(_agf, AgfView.OffCrc);
         _device.Write(_agfOffset, _agf);
+        XfsCrc.Stamp(_agi, AgiView.OffCrc);
+        _device.Write(_agiOffset, _agi);
+        XfsCrc.Stamp(_super, SuperblockView.OffCrc);
+        _device.Write(0, _super);
         _device.Flush();
     }
 
-    private sealed class Store(ImageAgFreeSpace ag, int rootField, int levelField) : IBtreeBlockStore
+    private void AddToField(byte[] header, int offset, int delta) =>
+        BinaryPrimitives.WriteUInt32BigEndian(header.AsSpan(offset), (uint)((int)BinaryPrimitives.ReadUInt32BigEndian(header.AsSpan(offset)) + delta));
+
+    /// <summary>
+    /// A tree rooted in <paramref name="header"/> (AGF or AGI). <paramref name="blockCountField"/> is the AGI's block
+    /// counter of an inode tree, or -1 for a free-space tree (counted by agf_btreeblks).
+    /// </summary>
+    private sealed class Store(ImageAgFreeSpace ag, byte[] header, int rootField, int levelField, int blockCountField) : IBtreeBlockStore
     {
         public bool IsV5 => true;
         public int BlockSize => (int)ag._sb.BlockSize;
         public ulong Owner => ag._agno;
         public ReadOnlySpan<byte> MetadataUuid => ag._uuid;
         public bool RootInInode => false;
-        public ulong RootPointer => ag.AgfField(rootField);
-        public int Levels => (int)ag.AgfField(levelField);
+        public ulong RootPointer => BinaryPrimitives.ReadUInt32BigEndian(header.AsSpan(rootField));
+        public int Levels => (int)BinaryPrimitives.ReadUInt32BigEndian(header.AsSpan(levelField));
         public ArraySegment<byte> InodeRoot => default;
 
         public void SetRoot(ulong pointer, int levels)
         {
-            ag.SetAgfField(rootField, (uint)pointer);
-            ag.SetAgfField(levelField, (uint)levels);
+            BinaryPrimitives.WriteUInt32BigEndian(header.AsSpan(rootField), (uint)pointer);
+            BinaryPrimitives.WriteUInt32BigEndian(header.AsSpan(levelField), (uint)levels);
         }
 
         public void InodeRootChanged(int offset, int length) => throw new InvalidOperationException("AG trees have no inode root");
@@ -131,13 +195,13 @@ internal sealed class ImageAgFreeSpace
         public byte[] Read(ulong pointer, uint magic, long referrerByteOffset)
         {
             if (pointer == 0 || pointer >= ag._sb.AgBlocks)
-                throw Corrupt("free space btree pointer", referrerByteOffset, $"AG block {pointer} is outside the AG");
+                throw Corrupt("AG btree pointer", referrerByteOffset, $"AG block {pointer} is outside the AG");
             if (ag._blocks.TryGetValue((uint)pointer, out var cached)) return cached;
             var b = new byte[BlockSize];
             long at = ByteOffset(pointer);
             ag._device.Read(at, b);
             var check = BtreeBlockView.Verify(b, magic, false, ag._sb, at, ag._agno);
-            if (!check.IsOk) throw Corrupt("free space btree block", at, check.Problem!);
+            if (!check.IsOk) throw Corrupt("AG btree block", at, check.Problem!);
             ag._blocks[(uint)pointer] = b;
             return b;
         }
@@ -154,6 +218,7 @@ internal sealed class ImageAgFreeSpace
         public ulong Allocate(ulong near, out byte[] block)
         {
             uint bno = ag.TakeFromAgfl();
+            if (blockCountField >= 0) ag.MovedToInodeTree(blockCountField, +1);
             block = new byte[BlockSize];
             ag._blocks[bno] = block;
             ag._dirty.Add(bno);
@@ -165,9 +230,10 @@ internal sealed class ImageAgFreeSpace
             ag._blocks.Remove((uint)pointer);
             ag._dirty.Remove((uint)pointer);
             ag.PutOnAgfl((uint)pointer);
+            if (blockCountField >= 0) ag.MovedToInodeTree(blockCountField, -1);
         }
 
         public XfsCorruptionException Corrupt(string structure, long byteOffset, string problem) =>
-            new(structure, byteOffset < 0 ? ag._agfOffset : byteOffset, problem);
+            new(structure, byteOffset < 0 ? (header == ag._agi ? ag._agiOffset : ag._agfOffset) : byteOffset, problem);
     }
 }
