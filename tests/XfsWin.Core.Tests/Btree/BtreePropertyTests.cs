@@ -264,3 +264,87 @@ public sealed class BtreePropertyTests
         }
     }
 }
+
+/// <summary>Damaged trees give a corruption error naming the block, never a crash, a hang or a wrong record.</summary>
+public sealed class BtreeCorruptionTests
+{
+    private static (InMemoryBtreeStore Store, BtreeCursor<BnobtOps> Cursor) TallTree()
+    {
+        var store = InMemoryBtreeStore.CreateAgRooted(default(BnobtOps).Magic(true), true, 256, 0);
+        var cursor = new BtreeCursor<BnobtOps>(store);
+        var rec = new byte[8];
+        for (uint i = 0; i < 2000; i++)
+        {
+            BinaryPrimitives.WriteUInt32BigEndian(rec, i * 4);
+            BinaryPrimitives.WriteUInt32BigEndian(rec.AsSpan(4), 1);
+            Assert.True(cursor.Insert(rec));
+        }
+        Assert.True(store.Levels >= 3);
+        return (store, cursor);
+    }
+
+    private static byte[] Key(uint start) { var k = new byte[8]; BinaryPrimitives.WriteUInt32BigEndian(k, start); return k; }
+
+    [Fact]
+    public void A_node_pointing_at_its_own_ancestor_is_reported_as_a_misplaced_block()
+    {
+        var (store, cursor) = TallTree();
+        var root = store.Read(store.RootPointer, BtreeMagic.BnoV5, -1);
+        int nodeMax = cursor.NodeMaxRecords;
+        ulong child = BinaryPrimitives.ReadUInt32BigEndian(root.AsSpan(BtreeBlockView.ShortHeaderV5 + nodeMax * 8));
+        var node = store.Read(child, BtreeMagic.BnoV5, -1);
+        // The child's first pointer now leads back to the root: a loop.
+        BinaryPrimitives.WriteUInt32BigEndian(node.AsSpan(BtreeBlockView.ShortHeaderV5 + nodeMax * 8), (uint)store.RootPointer);
+        var e = Assert.Throws<XfsCorruptionException>(() => new BtreeCursor<BnobtOps>(store).Lookup(Key(0), BtreeLookup.LessOrEqual));
+        Assert.Equal(store.ByteOffset(store.RootPointer), e.ByteOffset);
+        Assert.Contains("level", e.Problem);
+        Assert.False(new BtreeCursor<BnobtOps>(store).CheckStructure().Ok);
+    }
+
+    [Fact]
+    public void A_pointer_to_no_block_names_the_node_holding_it()
+    {
+        var (store, cursor) = TallTree();
+        var root = store.Read(store.RootPointer, BtreeMagic.BnoV5, -1);
+        BinaryPrimitives.WriteUInt32BigEndian(root.AsSpan(BtreeBlockView.ShortHeaderV5 + cursor.NodeMaxRecords * 8), 999_999);
+        var e = Assert.Throws<XfsCorruptionException>(() => new BtreeCursor<BnobtOps>(store).MoveToFirst());
+        Assert.Equal(store.ByteOffset(store.RootPointer), e.ByteOffset);
+        var check = new BtreeCursor<BnobtOps>(store).CheckStructure();
+        Assert.False(check.Ok);
+        Assert.Equal(store.ByteOffset(store.RootPointer), check.ProblemByteOffset);
+    }
+
+    [Fact]
+    public void Keys_out_of_order_and_a_broken_sibling_link_are_found_by_the_check()
+    {
+        var (store, cursor) = TallTree();
+        Assert.True(cursor.Lookup(Key(400), BtreeLookup.Equal));
+        long leaf = cursor.RecordBlockOffset;
+        var block = store.Read((ulong)(leaf / store.BlockSize), BtreeMagic.BnoV5, -1);
+        // Swap the leaf's second and third records (the first is also its parent's key).
+        var second = block.AsSpan(BtreeBlockView.ShortHeaderV5 + 8, 8).ToArray();
+        block.AsSpan(BtreeBlockView.ShortHeaderV5 + 16, 8).CopyTo(block.AsSpan(BtreeBlockView.ShortHeaderV5 + 8));
+        second.CopyTo(block.AsSpan(BtreeBlockView.ShortHeaderV5 + 16));
+        var check = cursor.CheckStructure();
+        Assert.False(check.Ok);
+        Assert.Equal(leaf, check.ProblemByteOffset);
+
+        var (store2, cursor2) = TallTree();
+        Assert.True(cursor2.Lookup(Key(400), BtreeLookup.Equal));
+        var block2 = store2.Read((ulong)(cursor2.RecordBlockOffset / store2.BlockSize), BtreeMagic.BnoV5, -1);
+        BinaryPrimitives.WriteUInt32BigEndian(block2.AsSpan(BtreeBlockView.ShortOffRightSib), BtreeBlockView.NullShortPtr);
+        Assert.Contains("sibling", cursor2.CheckStructure().Problem);
+    }
+
+    [Fact]
+    public void A_bad_magic_is_reported_with_the_block_address()
+    {
+        var (store, cursor) = TallTree();
+        Assert.True(cursor.Lookup(Key(4000), BtreeLookup.Equal));
+        long leaf = cursor.RecordBlockOffset;
+        var block = store.Read((ulong)(leaf / store.BlockSize), BtreeMagic.BnoV5, -1);
+        BinaryPrimitives.WriteUInt32BigEndian(block, BtreeMagic.CntV5);
+        var e = Assert.Throws<XfsCorruptionException>(() => new BtreeCursor<BnobtOps>(store).Lookup(Key(4000), BtreeLookup.Equal));
+        Assert.Equal(leaf, e.ByteOffset);
+    }
+}
