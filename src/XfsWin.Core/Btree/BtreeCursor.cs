@@ -46,6 +46,9 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
     private readonly bool _v5;
     private readonly int _blockSize, _header, _leafMax, _nodeMax, _ptrSize, _entryKeyBytes, _rootMax;
     private readonly uint _magic;
+    // Fixed for the tree's life: where the root lives (read once, off the hot path's interface calls).
+    private readonly bool _rootInInode;
+    private readonly ArraySegment<byte> _inodeRoot;
     private int _levels;
     private readonly ulong[] _ptr = new ulong[MaxPath];
     private readonly byte[]?[] _block = new byte[]?[MaxPath];
@@ -67,6 +70,8 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
         _leafMax = LeafMaxRecs(_blockSize, _v5);
         _nodeMax = NodeMaxRecs(_blockSize, _v5);
         _levels = store.Levels;
+        _rootInInode = store.RootInInode;
+        if (_rootInInode) _inodeRoot = store.InodeRoot;
         // Joins look for siblings under the same parent; a non-root node has two children or more only when minrecs is 2 or more.
         if (_nodeMax < 4 || _leafMax < 2)
             throw new ArgumentException($"{Ops.Name} blocks of {_blockSize} bytes hold too few entries ({_leafMax} records, {_nodeMax} node entries)", nameof(store));
@@ -131,14 +136,13 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
         public int NumRecsOffset => InInode ? 2 : BtreeBlockView.OffNumrecs;
     }
 
-    private bool IsInodeRoot(int level) => _store.RootInInode && level == _levels - 1;
+    private bool IsInodeRoot(int level) => _rootInInode && level == _levels - 1;
 
     private Node PathNode(int level)
     {
         if (IsInodeRoot(level))
         {
-            var seg = _store.InodeRoot;
-            return new Node(0, seg.Array!, seg.Offset, seg.Count, BmdrBlockView.HeaderSize, _rootMax, level, true);
+            return new Node(0, _inodeRoot.Array!, _inodeRoot.Offset, _inodeRoot.Count, BmdrBlockView.HeaderSize, _rootMax, level, true);
         }
         return BlockNode(_ptr[level], _block[level]!, level);
     }
@@ -205,11 +209,11 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
 
     private void DirtyNumRecs(in Node n) => Dirty(n, n.NumRecsOffset, 2);
 
-    /// <summary>Reads and checks the block at <paramref name="ptr"/> into path slot <paramref name="level"/>.</summary>
-    private void Load(int level, ulong ptr, long referrer)
+    /// <summary>Reads and checks the block at <paramref name="ptr"/> (held by <paramref name="parent"/>) into path slot <paramref name="level"/>.</summary>
+    private void Load(int level, ulong ptr, in Node parent)
     {
         if (_block[level] is not null && _ptr[level] == ptr) return;
-        _block[level] = ReadChecked(ptr, level, referrer);
+        _block[level] = ReadChecked(ptr, level, AddressOf(parent));
         _ptr[level] = ptr;
     }
 
@@ -239,13 +243,16 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
     {
         var n = PathNode(level);
         _index[level] = index;
-        Load(level - 1, Ptr(n, index), AddressOf(n));
+        Load(level - 1, Ptr(n, index), n);
     }
 
     private void LoadRoot()
     {
-        if (_store.RootInInode) return;
-        Load(_levels - 1, _store.RootPointer, -1);
+        if (_rootInInode) return;
+        ulong root = _store.RootPointer;
+        if (_block[_levels - 1] is not null && _ptr[_levels - 1] == root) return;
+        _block[_levels - 1] = ReadChecked(root, _levels - 1, -1);
+        _ptr[_levels - 1] = root;
     }
 
     // ---- keys ---------------------------------------------------------------------------------------
@@ -875,7 +882,7 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
         var state = new CheckState(_levels, Ops.KeySize);
         try
         {
-            if (_store.RootInInode)
+            if (_rootInInode)
             {
                 CheckNode(PathNode(_levels - 1), true, ref state, records);
             }
@@ -886,7 +893,7 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
             }
             for (int level = 0; level < _levels && state.Problem is null; level++)
             {
-                if (level == _levels - 1 && _store.RootInInode) break;
+                if (level == _levels - 1 && _rootInInode) break;
                 if (state.LastBlock[level] is { } last && RightSibling(last) != NullPtr)
                     state.Fail(_store.ByteOffset(state.LastPtr[level]), $"level {level}: last block has right sibling {RightSibling(last)}");
             }
