@@ -71,13 +71,13 @@ public sealed class ExtentMap
             return false;
         }
 
-        var cursor = _cursor ??= BtreeCursor<BmbtOps>.FromInodeRoot(_mount, _inode.Number, _inode.Raw, _forkOffset, _forkSize, _inode.ByteOffset);
+        var cursor = _cursor ??= NewCursor();
         lock (cursor)
         {
-            if (!cursor.SeekLessOrEqual(fileBlock)) return false;
+            if (!SeekLessOrEqual(cursor, fileBlock)) return false;
             var rec = Checked(BmbtRecord.Decode(cursor.Record), cursor.RecordBlockOffset);
             if (Classify(rec, fileBlock, out extent, out nextStart)) return true;
-            if (nextStart == ulong.MaxValue && cursor.MoveNext())
+            if (nextStart == ulong.MaxValue && cursor.Increment())
                 nextStart = NextStart(rec, Checked(BmbtRecord.Decode(cursor.Record), cursor.RecordBlockOffset), cursor.RecordBlockOffset);
             return false;
         }
@@ -125,8 +125,8 @@ public sealed class ExtentMap
             return;
         }
         // A private cursor: walks may interleave with lookups from other threads.
-        var cursor = BtreeCursor<BmbtOps>.FromInodeRoot(_mount, _inode.Number, _inode.Raw, _forkOffset, _forkSize, _inode.ByteOffset);
-        if (!cursor.SeekLessOrEqual(fromBlock)) return;
+        var cursor = NewCursor();
+        if (!SeekLessOrEqual(cursor, fromBlock)) return;
         ulong seen = 0;
         do
         {
@@ -138,7 +138,18 @@ public sealed class ExtentMap
             if (rec.FileEnd <= fromBlock) continue;
             if (!visit(rec)) return;
         }
-        while (cursor.MoveNext());
+        while (cursor.Increment());
+    }
+
+    private BtreeCursor<BmbtOps> NewCursor() =>
+        new(MountedBtreeStore.ForInodeRoot<BmbtOps>(_mount, _inode.Number, _inode.Raw, _forkOffset, _forkSize, _inode.ByteOffset));
+
+    /// <summary>Positions at the last extent starting at or before <paramref name="fileBlock"/>, or the first extent when all start after it; false when the tree holds none.</summary>
+    private static bool SeekLessOrEqual(BtreeCursor<BmbtOps> cursor, ulong fileBlock)
+    {
+        Span<byte> key = stackalloc byte[8];
+        System.Buffers.Binary.BinaryPrimitives.WriteUInt64BigEndian(key, fileBlock);
+        return cursor.Lookup(key, BtreeLookup.LessOrEqual) || cursor.Increment();
     }
 
     private BmbtRecord Checked(BmbtRecord rec, long where)

@@ -22,8 +22,10 @@ public sealed class InodeAllocation
         long agiOffset = sb.AgBlockToByte(agno, 0) + 2L * sb.SectorSize;
         var agiBytes = _mount.Buffers.Read(agiOffset, sb.SectorSize, agno, new AgiVerifier(sb, agno));
         var agi = new AgiView(agiBytes);
-        var cursor = BtreeCursor<InobtOps>.FromAgRoot(_mount, agno, agi.Root, (int)agi.Level);
-        if (!cursor.SeekLessOrEqual(agino)) return false;
+        var cursor = new BtreeCursor<InobtOps>(MountedBtreeStore.ForAgTree<InobtOps>(_mount, agno, agi.Root, (int)agi.Level));
+        Span<byte> key = stackalloc byte[InobtRecord.KeySize];
+        System.Buffers.Binary.BinaryPrimitives.WriteUInt32BigEndian(key, agino);
+        if (!cursor.Lookup(key, BtreeLookup.LessOrEqual)) return false;
         var rec = InobtRecord.Decode(cursor.Record, sb.HasSparseInodes);
         if (agino < rec.StartIno || agino >= rec.StartIno + InobtRecord.InodesPerChunk) return false;
         return rec.IsAllocated((int)(agino - rec.StartIno));
