@@ -34,6 +34,14 @@ public sealed class ActiveItemList
         _lsnOf[key] = lsn;
     }
 
+    /// <summary>Removes the item with <paramref name="key"/> (an intent its done item finished); false when not held.</summary>
+    public bool Remove(LogItemKey key)
+    {
+        if (!_lsnOf.TryGetValue(key, out ulong lsn)) return false;
+        Remove(key, lsn);
+        return true;
+    }
+
     private void Remove(LogItemKey key, ulong lsn)
     {
         var set = _byLsn[lsn];

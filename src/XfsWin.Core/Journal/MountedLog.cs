@@ -296,7 +296,14 @@ public sealed class MountedLog
         _checkpointStartLsn = null;
         _checkpoints++;
 
-        foreach (var item in items) _ail.Insert(item.Snapshot(), start);
+        foreach (var item in items)
+        {
+            // An intent holds the tail until its done item is in the log; a done item has nothing to write back.
+            if (item is IntentLogItem intent && IntentLogFormat.IntentOf(intent.ItemType) is var finished and not 0)
+                _ail.Remove(new LogItemKey(finished, (long)intent.Id, 0));
+            else
+                _ail.Insert(item.Snapshot(), start);
+        }
         // The checkpoint's blocks are now behind the write head: the reservation that covered them is released.
         _outstandingBlocks -= reserved;
     }
