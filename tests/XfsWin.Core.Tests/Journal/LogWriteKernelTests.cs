@@ -25,7 +25,7 @@ public sealed partial class LogWriteKernelTests : IDisposable
 
     public void Dispose() => Directory.Delete(_tmp, recursive: true);
 
-    private sealed record Volume(string Image, string? LogImage, ulong FileIno);
+    private sealed record Volume(string Image, string? LogImage, ulong FileIno, ulong FragIno, ulong DirIno, ulong DeviceIno);
 
     /// <summary>A 512 MiB volume (mkfs 6.1) holding /f (64 KiB, user.k = "value-one", mode 0640, owner 1000:1000) and /d.</summary>
     private Volume Make(string mkfsOptions, bool externalLog = false, bool minimumLog = false)
@@ -58,8 +58,14 @@ public sealed partial class LogWriteKernelTests : IDisposable
             Shell.RunChecked("chown", "1000:1000", f);
             Shell.RunChecked("chmod", "0640", f);
             Directory.CreateDirectory(Path.Combine(mount.MountPoint, "d"));
-            ulong ino = ulong.Parse(Shell.RunChecked("stat", "-c", "%i", f).StandardOutput.Trim());
-            return new Volume(image, logImage, ino);
+            // /frag: 32 one-block extents (every other block of 64 punched), more than the inode holds: a btree fork.
+            string frag = Path.Combine(mount.MountPoint, "frag");
+            var io = new List<string> { "-f", "-c", "pwrite -q -S 0x61 0 256k", "-c", "fsync" };
+            for (int i = 0; i < 32; i++) io.AddRange(["-c", $"fpunch {i * 8192 + 4096} 4096"]);
+            Shell.RunChecked(OracleImages.Tool("xfs_io"), [.. io, frag]);
+            Shell.RunChecked("mknod", Path.Combine(mount.MountPoint, "c"), "c", "1", "3");
+            ulong Ino(string name) => ulong.Parse(Shell.RunChecked("stat", "-c", "%i", Path.Combine(mount.MountPoint, name)).StandardOutput.Trim());
+            return new Volume(image, logImage, Ino("f"), Ino("frag"), Ino("d"), Ino("c"));
         }
         finally
         {
@@ -272,6 +278,21 @@ public sealed partial class LogWriteKernelTests : IDisposable
             using (var tx = log.Begin(8192))
             {
                 tx.Log(InodeLogItem.Create(v.FileIno, cluster, inode, InodeLogParts.DataFork | InodeLogParts.AttrFork));
+                // A btree data fork (logged as the in-memory root), a short-form directory (local data) and a device (rdev).
+                foreach (var (ino, form, edit) in new (ulong, ForkFormat, Action<byte[]>)[]
+                {
+                    (v.FragIno, ForkFormat.Btree, d => BinaryPrimitives.WriteUInt32BigEndian(d.AsSpan(DinodeView.OffUid), 77)),
+                    (v.DirIno, ForkFormat.Local, d => BinaryPrimitives.WriteUInt16BigEndian(d.AsSpan(DinodeView.OffMode), 0x4000 | 0x1C0)),
+                    (v.DeviceIno, ForkFormat.Device, d => BinaryPrimitives.WriteUInt32BigEndian(d.AsSpan(DinodeView.OffUid), 88)),
+                })
+                {
+                    var where = InodeClusterLocation.Of(sb, ino);
+                    var image = Read(device, where.InodeByte, sb.InodeSize);
+                    Assert.Equal((byte)form, image[DinodeView.OffFormat]);
+                    edit(image);
+                    tx.Log(InodeLogItem.Create(ino, where, image, InodeLogParts.DataFork));
+                    logged.Add((where.Daddr, where.LengthBB << LogArea.BBShift));
+                }
                 // An intent finished in the same checkpoint: recovery pairs them and has nothing to do.
                 tx.Log(IntentLogItem.ExtentFree(done: false, 0x51, [new IntentExtent(100, 1)]));
                 tx.Log(IntentLogItem.ExtentFree(done: true, 0x51, [new IntentExtent(100, 1)]));
@@ -282,7 +303,7 @@ public sealed partial class LogWriteKernelTests : IDisposable
             Assert.Equal(3, stats.Transactions);
             Assert.Equal(1, stats.Checkpoints);
             Assert.Equal(0, stats.AilPushes);
-            Assert.Equal(3, log.AilCount); // superblock, AGF, inode: the EFD took its EFI out
+            Assert.Equal(6, log.AilCount); // superblock, AGF, four inodes: the EFD took its EFI out
             logged.Add((0, sb.SectorSize));
             logged.Add((AgfDaddr(sb, 1), sb.SectorSize));
             logged.Add((cluster.Daddr, cluster.LengthBB << LogArea.BBShift));
@@ -310,6 +331,11 @@ public sealed partial class LogWriteKernelTests : IDisposable
             var attr = Shell.RunChecked("getfattr", "--only-values", "-n", "user.k", f).StandardOutput;
             Assert.Equal("value-two", attr.TrimEnd('\n'));
             Assert.Equal(Enumerable.Range(0, 65536).Select(i => (byte)i).ToArray(), File.ReadAllBytes(f));
+            Assert.Equal("77 262144", Shell.RunChecked("stat", "-c", "%u %s", Path.Combine(mnt, "frag")).StandardOutput.Trim());
+            var frag = File.ReadAllBytes(Path.Combine(mnt, "frag"));
+            Assert.All(Enumerable.Range(0, 64), b => Assert.Equal(b % 2 == 0 ? (byte)0x61 : (byte)0, frag[b * 4096]));
+            Assert.Equal("41c0", Shell.RunChecked("stat", "-c", "%f", Path.Combine(mnt, "d")).StandardOutput.Trim());
+            Assert.Equal("88 1 3", Shell.RunChecked("stat", "-c", "%u %t %T", Path.Combine(mnt, "c")).StandardOutput.Trim());
         });
         Assert.Equal("logwrite", KernelLabel(v));
         AssertRepairClean(v);
