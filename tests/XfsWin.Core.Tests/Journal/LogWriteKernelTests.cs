@@ -2,6 +2,7 @@ using System.Buffers.Binary;
 using System.Text;
 using System.Text.RegularExpressions;
 using Xunit;
+using Xunit.Abstractions;
 using XfsWin.Device;
 using XfsWin.Format;
 using XfsWin.Journal;
@@ -16,7 +17,7 @@ namespace XfsWin.Tests.Journal;
 /// xfs_logprint parses the log, the kernel mounts the image (replaying it) and shows the change, xfs_repair -n finds
 /// nothing, and XfsWin's own replay of the same log gives the same metadata blocks as the kernel's.
 /// </summary>
-public sealed partial class LogWriteKernelTests : IDisposable
+public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDisposable
 {
     private readonly string _tmp = Directory.CreateTempSubdirectory("xfswin-logwrite.").FullName;
 
@@ -357,7 +358,6 @@ public sealed partial class LogWriteKernelTests : IDisposable
     [MemberData(nameof(WrapCases))]
     public void LogWrapsWithTheAilWritingBackAndTheKernelReplaysTheEnd(string name, string mkfs, int recordSize, bool externalLog)
     {
-        _ = name;
         var v = Make(mkfs, externalLog, minimumLog: true);
         var logged = new List<(long Daddr, int Bytes)>();
         string finalLabel = "";
@@ -398,6 +398,8 @@ public sealed partial class LogWriteKernelTests : IDisposable
                 if (log.Statistics.Wraps >= TargetWraps) break;
             }
             stats = log.Statistics;
+            output.WriteLine($"{name}: log {area.Blocks} BB, records of {log.RecordSize} bytes ({log.HeaderBlocks} header sectors): {stats}; " +
+                             $"{writeback.BuffersWritten} buffers written back");
             Assert.True(stats.AilPushes > 0, "the AIL was never pushed");
             Assert.True(writeback.BuffersWritten > 0);
             Assert.True(log.AilCount > 0, "everything was written back: the kernel would have nothing to replay");
