@@ -19,16 +19,10 @@ public sealed class CommittedItemList
     /// <summary>Log space (blocks) the reservations of those transactions hold, released when the checkpoint is written.</summary>
     public long ReservedBlocks { get; private set; }
 
-    /// <summary>Bytes the items take in a checkpoint: payloads plus one op header per region.</summary>
-    public long FormattedBytes
-    {
-        get
-        {
-            long n = 0;
-            foreach (var item in _order) n += item.FormattedBytes + (long)item.RegionCount * LogOpHeader.Size;
-            return n;
-        }
-    }
+    /// <summary>Bytes the items take in a checkpoint: payloads plus one op header per region (kept as items merge).</summary>
+    public long FormattedBytes { get; private set; }
+
+    private static long SizeOf(JournalItem item) => item.FormattedBytes + (long)item.RegionCount * LogOpHeader.Size;
 
     public JournalItem? Find(LogItemKey key) => _byKey.TryGetValue(key, out var node) ? node.Value : null;
 
@@ -39,13 +33,16 @@ public sealed class CommittedItemList
         {
             if (_byKey.TryGetValue(item.Key, out var node))
             {
+                FormattedBytes -= SizeOf(node.Value);
                 node.Value.MergeNewer(item);
+                FormattedBytes += SizeOf(node.Value);
                 _order.Remove(node);
                 _order.AddLast(node);
             }
             else
             {
                 _byKey[item.Key] = _order.AddLast(item);
+                FormattedBytes += SizeOf(item);
             }
         }
         Transactions++;
@@ -60,6 +57,7 @@ public sealed class CommittedItemList
         _byKey.Clear();
         Transactions = 0;
         ReservedBlocks = 0;
+        FormattedBytes = 0;
         return items;
     }
 }

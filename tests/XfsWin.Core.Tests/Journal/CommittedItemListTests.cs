@@ -32,7 +32,15 @@ public sealed class CommittedItemListTests
         Assert.Equal(2, cil.Count);
         Assert.Equal(3, cil.Transactions);
         Assert.Equal(30, cil.ReservedBlocks);
+        long expected = 0;
+        foreach (var (daddr, len) in new[] { (64L, 8), (200L, 8) })
+        {
+            var held = cil.Find(new LogItemKey(LogItemType.Buf, daddr, len))!;
+            expected += held.FormattedBytes + held.RegionCount * LogOpHeader.Size;
+        }
+        Assert.Equal(expected, cil.FormattedBytes);
         var items = cil.TakeAll();
+        Assert.Equal(0, cil.FormattedBytes);
         Assert.True(cil.IsEmpty);
         Assert.Equal([200L, 64L], items.Select(i => ((BufferLogItem)i).Daddr));
 
