@@ -308,6 +308,9 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
             logged.Add((0, sb.SectorSize));
             logged.Add((AgfDaddr(sb, 1), sb.SectorSize));
             logged.Add((cluster.Daddr, cluster.LengthBB << LogArea.BBShift));
+            // The log is now dirty: nobody may append to it before it is replayed.
+            var refused = Assert.Throws<XfsException>(() => MountedLog.Open(LogArea.For(device, null, sb), sb, new DeviceImageWriteback(device, sb)));
+            Assert.Contains("dirty", refused.Message);
         }
 
         // The metadata in place is untouched: the change is only in the log.
@@ -447,8 +450,12 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
                 tx.Log(Unchanged(device, AgiDaddr(sb, 2), SectorBB(sb), BufType.Agi));
                 tx.Commit();
             }
+            // A reservation the log could never hold is refused up front, not waited for.
+            var tooBig = Assert.Throws<XfsException>(() => log.Begin((int)(area.Blocks << LogArea.BBShift)));
+            Assert.Equal(XfsError.Unsupported, tooBig.Error);
             log.Unmount();
             Assert.Equal(0, log.AilCount);
+            Assert.Throws<ObjectDisposedException>(() => log.Begin(4096));
             var pos = LogScanner.Find(new LogReader(area, sb.Uuid), v2: true, crcFilesystem: true);
             Assert.True(pos.Clean);
         }
