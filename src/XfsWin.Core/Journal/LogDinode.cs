@@ -73,6 +73,56 @@ public static class LogDinode
         }
     }
 
+    /// <summary>
+    /// The inverse of <see cref="ToDisk"/> (xfs_inode_to_log_dinode): the on-disk core in host order as an inode item
+    /// carries it. di_lsn is the item's LSN, di_next_unlinked NULLAGINO and di_crc 0: recovery takes none of them.
+    /// </summary>
+    public static void FromDisk(ReadOnlySpan<byte> disk, Span<byte> log, ulong itemLsn)
+    {
+        bool v3 = disk[DinodeView.OffVersion] >= 3;
+        ulong flags2 = v3 ? BinaryPrimitives.ReadUInt64BigEndian(disk[DinodeView.OffFlags2..]) : 0;
+        bool bigtime = (flags2 & DinodeView.Flag2Bigtime) != 0;
+        int size = v3 ? SizeV3 : SizeV2;
+        log[..size].Clear();
+        foreach (var (off, width) in CommonFields) Unswap(disk, log, off, width);
+        foreach (int off in TimeFields) UnswapTime(disk, log, off, bigtime);
+        if (v3)
+        {
+            BinaryPrimitives.WriteUInt32LittleEndian(log[DinodeView.OffNextUnlinked..], 0xFFFFFFFF);
+            foreach (var (off, width) in V3Fields) Unswap(disk, log, off, width);
+            UnswapTime(disk, log, DinodeView.OffCrtime, bigtime);
+            BinaryPrimitives.WriteUInt64LittleEndian(log[DinodeView.OffLsn..], itemLsn);
+            disk.Slice(132, 12).CopyTo(log[132..]);
+            disk.Slice(DinodeView.OffUuid, 16).CopyTo(log[DinodeView.OffUuid..]);
+        }
+        else
+        {
+            disk.Slice(24, 6).CopyTo(log[24..]);
+            Unswap(disk, log, 30, 2);
+        }
+    }
+
+    private static void Unswap(ReadOnlySpan<byte> from, Span<byte> to, int off, int width)
+    {
+        switch (width)
+        {
+            case 1: to[off] = from[off]; break;
+            case 2: BinaryPrimitives.WriteUInt16LittleEndian(to[off..], BinaryPrimitives.ReadUInt16BigEndian(from[off..])); break;
+            case 4: BinaryPrimitives.WriteUInt32LittleEndian(to[off..], BinaryPrimitives.ReadUInt32BigEndian(from[off..])); break;
+            default: BinaryPrimitives.WriteUInt64LittleEndian(to[off..], BinaryPrimitives.ReadUInt64BigEndian(from[off..])); break;
+        }
+    }
+
+    private static void UnswapTime(ReadOnlySpan<byte> from, Span<byte> to, int off, bool bigtime)
+    {
+        if (bigtime) Unswap(from, to, off, 8);
+        else
+        {
+            Unswap(from, to, off, 4);
+            Unswap(from, to, off + 4, 4);
+        }
+    }
+
     private static void Swap(ReadOnlySpan<byte> from, Span<byte> to, int off, int width)
     {
         switch (width)

@@ -1,0 +1,63 @@
+namespace XfsWin.Journal;
+
+/// <summary>
+/// The committed item list (delayed logging, xfs_log_cil.c): transactions commit their items here instead of
+/// writing them to the log. An item relogged before the next checkpoint is merged into the one already held (its
+/// newest image, the union of what was logged) and moves to the end of the list, so the list stays ordered by
+/// the last transaction that logged each item. A checkpoint takes the whole list at once.
+/// Not thread-safe: <see cref="MountedLog"/> serialises access under its lock.
+/// </summary>
+public sealed class CommittedItemList
+{
+    private readonly LinkedList<JournalItem> _order = new();
+    private readonly Dictionary<LogItemKey, LinkedListNode<JournalItem>> _byKey = new();
+
+    public int Count => _order.Count;
+    public bool IsEmpty => _order.Count == 0;
+    /// <summary>Transactions committed since the last checkpoint.</summary>
+    public int Transactions { get; private set; }
+    /// <summary>Log space (blocks) the reservations of those transactions hold, released when the checkpoint is written.</summary>
+    public long ReservedBlocks { get; private set; }
+
+    /// <summary>Bytes the items take in a checkpoint: payloads plus one op header per region (kept as items merge).</summary>
+    public long FormattedBytes { get; private set; }
+
+    private static long SizeOf(JournalItem item) => item.FormattedBytes + (long)item.RegionCount * LogOpHeader.Size;
+
+    public JournalItem? Find(LogItemKey key) => _byKey.TryGetValue(key, out var node) ? node.Value : null;
+
+    /// <summary>Adds one transaction's items (in the transaction's order) and the log space (blocks) it keeps reserved.</summary>
+    public void Commit(IReadOnlyList<JournalItem> items, long reservedBlocks)
+    {
+        foreach (var item in items)
+        {
+            if (_byKey.TryGetValue(item.Key, out var node))
+            {
+                FormattedBytes -= SizeOf(node.Value);
+                node.Value.MergeNewer(item);
+                FormattedBytes += SizeOf(node.Value);
+                _order.Remove(node);
+                _order.AddLast(node);
+            }
+            else
+            {
+                _byKey[item.Key] = _order.AddLast(item);
+                FormattedBytes += SizeOf(item);
+            }
+        }
+        Transactions++;
+        ReservedBlocks += reservedBlocks;
+    }
+
+    /// <summary>Takes every item, oldest first, and empties the list.</summary>
+    public List<JournalItem> TakeAll()
+    {
+        var items = new List<JournalItem>(_order);
+        _order.Clear();
+        _byKey.Clear();
+        Transactions = 0;
+        ReservedBlocks = 0;
+        FormattedBytes = 0;
+        return items;
+    }
+}

@@ -1,0 +1,363 @@
+using System.Buffers.Binary;
+using XfsWin.Format;
+
+namespace XfsWin.Journal;
+
+/// <summary>Options of the log writer.</summary>
+public sealed record MountedLogOptions
+{
+    /// <summary>h_size (the kernel's logbsize): 0 = max(32 KiB, log stripe unit); up to 256 KiB.</summary>
+    public int RecordSize { get; init; }
+    /// <summary>CIL size that triggers a checkpoint; 0 = an eighth of the log (XLOG_CIL_SPACE_LIMIT).</summary>
+    public long CheckpointThresholdBytes { get; init; }
+    /// <summary>First checkpoint tid; later ones count up from it (0 = derived from the head LSN).</summary>
+    public uint FirstTid { get; init; }
+}
+
+/// <summary>Counters of what the log writer did.</summary>
+public sealed record LogWriteStatistics(long Transactions, long Checkpoints, long Records, long BlocksWritten, long Wraps,
+    long AilPushes, long ItemsWrittenBack, long Forces);
+
+/// <summary>
+/// The log of a mounted volume, written as the kernel writes it (delayed logging). Transactions reserve log space
+/// on the grant heads, commit their items into the CIL (<see cref="CommittedItemList"/>), and a checkpoint writes
+/// the CIL as one log transaction (start op, transaction header, one op per item region, commit op) into records
+/// at the head. Checkpointed items enter the AIL (<see cref="ActiveItemList"/>) at the checkpoint's start LSN; when
+/// the log runs short of space the AIL is pushed (items written in place through <see cref="ILogWriteback"/>, a
+/// flush, then the tail moves). A log force writes the CIL and makes its commit record durable; unmount forces,
+/// writes everything back and appends an unmount record.
+/// <para>
+/// Grant heads, in 512-byte blocks counted from the cycle the log was opened in: the write head is the physical
+/// head; the reserve head is the write head plus every reservation still held (open transactions and the CIL's).
+/// A reservation is granted only while reserve head + reservation ≤ tail + log size, so the head never overwrites
+/// the tail. Ordering: the data device is flushed before the tail moves (after writeback), the records of a
+/// checkpoint are durable before the record holding its commit op is written, and that record is flushed (FUA).
+/// </para>
+/// Thread safety: every public member takes the log lock; lock order is log lock, then writeback's locks.
+/// </summary>
+public sealed class MountedLog
+{
+    private readonly object _lock = new();
+    private readonly LogArea _area;
+    private readonly LogRecordWriter _writer;
+    private readonly ILogWriteback _writeback;
+    private readonly CommittedItemList _cil = new();
+    private readonly ActiveItemList _ail = new();
+    private readonly uint _baseCycle;
+    private readonly long _thresholdBytes;
+    private long _outstandingBlocks;
+    private ulong? _checkpointStartLsn;
+    private uint _nextTid;
+    private long _transactions, _checkpoints, _ailPushes, _itemsWrittenBack, _forces;
+    private bool _unmounted;
+
+    private MountedLog(LogArea area, LogRecordWriter writer, ILogWriteback writeback, MountedLogOptions options)
+    {
+        _area = area;
+        _writer = writer;
+        _writeback = writeback;
+        _baseCycle = writer.HeadCycle;
+        _thresholdBytes = options.CheckpointThresholdBytes > 0 ? options.CheckpointThresholdBytes : (area.Blocks << LogArea.BBShift) / 8;
+        _nextTid = options.FirstTid != 0 ? options.FirstTid : (uint)(writer.HeadLsn * 0x9E3779B97F4A7C15UL >> 32) | 1;
+    }
+
+    /// <summary>
+    /// Opens the log for writing at its head. The log must be clean (unmounted, or replayed and marked clean): a dirty
+    /// log may hold work only its replay finishes.
+    /// </summary>
+    public static MountedLog Open(LogArea area, Superblock sb, ILogWriteback writeback, MountedLogOptions? options = null)
+    {
+        options ??= new MountedLogOptions();
+        if (!sb.IsV5 && !sb.HasLogV2) throw new XfsException(XfsError.Unsupported, "writing a version 1 log is not supported; the volume stays read-only");
+        var reader = new LogReader(area, sb.Uuid);
+        var pos = LogScanner.Find(reader, v2: true, crcFilesystem: sb.IsV5);
+        if (!pos.Clean && pos.TailBlock != pos.HeadBlock)
+            throw new XfsException(XfsError.Unsupported, "the log is dirty: replay it (mount with Linux, or xfswin recover) before writing to the volume");
+        uint su = sb.LogStripeUnit > 1 ? sb.LogStripeUnit : 0;
+        int roundoff = Math.Max(Math.Max((int)su, LogArea.BBSize), area.SectorBlocks << LogArea.BBShift);
+        int recordSize = options.RecordSize > 0 ? options.RecordSize : Math.Max(LogRecordHeader.CycleSize, (int)su);
+        recordSize = (recordSize + roundoff - 1) / roundoff * roundoff;
+        long head = pos.Empty ? 0 : pos.HeadBlock;
+        uint cycle = pos.Empty ? 1 : pos.HeadCycle;
+        var writer = new LogRecordWriter(area, sb.Uuid, recordSize, roundoff, head, cycle, pos.Empty ? -1 : pos.LastRecordBlock);
+        return new MountedLog(area, writer, writeback, options);
+    }
+
+    public LogArea Area => _area;
+    public int RecordSize => _writer.RecordSize;
+    public int HeaderBlocks => _writer.HeaderBlocks;
+
+    /// <summary>The LSN the next record will carry.</summary>
+    public ulong HeadLsn { get { lock (_lock) return _writer.HeadLsn; } }
+
+    /// <summary>The tail: the oldest checkpoint not yet all in place, or the head when the AIL is empty.</summary>
+    public ulong TailLsn { get { lock (_lock) return CurrentTailLsn(); } }
+
+    public int AilCount { get { lock (_lock) return _ail.Count; } }
+    public int CilCount { get { lock (_lock) return _cil.Count; } }
+
+    public LogWriteStatistics Statistics
+    {
+        get
+        {
+            lock (_lock)
+                return new LogWriteStatistics(_transactions, _checkpoints, _writer.RecordsWritten, _writer.BlocksWritten, _writer.Wraps,
+                    _ailPushes, _itemsWrittenBack, _forces);
+        }
+    }
+
+    private ulong CurrentTailLsn() => _ail.MinimumLsn ?? _checkpointStartLsn ?? _writer.HeadLsn;
+
+    /// <summary>A position in blocks counted from block 0 of the cycle the log was opened in.</summary>
+    private long Absolute(ulong lsn) => (long)(Lsn.Cycle(lsn) - _baseCycle) * _area.Blocks + Lsn.Block(lsn);
+
+    private long WriteHead => Absolute(_writer.HeadLsn);
+    private long FreeBlocks => _area.Blocks - (WriteHead - Absolute(CurrentTailLsn()));
+
+    /// <summary>
+    /// Log space a transaction whose items take <paramref name="logReservationBytes"/> needs, in blocks, with the
+    /// overhead the kernel adds (xfs_log_calc_unit_res): start and transaction-header ops, an op header for each
+    /// record the data may be split over, those records' headers, a record for the commit, and two roundoffs.
+    /// </summary>
+    public int UnitReservationBlocks(int logReservationBytes)
+    {
+        long bytes = logReservationBytes + 2L * LogOpHeader.Size + TransactionHeader.Size;
+        int space = _writer.DataCapacity;
+        long records = Math.Max(1, (bytes + space - 1) / space);
+        bytes += records * LogOpHeader.Size;
+        while ((bytes + space - 1) / space > records) { bytes += LogOpHeader.Size; records++; }
+        bytes += (records + 1) * ((long)_writer.HeaderBlocks << LogArea.BBShift);
+        bytes += 2L * _writer.Roundoff;
+        return checked((int)((bytes + LogArea.BBSize - 1) >> LogArea.BBShift));
+    }
+
+    /// <summary>Starts a transaction holding <paramref name="logReservationBytes"/> of log space (the operation's tr_logres).</summary>
+    public MetadataTransaction Begin(int logReservationBytes)
+    {
+        if (logReservationBytes <= 0) throw new ArgumentOutOfRangeException(nameof(logReservationBytes));
+        int blocks = UnitReservationBlocks(logReservationBytes);
+        lock (_lock)
+        {
+            ThrowIfUnmounted();
+            if (blocks >= _area.Blocks / 2)
+                throw new XfsException(XfsError.Unsupported, $"a transaction reservation of {logReservationBytes} bytes does not fit a log of {_area.Blocks} blocks");
+            // Grant only while the reserve head stays behind the tail by a whole log.
+            while (WriteHead + _outstandingBlocks + blocks >= Absolute(CurrentTailLsn()) + _area.Blocks)
+            {
+                if (!MakeSpace(blocks)) throw new XfsException(XfsError.IoError, $"the log cannot free {blocks} blocks for a transaction");
+            }
+            _outstandingBlocks += blocks;
+        }
+        return new MetadataTransaction(this, blocks);
+    }
+
+    /// <summary>Frees log space: push the AIL, or when nothing is in it, checkpoint the CIL so its reservation becomes written blocks.</summary>
+    private bool MakeSpace(long wantedBlocks)
+    {
+        if (!_ail.IsEmpty)
+        {
+            PushAil(wantedBlocks + _outstandingBlocks);
+            return true;
+        }
+        if (!_cil.IsEmpty)
+        {
+            WriteCheckpoint();
+            return true;
+        }
+        return false;
+    }
+
+    internal void Commit(MetadataTransaction tx, IReadOnlyList<JournalItem> items)
+    {
+        lock (_lock)
+        {
+            ThrowIfUnmounted();
+            long used = 0;
+            foreach (var item in items) used += item.FormattedBytes + (long)item.RegionCount * LogOpHeader.Size;
+            long usedBlocks = Math.Min(tx.ReservedBlocks, (used + LogArea.BBSize - 1) >> LogArea.BBShift);
+            // The CIL keeps what the items use; the rest of the reservation goes back.
+            _outstandingBlocks -= tx.ReservedBlocks - usedBlocks;
+            if (items.Count > 0) _cil.Commit(items, usedBlocks);
+            else _outstandingBlocks -= usedBlocks;
+            _transactions++;
+            if (_cil.FormattedBytes >= _thresholdBytes) WriteCheckpoint();
+        }
+    }
+
+    internal void Cancel(MetadataTransaction tx)
+    {
+        lock (_lock) _outstandingBlocks -= tx.ReservedBlocks;
+    }
+
+    /// <summary>Log force (fsync): writes the CIL as a checkpoint and returns once its commit record is durable.</summary>
+    public void Force()
+    {
+        lock (_lock)
+        {
+            ThrowIfUnmounted();
+            _forces++;
+            if (!_cil.IsEmpty) WriteCheckpoint();
+        }
+    }
+
+    /// <summary>Writes back every checkpointed item and moves the tail to the head (what unmount and freeze do).</summary>
+    public void PushAll()
+    {
+        lock (_lock)
+        {
+            ThrowIfUnmounted();
+            if (!_cil.IsEmpty) WriteCheckpoint();
+            PushAil(long.MaxValue);
+        }
+    }
+
+    /// <summary>Clean unmount: force the log, write everything back (AIL empty), then append the unmount record and flush.</summary>
+    public void Unmount()
+    {
+        lock (_lock)
+        {
+            ThrowIfUnmounted();
+            if (!_cil.IsEmpty) WriteCheckpoint();
+            PushAil(long.MaxValue);
+            EnsureSpace(_writer.BlocksFor(UnmountRecord.Size));
+            var payload = _writer.AppendOp(UnmountRecord.Tid, UnmountRecord.PayloadSize, LogOpHeader.ClientLog, LogOpHeader.FlagUnmount);
+            payload.Clear();
+            BinaryPrimitives.WriteUInt16LittleEndian(payload, UnmountRecord.Magic);
+            _writer.Submit(_writer.HeadLsn);
+            _area.Device.Flush();
+            _unmounted = true;
+        }
+    }
+
+    private void ThrowIfUnmounted()
+    {
+        if (_unmounted) throw new ObjectDisposedException(nameof(MountedLog), "the log was unmounted");
+    }
+
+    /// <summary>
+    /// Writes the AIL back in LSN order until at least <paramref name="wantedBlocks"/> are free beyond the head (or
+    /// the AIL is empty), then flushes and moves the tail.
+    /// </summary>
+    private void PushAil(long wantedBlocks)
+    {
+        if (_ail.IsEmpty) return;
+        // Free space once every LSN up to a candidate is written back: the tail becomes the next LSN (or the head).
+        ulong target = 0;
+        var lsns = _ail.Lsns.ToList();
+        for (int i = 0; i < lsns.Count; i++)
+        {
+            target = lsns[i];
+            ulong nextTail = i + 1 < lsns.Count ? lsns[i + 1] : _checkpointStartLsn ?? _writer.HeadLsn;
+            long free = _area.Blocks - (WriteHead - Absolute(nextTail));
+            long keep = Math.Max(_area.Blocks / 4, 256);
+            if (wantedBlocks != long.MaxValue && free > wantedBlocks + Math.Min(keep, _area.Blocks / 2)) break;
+        }
+        var items = _ail.ItemsUpTo(target);
+        _writeback.WriteBack(items);
+        _writeback.Flush();
+        _ail.RemoveWritten(items);
+        _ailPushes++;
+        _itemsWrittenBack += items.Count;
+    }
+
+    /// <summary>Makes sure <paramref name="blocks"/> can be written at the head without reaching the tail.</summary>
+    private void EnsureSpace(long blocks)
+    {
+        if (blocks >= _area.Blocks) throw new XfsException(XfsError.Unsupported, $"a checkpoint of {blocks} blocks does not fit a log of {_area.Blocks} blocks");
+        while (FreeBlocks <= blocks)
+        {
+            if (_ail.IsEmpty) throw new InvalidOperationException($"log space accounting: {blocks} blocks needed, {FreeBlocks} free and nothing to write back");
+            PushAil(blocks);
+        }
+    }
+
+    /// <summary>
+    /// Writes the CIL as one checkpoint starting in a new record: START, the transaction header, every item's
+    /// regions (split across records with CONTINUE / WAS_CONT op headers), COMMIT. Its items then enter the AIL at
+    /// the checkpoint's start LSN.
+    /// </summary>
+    private void WriteCheckpoint()
+    {
+        long reserved = _cil.ReservedBlocks;
+        var items = _cil.TakeAll();
+        var regions = new List<ReadOnlyMemory<byte>>();
+        foreach (var item in items) item.Format(regions);
+        uint tid = _nextTid++;
+        if (tid == 0 || tid == UnmountRecord.Tid) tid = _nextTid++;
+
+        _writer.BeginSimulation();
+        EmitCheckpoint(tid, regions, simulate: true);
+        var (blocks, _) = _writer.EndSimulation();
+        EnsureSpace(blocks);
+
+        ulong start = _writer.HeadLsn;
+        _checkpointStartLsn = start;
+        EmitCheckpoint(tid, regions, simulate: false);
+        _checkpointStartLsn = null;
+        _checkpoints++;
+
+        foreach (var item in items)
+        {
+            // An intent holds the tail until its done item is in the log; a done item has nothing to write back.
+            if (item is IntentLogItem intent && IntentLogFormat.IntentOf(intent.ItemType) is var finished and not 0)
+                _ail.Remove(new LogItemKey(finished, (long)intent.Id, 0));
+            else
+                _ail.Insert(item.Snapshot(), start);
+        }
+        // The checkpoint's blocks are now behind the write head: the reservation that covered them is released.
+        _outstandingBlocks -= reserved;
+    }
+
+    private void EmitCheckpoint(uint tid, List<ReadOnlyMemory<byte>> regions, bool simulate)
+    {
+        int recordsOfCheckpoint = 0;
+        void Next()
+        {
+            if (simulate) _writer.Submit(0);
+            else _writer.Submit(CurrentTailLsn());
+            recordsOfCheckpoint++;
+        }
+
+        _writer.AppendOp(tid, 0, LogOpHeader.ClientTransaction, LogOpHeader.FlagStart);
+        var th = _writer.AppendOp(tid, TransactionHeader.Size, LogOpHeader.ClientTransaction, 0);
+        BinaryPrimitives.WriteUInt32LittleEndian(th[TransactionHeader.OffMagic..], TransactionHeader.Magic);
+        BinaryPrimitives.WriteUInt32LittleEndian(th[TransactionHeader.OffType..], TransactionHeader.TypeCheckpoint);
+        BinaryPrimitives.WriteUInt32LittleEndian(th[TransactionHeader.OffTid..], tid);
+        BinaryPrimitives.WriteUInt32LittleEndian(th[TransactionHeader.OffNumItems..], (uint)regions.Count);
+
+        foreach (var region in regions)
+        {
+            var payload = region.Span;
+            // An op header is never split, and a first piece carries at least the item's type and size words.
+            if (_writer.Remaining < LogOpHeader.Size + Math.Min(payload.Length, 4)) Next();
+            if (LogOpHeader.Size + payload.Length <= _writer.Remaining)
+            {
+                payload.CopyTo(_writer.AppendOp(tid, payload.Length, LogOpHeader.ClientTransaction, 0));
+                continue;
+            }
+            int piece = (_writer.Remaining - LogOpHeader.Size) & ~3;
+            payload[..piece].CopyTo(_writer.AppendOp(tid, piece, LogOpHeader.ClientTransaction, LogOpHeader.FlagContinue));
+            payload = payload[piece..];
+            while (payload.Length > 0)
+            {
+                Next();
+                piece = Math.Min(payload.Length, (_writer.Remaining - LogOpHeader.Size) & ~3);
+                byte flags = (byte)(LogOpHeader.FlagWasContinued | (piece == payload.Length ? LogOpHeader.FlagEnd : LogOpHeader.FlagContinue));
+                payload[..piece].CopyTo(_writer.AppendOp(tid, piece, LogOpHeader.ClientTransaction, flags));
+                payload = payload[piece..];
+            }
+        }
+
+        if (_writer.Remaining < LogOpHeader.Size) Next();
+        // The commit op goes last: the checkpoint's earlier records are durable before the record holding it is
+        // written, and that record is flushed, so a commit on disk always means the whole checkpoint is.
+        if (!simulate && recordsOfCheckpoint > 0) _area.Device.Flush();
+        _writer.AppendOp(tid, 0, LogOpHeader.ClientTransaction, LogOpHeader.FlagCommit);
+        if (simulate)
+        {
+            return; // EndSimulation submits the last record
+        }
+        _writer.Submit(CurrentTailLsn());
+        _area.Device.Flush();
+    }
+}

@@ -1,0 +1,157 @@
+using System.Buffers.Binary;
+using Xunit;
+using XfsWin.Journal;
+
+namespace XfsWin.Tests.Journal;
+
+/// <summary>
+/// Delayed logging's in-memory rules: relogged items merge (newest image, union of dirty chunks or inode parts) and
+/// move to the end of the list; a freed buffer's cancel replaces what it logged; the AIL keeps each item at the
+/// LSN of the last checkpoint that carried it. What the merged items then look like in a log the kernel replays is
+/// checked in <see cref="LogWriteKernelTests"/>.
+/// </summary>
+public sealed class CommittedItemListTests
+{
+    private static byte[] Block(byte fill) => Enumerable.Repeat(fill, 4096).ToArray();
+
+    private static List<ReadOnlyMemory<byte>> Regions(JournalItem item)
+    {
+        var regions = new List<ReadOnlyMemory<byte>>();
+        item.Format(regions);
+        return regions;
+    }
+
+    [Fact]
+    public void RelogMergesDirtyRangesKeepsNewestImageAndMovesTheItemLast()
+    {
+        var cil = new CommittedItemList();
+        cil.Commit([BufferLogItem.Create(64, 8, BufType.Btree, Block(1), 0, 100)], 10);
+        cil.Commit([BufferLogItem.Create(200, 8, BufType.Agf, Block(7), 0, 512)], 10);
+        cil.Commit([BufferLogItem.Create(64, 8, BufType.Btree, Block(2), 1000, 300)], 10);
+
+        Assert.Equal(2, cil.Count);
+        Assert.Equal(3, cil.Transactions);
+        Assert.Equal(30, cil.ReservedBlocks);
+        long expected = 0;
+        foreach (var (daddr, len) in new[] { (64L, 8), (200L, 8) })
+        {
+            var held = cil.Find(new LogItemKey(LogItemType.Buf, daddr, len))!;
+            expected += held.FormattedBytes + held.RegionCount * LogOpHeader.Size;
+        }
+        Assert.Equal(expected, cil.FormattedBytes);
+        var items = cil.TakeAll();
+        Assert.Equal(0, cil.FormattedBytes);
+        Assert.True(cil.IsEmpty);
+        Assert.Equal([200L, 64L], items.Select(i => ((BufferLogItem)i).Daddr));
+
+        var merged = (BufferLogItem)items[1];
+        // Chunk 0 (bytes 0-127) and chunks 7-10 (bytes 896-1407) from the two commits.
+        Assert.Equal(5, merged.DirtyChunkCount);
+        Assert.True(merged.IsChunkDirty(0) && merged.IsChunkDirty(7) && merged.IsChunkDirty(10) && !merged.IsChunkDirty(11) && !merged.IsChunkDirty(1));
+        var regions = Regions(merged);
+        Assert.Equal(3, regions.Count);
+        var format = regions[0].Span;
+        Assert.Equal(LogItemType.Buf, BinaryPrimitives.ReadUInt16LittleEndian(format));
+        Assert.Equal(3, BinaryPrimitives.ReadUInt16LittleEndian(format[2..]));
+        var f = new BufLogFormat(format);
+        Assert.Equal(BufType.Btree, f.Type);
+        Assert.Equal(64, f.Blkno);
+        Assert.Equal(8, f.Len);
+        Assert.Equal(1, f.MapSize); // 32 chunks of a 4 KiB buffer
+        Assert.Equal(128, regions[1].Length);
+        Assert.Equal(4 * 128, regions[2].Length);
+        // Both regions carry the newest image.
+        Assert.All(new[] { regions[1], regions[2] }, r => Assert.True(r.Span.IndexOfAnyExcept((byte)2) < 0));
+        Assert.Equal(merged.FormattedBytes, regions.Sum(r => r.Length));
+    }
+
+    [Fact]
+    public void CancelReplacesWhatTheBufferLoggedAndAReuseLogsOnlyTheNewContents()
+    {
+        var cil = new CommittedItemList();
+        cil.Commit([BufferLogItem.Create(64, 8, BufType.Btree, Block(1), 0, 4096)], 1);
+        cil.Commit([BufferLogItem.Cancel(64, 8)], 1);
+        var cancel = (BufferLogItem)cil.Find(new LogItemKey(LogItemType.Buf, 64, 8))!;
+        Assert.True(cancel.IsCancel);
+        var regions = Regions(cancel);
+        Assert.Single(regions);
+        var f = new BufLogFormat(regions[0].Span);
+        Assert.Equal(1, f.Size);
+        Assert.Equal(BufLogFormat.FlagCancel, f.Flags);
+
+        cil.Commit([BufferLogItem.Create(64, 8, BufType.DirData, Block(3), 128, 128)], 1);
+        var reused = (BufferLogItem)cil.Find(new LogItemKey(LogItemType.Buf, 64, 8))!;
+        Assert.False(reused.IsCancel);
+        Assert.Equal(1, reused.DirtyChunkCount);
+        Assert.Equal(BufType.DirData, reused.Type);
+    }
+
+    [Fact]
+    public void TheMostFragmentedBufferFitsTheRegionsRecoveryAccepts()
+    {
+        // 64 KiB: 512 chunks; every other one dirty is 256 runs, one region each after the format: 257, recovery's limit.
+        var image = new byte[65536];
+        var map = new uint[16];
+        for (int c = 0; c < 512; c += 2) map[c >> 5] |= 1u << (c & 31);
+        var item = BufferLogItem.Create(0, 128, BufType.DirData, image, map);
+        var regions = Regions(item);
+        Assert.Equal(LogItemType.MaxRegionsInItem, regions.Count);
+        Assert.Equal(item.RegionCount, regions.Count);
+        Assert.All(regions.Skip(1), r => Assert.Equal(128, r.Length));
+        var f = new BufLogFormat(regions[0].Span);
+        Assert.Equal(16, f.MapSize);
+        for (int c = 0; c < 512; c++) Assert.Equal(c % 2 == 0, f.IsChunkDirty(c));
+    }
+
+    [Fact]
+    public void AilKeepsTheNewestLsnOfEachItemAndItsMinimumIsTheTail()
+    {
+        var ail = new ActiveItemList();
+        var a = BufferLogItem.Create(8, 1, BufType.Agf, new byte[512], 0, 512);
+        var b = BufferLogItem.Create(16, 1, BufType.Agi, new byte[512], 0, 512);
+        ail.Insert(a.Snapshot(), Lsn.Make(1, 10));
+        ail.Insert(b.Snapshot(), Lsn.Make(1, 20));
+        Assert.Equal(Lsn.Make(1, 10), ail.MinimumLsn);
+        ail.Insert(a.Snapshot(), Lsn.Make(1, 30));
+        Assert.Equal(2, ail.Count);
+        Assert.Equal(Lsn.Make(1, 20), ail.MinimumLsn);
+        var written = ail.ItemsUpTo(Lsn.Make(1, 25));
+        Assert.Single(written);
+        ail.RemoveWritten(written);
+        Assert.Equal(Lsn.Make(1, 30), ail.MinimumLsn);
+        Assert.True(ail.Remove(new LogItemKey(LogItemType.Buf, 8, 1)));
+        Assert.Null(ail.MinimumLsn);
+    }
+
+    [Fact]
+    public void IntentEncodingsHaveTheLengthsRecoveryChecks()
+    {
+        var items = new JournalItem[]
+        {
+            IntentLogItem.ExtentFree(false, 1, [new IntentExtent(10, 2), new IntentExtent(20, 3)]),
+            IntentLogItem.ExtentFree(true, 1, [new IntentExtent(10, 2)]),
+            IntentLogItem.RmapUpdate(2, [new IntentMapExtent(131, 10, 0, 2, 1)]),
+            IntentLogItem.RefcountUpdate(3, [new IntentPhysExtent(10, 2, 1)]),
+            IntentLogItem.BmapUpdate(4, new IntentMapExtent(131, 10, 0, 2, 1)),
+            IntentLogItem.Done(LogItemType.Rud, 2),
+            IntentLogItem.Done(LogItemType.Cud, 3),
+            IntentLogItem.Done(LogItemType.Bud, 4),
+            IntentLogItem.ExchangeMapping(5, 131, 132, 1, 1, 0, 0, 8, 0, 4096, 4096),
+            IntentLogItem.Done(LogItemType.Xmd, 5),
+            IntentLogItem.Done(LogItemType.Attrd, 6),
+        };
+        foreach (var item in items)
+        {
+            var r = Regions(item)[0].Span;
+            ushort type = BinaryPrimitives.ReadUInt16LittleEndian(r);
+            Assert.Null(IntentLogFormat.CheckLength(type, r));
+            Assert.Equal(item.Key.Id, (long)IntentLogFormat.Id(r));
+        }
+        var attri = IntentLogItem.AttrIntent(6, 131, 1, opFlags: 1, attrFilter: 0, "user.k"u8, "value"u8);
+        var regions = Regions(attri);
+        Assert.Equal(3, regions.Count);
+        Assert.Null(IntentLogFormat.CheckLength(LogItemType.Attri, regions[0].Span));
+        Assert.Equal(3, BinaryPrimitives.ReadUInt16LittleEndian(regions[0].Span[2..]));
+        Assert.Equal(8, regions[1].Length);
+    }
+}
