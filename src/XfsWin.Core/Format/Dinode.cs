@@ -162,8 +162,12 @@ public readonly ref struct DinodeWriter
         uuid.TryWriteBytes(_b.Slice(DinodeView.OffUuid, 16), bigEndian: true, out _);
     }
     public ushort Mode { set => U16(DinodeView.OffMode, value); }
+    /// <summary>di_metatype: on metadir volumes the old link-count field says what a metadata file is (1 = directory).</summary>
+    public ushort MetaType { set => U16(DinodeView.OffOnlink, value); }
     public ForkFormat Format { set => _b[DinodeView.OffFormat] = (byte)value; }
     public ForkFormat AttrFormat { set => _b[DinodeView.OffAformat] = (byte)value; }
+    /// <summary>di_forkoff: where the attribute fork starts in the literal area, in 8-byte units.</summary>
+    public byte ForkOffset { set => _b[DinodeView.OffForkoff] = value; }
     public uint Uid { set => U32(DinodeView.OffUid, value); }
     public uint Gid { set => U32(DinodeView.OffGid, value); }
     public uint LinkCount { set => U32(DinodeView.OffNlink, value); }

@@ -406,6 +406,9 @@ public readonly ref struct SuperblockWriter
     public ulong Lsn { set => U64(SuperblockView.OffLsn, value); }
     public Guid MetaUuid { set => value.TryWriteBytes(_b.Slice(SuperblockView.OffMetaUuid, 16), bigEndian: true, out _); }
     public ulong MetadirIno { set => U64(SuperblockView.OffMetadirIno, value); }
+    public uint RgCount { set => U32(SuperblockView.OffRgCount, value); }
+    public uint RgExtents { set => U32(SuperblockView.OffRgExtents, value); }
+    public byte RgBlkLog { set => _b[SuperblockView.OffRgBlkLog] = value; }
 
     /// <summary>The V5 CRC over the whole sector (<paramref name="sectorSize"/> bytes).</summary>
     public void StampCrc(int sectorSize) => XfsCrc.Stamp(_b[..sectorSize], SuperblockView.OffCrc);

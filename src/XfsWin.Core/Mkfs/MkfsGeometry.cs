@@ -114,6 +114,21 @@ public sealed record MkfsGeometry
     public uint InodeChunkBlocks => (uint)(Math.Max(64, InodesPerBlock) >> InoPBlog);
     public int InodesPerChunkAllocation => Math.Max(64, InodesPerBlock);
 
+    /// <summary>Realtime group size in extents that metadir volumes record even without a realtime section (1 TiB).</summary>
+    public uint RgExtents => Metadir ? (uint)(((1UL << 40 >> BlockLog) - (1UL << 40 >> BlockLog) % RtExtSize) / RtExtSize) : 0;
+    public int RgBlkLog => Metadir ? Log2Roundup((ulong)RgExtents * RtExtSize) : 0;
+
+    /// <summary>Chunk alignment of inode allocations: the stripe unit when inode chunks fit it, else sb_inoalignmt.</summary>
+    public uint InodeAllocationAlignment
+    {
+        get
+        {
+            uint align = InodeAlignment;
+            if (StripeUnit != 0 && align > 1 && align >= ClusterBlocks && (StripeUnit & (align - 1)) == 0) return StripeUnit;
+            return align > 1 ? align : 1;
+        }
+    }
+
     public uint AgLength(uint agno) => agno == AgCount - 1 ? (uint)(DataBlocks - (ulong)agno * AgBlocks) : AgBlocks;
 
     public ReservationGeometry ReservationGeometry => new()
@@ -188,8 +203,6 @@ public sealed record MkfsGeometry
             throw new MkfsUsageException("external logs (-l logdev=...) are not supported by xfswin mkfs yet; leave the log internal");
         if (o.Crc == false)
             throw new MkfsUsageException("V4 file systems (-m crc=0) are deprecated and not made by xfswin mkfs; the kernel here cannot mount them either");
-        if (o.Metadir == true)
-            throw new MkfsUsageException("-m metadir=1 is not supported by xfswin mkfs yet");
         if (o.LogVersion is int lv && lv != 2)
             throw new MkfsUsageException("V2 logs always enabled for CRC enabled filesystems");
         if (o.LazyCount == false)
@@ -248,7 +261,9 @@ public sealed record MkfsGeometry
             inobtcount = false;
         }
         bool parent = o.Parent ?? false;
-        bool exchange = o.Exchange ?? parent;
+        bool metadir = o.Metadir ?? false;
+        if (metadir && o.Exchange == false) throw new MkfsUsageException("metadir not supported without exchange-range support");
+        bool exchange = o.Exchange ?? (parent || metadir);
         bool rmapbt = o.Rmapbt ?? true;
         bool reflink = o.Reflink ?? true;
 
@@ -394,7 +409,7 @@ public sealed record MkfsGeometry
             Nrext64 = o.Nrext64 ?? true,
             Exchange = exchange,
             Parent = parent,
-            Metadir = false,
+            Metadir = metadir,
             Label = o.Label ?? "",
             Uuid = o.Uuid ?? Guid.NewGuid(),
             MinLogBlocks = 0,

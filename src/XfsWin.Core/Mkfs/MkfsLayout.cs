@@ -2,13 +2,17 @@ using XfsWin.Format;
 
 namespace XfsWin.Mkfs;
 
-/// <summary>One AG as mkfs leaves it: free extents, the AGFL's blocks, and (with rmapbt) who owns every used block.</summary>
+/// <summary>An inode chunk mkfs allocates: where, and how many of its first inodes are in use.</summary>
+public sealed record InodeChunk(uint AgNumber, uint AgBlock, int UsedInodes);
+
+/// <summary>One AG as mkfs leaves it: free extents, the AGFL's blocks, its inode chunk, and (with rmapbt) who owns every used block.</summary>
 public sealed record AgLayout(
     uint AgNumber,
     uint Length,
     IReadOnlyList<AllocRecord> FreeExtents,
     IReadOnlyList<uint> FreelistBlocks,
-    IReadOnlyList<(uint Start, uint Length, ulong Owner)> Rmaps)
+    IReadOnlyList<(uint Start, uint Length, ulong Owner)> Rmaps,
+    InodeChunk? Chunk)
 {
     public uint FreeBlocks => (uint)FreeExtents.Sum(e => (long)e.BlockCount);
     public uint Longest => FreeExtents.Count == 0 ? 0 : FreeExtents.Max(e => e.BlockCount);
@@ -29,8 +33,16 @@ public sealed class MkfsLayout
     public uint ChunkBlocks { get; }
     /// <summary>Inodes in the first allocation (64, or one block's worth when a block holds more).</summary>
     public int ChunkInodes { get; }
-    /// <summary>Inodes mkfs allocates: root directory, realtime bitmap and summary.</summary>
+    /// <summary>Without metadir: root directory, realtime bitmap and summary, all in the first chunk.</summary>
     public const int InodesUsed = 3;
+    /// <summary>metadir: the metadata directory root (after the root directory) and its "rtgroups" directory.</summary>
+    public ulong MetadirInode { get; }
+    public ulong RtGroupsInode { get; }
+    /// <summary>The metadata directory root's generation, which the parent pointer of "rtgroups" records.</summary>
+    public uint MetadirGeneration { get; } = (uint)System.Security.Cryptography.RandomNumberGenerator.GetInt32(int.MinValue, int.MaxValue);
+    public IReadOnlyList<InodeChunk> Chunks { get; }
+    public ulong InodeCount => (ulong)(Chunks.Count * ChunkInodes);
+    public ulong FreeInodeCount => InodeCount - (ulong)Chunks.Sum(c => c.UsedInodes);
 
     public MkfsLayout(MkfsGeometry g)
     {
@@ -41,6 +53,10 @@ public sealed class MkfsLayout
         ChunkInodes = g.InodesPerChunkAllocation;
         int n = g.InitialFreelistBlocks;
         var ags = new AgLayout[g.AgCount];
+        var chunks = new List<InodeChunk>();
+        // metadir: "rtgroups" is a child of a metadata directory, and those start in the log's AG.
+        bool metadirChunk = g.Metadir && g.LogAgNumber != 0;
+        if (g.Metadir) MetadirInode = RootInode + 1;
         for (uint agno = 0; agno < g.AgCount; agno++)
         {
             uint length = g.AgLength(agno);
@@ -94,6 +110,32 @@ public sealed class MkfsLayout
                 if (ChunkBlock + ChunkBlocks < s + l) free.Insert(hit, (ChunkBlock + ChunkBlocks, s + l - ChunkBlock - ChunkBlocks));
                 if (ChunkBlock > s) free.Insert(hit, (s, ChunkBlock - s));
                 rmaps.Add((ChunkBlock, ChunkBlocks, RmapRecord.OwnInodes));
+                chunks.Add(new InodeChunk(0, ChunkBlock, g.Metadir ? (metadirChunk ? 2 : 3) : InodesUsed));
+                if (g.Metadir && !metadirChunk) RtGroupsInode = RootInode + 2;
+            }
+            else if (metadirChunk && agno == g.LogAgNumber)
+            {
+                // The inode allocator's empty-AG case: the lowest suitably aligned free range of a chunk.
+                uint align = g.InodeAllocationAlignment;
+                uint at = 0;
+                int hit = -1;
+                for (int i = 0; i < free.Count && hit < 0; i++)
+                {
+                    uint start = (free[i].Start + align - 1) / align * align;
+                    if (start + ChunkBlocks <= free[i].Start + free[i].Len)
+                    {
+                        hit = i;
+                        at = start;
+                    }
+                }
+                if (hit < 0) throw new MkfsUsageException($"allocation group {agno} has no room for the metadata directory's inode chunk");
+                var (s2, l2) = free[hit];
+                free.RemoveAt(hit);
+                if (at + ChunkBlocks < s2 + l2) free.Insert(hit, (at + ChunkBlocks, s2 + l2 - at - ChunkBlocks));
+                if (at > s2) free.Insert(hit, (s2, at - s2));
+                rmaps.Add((at, ChunkBlocks, RmapRecord.OwnInodes));
+                chunks.Add(new InodeChunk(agno, at, 1));
+                RtGroupsInode = ((ulong)agno << g.AgInoLog) | ((ulong)at << g.InoPBlog);
             }
 
             free.RemoveAll(e => e.Len == 0);
@@ -101,9 +143,11 @@ public sealed class MkfsLayout
             ags[agno] = new AgLayout(agno, length,
                 [.. free.Select(e => new AllocRecord(e.Start, e.Len))],
                 freelist,
-                g.Rmapbt ? MergeRmaps(rmaps) : []);
+                g.Rmapbt ? MergeRmaps(rmaps) : [],
+                chunks.Find(c => c.AgNumber == agno));
         }
         Ags = ags;
+        Chunks = chunks;
     }
 
     /// <summary>Sorted by start, adjacent extents of one non-inode owner merged (as xfs_rmap_map does).</summary>

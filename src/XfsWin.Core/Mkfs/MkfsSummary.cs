@@ -24,7 +24,7 @@ public static class MkfsSummary
             string.Format(c, "log      ={0} bsize={1} blocks={2}, version=2", P("internal log", 22), P(g.BlockSize.ToString(c), 6), g.LogBlocks),
             string.Format(c, "         ={0} sectsz={1} sunit={2} blks, lazy-count=1", P("", 22), P(logSectSize.ToString(c), 5), g.LogStripeUnitBytes / (uint)g.BlockSize),
             string.Format(c, "realtime ={0} extsz={1} blocks=0, rtextents=0", P("none", 22), P((g.RtExtSize * (uint)g.BlockSize).ToString(c), 6)),
-            string.Format(c, "         ={0} rgcount={1} rgsize=0 extents", P("", 22), P("0", 4)),
+            string.Format(c, "         ={0} rgcount={1} rgsize={2} extents", P("", 22), P("0", 4), g.RgExtents),
         };
         return string.Join('\n', lines) + "\n";
     }

@@ -95,7 +95,7 @@ public static class MkfsWriter
                 progress?.Report(new MkfsProgress("writing allocation groups", agno + 1, g.AgCount));
         }
 
-        WriteInodeChunk(target, layout, now);
+        foreach (var chunk in layout.Chunks) WriteInodeChunk(target, layout, chunk, now);
 
         EncodeSuperblock(sector, layout, primary: true, rootCopy: true);
         target.Write(0, sector);
@@ -125,8 +125,9 @@ public static class MkfsWriter
         w.Uuid = g.Uuid;
         w.LogStart = g.LogStart;
         w.RootIno = primary || rootCopy ? layout.RootInode : NullFsIno;
-        w.RbmIno = primary ? layout.RootInode + 1 : NullFsIno;
-        w.RsumIno = primary ? layout.RootInode + 2 : NullFsIno;
+        // metadir volumes keep their realtime inodes in the metadata directory: the sb fields are 0.
+        w.RbmIno = g.Metadir ? 0 : primary ? layout.RootInode + 1 : NullFsIno;
+        w.RsumIno = g.Metadir ? 0 : primary ? layout.RootInode + 2 : NullFsIno;
         w.RtExtSize = g.RtExtSize;
         w.AgBlocks = g.AgBlocks;
         w.AgCount = g.AgCount;
@@ -145,8 +146,8 @@ public static class MkfsWriter
         w.ImaxPct = (byte)g.ImaxPct;
         if (primary)
         {
-            w.Icount = (ulong)layout.ChunkInodes;
-            w.Ifree = (ulong)(layout.ChunkInodes - MkfsLayout.InodesUsed);
+            w.Icount = layout.InodeCount;
+            w.Ifree = layout.FreeInodeCount;
             w.Fdblocks = layout.FreeDataBlocks;
         }
         else
@@ -168,6 +169,12 @@ public static class MkfsWriter
         w.FeaturesRoCompat = g.RoCompat;
         w.FeaturesIncompat = g.Incompat;
         w.SpinoAlign = g.SparseInodeAlignment;
+        if (g.Metadir)
+        {
+            w.MetadirIno = primary || rootCopy ? layout.MetadirInode : NullFsIno;
+            w.RgExtents = g.RgExtents;
+            w.RgBlkLog = (byte)g.RgBlkLog;
+        }
         w.StampCrc(g.SectorSize);
     }
 
@@ -211,11 +218,11 @@ public static class MkfsWriter
         w.Init(ag.AgNumber, ag.Length);
         w.Root = g.InoRoot;
         w.Level = 1;
-        if (ag.AgNumber == 0)
+        if (ag.Chunk is { } chunk)
         {
             w.Count = (uint)layout.ChunkInodes;
-            w.FreeCount = (uint)(layout.ChunkInodes - MkfsLayout.InodesUsed);
-            w.NewIno = (uint)layout.RootInode;
+            w.FreeCount = (uint)(layout.ChunkInodes - chunk.UsedInodes);
+            w.NewIno = chunk.AgBlock << g.InoPBlog;
         }
         w.Uuid = g.Uuid;
         if (g.Finobt)
@@ -263,12 +270,12 @@ public static class MkfsWriter
 
         // Inode btrees: AG 0 holds the first chunk (64-inode records; a 64 KiB block's chunk needs two).
         var records = new List<InobtRecord>();
-        if (ag.AgNumber == 0)
+        if (ag.Chunk is { } chunk)
         {
-            uint first = (uint)(layout.RootInode & ((1UL << g.AgInoLog) - 1));
+            uint first = chunk.AgBlock << g.InoPBlog;
             for (int r = 0; r < layout.ChunkInodes / 64; r++)
             {
-                int used = Math.Max(0, Math.Min(64, MkfsLayout.InodesUsed - r * 64));
+                int used = Math.Max(0, Math.Min(64, chunk.UsedInodes - r * 64));
                 ulong freeMask = used == 0 ? ulong.MaxValue : ulong.MaxValue << used;
                 records.Add(new InobtRecord(first + (uint)(r * 64), 0, 64, (uint)(64 - used), freeMask));
             }
@@ -305,13 +312,13 @@ public static class MkfsWriter
     /// The first inode chunk: every inode a free V3 core (one random generation for the chunk), then the
     /// root directory (short form, empty, its own parent) and the realtime bitmap and summary files.
     /// </summary>
-    private static void WriteInodeChunk(MkfsTarget target, MkfsLayout layout, DateTimeOffset now)
+    private static void WriteInodeChunk(MkfsTarget target, MkfsLayout layout, InodeChunk where, DateTimeOffset now)
     {
         var g = layout.Geometry;
         int isize = g.InodeSize;
         var chunk = new byte[(int)layout.ChunkBlocks * g.BlockSize];
         uint chunkGeneration = (uint)RandomNumberGenerator.GetInt32(int.MinValue, int.MaxValue);
-        ulong firstIno = layout.RootInode;
+        ulong firstIno = ((ulong)where.AgNumber << g.AgInoLog) | ((ulong)where.AgBlock << g.InoPBlog);
         for (int i = 0; i < layout.ChunkInodes; i++)
         {
             var w = new DinodeWriter(chunk.AsSpan(i * isize, isize));
@@ -324,7 +331,8 @@ public static class MkfsWriter
         ulong time = DinodeWriter.EncodeTime(secs, nsec, g.Bigtime);
         ulong flags2 = (g.Bigtime ? DinodeView.Flag2Bigtime : 0) | (g.Nrext64 ? DinodeView.Flag2Nrext64 : 0);
 
-        void Used(int index, ushort mode, ForkFormat format, uint nlink, uint generation, ulong atime, ushort flags)
+        void Used(int index, ushort mode, ForkFormat format, uint nlink, uint generation, ulong atime, ushort flags,
+            ulong changeCount = 2, bool metadata = false)
         {
             var w = new DinodeWriter(chunk.AsSpan(index * isize, isize));
             w.Mode = mode;
@@ -332,29 +340,90 @@ public static class MkfsWriter
             w.AttrFormat = ForkFormat.Extents;
             w.LinkCount = nlink;
             w.Generation = generation;
-            w.ChangeCount = 2;
+            w.ChangeCount = changeCount;
             w.Flags = flags;
-            w.Flags2 = flags2;
+            w.Flags2 = flags2 | (metadata ? DinodeView.Flag2Metadata : 0);
+            if (metadata) w.MetaType = 1; // a metadata directory
             w.AccessTime = atime;
             w.ModifyTime = time;
             w.ChangeTime = time;
             w.CreationTime = time;
         }
 
-        // Root directory: short form with no entries; its parent is itself.
-        Used(0, 0x41ED, ForkFormat.Local, 2, 0, time, 0);
-        var root = new DinodeWriter(chunk.AsSpan(0, isize));
-        root.Size = 6;
-        var sf = root.LiteralArea;
-        sf[0] = 0;
-        sf[1] = 0;
-        BinaryPrimitives.WriteUInt32BigEndian(sf[2..], (uint)firstIno);
-        // Realtime bitmap (its atime is the rt allocator's sequence, 0) and summary: empty regular files.
-        Used(1, 0x8000, ForkFormat.Extents, 1, (uint)RandomNumberGenerator.GetInt32(int.MinValue, int.MaxValue), 0, 0x4 /* NEWRTBM */);
-        Used(2, 0x8000, ForkFormat.Extents, 1, (uint)RandomNumberGenerator.GetInt32(int.MinValue, int.MaxValue), time, 0);
+        uint RandomGeneration() => (uint)RandomNumberGenerator.GetInt32(int.MinValue, int.MaxValue);
+        // Metadata directories: immutable, sync, noatime, nodump, nosymlinks, nodefrag.
+        const ushort metadirFlags = 0x8 | 0x20 | 0x40 | 0x80 | 0x400 | 0x2000;
+        // A short-form directory; entries of (name, inode, file type 2 = directory) each.
+        void ShortformDir(int index, ulong parent, string? child, ulong childIno)
+        {
+            var d = new DinodeWriter(chunk.AsSpan(index * isize, isize));
+            var sf = d.LiteralArea;
+            sf[0] = (byte)(child is null ? 0 : 1);
+            sf[1] = 0;
+            BinaryPrimitives.WriteUInt32BigEndian(sf[2..], (uint)parent);
+            int size = 6;
+            if (child is not null)
+            {
+                // The entry's offset is where it would sit in a data block: after the header, "." and "..".
+                sf[size] = (byte)child.Length;
+                BinaryPrimitives.WriteUInt16BigEndian(sf[(size + 1)..], (ushort)(DirectoryDataBlock.HeaderSizeV5 + 16 + 16));
+                Encoding.ASCII.GetBytes(child, sf[(size + 3)..]);
+                sf[size + 3 + child.Length] = 2;
+                BinaryPrimitives.WriteUInt32BigEndian(sf[(size + 4 + child.Length)..], (uint)childIno);
+                size += 3 + child.Length + 1 + 4;
+            }
+            d.Size = (ulong)size;
+        }
+
+        int first = 0;
+        if (where.AgNumber == 0 && where.AgBlock == layout.ChunkBlock)
+        {
+            // Root directory: short form with no entries; its parent is itself.
+            Used(0, 0x41ED, ForkFormat.Local, 2, 0, time, 0);
+            ShortformDir(0, firstIno, null, 0);
+            if (g.Metadir)
+            {
+                Used(1, 0x4000, ForkFormat.Local, 3, layout.MetadirGeneration, time, metadirFlags, 3, metadata: true);
+                ShortformDir(1, layout.MetadirInode, "rtgroups", layout.RtGroupsInode);
+                first = 2;
+            }
+            else
+            {
+                // Realtime bitmap (its atime is the rt allocator's sequence, 0) and summary: empty regular files.
+                Used(1, 0x8000, ForkFormat.Extents, 1, RandomGeneration(), 0, 0x4 /* NEWRTBM */);
+                Used(2, 0x8000, ForkFormat.Extents, 1, RandomGeneration(), time, 0);
+                first = 3;
+            }
+        }
+        if (g.Metadir && layout.RtGroupsInode == firstIno + (ulong)first)
+        {
+            Used(first, 0x4000, ForkFormat.Local, 2, RandomGeneration(), time, metadirFlags, 2, metadata: true);
+            ShortformDir(first, layout.MetadirInode, null, 0);
+            if (g.Parent)
+            {
+                // Its parent pointer: a short-form attribute fork at the default offset (bmdr space of 12 pointers,
+                // 196 bytes, in 8-byte units) holding name "rtgroups", flag PARENT, value {parent inode, its generation}.
+                const byte forkOffset = (4 + 12 * 16) >> 3;
+                var d = new DinodeWriter(chunk.AsSpan(first * isize, isize));
+                d.ForkOffset = forkOffset;
+                d.AttrFormat = ForkFormat.Local;
+                var attr = d.LiteralArea[(forkOffset << 3)..];
+                const string name = "rtgroups";
+                int total = AttrShortformView.HeaderSize + 3 + name.Length + 12;
+                BinaryPrimitives.WriteUInt16BigEndian(attr, (ushort)total);
+                attr[2] = 1;
+                attr[3] = 0;
+                attr[4] = (byte)name.Length;
+                attr[5] = 12;
+                attr[6] = 0x8; // XFS_ATTR_PARENT
+                Encoding.ASCII.GetBytes(name, attr[7..]);
+                BinaryPrimitives.WriteUInt64BigEndian(attr[(7 + name.Length)..], layout.MetadirInode);
+                BinaryPrimitives.WriteUInt32BigEndian(attr[(15 + name.Length)..], layout.MetadirGeneration);
+            }
+        }
 
         for (int i = 0; i < layout.ChunkInodes; i++) new DinodeWriter(chunk.AsSpan(i * isize, isize)).StampCrc();
-        target.Write((long)layout.ChunkBlock * g.BlockSize, chunk);
+        target.Write(((long)where.AgNumber * g.AgBlocks + where.AgBlock) * g.BlockSize, chunk);
     }
 
     /// <summary>
