@@ -34,7 +34,7 @@ public static class MkfsOptionParser
                     o = o with { Label = Value() };
                     break;
                 case "-b" or "-s" or "-d" or "-i" or "-l" or "-m" or "-n":
-                    foreach (var (key, value) in SubOptions(a, Value()))
+                    foreach (var (key, value) in SubOptions(Value()))
                         o = ApplySubOption(o, a[1], key, value, pending);
                     break;
                 case "-r" or "-p" or "-c":
@@ -50,14 +50,13 @@ public static class MkfsOptionParser
         return o;
     }
 
-    private static IEnumerable<(string Key, string? Value)> SubOptions(string option, string text)
+    private static IEnumerable<(string Key, string? Value)> SubOptions(string text)
     {
         foreach (var part in text.Split(',', StringSplitOptions.RemoveEmptyEntries))
         {
             int eq = part.IndexOf('=');
             yield return eq < 0 ? (part, null) : (part[..eq], part[(eq + 1)..]);
         }
-        _ = option;
     }
 
     private static MkfsOptions ApplySubOption(MkfsOptions o, char opt, string key, string? value, List<Func<MkfsOptions, MkfsOptions>> pending)

@@ -58,7 +58,6 @@ public static class MkfsWriter
     {
         var g = layout.Geometry;
         int bs = g.BlockSize, ss = g.SectorSize;
-        long fsBytes = (long)g.DataBlocks * bs;
         long deviceBytes = target.Device.Length;
 
         // Old signatures at both ends go first, as mkfs.xfs does (its first and last 128 KiB).
@@ -100,7 +99,6 @@ public static class MkfsWriter
         EncodeSuperblock(sector, layout, primary: true, rootCopy: true);
         target.Write(0, sector);
         target.Device.Flush();
-        _ = fsBytes;
     }
 
     public static long FsbToByte(MkfsGeometry g, ulong fsb)
