@@ -120,6 +120,110 @@ public readonly record struct InobtRecord(uint StartIno, ushort HoleMask, byte C
         ? new InobtRecord(BinaryPrimitives.ReadUInt32BigEndian(rec), BinaryPrimitives.ReadUInt16BigEndian(rec[4..]), rec[6], rec[7], BinaryPrimitives.ReadUInt64BigEndian(rec[8..]))
         : new InobtRecord(BinaryPrimitives.ReadUInt32BigEndian(rec), 0, 64, BinaryPrimitives.ReadUInt32BigEndian(rec[4..]), BinaryPrimitives.ReadUInt64BigEndian(rec[8..]));
 
+    /// <summary>Encodes the sparse-inode form (holemask, count, freecount as u16/u8/u8).</summary>
+    public void EncodeSparse(Span<byte> rec)
+    {
+        BinaryPrimitives.WriteUInt32BigEndian(rec, StartIno);
+        BinaryPrimitives.WriteUInt16BigEndian(rec[4..], HoleMask);
+        rec[6] = Count;
+        rec[7] = (byte)FreeCount;
+        BinaryPrimitives.WriteUInt64BigEndian(rec[8..], FreeMask);
+    }
+
+    /// <summary>Encodes the full-chunk form (32-bit free count) used without sparse inodes.</summary>
+    public void EncodeFull(Span<byte> rec)
+    {
+        BinaryPrimitives.WriteUInt32BigEndian(rec, StartIno);
+        BinaryPrimitives.WriteUInt32BigEndian(rec[4..], FreeCount);
+        BinaryPrimitives.WriteUInt64BigEndian(rec[8..], FreeMask);
+    }
+
     /// <summary>True when the inode at <paramref name="index"/> (0..63) of this chunk exists on disk and is in use.</summary>
     public bool IsAllocated(int index) => (HoleMask & (1 << (index / 4))) == 0 && (FreeMask & (1UL << index)) == 0;
+}
+
+/// <summary>Field setters over an AGF sector, at the offsets <see cref="AgfView"/> declares.</summary>
+public readonly ref struct AgfWriter
+{
+    private readonly Span<byte> _b;
+    public AgfWriter(Span<byte> sector) => _b = sector;
+    private void U32(int o, uint v) => BinaryPrimitives.WriteUInt32BigEndian(_b[o..], v);
+
+    /// <summary>Magic and version 1: the start of every AGF.</summary>
+    public void Init(uint agno, uint length)
+    {
+        U32(AgfView.OffMagic, AgfView.Magic);
+        U32(AgfView.OffVersion, 1);
+        U32(AgfView.OffSeqno, agno);
+        U32(AgfView.OffLength, length);
+    }
+    public uint BnoRoot { set => U32(AgfView.OffBnoRoot, value); }
+    public uint CntRoot { set => U32(AgfView.OffCntRoot, value); }
+    public uint RmapRoot { set => U32(AgfView.OffRmapRoot, value); }
+    public uint BnoLevel { set => U32(AgfView.OffBnoLevel, value); }
+    public uint CntLevel { set => U32(AgfView.OffCntLevel, value); }
+    public uint RmapLevel { set => U32(AgfView.OffRmapLevel, value); }
+    public uint FlFirst { set => U32(AgfView.OffFlfirst, value); }
+    public uint FlLast { set => U32(AgfView.OffFllast, value); }
+    public uint FlCount { set => U32(AgfView.OffFlcount, value); }
+    public uint FreeBlocks { set => U32(AgfView.OffFreeblks, value); }
+    public uint Longest { set => U32(AgfView.OffLongest, value); }
+    public uint BtreeBlocks { set => U32(AgfView.OffBtreeblks, value); }
+    public Guid Uuid { set => value.TryWriteBytes(_b.Slice(AgfView.OffUuid, 16), bigEndian: true, out _); }
+    public uint RmapBlocks { set => U32(AgfView.OffRmapBlocks, value); }
+    public uint RefcountBlocks { set => U32(AgfView.OffRefcountBlocks, value); }
+    public uint RefcountRoot { set => U32(AgfView.OffRefcountRoot, value); }
+    public uint RefcountLevel { set => U32(AgfView.OffRefcountLevel, value); }
+    public void StampCrc(int sectorSize) => XfsCrc.Stamp(_b[..sectorSize], AgfView.OffCrc);
+}
+
+/// <summary>Field setters over an AGI sector, at the offsets <see cref="AgiView"/> declares.</summary>
+public readonly ref struct AgiWriter
+{
+    private readonly Span<byte> _b;
+    public AgiWriter(Span<byte> sector) => _b = sector;
+    private void U32(int o, uint v) => BinaryPrimitives.WriteUInt32BigEndian(_b[o..], v);
+
+    /// <summary>Magic, version 1, no inodes, every unlinked bucket empty.</summary>
+    public void Init(uint agno, uint length)
+    {
+        U32(AgiView.OffMagic, AgiView.Magic);
+        U32(AgiView.OffVersion, 1);
+        U32(AgiView.OffSeqno, agno);
+        U32(AgiView.OffLength, length);
+        U32(AgiView.OffNewino, AgiView.NullAgino);
+        U32(AgiView.OffDirino, AgiView.NullAgino);
+        for (int i = 0; i < AgiView.UnlinkedBuckets; i++) U32(AgiView.OffUnlinked + 4 * i, AgiView.NullAgino);
+    }
+    public uint Count { set => U32(AgiView.OffCount, value); }
+    public uint Root { set => U32(AgiView.OffRoot, value); }
+    public uint Level { set => U32(AgiView.OffLevel, value); }
+    public uint FreeCount { set => U32(AgiView.OffFreecount, value); }
+    public uint NewIno { set => U32(AgiView.OffNewino, value); }
+    public Guid Uuid { set => value.TryWriteBytes(_b.Slice(AgiView.OffUuid, 16), bigEndian: true, out _); }
+    public uint FreeRoot { set => U32(AgiView.OffFreeRoot, value); }
+    public uint FreeLevel { set => U32(AgiView.OffFreeLevel, value); }
+    public uint InobtBlocks { set => U32(AgiView.OffIblocks, value); }
+    public uint FinobtBlocks { set => U32(AgiView.OffFblocks, value); }
+    public void StampCrc(int sectorSize) => XfsCrc.Stamp(_b[..sectorSize], AgiView.OffCrc);
+}
+
+/// <summary>Builds a V5 AGFL sector: header, then the ring of free-list block numbers.</summary>
+public readonly ref struct AgflWriter
+{
+    private readonly Span<byte> _b;
+    public AgflWriter(Span<byte> sector) => _b = sector;
+
+    /// <summary>Header and every slot empty (NULLAGBLOCK).</summary>
+    public void Init(uint agno, Guid uuid)
+    {
+        BinaryPrimitives.WriteUInt32BigEndian(_b[AgflLayout.OffMagic..], AgflLayout.Magic);
+        BinaryPrimitives.WriteUInt32BigEndian(_b[AgflLayout.OffSeqno..], agno);
+        uuid.TryWriteBytes(_b.Slice(AgflLayout.OffUuid, 16), bigEndian: true, out _);
+        _b[AgflLayout.OffBno..].Fill(0xFF);
+    }
+
+    public int Slots => (_b.Length - AgflLayout.OffBno) / 4;
+    public void SetSlot(int slot, uint agbno) => BinaryPrimitives.WriteUInt32BigEndian(_b[(AgflLayout.OffBno + 4 * slot)..], agbno);
+    public void StampCrc() => XfsCrc.Stamp(_b, AgflLayout.OffCrc);
 }

@@ -92,3 +92,23 @@ public readonly ref struct BmdrBlockView
     public ulong Key(int i) => BinaryPrimitives.ReadUInt64BigEndian(_b[(HeaderSize + i * 8)..]);
     public ulong Pointer(int i) => BinaryPrimitives.ReadUInt64BigEndian(_b[(HeaderSize + MaxRecs * 8 + i * 8)..]);
 }
+
+/// <summary>Writes the header of a V5 short-form (per-AG) btree block; records follow at <see cref="BtreeBlockView.ShortHeaderV5"/>.</summary>
+public static class ShortBtreeBlockWriter
+{
+    /// <summary>Magic, level, record count, null siblings and the self-description (disk address in 512-byte units, UUID, owning AG).</summary>
+    public static void WriteHeader(Span<byte> block, uint magic, ushort level, ushort numRecs, long byteOffset, Guid uuid, uint agno)
+    {
+        BinaryPrimitives.WriteUInt32BigEndian(block, magic);
+        BinaryPrimitives.WriteUInt16BigEndian(block[BtreeBlockView.OffLevel..], level);
+        BinaryPrimitives.WriteUInt16BigEndian(block[BtreeBlockView.OffNumrecs..], numRecs);
+        BinaryPrimitives.WriteUInt32BigEndian(block[BtreeBlockView.OffLeftSib..], BtreeBlockView.NullShortPtr);
+        BinaryPrimitives.WriteUInt32BigEndian(block[BtreeBlockView.ShortOffRightSib..], BtreeBlockView.NullShortPtr);
+        BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.ShortOffBlkno..], (ulong)(byteOffset >> 9));
+        BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.ShortOffLsn..], 0);
+        uuid.TryWriteBytes(block.Slice(BtreeBlockView.ShortOffUuid, 16), bigEndian: true, out _);
+        BinaryPrimitives.WriteUInt32BigEndian(block[BtreeBlockView.ShortOffOwner..], agno);
+    }
+
+    public static void StampCrc(Span<byte> block) => XfsCrc.Stamp(block, BtreeBlockView.ShortOffCrc);
+}

@@ -142,3 +142,50 @@ public readonly record struct XfsTimestampRaw(ulong Raw, bool Bigtime)
         return ((int)(uint)(Raw >> 32), (uint)Raw);
     }
 }
+
+/// <summary>Field setters over an on-disk inode, at the offsets <see cref="DinodeView"/> declares.</summary>
+public readonly ref struct DinodeWriter
+{
+    private readonly Span<byte> _b;
+    public DinodeWriter(Span<byte> inode) => _b = inode;
+    private void U16(int o, ushort v) => BinaryPrimitives.WriteUInt16BigEndian(_b[o..], v);
+    private void U32(int o, uint v) => BinaryPrimitives.WriteUInt32BigEndian(_b[o..], v);
+    private void U64(int o, ulong v) => BinaryPrimitives.WriteUInt64BigEndian(_b[o..], v);
+
+    /// <summary>A V3 core: magic, version 3, its own number and the volume UUID, not on any unlinked list.</summary>
+    public void InitV3(ulong ino, Guid uuid)
+    {
+        U16(DinodeView.OffMagic, DinodeView.Magic);
+        _b[DinodeView.OffVersion] = 3;
+        U32(DinodeView.OffNextUnlinked, 0xFFFFFFFF);
+        U64(DinodeView.OffIno, ino);
+        uuid.TryWriteBytes(_b.Slice(DinodeView.OffUuid, 16), bigEndian: true, out _);
+    }
+    public ushort Mode { set => U16(DinodeView.OffMode, value); }
+    /// <summary>di_metatype: on metadir volumes the old link-count field says what a metadata file is (1 = directory).</summary>
+    public ushort MetaType { set => U16(DinodeView.OffOnlink, value); }
+    public ForkFormat Format { set => _b[DinodeView.OffFormat] = (byte)value; }
+    public ForkFormat AttrFormat { set => _b[DinodeView.OffAformat] = (byte)value; }
+    /// <summary>di_forkoff: where the attribute fork starts in the literal area, in 8-byte units.</summary>
+    public byte ForkOffset { set => _b[DinodeView.OffForkoff] = value; }
+    public uint Uid { set => U32(DinodeView.OffUid, value); }
+    public uint Gid { set => U32(DinodeView.OffGid, value); }
+    public uint LinkCount { set => U32(DinodeView.OffNlink, value); }
+    public ulong Size { set => U64(DinodeView.OffSize, value); }
+    public ushort Flags { set => U16(DinodeView.OffFlags, value); }
+    public uint Generation { set => U32(DinodeView.OffGen, value); }
+    public ulong ChangeCount { set => U64(DinodeView.OffChangecount, value); }
+    public ulong Flags2 { set => U64(DinodeView.OffFlags2, value); }
+    public ulong AccessTime { set => U64(DinodeView.OffAtime, value); }
+    public ulong ModifyTime { set => U64(DinodeView.OffMtime, value); }
+    public ulong ChangeTime { set => U64(DinodeView.OffCtime, value); }
+    public ulong CreationTime { set => U64(DinodeView.OffCrtime, value); }
+    /// <summary>The literal area after the V3 core (data fork, then attribute fork).</summary>
+    public Span<byte> LiteralArea => _b[DinodeView.V3CoreSize..];
+    public void StampCrc() => XfsCrc.Stamp(_b, DinodeView.OffCrc);
+
+    /// <summary>A timestamp as stored: bigtime nanoseconds since 1901-12-13, or 32-bit seconds and nanoseconds.</summary>
+    public static ulong EncodeTime(long unixSeconds, uint nanoseconds, bool bigtime) => bigtime
+        ? (ulong)(unixSeconds + XfsTimestampRaw.BigtimeEpochOffset) * 1_000_000_000UL + nanoseconds
+        : (ulong)(uint)(int)unixSeconds << 32 | nanoseconds;
+}

@@ -21,3 +21,15 @@ public static class RmapRecord
     /// <summary>True for the XFS_RMAP_OWN_* owners (small negative numbers), which map no file offset.</summary>
     public static bool IsNonInodeOwner(ulong owner) => owner >= 0xFFFF_FFFF_FFFF_FFF0UL;
 }
+
+/// <summary>Encodes xfs_rmap_rec (layout in <see cref="RmapRecord"/>).</summary>
+public static class RmapRecordWriter
+{
+    public static void Write(Span<byte> rec, uint startBlock, uint blockCount, ulong owner, ulong offset = 0)
+    {
+        System.Buffers.Binary.BinaryPrimitives.WriteUInt32BigEndian(rec, startBlock);
+        System.Buffers.Binary.BinaryPrimitives.WriteUInt32BigEndian(rec[4..], blockCount);
+        System.Buffers.Binary.BinaryPrimitives.WriteUInt64BigEndian(rec[8..], owner);
+        System.Buffers.Binary.BinaryPrimitives.WriteUInt64BigEndian(rec[16..], offset);
+    }
+}

@@ -331,3 +331,85 @@ public sealed class Superblock
         return names;
     }
 }
+
+/// <summary>
+/// Field setters over a superblock sector, at the offsets <see cref="SuperblockView"/> declares: how
+/// mkfs (and later label/uuid/grow) build or change one. <see cref="StampCrc"/> goes last.
+/// </summary>
+public readonly ref struct SuperblockWriter
+{
+    private readonly Span<byte> _b;
+    public SuperblockWriter(Span<byte> sector) => _b = sector;
+
+    private void U16(int o, ushort v) => BinaryPrimitives.WriteUInt16BigEndian(_b[o..], v);
+    private void U32(int o, uint v) => BinaryPrimitives.WriteUInt32BigEndian(_b[o..], v);
+    private void U64(int o, ulong v) => BinaryPrimitives.WriteUInt64BigEndian(_b[o..], v);
+
+    public uint MagicNumber { set => U32(SuperblockView.OffMagic, value); }
+    public uint BlockSize { set => U32(SuperblockView.OffBlockSize, value); }
+    public ulong DataBlocks { set => U64(SuperblockView.OffDataBlocks, value); }
+    public ulong RtBlocks { set => U64(SuperblockView.OffRtBlocks, value); }
+    public ulong RtExtents { set => U64(SuperblockView.OffRtExtents, value); }
+    public Guid Uuid { set => value.TryWriteBytes(_b.Slice(SuperblockView.OffUuid, 16), bigEndian: true, out _); }
+    public ulong LogStart { set => U64(SuperblockView.OffLogStart, value); }
+    public ulong RootIno { set => U64(SuperblockView.OffRootIno, value); }
+    public ulong RbmIno { set => U64(SuperblockView.OffRbmIno, value); }
+    public ulong RsumIno { set => U64(SuperblockView.OffRsumIno, value); }
+    public uint RtExtSize { set => U32(SuperblockView.OffRtExtSize, value); }
+    public uint AgBlocks { set => U32(SuperblockView.OffAgBlocks, value); }
+    public uint AgCount { set => U32(SuperblockView.OffAgCount, value); }
+    public uint RbmBlocks { set => U32(SuperblockView.OffRbmBlocks, value); }
+    public uint LogBlocks { set => U32(SuperblockView.OffLogBlocks, value); }
+    public ushort VersionNum { set => U16(SuperblockView.OffVersionNum, value); }
+    public ushort SectSize { set => U16(SuperblockView.OffSectSize, value); }
+    public ushort InodeSize { set => U16(SuperblockView.OffInodeSize, value); }
+    public ushort InodesPerBlock { set => U16(SuperblockView.OffInoPBlock, value); }
+    /// <summary>The label: up to 12 bytes, NUL-padded (not terminated when it fills the field).</summary>
+    public ReadOnlySpan<byte> Fname
+    {
+        set
+        {
+            var f = _b.Slice(SuperblockView.OffFname, 12);
+            f.Clear();
+            value[..Math.Min(12, value.Length)].CopyTo(f);
+        }
+    }
+    public byte BlockLog { set => _b[SuperblockView.OffBlockLog] = value; }
+    public byte SectLog { set => _b[SuperblockView.OffSectLog] = value; }
+    public byte InodeLog { set => _b[SuperblockView.OffInodeLog] = value; }
+    public byte InoPBlog { set => _b[SuperblockView.OffInoPBlog] = value; }
+    public byte AgBlkLog { set => _b[SuperblockView.OffAgBlkLog] = value; }
+    public byte RextSlog { set => _b[SuperblockView.OffRextSlog] = value; }
+    public byte InProgress { set => _b[SuperblockView.OffInProgress] = value; }
+    public byte ImaxPct { set => _b[SuperblockView.OffImaxPct] = value; }
+    public ulong Icount { set => U64(SuperblockView.OffIcount, value); }
+    public ulong Ifree { set => U64(SuperblockView.OffIfree, value); }
+    public ulong Fdblocks { set => U64(SuperblockView.OffFdblocks, value); }
+    public ulong Frextents { set => U64(SuperblockView.OffFrextents, value); }
+    public ulong UquotIno { set => U64(SuperblockView.OffUquotIno, value); }
+    public ulong GquotIno { set => U64(SuperblockView.OffGquotIno, value); }
+    public ulong PquotIno { set => U64(SuperblockView.OffPquotIno, value); }
+    public uint InoAlignMt { set => U32(SuperblockView.OffInoAlignMt, value); }
+    public uint Unit { set => U32(SuperblockView.OffUnit, value); }
+    public uint Width { set => U32(SuperblockView.OffWidth, value); }
+    public byte DirBlkLog { set => _b[SuperblockView.OffDirBlkLog] = value; }
+    public byte LogSectLog { set => _b[SuperblockView.OffLogSectLog] = value; }
+    public ushort LogSectSize { set => U16(SuperblockView.OffLogSectSize, value); }
+    public uint LogSunit { set => U32(SuperblockView.OffLogSunit, value); }
+    public uint Features2 { set => U32(SuperblockView.OffFeatures2, value); }
+    public uint BadFeatures2 { set => U32(SuperblockView.OffBadFeatures2, value); }
+    public uint FeaturesCompat { set => U32(SuperblockView.OffFeaturesCompat, value); }
+    public uint FeaturesRoCompat { set => U32(SuperblockView.OffFeaturesRoCompat, value); }
+    public uint FeaturesIncompat { set => U32(SuperblockView.OffFeaturesIncompat, value); }
+    public uint FeaturesLogIncompat { set => U32(SuperblockView.OffFeaturesLogIncompat, value); }
+    public uint SpinoAlign { set => U32(SuperblockView.OffSpinoAlign, value); }
+    public ulong Lsn { set => U64(SuperblockView.OffLsn, value); }
+    public Guid MetaUuid { set => value.TryWriteBytes(_b.Slice(SuperblockView.OffMetaUuid, 16), bigEndian: true, out _); }
+    public ulong MetadirIno { set => U64(SuperblockView.OffMetadirIno, value); }
+    public uint RgCount { set => U32(SuperblockView.OffRgCount, value); }
+    public uint RgExtents { set => U32(SuperblockView.OffRgExtents, value); }
+    public byte RgBlkLog { set => _b[SuperblockView.OffRgBlkLog] = value; }
+
+    /// <summary>The V5 CRC over the whole sector (<paramref name="sectorSize"/> bytes).</summary>
+    public void StampCrc(int sectorSize) => XfsCrc.Stamp(_b[..sectorSize], SuperblockView.OffCrc);
+}

@@ -21,6 +21,8 @@ public class OnDiskLayoutTests
         Assert.Equal(16, BmbtRecord.Size);
         Assert.Equal(4, BmdrBlockView.HeaderSize);
         Assert.Equal(16, InobtRecord.Size);
+        Assert.Equal(8, AllocRecord.Size);
+        Assert.Equal(24, RmapRecord.Size);
         Assert.Equal(56, BtreeBlockView.ShortHeaderV5);
         Assert.Equal(72, BtreeBlockView.LongHeaderV5);
         Assert.Equal(16, BtreeBlockView.ShortHeaderV4);
