@@ -397,7 +397,12 @@ internal sealed class AgChecker
         var visitor = new ClaimingVisitor(_cx, _agno, BlockUse.InodeBtree, name, (rec, blockOffset) =>
         {
             var r = InobtRecord.Decode(rec, sparse);
-            if (r.StartIno % InobtRecord.InodesPerChunk != 0 || r.StartIno == 0 || (ulong)r.StartIno + InobtRecord.InodesPerChunk > maxAgino)
+            // A chunk starts on a block (on a chunk when blocks hold more than a chunk) and, where the
+            // volume aligns inodes, on an inode-alignment boundary.
+            uint alignInodes = (uint)Math.Max(_sb.InodesPerBlock, InobtRecord.InodesPerChunk > _sb.InodesPerBlock ? 1 : InobtRecord.InodesPerChunk);
+            bool aligned = (_sb.VersionNum & SuperblockFeatures.VersionAlign) == 0 || _sb.InodeAlignment <= 1 ||
+                           ((r.StartIno >> _sb.InoPBlog) % _sb.InodeAlignment == 0) || sparse;
+            if (r.StartIno % alignInodes != 0 || !aligned || r.StartIno == 0 || (ulong)r.StartIno + InobtRecord.InodesPerChunk > maxAgino)
             {
                 _cx.ReportAt(name, blockOffset, $"chunk at AG inode {r.StartIno} is misaligned or outside the AG");
                 return;

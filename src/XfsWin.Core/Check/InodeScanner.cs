@@ -73,8 +73,6 @@ internal sealed class InodeScanner
             InUse.Add(new InodeEntry(ino, d.Mode, d.LinkCount, d.Generation, Unusable: true));
             return;
         }
-        if (d.Version == 1 ? false : d.OldLinkCount != 0 && _sb.IsV5)
-            _cx.ReportAt(name, offset, $"old link count field is {d.OldLinkCount}, not 0");
         int type = d.Mode & 0xF000;
         if (type == 0x4000 && d.LinkCount == 0) _cx.ReportAt(name, offset, "directory with link count 0");
         ulong blocks = 0;
