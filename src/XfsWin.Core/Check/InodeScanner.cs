@@ -73,6 +73,14 @@ internal sealed class InodeScanner
             InUse.Add(new InodeEntry(ino, d.Mode, d.LinkCount, d.Generation, Unusable: true));
             return;
         }
+        if (!d.HasBigtime)
+        {
+            // Legacy timestamps: seconds in the high half, nanoseconds (below 10^9) in the low half.
+            CheckNanoseconds(name, offset, "atime", d.AccessTime.Raw);
+            CheckNanoseconds(name, offset, "mtime", d.ModifyTime.Raw);
+            CheckNanoseconds(name, offset, "ctime", d.ChangeTime.Raw);
+            if (d.Version >= 3) CheckNanoseconds(name, offset, "crtime", d.CreationTime.Raw);
+        }
         int type = d.Mode & 0xF000;
         if (type == 0x4000 && d.LinkCount == 0) _cx.ReportAt(name, offset, "directory with link count 0");
         ulong blocks = 0;
@@ -94,6 +102,12 @@ internal sealed class InodeScanner
         if (type is 0x2000 or 0x6000 or 0x1000 or 0xC000 && d.Size != 0 && d.Format == ForkFormat.Device)
             _cx.ReportAt(name, offset, $"special file with size {d.Size}");
         InUse.Add(new InodeEntry(ino, d.Mode, d.LinkCount, d.Generation, Unusable: !usable));
+    }
+
+    private void CheckNanoseconds(string name, long offset, string field, ulong raw)
+    {
+        uint ns = (uint)raw;
+        if (ns >= 1_000_000_000) _cx.ReportAt(name, offset, $"{field} nanoseconds {ns} are not below one second");
     }
 
     /// <summary>Checks one fork's mapping; adds its blocks (extents and non-root bmbt blocks) to <paramref name="blocks"/>. False when the fork is unreadable.</summary>
