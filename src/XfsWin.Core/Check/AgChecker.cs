@@ -399,7 +399,7 @@ internal sealed class AgChecker
             var r = InobtRecord.Decode(rec, sparse);
             // A chunk starts on a block (on a chunk when blocks hold more than a chunk) and, where the
             // volume aligns inodes, on an inode-alignment boundary.
-            uint alignInodes = (uint)Math.Max(_sb.InodesPerBlock, InobtRecord.InodesPerChunk > _sb.InodesPerBlock ? 1 : InobtRecord.InodesPerChunk);
+            uint alignInodes = (uint)Math.Min(_sb.InodesPerBlock, InobtRecord.InodesPerChunk);
             bool aligned = (_sb.VersionNum & SuperblockFeatures.VersionAlign) == 0 || _sb.InodeAlignment <= 1 ||
                            ((r.StartIno >> _sb.InoPBlog) % _sb.InodeAlignment == 0) || sparse;
             if (r.StartIno % alignInodes != 0 || !aligned || r.StartIno == 0 || (ulong)r.StartIno + InobtRecord.InodesPerChunk > maxAgino)
