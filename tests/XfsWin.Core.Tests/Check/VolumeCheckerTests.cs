@@ -64,10 +64,10 @@ public sealed class VolumeCheckerTests(ITestOutputHelper output) : IDisposable
 
     private static readonly Dictionary<string, FuzzCase> FuzzCases = new()
     {
-        ["agf-freeblks"] = new("rmap-nrext64", i => ["agf 1", "write freeblks 7"], "AG"),
+        ["agf-freeblks"] = new("rmap-nrext64", i => ["agf 1", $"write freeblks {Field(i, "freeblks", "agf 1") + 1}"], "AG"),
         ["agi-count"] = new("rmap-nrext64", i => ["agi 2", "write count 128"], "AGI of AG 2"),
         ["inobt-freecount"] = new("rmap-nrext64", i => ["agi 0", "addr root", "write recs[1].freecount 3"], "inode btree (inobt) of AG 0"),
-        ["bnobt-overlap"] = new("default", i => ["agf 0", "addr bnoroot", "write recs[2].startblock 1"], "AG 0"),
+        ["bnobt-overlap"] = new("default", i => ["agf 2", "addr bnoroot", $"write recs[2].startblock {Field(i, "recs[1].startblock", "agf 2", "addr bnoroot") + 1}"], "AG 2"),
         ["inode-nlink"] = new("rmap-nrext64", i => [$"inode {FileIno(i)}", "write core.nlinkv2 5"], "inode"),
         ["inode-nextents"] = new("rmap-nrext64", i => [$"inode {FileIno(i)}", "write core.nextents 3"], "inode"),
         ["inode-nblocks"] = new("b1k", i => [$"inode {FileIno(i)}", "write core.nblocks 9"], "inode"),
@@ -78,6 +78,9 @@ public sealed class VolumeCheckerTests(ITestOutputHelper output) : IDisposable
         ["extent-in-log"] = new("rmap-nrext64", i => [$"inode {FileIno(i)}", $"write u3.bmx[0].startblock {LogStart(i)}"], "inode"),
         ["v4-dirent-inumber"] = new("v4", i => [$"inode {ShortDirIno(i)}", $"write u.sfdir3.list[0].inumber.i4 {FileIno(i)}"], "inode"),
     };
+
+    private static long Field(OracleImage image, string field, params string[] position) =>
+        XfsDb.Number(XfsDb.Fields(XfsDb.Run(image, [.. position, $"print {field}"]))[field]);
 
     private static ulong LogStart(OracleImage image) =>
         (ulong)XfsDb.Number(XfsDb.Fields(XfsDb.Run(image, "sb 0", "print logstart"))["logstart"]) + 2;
@@ -92,7 +95,9 @@ public sealed class VolumeCheckerTests(ITestOutputHelper output) : IDisposable
         var image = OracleImages.Ensure(c.Image);
         string copy = OracleImages.CopyTo(image, _dir.FullName, $"{caseName}.img");
         var commands = c.Commands(image);
-        XfsDb.Write(copy, image.XfsprogsVersion, commands);
+        string written = XfsDb.Write(copy, image.XfsprogsVersion, commands);
+        Assert.DoesNotContain("write error", written, StringComparison.Ordinal);
+        Assert.False(DirtyLogScenarios.FilesEqual(copy, image.ImagePath), "xfs_db changed nothing");
         int repair = RepairExit(image.Tool("xfs_repair"), copy);
         var report = CheckWithLimit(copy);
         output.WriteLine($"{caseName}: xfs_db {string.Join(" ; ", commands)} -> xfs_repair -n exit {repair}, xfswin check {(report.IsClean ? "clean" : $"{report.ProblemCount} problems")}");
