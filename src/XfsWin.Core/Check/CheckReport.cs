@@ -26,7 +26,12 @@ public sealed record CheckSummary
     /// <summary>The log as found: "clean", or "dirty, replayed in memory (N transactions)".</summary>
     public required string LogState { get; init; }
     public required double ElapsedSeconds { get; init; }
+    /// <summary>Time spent in each phase (opening the volume and replaying the log come before the first).</summary>
+    public required IReadOnlyList<CheckPhaseTime> Phases { get; init; }
 }
+
+/// <summary>How long one phase of the check took.</summary>
+public sealed record CheckPhaseTime(string Phase, double Seconds);
 
 /// <summary>The result of checking one volume: clean when <see cref="Problems"/> is empty.</summary>
 public sealed record CheckReport(string Source, IReadOnlyList<CheckProblem> Problems, int ProblemsNotListed, CheckSummary? Summary,

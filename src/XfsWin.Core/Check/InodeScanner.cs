@@ -4,7 +4,7 @@ using XfsWin.Format;
 namespace XfsWin.Check;
 
 /// <summary>An in-use inode as the scan found it (what the namespace check needs).</summary>
-internal readonly record struct InodeEntry(ulong Ino, ushort Mode, uint Nlink, uint Generation, bool Unusable);
+internal readonly record struct InodeEntry(ulong Ino, ushort Mode, uint Nlink, uint Generation, bool Unusable, bool HasAttrFork = false);
 
 /// <summary>
 /// Reads every inode of an AG's inode chunks (as the inobt lists them) and checks it: core verifier
@@ -28,12 +28,17 @@ internal sealed class InodeScanner
 
     public List<InodeEntry> InUse { get; } = [];
 
-    public void Scan(IReadOnlyList<InobtRecord> chunks)
+    public void Scan(IReadOnlyList<InobtRecord> chunks) => Scan(chunks, 0, chunks.Count);
+
+    /// <summary>Checks the inodes of chunks [<paramref name="from"/>, <paramref name="to"/>).</summary>
+    public void Scan(IReadOnlyList<InobtRecord> allChunks, int from, int to)
     {
+        var chunks = allChunks;
         int isize = _sb.InodeSize;
         var buffer = new byte[64 * isize];
-        foreach (var chunk in chunks)
+        for (int c = from; c < to; c++)
         {
+            var chunk = chunks[c];
             _cx.Cancel.ThrowIfCancellationRequested();
             ulong firstIno = ((ulong)_agno << _sb.AgInoLog) | chunk.StartIno;
             long offset = _sb.InodeToByte(firstIno);
@@ -101,7 +106,7 @@ internal sealed class InodeScanner
             _cx.ReportAt(name, offset, $"nblocks {d.Nblocks}, counted {blocks}");
         if (type is 0x2000 or 0x6000 or 0x1000 or 0xC000 && d.Size != 0 && d.Format == ForkFormat.Device)
             _cx.ReportAt(name, offset, $"special file with size {d.Size}");
-        InUse.Add(new InodeEntry(ino, d.Mode, d.LinkCount, d.Generation, Unusable: !usable));
+        InUse.Add(new InodeEntry(ino, d.Mode, d.LinkCount, d.Generation, Unusable: !usable, HasAttrFork: d.ForkOffset != 0));
     }
 
     private void CheckNanoseconds(string name, long offset, string field, ulong raw)

@@ -133,9 +133,9 @@ internal sealed class NamespaceChecker
             return;
         }
         long where = dir.ByteOffset;
-        bool byHash = dir.DataFormat != Format.ForkFormat.Local;
         bool sawDot = false, sawDotDot = false;
         var seenNames = new HashSet<byte[]>(ByteArrayComparer.Instance);
+        var named = new List<Entry>(entries.Count);
         foreach (var entry in entries)
         {
             Interlocked.Increment(ref _entries);
@@ -152,45 +152,71 @@ internal sealed class NamespaceChecker
                 if (entry.Ino != _parent[index]) _cx.ReportAt(name, where, $"\"..\" names inode {entry.Ino}, but its parent is {_parent[index]}");
                 continue;
             }
-            string entryName = $"entry \"{System.Text.Encoding.UTF8.GetString(n)}\"";
-            if (n.Length == 0 || n.AsSpan().IndexOfAny((byte)'/', (byte)0) >= 0)
-                _cx.ReportAt(name, where, $"{entryName}: invalid name");
-            if (!seenNames.Add(n)) _cx.ReportAt(name, where, $"{entryName} appears twice");
-            int target = _cx.Sb.IsValidInode(entry.Ino) ? IndexOf(entry.Ino) : -1;
-            if (target < 0)
-            {
-                _cx.ReportAt(name, where, $"{entryName} names inode {entry.Ino}, which is {(_cx.Sb.IsValidInode(entry.Ino) ? "free" : "outside the volume")}");
-                continue;
-            }
-            var t = _inodes[target];
-            if (_cx.Sb.HasFtype && entry.Type != Inode.FileTypeOf(t.Mode))
-                _cx.ReportAt(name, where, $"{entryName}: file type {entry.Type} in the entry, {Inode.FileTypeOf(t.Mode)} in inode {entry.Ino}");
-            if (byHash)
-            {
-                try
-                {
-                    if (!_directories.TryLookup(dir, n, out ulong found) || found != entry.Ino)
-                        _cx.ReportAt(name, where, $"{entryName}: not found by its name hash (leaf or node blocks disagree with the data blocks)");
-                }
-                catch (XfsCorruptionException e)
-                {
-                    _cx.Report(e);
-                    byHash = false;
-                }
-            }
-            Interlocked.Increment(ref _entriesNaming[target]);
-            if (_parentPointers && !t.Unusable) CheckParentPointer(t.Ino, n, dirIno, _inodes[index].Generation, entryName);
-            if (IsDirectory(t.Mode))
-            {
-                Interlocked.Increment(ref _subdirectories[index]);
-                ulong previous = Interlocked.CompareExchange(ref _parent[target], dirIno, 0);
-                if (previous != 0)
-                    _cx.ReportAt(name, where, $"{entryName} names directory {entry.Ino}, which already has parent {previous} (a second link to a directory, or a loop)");
-                else
-                    next.Add(target);
-            }
+            if (!seenNames.Add(n)) _cx.ReportAt(name, where, $"{EntryName(n)} appears twice");
+            named.Add(entry);
         }
         if (!sawDot || !sawDotDot) _cx.ReportAt(name, where, $"no \"{(sawDot ? ".." : ".")}\" entry");
+        var state = new DirectoryState(dir, index, dir.DataFormat != Format.ForkFormat.Local);
+        // A big directory's entries (each looked up again by hash) are shared out between threads.
+        if (named.Count >= ParallelEntriesThreshold)
+            Parallel.For(0, named.Count, new ParallelOptions { CancellationToken = _cx.Cancel }, i => CheckEntry(state, named[i], next));
+        else
+            foreach (var entry in named) CheckEntry(state, entry, next);
+    }
+
+    private const int ParallelEntriesThreshold = 4096;
+
+    private sealed class DirectoryState(Inode dir, int index, bool byHash)
+    {
+        public readonly Inode Dir = dir;
+        public readonly int Index = index;
+        /// <summary>1 while lookups by hash are worth doing (cleared when the hash structures turn out corrupt).</summary>
+        public int ByHash = byHash ? 1 : 0;
+    }
+
+    private static string EntryName(byte[] n) => $"entry \"{System.Text.Encoding.UTF8.GetString(n)}\"";
+
+    private void CheckEntry(DirectoryState state, Entry entry, ConcurrentBag<int> next)
+    {
+        var dir = state.Dir;
+        ulong dirIno = dir.Number;
+        string name = $"directory inode {dirIno}";
+        long where = dir.ByteOffset;
+        var n = entry.Name;
+        if (n.Length == 0 || n.AsSpan().IndexOfAny((byte)'/', (byte)0) >= 0)
+            _cx.ReportAt(name, where, $"{EntryName(n)}: invalid name");
+        int target = _cx.Sb.IsValidInode(entry.Ino) ? IndexOf(entry.Ino) : -1;
+        if (target < 0)
+        {
+            _cx.ReportAt(name, where, $"{EntryName(n)} names inode {entry.Ino}, which is {(_cx.Sb.IsValidInode(entry.Ino) ? "free" : "outside the volume")}");
+            return;
+        }
+        var t = _inodes[target];
+        if (_cx.Sb.HasFtype && entry.Type != Inode.FileTypeOf(t.Mode))
+            _cx.ReportAt(name, where, $"{EntryName(n)}: file type {entry.Type} in the entry, {Inode.FileTypeOf(t.Mode)} in inode {entry.Ino}");
+        if (Volatile.Read(ref state.ByHash) != 0)
+        {
+            try
+            {
+                if (!_directories.TryLookup(dir, n, out ulong found) || found != entry.Ino)
+                    _cx.ReportAt(name, where, $"{EntryName(n)}: not found by its name hash (leaf or node blocks disagree with the data blocks)");
+            }
+            catch (XfsCorruptionException e)
+            {
+                if (Interlocked.Exchange(ref state.ByHash, 0) != 0) _cx.Report(e);
+            }
+        }
+        Interlocked.Increment(ref _entriesNaming[target]);
+        if (_parentPointers && !t.Unusable) CheckParentPointer(t.Ino, n, dirIno, _inodes[state.Index].Generation, EntryName(n));
+        if (IsDirectory(t.Mode))
+        {
+            Interlocked.Increment(ref _subdirectories[state.Index]);
+            ulong previous = Interlocked.CompareExchange(ref _parent[target], dirIno, 0);
+            if (previous != 0)
+                _cx.ReportAt(name, where, $"{EntryName(n)} names directory {entry.Ino}, which already has parent {previous} (a second link to a directory, or a loop)");
+            else
+                next.Add(target);
+        }
     }
 
     /// <summary>The child must hold a parent pointer named like the entry, whose value is this directory's number and generation.</summary>
@@ -224,26 +250,24 @@ internal sealed class NamespaceChecker
     private void CheckAttributes(int index)
     {
         var e = _inodes[index];
-        if (e.Unusable) return;
+        if (e.Unusable || !e.HasAttrFork) return;
         try
         {
             var inode = _cache.Get(e.Ino);
             if (!inode.HasAttrFork) return;
             var list = _attributes.List(inode, includeParentPointers: true);
-            int parents = 0;
-            foreach (var a in list)
+            int parents = list.Count(a => a.Namespace == XattrNamespace.Parent);
+            void CheckOne(XattrEntry a)
             {
-                if (a.Namespace == XattrNamespace.Parent)
-                {
-                    parents++;
-                    continue;
-                }
+                if (a.Namespace == XattrNamespace.Parent) return;
                 if (a.Name.Length == 0) _cx.ReportAt($"inode {e.Ino}", inode.ByteOffset, "attribute with an empty name");
                 if (!_attributes.TryGet(inode, a.Namespace, a.Name, out var value))
                     _cx.ReportAt($"attributes of inode {e.Ino}", inode.ByteOffset, $"attribute {a.LinuxName} is listed but not found by its name hash");
                 else if (value.Length != a.ValueLength)
                     _cx.ReportAt($"attributes of inode {e.Ino}", inode.ByteOffset, $"attribute {a.LinuxName}: value of {value.Length} bytes, {a.ValueLength} recorded");
             }
+            // Each value is read back through a lookup by hash (remote values included).
+            foreach (var a in list) CheckOne(a);
             if (_parentPointers && (IsDirectory(e.Mode) ? _parent[index] != 0 && e.Ino != _parent[index] : _entriesNaming[index] > 0))
             {
                 int expected = IsDirectory(e.Mode) ? 1 : Volatile.Read(ref _entriesNaming[index]);

@@ -90,6 +90,14 @@ public static class VolumeChecker
                 cx.Claim((uint)(sb.LogStart >> sb.AgBlkLog), (uint)(sb.LogStart & ((1UL << sb.AgBlkLog) - 1)), sb.LogBlocks, BlockUse.Log, "internal log");
         }
 
+        var phases = new List<CheckPhaseTime>();
+        var phaseClock = Stopwatch.StartNew();
+        void PhaseDone(string phase)
+        {
+            phases.Add(new CheckPhaseTime(phase, phaseClock.Elapsed.TotalSeconds));
+            phaseClock.Restart();
+        }
+
         // Phase 1: AG headers and btrees.
         var ags = new AgChecker[sb.AgCount];
         long agsDone = 0;
@@ -102,17 +110,30 @@ public static class VolumeChecker
             progress?.Report(new CheckProgress("allocation groups", Interlocked.Increment(ref agsDone), sb.AgCount));
         });
 
+        PhaseDone("allocation groups");
+
         // Phase 2: inodes.
         long chunksTotal = ags.Sum(a => (long)a.InodeChunks.Count), chunksDone = 0;
-        var scanners = new InodeScanner[sb.AgCount];
-        progress?.Report(new CheckProgress("inodes", 0, chunksTotal));
-        Parallel.For(0, (int)sb.AgCount, parallel, ag =>
+        // Work items of up to 32 chunks (2,048 inodes) from any AG, so that one AG holding most
+        // inodes does not leave the other threads idle.
+        const int ChunksPerItem = 32;
+        var items = new List<(uint Ag, int From, int To)>();
+        for (uint ag = 0; ag < sb.AgCount; ag++)
         {
-            var scanner = new InodeScanner(cx, (uint)ag);
-            scanners[ag] = scanner;
-            Guarded(cx, $"inodes of AG {ag}", () => scanner.Scan(ags[ag].InodeChunks));
-            progress?.Report(new CheckProgress("inodes", Interlocked.Add(ref chunksDone, ags[ag].InodeChunks.Count), chunksTotal));
+            for (int from = 0; from < ags[ag].InodeChunks.Count; from += ChunksPerItem)
+                items.Add((ag, from, Math.Min(from + ChunksPerItem, ags[ag].InodeChunks.Count)));
+        }
+        var scanners = new InodeScanner[items.Count];
+        progress?.Report(new CheckProgress("inodes", 0, chunksTotal));
+        Parallel.For(0, items.Count, parallel, i =>
+        {
+            var (ag, from, to) = items[i];
+            var scanner = new InodeScanner(cx, ag);
+            scanners[i] = scanner;
+            Guarded(cx, $"inodes of AG {ag}", () => scanner.Scan(ags[ag].InodeChunks, from, to));
+            progress?.Report(new CheckProgress("inodes", Interlocked.Add(ref chunksDone, to - from), chunksTotal));
         });
+        PhaseDone("inodes");
 
         // Phase 3: block usage against the rmap and refcount btrees.
         progress?.Report(new CheckProgress("block usage", 0, sb.AgCount));
@@ -124,6 +145,8 @@ public static class VolumeChecker
                 if (sb.HasReflink && ags[ag].AgfReadable) CrossCheckRefcounts(cx, (uint)ag, ags[ag].Refcounts);
             });
         });
+
+        PhaseDone("block usage");
 
         // Phase 4: summary counters (xfs_repair recounts them whether or not they are lazy).
         ulong icount = 0, ifree = 0, fdblocks = 0, freeCounted = 0, btreeBlocks = 0;
@@ -168,6 +191,7 @@ public static class VolumeChecker
         progress?.Report(new CheckProgress("directories", 0, 0));
         Guarded(cx, "namespace", () => names.Run(roots, unnamed, parallel, done => progress?.Report(new CheckProgress("directories", done, 0))));
 
+        PhaseDone("namespace");
         var problems = cx.Problems.OrderBy(p => p.Ag ?? uint.MaxValue).ThenBy(p => p.Daddr ?? long.MaxValue)
             .ThenBy(p => p.Structure, StringComparer.Ordinal).ThenBy(p => p.Message, StringComparer.Ordinal).ToList();
         var summary = new CheckSummary
@@ -183,6 +207,7 @@ public static class VolumeChecker
             BtreeBlocks = btreeBlocks,
             LogState = logState,
             ElapsedSeconds = clock.Elapsed.TotalSeconds,
+            Phases = phases,
         };
         return new CheckReport(source, problems, cx.NotListed, summary, notes);
     }
