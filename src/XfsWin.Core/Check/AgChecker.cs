@@ -318,7 +318,7 @@ internal sealed class AgChecker
             Refcounts.Add(new RefcountEntry(start, count, refcount, cow));
             if (cow)
             {
-                _cx.ReportAt(name, blockOffset, $"leftover copy-on-write staging extent [{start}+{count}]");
+                if (!_cx.LogReplayed) _cx.ReportAt(name, blockOffset, $"leftover copy-on-write staging extent [{start}+{count}]");
                 _cx.Claim(_agno, start, count, BlockUse.CowStaging, name);
             }
         });
@@ -348,7 +348,7 @@ internal sealed class AgChecker
         if (agi.Length != _length) _cx.ReportAt(name, offset, $"length {agi.Length}, the AG has {_length} blocks");
         for (int bucket = 0; bucket < AgiView.UnlinkedBuckets; bucket++)
         {
-            if (agi.Unlinked(bucket) != AgiView.NullAgino)
+            if (agi.Unlinked(bucket) != AgiView.NullAgino && !_cx.LogReplayed)
                 _cx.ReportAt(name, offset, $"unlinked bucket {bucket} holds inode {agi.Unlinked(bucket)} (an inode was being deleted)");
         }
 

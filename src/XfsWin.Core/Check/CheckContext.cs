@@ -16,8 +16,9 @@ internal sealed class CheckContext
     private readonly ConcurrentQueue<CheckProblem> _problems = new();
     private int _listed, _notListed;
 
-    public CheckContext(MountContext mount, Superblock sb, CancellationToken cancel)
+    public CheckContext(MountContext mount, Superblock sb, bool logReplayed, CancellationToken cancel)
     {
+        LogReplayed = logReplayed;
         Mount = mount;
         Sb = sb;
         Cancel = cancel;
@@ -28,6 +29,13 @@ internal sealed class CheckContext
     /// <summary>The primary superblock as read from the (replayed) device.</summary>
     public Superblock Sb { get; }
     public CancellationToken Cancel { get; }
+
+    /// <summary>
+    /// The log was dirty and has been replayed in memory. What the kernel finishes at mount after its
+    /// own replay is then expected, not a problem: inodes left on the AGI unlinked lists (open when the
+    /// system stopped; the kernel frees them) and copy-on-write staging extents (the kernel drops them).
+    /// </summary>
+    public bool LogReplayed { get; }
     public BlockUsageMap Usage { get; }
 
     public uint AgLength(uint agno) =>

@@ -70,7 +70,8 @@ internal sealed class InodeScanner
             return;
         }
         if (freeInInobt) _cx.ReportAt(name, offset, "in use, but the inode btree marks it free");
-        if (d.NextUnlinked != AgiView.NullAgino) _cx.ReportAt(name, offset, $"in use with next_unlinked {d.NextUnlinked} (left on an unlinked list)");
+        bool beingFreed = _cx.LogReplayed && d.LinkCount == 0;
+        if (d.NextUnlinked != AgiView.NullAgino && !beingFreed) _cx.ReportAt(name, offset, $"in use with next_unlinked {d.NextUnlinked} (left on an unlinked list)");
         int litSize = raw.Length - d.CoreSize;
         if (d.ForkOffset != 0 && d.ForkOffset * 8 >= litSize)
         {
@@ -87,7 +88,7 @@ internal sealed class InodeScanner
             if (d.Version >= 3) CheckNanoseconds(name, offset, "crtime", d.CreationTime.Raw);
         }
         int type = d.Mode & 0xF000;
-        if (type == 0x4000 && d.LinkCount == 0) _cx.ReportAt(name, offset, "directory with link count 0");
+        if (type == 0x4000 && d.LinkCount == 0 && !beingFreed) _cx.ReportAt(name, offset, "directory with link count 0");
         ulong blocks = 0;
         bool usable = true;
         bool realtime = (d.Flags & DinodeView.FlagRealtime) != 0;

@@ -86,7 +86,8 @@ internal sealed class NamespaceChecker
             bool named = IsDirectory(e.Mode) ? _parent[i] != 0 : _entriesNaming[i] > 0;
             if (!named)
             {
-                if (!unnamed.Contains(e.Ino))
+                // An unnamed inode with no links after a replay was open when the system stopped: the kernel frees it at mount.
+                if (!unnamed.Contains(e.Ino) && !(_cx.LogReplayed && e.Nlink == 0))
                     _cx.ReportAt($"inode {e.Ino}", where, "in use but no directory names it (disconnected; xfs_repair would move it to lost+found)");
                 continue;
             }

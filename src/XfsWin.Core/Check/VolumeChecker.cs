@@ -63,7 +63,7 @@ public static class VolumeChecker
         var primary = new byte[Math.Max(mount.Superblock.SectorSize, SuperblockView.Size)];
         mount.Device.Read(0, primary.AsSpan(0, mount.Superblock.SectorSize));
         var sb = Superblock.Decode(primary);
-        var cx = new CheckContext(mount, sb, cancel);
+        var cx = new CheckContext(mount, sb, volume.Info.LogState == LogState.ReplayedInMemory, cancel);
         var parallel = new ParallelOptions
         {
             MaxDegreeOfParallelism = options.Parallelism > 0 ? options.Parallelism : Environment.ProcessorCount,

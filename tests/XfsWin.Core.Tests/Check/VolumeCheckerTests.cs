@@ -107,26 +107,31 @@ public sealed class VolumeCheckerTests(ITestOutputHelper output) : IDisposable
             Assert.Contains(report.Problems, p => p.Structure.Contains(c.Structure, StringComparison.Ordinal));
     }
 
-    public static TheoryData<string, int> BlocktrashCases()
+    public static TheoryData<string, int, string> BlocktrashCases()
     {
-        var data = new TheoryData<string, int>();
-        for (int seed = 1; seed <= 3; seed++) data.Add("rmap-nrext64", seed);
-        for (int seed = 1; seed <= 8; seed++) data.Add("v4", seed);
+        var data = new TheoryData<string, int, string>();
+        for (int seed = 1; seed <= 3; seed++) data.Add("rmap-nrext64", seed, "-n 4 -3");
+        for (int seed = 1; seed <= 8; seed++) data.Add("v4", seed, "-n 1 -2");
+        foreach (var name in new[] { "default", "b1k", "dir64k", "mkfs613" })
+        {
+            for (int seed = 11; seed <= 14; seed++) data.Add(name, seed, "-n 3 -2");
+        }
         return data;
     }
 
     /// <summary>
-    /// Random metadata damage with a fixed seed: V5 blocks get four randomized bit runs (CRCs then fail);
-    /// V4 blocks (no CRC) one flipped bit run, which xfs_repair finds harmless about half of the time.
+    /// Random metadata damage with a fixed seed (randomized or flipped bit runs in random metadata
+    /// blocks). On V5 the CRCs then fail; V4 blocks (no CRC) get one flipped run, which xfs_repair
+    /// finds harmless about half of the time.
     /// </summary>
     [Theory]
     [MemberData(nameof(BlocktrashCases))]
-    public void BlocktrashAgreesWithXfsRepair(string name, int seed)
+    public void BlocktrashAgreesWithXfsRepair(string name, int seed, string how)
     {
         var image = OracleImages.Ensure(name);
         string copy = OracleImages.CopyTo(image, _dir.FullName, $"{name}-trash{seed}.img");
-        string trash = image.Name == "v4" ? $"blocktrash -n 1 -s {seed} -2" : $"blocktrash -n 4 -s {seed} -3";
-        XfsDb.Write(copy, image.XfsprogsVersion, "blockget", trash);
+        XfsDb.Write(copy, image.XfsprogsVersion, "blockget", $"blocktrash {how} -s {seed}");
+        Assert.False(DirtyLogScenarios.FilesEqual(copy, image.ImagePath), "blocktrash changed nothing");
         int repair = RepairExit(image.Tool("xfs_repair"), copy);
         var report = CheckWithLimit(copy);
         output.WriteLine($"{name} seed {seed}: xfs_repair -n exit {repair}, xfswin check {(report.IsClean ? "clean" : $"{report.ProblemCount} problems")}");
@@ -135,12 +140,22 @@ public sealed class VolumeCheckerTests(ITestOutputHelper output) : IDisposable
     }
 
     /// <summary>A log Linux left dirty: checked after the in-memory replay, clean as the kernel's own replay is.</summary>
-    [Fact]
-    public void DirtyLogIsCheckedAfterReplayAndCleanAsTheKernelsReplay()
+    /// <summary>
+    /// Dirty-log scenarios of the log tests (a crash mid-workload; copy-on-write staging extents and files
+    /// open but unlinked at the crash, which the kernel cleans up at mount; a wrapped log; 4 KiB log
+    /// sectors), each judged by xfs_repair -n on the kernel's own replay of the same volume.
+    /// </summary>
+    [Theory]
+    [InlineData("crash")]
+    [InlineData("cow")]
+    [InlineData("unlinked")]
+    [InlineData("wrap")]
+    [InlineData("xhdr4k")]
+    public void DirtyLogIsCheckedAfterReplayAndCleanAsTheKernelsReplay(string name)
     {
-        var scenario = DirtyLogScenarios.Ensure("crash");
+        var scenario = DirtyLogScenarios.Ensure(name);
         Assert.Equal(0, RepairExit("xfs_repair", scenario.KernelImage));
-        string copy = DirtyLogScenarios.Copy(scenario.DirtyImage, _dir.FullName, "crash.dirty");
+        string copy = DirtyLogScenarios.Copy(scenario.DirtyImage, _dir.FullName, $"{name}.dirty");
         var report = CheckWithLimit(copy);
         Log(report);
         Assert.True(report.IsClean, $"{report.ProblemCount} problems after replay");
