@@ -76,8 +76,15 @@ public sealed class VolumeCheckerTests(ITestOutputHelper output) : IDisposable
         ["inode-uid"] = new("dir64k", i => [$"inode {FileIno(i)}", "write core.uid 4242"], "inode"),
         ["dirent-inumber"] = new("rmap-nrext64", i => [$"inode {ShortDirIno(i)}", $"write u3.sfdir3.list[0].inumber.i4 {FileIno(i)}"], "inode"),
         ["extent-in-log"] = new("rmap-nrext64", i => [$"inode {FileIno(i)}", $"write u3.bmx[0].startblock {LogStart(i)}"], "inode"),
+        // A directory entry naming an ancestor: a second parent, and a loop a naive walk would follow forever.
+        ["directory-loop"] = new("rmap-nrext64", i => [$"inode {ShortDirIno(i)}", $"write u3.sfdir3.list[0].inumber.i4 {ParentOf(i, ShortDirIno(i))}"], "directory inode"),
+        // An extent btree pointer far outside the volume.
+        ["bmbt-pointer"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/extents/many-extents")}", "write u3.bmbt.ptrs[1] 1099511627775"], "extent btree of inode"),
         ["v4-dirent-inumber"] = new("v4", i => [$"inode {ShortDirIno(i)}", $"write u.sfdir3.list[0].inumber.i4 {FileIno(i)}"], "inode"),
     };
+
+    private static ulong ParentOf(OracleImage image, ulong directory) =>
+        image.Manifest.Entries.First(e => e.IsDirectory && e.Children is { } c && c.Any(x => x.Ino == directory)).Ino;
 
     private static long Field(OracleImage image, string field, params string[] position) =>
         XfsDb.Number(XfsDb.Fields(XfsDb.Run(image, [.. position, $"print {field}"]))[field]);
