@@ -24,6 +24,7 @@ public static class Program
         CliCommandEntry.Parsed("extract", ExtractCommand.Description, ExtractCommand.Build),
         CliCommandEntry.Raw("mount", "Mount a volume (Linux: FUSE at a directory; Windows: WinFsp at a drive letter)", MountCommand.Run),
         CliCommandEntry.Raw("mkfs", MkfsCommand.Description, MkfsCommand.Run),
+        CliCommandEntry.Parsed("check", CheckCommand.Description, CheckCommand.Build),
         CliCommandEntry.Raw("recover", "Replay a dirty log onto the device and mark it clean (what Linux does at mount)", RecoverCommand.Run),
     ];
 

@@ -1,0 +1,143 @@
+using System.CommandLine;
+using System.Text.Json;
+using System.Text.Json.Serialization;
+using XfsWin.Check;
+
+namespace XfsWin.Cli.Commands;
+
+/// <summary>
+/// <c>xfswin check SOURCE [--json]</c>: the equivalent of <c>xfs_repair -n</c> for a volume that is not
+/// mounted. Changes nothing. Exit 0 when the volume is consistent, 1 when any problem was found
+/// (each named with its structure and disk address); the usual exit codes otherwise (not XFS, I/O).
+/// </summary>
+public static class CheckCommand
+{
+    public const string Description = "Check a volume's metadata like xfs_repair -n (changes nothing; exit 0 clean, 1 problems found)";
+
+    /// <summary>Exit code when problems were found (the value xfs_repair -n uses).</summary>
+    public const int ProblemsFound = 1;
+
+    public static Command Build(CliConsole console)
+    {
+        var source = CommandSupport.SourceArgument();
+        var partition = CommandSupport.PartitionOption();
+        var json = CommandSupport.JsonOption();
+        var progress = CommandSupport.ProgressOption();
+        var noProgress = CommandSupport.NoProgressOption();
+        var logDevice = new Option<string?>("--log-device") { Description = "the external log device of a volume made with mkfs.xfs -l logdev=..." };
+        var command = new Command("check", Description) { source, partition, json, progress, noProgress, logDevice };
+        command.SetAction(parse => CommandSupport.Run(console, "check",
+            () => Execute(console, parse.GetValue(source)!, parse.GetValue(partition), parse.GetValue(json), parse.GetValue(logDevice),
+                CommandSupport.ProgressFlag(parse, progress, noProgress))));
+        return command;
+    }
+
+    private static int Execute(CliConsole console, string source, int? partition, bool json, string? logDevice, bool? progressFlag)
+    {
+        bool showProgress = progressFlag ?? console.StderrIsTerminal;
+        var reporter = showProgress ? new TerminalProgress(console.Error) : null;
+        var report = VolumeChecker.Check(source, new CheckOptions { Partition = partition, LogDevice = logDevice, Progress = reporter });
+        reporter?.Finish();
+        if (json)
+        {
+            console.Out.WriteLine(JsonSerializer.Serialize(ToJson(report), CheckJsonContext.Default.CheckJson));
+        }
+        else
+        {
+            Print(console.Out, report);
+        }
+        return report.IsClean ? ExitCodes.Ok : ProblemsFound;
+    }
+
+    private static void Print(TextWriter o, CheckReport report)
+    {
+        foreach (var note in report.Notes) o.WriteLine($"note: {note}");
+        foreach (var p in report.Problems) o.WriteLine(p.ToString());
+        if (report.ProblemsNotListed > 0) o.WriteLine($"... and {report.ProblemsNotListed} more problems");
+        if (report.Summary is { } s)
+        {
+            o.WriteLine($"{report.Source}: {s.AgCount} AGs, {s.InUseInodes} inodes in use, {s.Directories} directories, {s.DirectoryEntries} entries, " +
+                        $"{s.FreeBlocksCounted} free blocks; log {s.LogState}; checked in {s.ElapsedSeconds:F2} s");
+        }
+        if (report.IsClean)
+        {
+            o.WriteLine("no problems found");
+        }
+        else
+        {
+            o.WriteLine($"{report.ProblemCount} problem(s) found. Nothing was changed. To repair, run xfs_repair on this volume from Linux " +
+                        "(it needs the volume unmounted; if it refuses because of a dirty log, mount and unmount it once first).");
+        }
+    }
+
+    internal static CheckJson ToJson(CheckReport r) => new()
+    {
+        Source = r.Source,
+        Clean = r.IsClean,
+        ProblemCount = r.ProblemCount,
+        Problems = r.Problems.Select(p => new CheckProblemJson { Structure = p.Structure, Ag = p.Ag, Daddr = p.Daddr, Message = p.Message }).ToList(),
+        Notes = [.. r.Notes],
+        Summary = r.Summary,
+    };
+
+    /// <summary>One line on stderr, rewritten in place, per phase.</summary>
+    private sealed class TerminalProgress(TextWriter error) : IProgress<CheckProgress>
+    {
+        private readonly object _lock = new();
+        private string _phase = "";
+        private long _lastTicks;
+
+        public void Report(CheckProgress value)
+        {
+            lock (_lock)
+            {
+                long now = Environment.TickCount64;
+                bool newPhase = value.Phase != _phase;
+                if (!newPhase && now - _lastTicks < 200 && value.Done != value.Total) return;
+                _lastTicks = now;
+                if (newPhase && _phase.Length > 0) error.WriteLine();
+                _phase = value.Phase;
+                error.Write(value.Total > 0 ? $"\rchecking {value.Phase}: {value.Done}/{value.Total}   " : $"\rchecking {value.Phase}: {value.Done}   ");
+                error.Flush();
+            }
+        }
+
+        public void Finish()
+        {
+            lock (_lock)
+            {
+                if (_phase.Length > 0) error.WriteLine();
+                error.Flush();
+            }
+        }
+    }
+}
+
+/// <summary>
+/// The <c>--json</c> output of <c>xfswin check</c> (docs/cli.md): stable for the management UI.
+/// Fields are only added, never renamed or removed.
+/// </summary>
+public sealed record CheckJson
+{
+    public required string Source { get; init; }
+    public required bool Clean { get; init; }
+    public required int ProblemCount { get; init; }
+    public required List<CheckProblemJson> Problems { get; init; }
+    public required List<string> Notes { get; init; }
+    public CheckSummary? Summary { get; init; }
+}
+
+public sealed record CheckProblemJson
+{
+    public required string Structure { get; init; }
+    /// <summary>The allocation group, or null for volume-wide structures.</summary>
+    public uint? Ag { get; init; }
+    /// <summary>Disk address in 512-byte units, or null when the problem has no single address.</summary>
+    public long? Daddr { get; init; }
+    public required string Message { get; init; }
+}
+
+[JsonSourceGenerationOptions(WriteIndented = true, PropertyNamingPolicy = JsonKnownNamingPolicy.CamelCase,
+    DefaultIgnoreCondition = JsonIgnoreCondition.Never)]
+[JsonSerializable(typeof(CheckJson))]
+public sealed partial class CheckJsonContext : JsonSerializerContext;

@@ -1,0 +1,102 @@
+using System.Collections.Concurrent;
+using XfsWin.Format;
+using XfsWin.Metadata;
+
+namespace XfsWin.Check;
+
+/// <summary>
+/// What every part of one check shares: the volume (as read after any in-memory log replay), the
+/// problems found so far (thread-safe, bounded) and the block usage map. One per check.
+/// </summary>
+internal sealed class CheckContext
+{
+    /// <summary>Problems kept in full; the rest are only counted (a badly damaged volume can yield millions).</summary>
+    public const int MaxListedProblems = 10_000;
+
+    private readonly ConcurrentQueue<CheckProblem> _problems = new();
+    private int _listed, _notListed;
+
+    public CheckContext(MountContext mount, Superblock sb, bool logReplayed, CancellationToken cancel)
+    {
+        LogReplayed = logReplayed;
+        Mount = mount;
+        Sb = sb;
+        Cancel = cancel;
+        Usage = new BlockUsageMap(sb.AgCount, AgLength, sb.HasReflink);
+    }
+
+    public MountContext Mount { get; }
+    /// <summary>The primary superblock as read from the (replayed) device.</summary>
+    public Superblock Sb { get; }
+    public CancellationToken Cancel { get; }
+
+    /// <summary>
+    /// The log was dirty and has been replayed in memory. What the kernel finishes at mount after its
+    /// own replay is then expected, not a problem: inodes left on the AGI unlinked lists (open when the
+    /// system stopped; the kernel frees them) and copy-on-write staging extents (the kernel drops them).
+    /// </summary>
+    public bool LogReplayed { get; }
+    public BlockUsageMap Usage { get; }
+
+    public uint AgLength(uint agno) =>
+        agno == Sb.AgCount - 1 ? (uint)(Sb.DataBlocks - (ulong)agno * Sb.AgBlocks) : Sb.AgBlocks;
+
+    public long AgDaddr(uint agno, uint agbno) => Sb.AgBlockToByte(agno, agbno) >> 9;
+
+    public void Report(string structure, uint? ag, long? daddr, string message)
+    {
+        if (Interlocked.Increment(ref _listed) <= MaxListedProblems) _problems.Enqueue(new CheckProblem(structure, ag, daddr, message));
+        else Interlocked.Increment(ref _notListed);
+    }
+
+    public void ReportAt(string structure, long byteOffset, string message)
+    {
+        uint? ag = null;
+        if (byteOffset >= 0 && Sb.AgBlocks > 0)
+        {
+            ulong block = (ulong)byteOffset >> Sb.BlockLog;
+            if (block < Sb.DataBlocks) ag = (uint)(block / Sb.AgBlocks);
+        }
+        Report(structure, ag, byteOffset >= 0 ? byteOffset >> 9 : null, message);
+    }
+
+    public void Report(XfsCorruptionException e) => ReportAt(e.Structure, e.ByteOffset, e.Problem);
+
+    /// <summary>Claims blocks in the usage map and reports a conflict as a problem of <paramref name="structure"/>.</summary>
+    public bool Claim(uint agno, uint agbno, uint count, BlockUse use, string structure)
+    {
+        var conflict = Usage.Claim(agno, agbno, count, use);
+        if (conflict is null) return true;
+        var (previous, start, n) = conflict.Value;
+        Report(structure, agno, AgDaddr(agno, start),
+            $"{BlockUsageMap.Describe(use)} at AG block {start}{(n > 1 ? $" (+{n - 1} more)" : "")} is already {BlockUsageMap.Describe(previous)} (block claimed twice)");
+        return false;
+    }
+
+    public IReadOnlyList<CheckProblem> Problems => _problems.ToArray();
+    public int NotListed => Volatile.Read(ref _notListed);
+
+    /// <summary>
+    /// Reads raw metadata bytes from the volume as the check sees it (the device after in-memory log
+    /// replay). The check verifies what it reads itself and reports failures as problems, so it
+    /// bypasses the verified-buffer cache; this is its one path to the device.
+    /// </summary>
+    public bool TryRead(long byteOffset, Span<byte> into, string structure)
+    {
+        if (byteOffset < 0 || byteOffset + into.Length > Mount.Device.Length)
+        {
+            ReportAt(structure, byteOffset, $"address outside the device ({Mount.Device.Length} bytes)");
+            return false;
+        }
+        try
+        {
+            Mount.Device.Read(byteOffset, into);
+            return true;
+        }
+        catch (IOException e)
+        {
+            ReportAt(structure, byteOffset, $"read failed: {e.Message}");
+            return false;
+        }
+    }
+}

@@ -1,0 +1,209 @@
+using System.Buffers.Binary;
+using XfsWin.Format;
+
+namespace XfsWin.Check;
+
+/// <summary>An in-use inode as the scan found it (what the namespace check needs).</summary>
+internal readonly record struct InodeEntry(ulong Ino, ushort Mode, uint Nlink, uint Generation, bool Unusable, bool HasAttrFork = false);
+
+/// <summary>
+/// Reads every inode of an AG's inode chunks (as the inobt lists them) and checks it: core verifier
+/// (magic, version, CRC, number, UUID, fork formats for the file type), free/in-use agreement with the
+/// inobt free mask, next_unlinked, fork offsets, extent records (in range, ordered, not overlapping),
+/// the bmbt of B+tree forks (through <see cref="TreeWalker"/>), extent counts and the block count.
+/// Every data, attribute and bmbt block is claimed in the usage map.
+/// </summary>
+internal sealed class InodeScanner
+{
+    private readonly CheckContext _cx;
+    private readonly Superblock _sb;
+    private readonly uint _agno;
+
+    public InodeScanner(CheckContext cx, uint agno)
+    {
+        _cx = cx;
+        _sb = cx.Sb;
+        _agno = agno;
+    }
+
+    public List<InodeEntry> InUse { get; } = [];
+
+    public void Scan(IReadOnlyList<InobtRecord> chunks) => Scan(chunks, 0, chunks.Count);
+
+    /// <summary>Checks the inodes of chunks [<paramref name="from"/>, <paramref name="to"/>).</summary>
+    public void Scan(IReadOnlyList<InobtRecord> allChunks, int from, int to)
+    {
+        var chunks = allChunks;
+        int isize = _sb.InodeSize;
+        var buffer = new byte[64 * isize];
+        for (int c = from; c < to; c++)
+        {
+            var chunk = chunks[c];
+            _cx.Cancel.ThrowIfCancellationRequested();
+            ulong firstIno = ((ulong)_agno << _sb.AgInoLog) | chunk.StartIno;
+            long offset = _sb.InodeToByte(firstIno);
+            if (!_cx.TryRead(offset, buffer, $"inode chunk {firstIno}")) continue;
+            for (int i = 0; i < 64; i++)
+            {
+                if ((chunk.HoleMask & (1 << (i / 4))) != 0) continue;
+                bool free = (chunk.FreeMask & (1UL << i)) != 0;
+                CheckInode(firstIno + (ulong)i, buffer.AsSpan(i * isize, isize), offset + (long)i * isize, free);
+            }
+        }
+    }
+
+    private void CheckInode(ulong ino, ReadOnlySpan<byte> raw, long offset, bool freeInInobt)
+    {
+        string name = $"inode {ino}";
+        var verdict = DinodeView.Verify(raw, ino, _sb);
+        var d = new DinodeView(raw);
+        if (!verdict.IsOk)
+        {
+            _cx.ReportAt(name, offset, freeInInobt ? $"free inode is damaged: {verdict}" : verdict.ToString());
+            if (!freeInInobt && d.MagicNumber == DinodeView.Magic && d.Mode != 0)
+                InUse.Add(new InodeEntry(ino, d.Mode, d.LinkCount, d.Generation, Unusable: true));
+            return;
+        }
+        if (d.Mode == 0)
+        {
+            if (!freeInInobt) _cx.ReportAt(name, offset, "the inode btree marks it in use, but it is free (mode 0)");
+            return;
+        }
+        if (freeInInobt) _cx.ReportAt(name, offset, "in use, but the inode btree marks it free");
+        bool beingFreed = _cx.LogReplayed && d.LinkCount == 0;
+        if (d.NextUnlinked != AgiView.NullAgino && !beingFreed) _cx.ReportAt(name, offset, $"in use with next_unlinked {d.NextUnlinked} (left on an unlinked list)");
+        int litSize = raw.Length - d.CoreSize;
+        if (d.ForkOffset != 0 && d.ForkOffset * 8 >= litSize)
+        {
+            _cx.ReportAt(name, offset, $"attribute fork offset {d.ForkOffset * 8} is past the literal area ({litSize} bytes)");
+            InUse.Add(new InodeEntry(ino, d.Mode, d.LinkCount, d.Generation, Unusable: true));
+            return;
+        }
+        if (!d.HasBigtime)
+        {
+            // Legacy timestamps: seconds in the high half, nanoseconds (below 10^9) in the low half.
+            CheckNanoseconds(name, offset, "atime", d.AccessTime.Raw);
+            CheckNanoseconds(name, offset, "mtime", d.ModifyTime.Raw);
+            CheckNanoseconds(name, offset, "ctime", d.ChangeTime.Raw);
+            if (d.Version >= 3) CheckNanoseconds(name, offset, "crtime", d.CreationTime.Raw);
+        }
+        int type = d.Mode & 0xF000;
+        if (type == 0x4000 && d.LinkCount == 0 && !beingFreed) _cx.ReportAt(name, offset, "directory with link count 0");
+        ulong blocks = 0;
+        bool usable = true;
+        bool realtime = (d.Flags & DinodeView.FlagRealtime) != 0;
+        var dataFork = raw.Slice(d.CoreSize, d.DataForkSize(raw.Length));
+        usable &= CheckFork(ino, name, offset, d.Format, dataFork, d.DataExtentCount, attr: false, regular: type == 0x8000, realtime, ref blocks);
+        if (d.ForkOffset != 0)
+        {
+            var attrFork = raw.Slice(d.AttrForkOffset, d.AttrForkSize(raw.Length));
+            usable &= CheckFork(ino, name, offset, d.AttrFormat, attrFork, d.AttrExtentCount, attr: true, regular: false, realtime: false, ref blocks);
+        }
+        else if (d.AttrExtentCount != 0)
+        {
+            _cx.ReportAt(name, offset, $"{d.AttrExtentCount} attribute extents without an attribute fork");
+        }
+        if (usable && !realtime && blocks != d.Nblocks)
+            _cx.ReportAt(name, offset, $"nblocks {d.Nblocks}, counted {blocks}");
+        if (type is 0x2000 or 0x6000 or 0x1000 or 0xC000 && d.Size != 0 && d.Format == ForkFormat.Device)
+            _cx.ReportAt(name, offset, $"special file with size {d.Size}");
+        InUse.Add(new InodeEntry(ino, d.Mode, d.LinkCount, d.Generation, Unusable: !usable, HasAttrFork: d.ForkOffset != 0));
+    }
+
+    private void CheckNanoseconds(string name, long offset, string field, ulong raw)
+    {
+        uint ns = (uint)raw;
+        if (ns >= 1_000_000_000) _cx.ReportAt(name, offset, $"{field} nanoseconds {ns} are not below one second");
+    }
+
+    /// <summary>Checks one fork's mapping; adds its blocks (extents and non-root bmbt blocks) to <paramref name="blocks"/>. False when the fork is unreadable.</summary>
+    private bool CheckFork(ulong ino, string name, long offset, ForkFormat format, ReadOnlySpan<byte> fork, ulong extentCount, bool attr, bool regular,
+        bool realtime, ref ulong blocks)
+    {
+        string forkName = attr ? "attribute fork" : "data fork";
+        switch (format)
+        {
+            case ForkFormat.Device:
+            case ForkFormat.Local:
+                if (extentCount != 0) _cx.ReportAt(name, offset, $"{forkName} in {(format == ForkFormat.Local ? "local" : "device")} format with {extentCount} extents");
+                return true;
+            case ForkFormat.Extents:
+            {
+                if (extentCount * BmbtRecord.Size > (ulong)fork.Length)
+                {
+                    _cx.ReportAt(name, offset, $"{extentCount} extents do not fit in the {forkName} ({fork.Length} bytes)");
+                    return false;
+                }
+                var mapper = new ExtentChecker(this, ino, $"{name} {forkName}", attr, regular, realtime);
+                for (int i = 0; i < (int)extentCount; i++) mapper.Add(fork.Slice(i * BmbtRecord.Size, BmbtRecord.Size), offset);
+                blocks += mapper.Blocks;
+                return true;
+            }
+            case ForkFormat.Btree:
+            {
+                if (extentCount <= (ulong)(fork.Length / BmbtRecord.Size))
+                    _cx.ReportAt(name, offset, $"{forkName} is a btree but its {extentCount} extents would fit in the inode");
+                var mapper = new ExtentChecker(this, ino, $"{name} {forkName}", attr, regular, realtime);
+                var walker = new TreeWalker(_cx, $"extent btree of inode {ino} ({forkName})", _sb.IsV5 ? BtreeMagic.BmapV5 : BtreeMagic.BmapV4, true,
+                    BmbtRecord.Size, 8, ino, 0, BmbtKey, BmbtNodeKey, mapper);
+                walker.WalkFromInodeRoot(fork, offset);
+                if ((ulong)walker.RecordsVisited != extentCount)
+                    _cx.ReportAt(name, offset, $"{forkName} extent count {extentCount}, counted {walker.RecordsVisited}");
+                blocks += mapper.Blocks + (ulong)walker.BlocksVisited;
+                return true;
+            }
+            default:
+                _cx.ReportAt(name, offset, $"{forkName} format {(int)format} is unknown");
+                return false;
+        }
+    }
+
+    private static UInt128 BmbtKey(ReadOnlySpan<byte> rec) => (BinaryPrimitives.ReadUInt64BigEndian(rec) & 0x7FFF_FFFF_FFFF_FFFFUL) >> 9;
+    private static UInt128 BmbtNodeKey(ReadOnlySpan<byte> key) => BinaryPrimitives.ReadUInt64BigEndian(key);
+
+    /// <summary>Checks a fork's extent records in order and claims their blocks; also the bmbt's blocks when walking a tree.</summary>
+    private sealed class ExtentChecker(InodeScanner owner, ulong ino, string name, bool attr, bool regular, bool realtime) : ITreeVisitor
+    {
+        private ulong _nextFileBlock;
+        private bool _first = true;
+        public ulong Blocks;
+
+        public void Record(ReadOnlySpan<byte> record, long blockByteOffset) => Add(record, blockByteOffset);
+
+        public bool Block(ulong pointer, long byteOffset, int level)
+        {
+            var sb = owner._sb;
+            uint agno = (uint)(pointer >> sb.AgBlkLog);
+            uint agbno = (uint)(pointer & ((1UL << sb.AgBlkLog) - 1));
+            return owner._cx.Claim(agno, agbno, 1, BlockUse.BmbtBlock, $"extent btree of inode {ino}");
+        }
+
+        public void Add(ReadOnlySpan<byte> raw, long where)
+        {
+            var cx = owner._cx;
+            var sb = owner._sb;
+            var e = BmbtRecord.Decode(raw);
+            if (e.BlockCount == 0)
+            {
+                cx.ReportAt(name, where, $"extent at file block {e.FileOffset} has length 0");
+                return;
+            }
+            if (!_first && e.FileOffset < _nextFileBlock)
+                cx.ReportAt(name, where, $"extent at file block {e.FileOffset} overlaps or precedes the one before (which ends at {_nextFileBlock})");
+            _first = false;
+            _nextFileBlock = e.FileEnd;
+            if (e.FileEnd > 1UL << 54) cx.ReportAt(name, where, $"extent at file block {e.FileOffset} runs past the largest file offset");
+            if (e.Unwritten && (attr || !regular)) cx.ReportAt(name, where, $"unwritten extent at file block {e.FileOffset} outside a regular file's data fork");
+            Blocks += e.BlockCount;
+            if (realtime && !attr) return;
+            uint agno = (uint)(e.StartBlock >> sb.AgBlkLog);
+            uint agbno = (uint)(e.StartBlock & ((1UL << sb.AgBlkLog) - 1));
+            if (agno >= sb.AgCount || agbno == 0 || (ulong)agbno + e.BlockCount > cx.AgLength(agno))
+            {
+                cx.ReportAt(name, where, $"extent [{e.FileOffset}+{e.BlockCount}] at block {e.StartBlock} (AG {agno} block {agbno}) is outside the volume or its AG");
+                return;
+            }
+            cx.Claim(agno, agbno, e.BlockCount, attr ? BlockUse.AttrData : BlockUse.FileData, name);
+        }
+    }
+}

@@ -1,0 +1,300 @@
+using System.Buffers.Binary;
+using System.Collections.Concurrent;
+using XfsWin.Attributes;
+using XfsWin.Directories;
+using XfsWin.Inodes;
+using XfsWin.Volume;
+
+namespace XfsWin.Check;
+
+/// <summary>
+/// The namespace: walks every directory from the root (and the metadata directory root) level by
+/// level, directories of a level in parallel, through <see cref="DirectoryReader"/>. Checks each
+/// entry (name, target inode in use, file type, found again by hash lookup), "." and "..", that each
+/// directory is named exactly once (no loops, no second parents), then link counts against the
+/// entries, that every in-use inode was reached, attribute forks (every name listed and every value
+/// read back, remote values included) and, where enabled, parent pointers against the entries.
+/// </summary>
+internal sealed class NamespaceChecker
+{
+    private readonly CheckContext _cx;
+    private readonly InodeEntry[] _inodes;
+    private readonly ulong[] _numbers;
+    private readonly InodeCache _cache;
+    private readonly DirectoryReader _directories;
+    private readonly AttributeReader _attributes;
+    private readonly int[] _entriesNaming;
+    private readonly int[] _subdirectories;
+    private readonly ulong[] _parent;
+    private readonly bool _parentPointers;
+    private long _entries, _directoriesWalked;
+
+    public NamespaceChecker(CheckContext cx, InodeEntry[] inodes, InodeCache cache, DirectoryReader directories, AttributeReader attributes)
+    {
+        _cx = cx;
+        _inodes = inodes;
+        _numbers = inodes.Select(i => i.Ino).ToArray();
+        _cache = cache;
+        _directories = directories;
+        _attributes = attributes;
+        _entriesNaming = new int[inodes.Length];
+        _subdirectories = new int[inodes.Length];
+        _parent = new ulong[inodes.Length];
+        _parentPointers = cx.Sb.HasParentPointers;
+    }
+
+    public long Entries => Interlocked.Read(ref _entries);
+    public long DirectoriesWalked => Interlocked.Read(ref _directoriesWalked);
+
+    private int IndexOf(ulong ino) => Array.BinarySearch(_numbers, ino);
+
+    private static bool IsDirectory(ushort mode) => (mode & 0xF000) == 0x4000;
+
+    /// <summary>Walks from <paramref name="roots"/>; inodes in <paramref name="unnamed"/> (quota, realtime metadata) need no entry.</summary>
+    public void Run(IReadOnlyList<ulong> roots, IReadOnlySet<ulong> unnamed, ParallelOptions parallel, Action<long>? progress)
+    {
+        var level = new List<int>();
+        foreach (ulong root in roots)
+        {
+            int i = IndexOf(root);
+            if (i < 0)
+            {
+                _cx.Report($"root directory (inode {root})", null, null, "the root directory inode is not in use");
+                continue;
+            }
+            if (!IsDirectory(_inodes[i].Mode))
+            {
+                _cx.ReportAt($"inode {root}", _cx.Sb.InodeToByte(root), "the root inode is not a directory");
+                continue;
+            }
+            _parent[i] = root;
+            level.Add(i);
+        }
+        while (level.Count > 0)
+        {
+            var next = new ConcurrentBag<int>();
+            Parallel.ForEach(level, parallel, i => WalkDirectory(i, next));
+            progress?.Invoke(DirectoriesWalked);
+            level = [.. next.Order()];
+        }
+        Parallel.For(0, _inodes.Length, parallel, CheckAttributes);
+        for (int i = 0; i < _inodes.Length; i++)
+        {
+            var e = _inodes[i];
+            if (e.Unusable) continue;
+            long where = _cx.Sb.InodeToByte(e.Ino);
+            bool named = IsDirectory(e.Mode) ? _parent[i] != 0 : _entriesNaming[i] > 0;
+            if (!named)
+            {
+                // An unnamed inode with no links after a replay was open when the system stopped: the kernel frees it at mount.
+                if (!unnamed.Contains(e.Ino) && !(_cx.LogReplayed && e.Nlink == 0))
+                    _cx.ReportAt($"inode {e.Ino}", where, "in use but no directory names it (disconnected; xfs_repair would move it to lost+found)");
+                continue;
+            }
+            long expected = IsDirectory(e.Mode) ? 2L + _subdirectories[i] : _entriesNaming[i];
+            if (e.Nlink != expected)
+                _cx.ReportAt($"inode {e.Ino}", where, $"link count {e.Nlink}, but {expected} {(IsDirectory(e.Mode) ? "expected from its subdirectories" : "directory entries name it")}");
+        }
+    }
+
+    private readonly record struct Entry(byte[] Name, ulong Ino, XfsFileType Type);
+
+    private struct Collector(List<Entry> into) : IDirectoryVisitor
+    {
+        public bool Visit(ReadOnlySpan<byte> name, ulong inode, XfsFileType fileType, long nextCookie)
+        {
+            into.Add(new Entry(name.ToArray(), inode, fileType));
+            return into.Count < 50_000_000;
+        }
+    }
+
+    private void WalkDirectory(int index, ConcurrentBag<int> next)
+    {
+        _cx.Cancel.ThrowIfCancellationRequested();
+        ulong dirIno = _inodes[index].Ino;
+        string name = $"directory inode {dirIno}";
+        Interlocked.Increment(ref _directoriesWalked);
+        if (_inodes[index].Unusable) return;
+        Inode dir;
+        var entries = new List<Entry>();
+        try
+        {
+            dir = _cache.Get(dirIno);
+            var collector = new Collector(entries);
+            _directories.Enumerate(dir, 0, ref collector);
+        }
+        catch (XfsCorruptionException e)
+        {
+            _cx.Report(e);
+            return;
+        }
+        catch (Exception e) when (e is XfsException or InvalidOperationException or IndexOutOfRangeException or ArgumentException or OverflowException)
+        {
+            _cx.ReportAt(name, _cx.Sb.InodeToByte(dirIno), $"unreadable: {e.Message}");
+            return;
+        }
+        long where = dir.ByteOffset;
+        bool sawDot = false, sawDotDot = false;
+        var seenNames = new HashSet<byte[]>(ByteArrayComparer.Instance);
+        var named = new List<Entry>(entries.Count);
+        foreach (var entry in entries)
+        {
+            Interlocked.Increment(ref _entries);
+            var n = entry.Name;
+            if (n.AsSpan().SequenceEqual("."u8))
+            {
+                sawDot = true;
+                if (entry.Ino != dirIno) _cx.ReportAt(name, where, $"\".\" names inode {entry.Ino}, not itself");
+                continue;
+            }
+            if (n.AsSpan().SequenceEqual(".."u8))
+            {
+                sawDotDot = true;
+                if (entry.Ino != _parent[index]) _cx.ReportAt(name, where, $"\"..\" names inode {entry.Ino}, but its parent is {_parent[index]}");
+                continue;
+            }
+            if (!seenNames.Add(n)) _cx.ReportAt(name, where, $"{EntryName(n)} appears twice");
+            named.Add(entry);
+        }
+        if (!sawDot || !sawDotDot) _cx.ReportAt(name, where, $"no \"{(sawDot ? ".." : ".")}\" entry");
+        var state = new DirectoryState(dir, index, dir.DataFormat != Format.ForkFormat.Local);
+        // A big directory's entries (each looked up again by hash) are shared out between threads.
+        if (named.Count >= ParallelEntriesThreshold)
+            Parallel.For(0, named.Count, new ParallelOptions { CancellationToken = _cx.Cancel }, i => CheckEntry(state, named[i], next));
+        else
+            foreach (var entry in named) CheckEntry(state, entry, next);
+    }
+
+    private const int ParallelEntriesThreshold = 4096;
+
+    private sealed class DirectoryState(Inode dir, int index, bool byHash)
+    {
+        public readonly Inode Dir = dir;
+        public readonly int Index = index;
+        /// <summary>1 while lookups by hash are worth doing (cleared when the hash structures turn out corrupt).</summary>
+        public int ByHash = byHash ? 1 : 0;
+    }
+
+    private static string EntryName(byte[] n) => $"entry \"{System.Text.Encoding.UTF8.GetString(n)}\"";
+
+    private void CheckEntry(DirectoryState state, Entry entry, ConcurrentBag<int> next)
+    {
+        var dir = state.Dir;
+        ulong dirIno = dir.Number;
+        string name = $"directory inode {dirIno}";
+        long where = dir.ByteOffset;
+        var n = entry.Name;
+        if (n.Length == 0 || n.AsSpan().IndexOfAny((byte)'/', (byte)0) >= 0)
+            _cx.ReportAt(name, where, $"{EntryName(n)}: invalid name");
+        int target = _cx.Sb.IsValidInode(entry.Ino) ? IndexOf(entry.Ino) : -1;
+        if (target < 0)
+        {
+            _cx.ReportAt(name, where, $"{EntryName(n)} names inode {entry.Ino}, which is {(_cx.Sb.IsValidInode(entry.Ino) ? "free" : "outside the volume")}");
+            return;
+        }
+        var t = _inodes[target];
+        if (_cx.Sb.HasFtype && entry.Type != Inode.FileTypeOf(t.Mode))
+            _cx.ReportAt(name, where, $"{EntryName(n)}: file type {entry.Type} in the entry, {Inode.FileTypeOf(t.Mode)} in inode {entry.Ino}");
+        if (Volatile.Read(ref state.ByHash) != 0)
+        {
+            try
+            {
+                if (!_directories.TryLookup(dir, n, out ulong found) || found != entry.Ino)
+                    _cx.ReportAt(name, where, $"{EntryName(n)}: not found by its name hash (leaf or node blocks disagree with the data blocks)");
+            }
+            catch (XfsCorruptionException e)
+            {
+                if (Interlocked.Exchange(ref state.ByHash, 0) != 0) _cx.Report(e);
+            }
+        }
+        Interlocked.Increment(ref _entriesNaming[target]);
+        if (_parentPointers && !t.Unusable) CheckParentPointer(t.Ino, n, dirIno, _inodes[state.Index].Generation, EntryName(n));
+        if (IsDirectory(t.Mode))
+        {
+            Interlocked.Increment(ref _subdirectories[state.Index]);
+            ulong previous = Interlocked.CompareExchange(ref _parent[target], dirIno, 0);
+            if (previous != 0)
+                _cx.ReportAt(name, where, $"{EntryName(n)} names directory {entry.Ino}, which already has parent {previous} (a second link to a directory, or a loop)");
+            else
+                next.Add(target);
+        }
+    }
+
+    /// <summary>The child must hold a parent pointer named like the entry, whose value is this directory's number and generation.</summary>
+    private void CheckParentPointer(ulong child, byte[] entryName, ulong dir, uint dirGeneration, string what)
+    {
+        try
+        {
+            var inode = _cache.Get(child);
+            if (!_attributes.TryGet(inode, XattrNamespace.Parent, entryName, out var value))
+            {
+                _cx.ReportAt($"inode {child}", inode.ByteOffset, $"no parent pointer for {what} in directory {dir}");
+                return;
+            }
+            if (value.Length != 12)
+            {
+                _cx.ReportAt($"inode {child}", inode.ByteOffset, $"parent pointer for {what} has a {value.Length}-byte value");
+                return;
+            }
+            ulong parent = BinaryPrimitives.ReadUInt64BigEndian(value);
+            uint gen = BinaryPrimitives.ReadUInt32BigEndian(value.AsSpan(8));
+            // Several links may share one name in different directories; the lookup returns one of them.
+            if ((parent != dir || gen != dirGeneration) && _inodes[IndexOf(child)].Nlink <= 1)
+                _cx.ReportAt($"inode {child}", inode.ByteOffset, $"parent pointer for {what} names directory {parent} (generation {gen}), not {dir} ({dirGeneration})");
+        }
+        catch (XfsCorruptionException e)
+        {
+            _cx.Report(e);
+        }
+    }
+
+    private void CheckAttributes(int index)
+    {
+        var e = _inodes[index];
+        if (e.Unusable || !e.HasAttrFork) return;
+        try
+        {
+            var inode = _cache.Get(e.Ino);
+            if (!inode.HasAttrFork) return;
+            var list = _attributes.List(inode, includeParentPointers: true);
+            int parents = list.Count(a => a.Namespace == XattrNamespace.Parent);
+            void CheckOne(XattrEntry a)
+            {
+                if (a.Namespace == XattrNamespace.Parent) return;
+                if (a.Name.Length == 0) _cx.ReportAt($"inode {e.Ino}", inode.ByteOffset, "attribute with an empty name");
+                if (!_attributes.TryGet(inode, a.Namespace, a.Name, out var value))
+                    _cx.ReportAt($"attributes of inode {e.Ino}", inode.ByteOffset, $"attribute {a.LinuxName} is listed but not found by its name hash");
+                else if (value.Length != a.ValueLength)
+                    _cx.ReportAt($"attributes of inode {e.Ino}", inode.ByteOffset, $"attribute {a.LinuxName}: value of {value.Length} bytes, {a.ValueLength} recorded");
+            }
+            // Each value is read back through a lookup by hash (remote values included).
+            foreach (var a in list) CheckOne(a);
+            if (_parentPointers && (IsDirectory(e.Mode) ? _parent[index] != 0 && e.Ino != _parent[index] : _entriesNaming[index] > 0))
+            {
+                int expected = IsDirectory(e.Mode) ? 1 : Volatile.Read(ref _entriesNaming[index]);
+                if (parents != expected)
+                    _cx.ReportAt($"attributes of inode {e.Ino}", inode.ByteOffset, $"{parents} parent pointers, but {expected} directory entries name it");
+            }
+        }
+        catch (XfsCorruptionException ex)
+        {
+            _cx.Report(ex);
+        }
+        catch (Exception ex) when (ex is XfsException or InvalidOperationException or IndexOutOfRangeException or ArgumentException or OverflowException)
+        {
+            _cx.ReportAt($"attributes of inode {e.Ino}", _cx.Sb.InodeToByte(e.Ino), $"unreadable: {ex.Message}");
+        }
+    }
+
+    private sealed class ByteArrayComparer : IEqualityComparer<byte[]>
+    {
+        public static readonly ByteArrayComparer Instance = new();
+        public bool Equals(byte[]? x, byte[]? y) => x.AsSpan().SequenceEqual(y);
+        public int GetHashCode(byte[] obj)
+        {
+            var h = new HashCode();
+            h.AddBytes(obj);
+            return h.ToHashCode();
+        }
+    }
+}
