@@ -1,5 +1,6 @@
 using System.Buffers.Binary;
 using System.Collections.Concurrent;
+using XfsWin.Format;
 using XfsWin.Attributes;
 using XfsWin.Directories;
 using XfsWin.Inodes;

@@ -1,3 +1,4 @@
+using XfsWin.Journal;
 using System.Buffers.Binary;
 using System.Diagnostics;
 using XfsWin.Attributes;
