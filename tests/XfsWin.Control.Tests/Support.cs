@@ -48,7 +48,7 @@ public static class TestVolumes
     {
         var disk = Path.Combine(directory, name);
         using (var f = File.Create(disk)) f.SetLength(400L << 20);
-        Shell.RunChecked("sgdisk", "-q", "-n", "1:2048:+330M", "-t", "1:8300", "-c", "1:data", disk);
+        Shell.RunChecked("sgdisk", "-o", "-n", "1:2048:+330M", "-t", "1:8300", "-c", "1:data", disk);
         var part = Path.Combine(directory, name + ".part");
         using (var f = File.Create(part)) f.SetLength(330L << 20);
         Shell.RunChecked("mkfs.xfs", "-q", "-f", "-L", label, part);

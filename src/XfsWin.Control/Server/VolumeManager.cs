@@ -219,7 +219,8 @@ public sealed class VolumeManager : IDisposable
         {
             Source = key, Label = info.Label, Uuid = info.Uuid, FormatVersion = info.FormatVersion,
             SizeBytes = (long)(info.DataBlocks * (ulong)info.BlockSize), FreeBytes = free,
-            LogState = LogStateName(info.LogState),
+            // Unmounted, a log replayed in memory for this look is still dirty on the device.
+            LogState = mountPoint is null && info.LogState == LogState.ReplayedInMemory ? "dirty" : LogStateName(info.LogState),
             Health = volume.IsHealthy ? Health.Healthy : Health.Corrupt,
             Problem = volume.FirstCorruption?.Message,
             MountPoint = mountPoint, ReadOnly = true,
