@@ -14,6 +14,8 @@ command -v gcc >/dev/null || need+=(gcc)
 command -v sfdisk >/dev/null || need+=(fdisk)
 command -v sgdisk >/dev/null || need+=(gdisk)
 command -v zstd >/dev/null || need+=(zstd)
+# The management UI's browser tests drive Debian's chromium (Playwright never downloads a browser).
+[ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "XfsWin needs these packages: ${need[*]}. Run this script as root (or: sudo apt-get install ${need[*]})." >&2

@@ -12,12 +12,14 @@ public sealed class MountSession : IDisposable
 {
     private readonly XfsVolume _volume;
     private readonly WinFspFileSystem _host;
+    private readonly bool _ownsVolume;
 
-    internal MountSession(string source, XfsVolume volume, WinFspFileSystem host)
+    internal MountSession(string source, XfsVolume volume, WinFspFileSystem host, bool ownsVolume = true)
     {
         Source = source;
         _volume = volume;
         _host = host;
+        _ownsVolume = ownsVolume;
     }
 
     public string Source { get; }
@@ -30,7 +32,7 @@ public sealed class MountSession : IDisposable
     public void Dispose()
     {
         _host.Dispose();
-        _volume.Dispose();
+        if (_ownsVolume) _volume.Dispose();
     }
 }
 
@@ -71,6 +73,30 @@ public static class WindowsMount
             volume.Dispose();
             throw;
         }
+    }
+
+    /// <summary>
+    /// Mounts a volume the caller opened and keeps (the service's control server): disposing the
+    /// session unmounts it and leaves the volume open.
+    /// </summary>
+    [SupportedOSPlatform("windows")]
+    public static MountSession Host(XfsVolume volume, string source, string mountPoint, MountOptions options)
+    {
+        var user = System.Security.Principal.WindowsIdentity.GetCurrent().User?.Value
+                   ?? throw new InvalidOperationException("the current Windows account has no SID");
+        var ids = options.CreateIdentityMap(Sid.Parse(user));
+        var adapter = new XfsWindowsFileSystem(volume, options, ids, mountPoint);
+        var host = new WinFspFileSystem(adapter, options);
+        try
+        {
+            host.Mount(mountPoint);
+        }
+        catch
+        {
+            host.Dispose();
+            throw;
+        }
+        return new MountSession(source, volume, host, ownsVolume: false);
     }
 
     /// <summary>

@@ -3,7 +3,11 @@ using XfsWin.Driver;
 namespace XfsWin.Service;
 
 /// <summary>One mount the service keeps: source, mount point and driver options.</summary>
-public sealed record MountEntry(string Source, string MountPoint, MountOptions Options, int Line);
+public sealed record MountEntry(string Source, string MountPoint, MountOptions Options, int Line)
+{
+    /// <summary>The option words as written (what the WinFsp backend parses again for this mount).</summary>
+    public IReadOnlyList<string> Words { get; init; } = [];
+}
 
 /// <summary>
 /// The service's mount list (%ProgramData%\XfsWin\mounts.conf): one mount per line,
@@ -34,9 +38,22 @@ public static class MountTable
             {
                 throw new FormatException($"mounts.conf line {lineNumber}: {e.Message}", e);
             }
-            entries.Add(new MountEntry(words[0], words[1], options, lineNumber));
+            entries.Add(new MountEntry(words[0], words[1], options, lineNumber) { Words = [.. words.Skip(2)] });
         }
         return entries;
+    }
+
+    /// <summary>The driver option words of an entry, without --partition (already part of the source given to the server).</summary>
+    public static IReadOnlyList<string> OptionWords(MountEntry entry)
+    {
+        var words = new List<string>();
+        for (int i = 0; i < entry.Words.Count; i++)
+        {
+            if (entry.Words[i] == "--partition") { i++; continue; }
+            if (entry.Words[i].StartsWith("--partition=", StringComparison.Ordinal)) continue;
+            words.Add(entry.Words[i]);
+        }
+        return words;
     }
 
     private static List<string> Split(string line)

@@ -1,5 +1,8 @@
 using System.Runtime.Versioning;
-using XfsWin;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Hosting.WindowsServices;
+using Microsoft.Extensions.Logging;
 using XfsWin.Driver;
 using XfsWin.Service;
 
@@ -13,11 +16,13 @@ return ServiceProgram.Run(args);
 [SupportedOSPlatform("windows")]
 internal static class ServiceProgram
 {
+    public const string ServiceName = "XfsWin";
+
     private const string Usage = """
         usage:
           xfswin-service launch SOURCE MOUNTPOINT [options]   run one mount (what the WinFsp launcher starts)
-          xfswin-service service                              run as the XfsWin Windows service (mounts.conf)
-          xfswin-service console                              run the mounts.conf mounts in this console
+          xfswin-service service                              run as the XfsWin Windows service (mounts.conf, control pipe)
+          xfswin-service console                              run the service in this console (Ctrl+C stops it)
           xfswin-service register                             register with the WinFsp launcher and the event log
           xfswin-service unregister
         mount options: see docs/windows.md (--case-insensitive, --replay=place, --partition N, ...)
@@ -28,7 +33,7 @@ internal static class ServiceProgram
         if (args.Length == 0)
         {
             // The SCM starts services without arguments.
-            if (ServiceControl.TryRun(RunTable)) return 0;
+            if (WindowsServiceHelpers.IsWindowsService()) return RunHost(args);
             Console.Error.WriteLine(Usage);
             return 2;
         }
@@ -45,13 +50,9 @@ internal static class ServiceProgram
                     EventLogWriter.Info(2, $"Unmounted {rest[1]} (exit code {code}).");
                     return code;
                 case "service":
-                    return ServiceControl.TryRun(RunTable) ? 0 : Fail("not started by the service control manager; use 'console' to run interactively");
+                    return WindowsServiceHelpers.IsWindowsService() ? RunHost([]) : Fail("not started by the service control manager; use 'console' to run interactively");
                 case "console":
-                    using (var cts = new CancellationTokenSource())
-                    {
-                        Console.CancelKeyPress += (_, e) => { e.Cancel = true; cts.Cancel(); };
-                        return RunTable(cts.Token);
-                    }
+                    return RunHost([]);
                 case "register":
                     string exe = Environment.ProcessPath ?? throw new InvalidOperationException("cannot tell where xfswin-service.exe is");
                     LauncherRegistration.Register(exe);
@@ -74,57 +75,25 @@ internal static class ServiceProgram
         }
     }
 
+    /// <summary>
+    /// Runs the service through Microsoft.Extensions.Hosting: as the "XfsWin" Windows service when the
+    /// SCM started the process (stop and shutdown end it; the worker unmounts everything first), in
+    /// the console otherwise (Ctrl+C). Logs go to the Application event log under "XfsWin".
+    /// </summary>
+    private static int RunHost(string[] args)
+    {
+        var builder = Host.CreateApplicationBuilder(args);
+        builder.Services.AddWindowsService(o => o.ServiceName = ServiceName);
+        builder.Services.Configure<HostOptions>(o => o.ShutdownTimeout = TimeSpan.FromSeconds(60));
+        builder.Logging.AddEventLog(s => { s.SourceName = EventLogWriter.Source; s.LogName = "Application"; });
+        builder.Services.AddHostedService<ServiceWorker>();
+        builder.Build().Run();
+        return 0;
+    }
+
     private static int Fail(string message)
     {
         Console.Error.WriteLine($"xfswin-service: {message}");
         return 1;
-    }
-
-    /// <summary>Mounts everything in mounts.conf, keeps them until stopped, then unmounts each cleanly.</summary>
-    private static int RunTable(CancellationToken stop)
-    {
-        string path = MountTable.DefaultPath;
-        if (!File.Exists(path))
-        {
-            EventLogWriter.Error(10, $"No mount table at {path}. Create it with lines 'SOURCE MOUNTPOINT [options]'.");
-            return 1;
-        }
-        var sessions = new List<MountSession>();
-        int failures = 0;
-        try
-        {
-            foreach (var entry in MountTable.Parse(File.ReadAllText(path)))
-            {
-                try
-                {
-                    var session = WindowsMount.Start(entry.Source, entry.MountPoint, entry.Options);
-                    sessions.Add(session);
-                    EventLogWriter.Info(3, $"Mounted {entry.Source} at {session.MountPoint} (read-only).");
-                    foreach (var w in session.Info.Warnings) EventLogWriter.Warning(4, $"{entry.Source}: {w}");
-                }
-                catch (Exception e) when (e is XfsException or IOException or UnauthorizedAccessException or DllNotFoundException)
-                {
-                    failures++;
-                    EventLogWriter.Error(5, $"Cannot mount {entry.Source} at {entry.MountPoint} (mounts.conf line {entry.Line}): {e.Message}");
-                }
-            }
-            var stopped = sessions.Select(s => (Task)s.Stopped).Append(Task.Delay(Timeout.Infinite, stop)).ToArray();
-            while (!stop.IsCancellationRequested && sessions.Count > 0)
-            {
-                int index = Task.WaitAny(stopped, CancellationToken.None);
-                if (index < sessions.Count) EventLogWriter.Warning(6, $"WinFsp stopped serving {sessions[index].Source} at {sessions[index].MountPoint}.");
-                stopped[index] = Task.Delay(Timeout.Infinite, stop);
-            }
-            return failures == 0 ? 0 : 1;
-        }
-        finally
-        {
-            foreach (var s in sessions)
-            {
-                string where = s.MountPoint;
-                s.Dispose();
-                EventLogWriter.Info(7, $"Unmounted {s.Source} from {where}.");
-            }
-        }
     }
 }

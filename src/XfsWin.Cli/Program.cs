@@ -26,6 +26,8 @@ public static class Program
         CliCommandEntry.Raw("mkfs", MkfsCommand.Description, MkfsCommand.Run),
         CliCommandEntry.Parsed("check", CheckCommand.Description, CheckCommand.Build),
         CliCommandEntry.Raw("recover", "Replay a dirty log onto the device and mark it clean (what Linux does at mount)", RecoverCommand.Run),
+        CliCommandEntry.Raw("service", "Run the XfsWin service in the foreground: the control channel for listing, mounting and recovering volumes", ServiceCommand.Run),
+        CliCommandEntry.Raw("manage", "Serve the management UI on 127.0.0.1 (prints its address with its token)", ManageCommand.Run),
     ];
 
     public static int Main(string[] args) => Run(args, CliConsole.FromProcess());

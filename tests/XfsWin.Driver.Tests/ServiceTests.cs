@@ -45,13 +45,12 @@ public unsafe class ServiceTests
     }
 
     [Fact]
-    public void ServiceStructsMatchWinsvcH()
+    public void MountTableKeepsOptionWordsForTheWinFspBackendWithoutThePartition()
     {
-        Assert.Equal(28, sizeof(ServiceStatus));            // seven DWORDs
-        Assert.Equal(16, sizeof(ServiceTableEntry));        // two pointers
-        Assert.Equal(8, (int)Marshal.OffsetOf<ServiceTableEntry>(nameof(ServiceTableEntry.ServiceMain)));
-        Assert.Equal(4, (int)Marshal.OffsetOf<ServiceStatus>(nameof(ServiceStatus.CurrentState)));
-        Assert.Equal(24, (int)Marshal.OffsetOf<ServiceStatus>(nameof(ServiceStatus.WaitHint)));
+        var entry = MountTable.Parse("disk.img X: --partition 2 --case-insensitive --replay=place")[0];
+        Assert.Equal("disk.img@2", entry.Options.VolumeSource(entry.Source));
+        Assert.Equal(["--case-insensitive", "--replay=place"], MountTable.OptionWords(entry));
+        Assert.True(MountOptions.Parse(MountTable.OptionWords(entry)).CaseInsensitive);
     }
 
     [Fact]

@@ -1,0 +1,76 @@
+using System.Runtime.Versioning;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+using XfsWin.Control;
+using XfsWin.Control.Server;
+using XfsWin.Control.Transport;
+using XfsWin.Driver;
+
+namespace XfsWin.Service;
+
+/// <summary>
+/// The XfsWin service's work: mounts everything in mounts.conf at start, serves the control
+/// channel (\\.\pipe\XfsWin.Control, SYSTEM and Administrators only) for the tray app and the
+/// management UI, and unmounts everything cleanly when the service stops or Windows shuts down.
+/// Everything it reports goes to the Application event log under the "XfsWin" source.
+/// </summary>
+[SupportedOSPlatform("windows")]
+public sealed class ServiceWorker(ILogger<ServiceWorker> log, IHostApplicationLifetime lifetime) : BackgroundService
+{
+    private VolumeManager? _volumes;
+
+    protected override async Task ExecuteAsync(CancellationToken stoppingToken)
+    {
+        var table = File.Exists(MountTable.DefaultPath) ? MountTable.Parse(File.ReadAllText(MountTable.DefaultPath)) : [];
+        var options = new ServerOptions { Sources = [.. table.Select(e => e.Options.VolumeSource(e.Source))], ServerName = "XfsWin service" };
+        _volumes = new VolumeManager(options, new WinFspMountBackend());
+        using var events = _volumes.Subscribe(e =>
+        {
+            if (e.Ok) log.LogInformation("{Kind}: {Message}", e.Kind, e.Message);
+            else log.LogWarning("{Kind}: {Message}", e.Kind, e.Message);
+        });
+        foreach (var entry in table)
+        {
+            try
+            {
+                var words = MountTable.OptionWords(entry);
+                _volumes.Mount(entry.Options.VolumeSource(entry.Source), entry.MountPoint, WindowsMount.OpenOptions(entry.Options), words);
+            }
+            catch (Exception e) when (e is XfsException or IOException or UnauthorizedAccessException or DllNotFoundException or ArgumentException or ControlException)
+            {
+                log.LogError("Cannot mount {Source} at {MountPoint} (mounts.conf line {Line}): {Message}", entry.Source, entry.MountPoint, entry.Line, e.Message);
+            }
+        }
+        IControlListener listener;
+        try
+        {
+            listener = ControlEndpoint.Listen(ControlEndpoint.DefaultPipeName);
+        }
+        catch (IOException e)
+        {
+            log.LogError("The control channel cannot start: {Message}", e.Message);
+            lifetime.StopApplication();
+            return;
+        }
+        await using var server = new ControlServer(listener, _volumes, options, m => log.LogWarning("{Message}", m));
+        server.Start();
+        log.LogInformation("XfsWin service ready: {Count} volume(s) mounted, control channel on \\\\.\\pipe\\{Pipe}.", _volumes.Mounts().Count, listener.Address);
+        try
+        {
+            await Task.Delay(Timeout.Infinite, stoppingToken);
+        }
+        catch (OperationCanceledException)
+        {
+        }
+    }
+
+    public override async Task StopAsync(CancellationToken cancellationToken)
+    {
+        await base.StopAsync(cancellationToken);
+        if (_volumes is not null)
+        {
+            log.LogInformation("XfsWin service stopping: unmounting {Count} volume(s).", _volumes.Mounts().Count);
+            _volumes.Dispose();
+        }
+    }
+}

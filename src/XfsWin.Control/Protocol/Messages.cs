@@ -1,0 +1,257 @@
+using System.Text.Json.Serialization;
+
+namespace XfsWin.Control.Protocol;
+
+/// <summary>
+/// The operations a server accepts, by their wire name. Format, grow, check and read-write mounts
+/// join this list when the engine has them (docs/service.md shows their message shapes); a server
+/// answers any other name with <see cref="ErrorCodes.UnknownOperation"/>.
+/// </summary>
+public static class Operations
+{
+    /// <summary>Server version, platform, accepted operations and how mount points are named.</summary>
+    public const string Hello = "hello";
+    /// <summary>Disks, their partitions and the XFS volumes on them, with usage, log state and health.</summary>
+    public const string List = "list";
+    /// <summary>One volume in detail (geometry, features, warnings).</summary>
+    public const string Info = "info";
+    /// <summary>Mount a volume read-only at a drive letter or folder (Windows) or a directory (Linux, FUSE).</summary>
+    public const string Mount = "mount";
+    public const string Unmount = "unmount";
+    /// <summary>Replay a dirty log onto the device (or, with dryRun, in memory only); progress is streamed.</summary>
+    public const string Recover = "recover";
+    /// <summary>From now on this connection also receives <see cref="ControlEvent"/> frames.</summary>
+    public const string Subscribe = "subscribe";
+
+    public static readonly IReadOnlyList<string> Accepted = [Hello, List, Info, Mount, Unmount, Recover, Subscribe];
+}
+
+/// <summary>Error codes of <see cref="ControlError.Code"/>: stable strings clients may branch on.</summary>
+public static class ErrorCodes
+{
+    /// <summary>The stream is not this protocol (bad magic): the server closes the connection after saying so.</summary>
+    public const string BadFrame = "bad-frame";
+    /// <summary>A frame longer than the server's limit: the connection is closed after the reply.</summary>
+    public const string TooLarge = "too-large";
+    public const string UnsupportedVersion = "unsupported-version";
+    /// <summary>A frame kind a client may not send.</summary>
+    public const string BadKind = "bad-kind";
+    /// <summary>The payload is not a request (bad JSON, missing fields, wrong types).</summary>
+    public const string BadRequest = "bad-request";
+    public const string UnknownOperation = "unknown-op";
+    /// <summary>Too many requests in flight on this connection.</summary>
+    public const string Busy = "busy";
+    public const string NotFound = "not-found";
+    public const string AlreadyMounted = "already-mounted";
+    public const string NotMounted = "not-mounted";
+    public const string InUse = "in-use";
+    public const string BadMountPoint = "bad-mount-point";
+    /// <summary>The volume refused the operation (corrupt, unsupported feature, needs repair, I/O error).</summary>
+    public const string VolumeError = "volume-error";
+    public const string Unavailable = "unavailable";
+    public const string Internal = "internal";
+}
+
+/// <summary>
+/// A client's request. <see cref="Id"/> is the client's own number, echoed in the response and in
+/// progress frames. Fields an operation does not use are ignored; unknown fields are ignored too,
+/// so newer clients can talk to older servers about the operations both know.
+/// </summary>
+public sealed class ControlRequest
+{
+    public long Id { get; set; }
+    public string? Op { get; set; }
+    /// <summary>A volume's source: image file or device path, with <c>@N</c> for partition N.</summary>
+    public string? Source { get; set; }
+    /// <summary>mount: where; unmount: may name the mount point instead of the source.</summary>
+    public string? MountPoint { get; set; }
+    /// <summary>recover: replay in memory and report what would be written; nothing is written.</summary>
+    public bool DryRun { get; set; }
+}
+
+public sealed class ControlError
+{
+    public required string Code { get; init; }
+    public required string Message { get; init; }
+}
+
+/// <summary>The one reply to a request: <see cref="Ok"/> with the operation's result, or an <see cref="Error"/>.</summary>
+public sealed class ControlResponse
+{
+    public long Id { get; set; }
+    public bool Ok { get; set; }
+    public ControlError? Error { get; set; }
+    public HelloResult? Hello { get; set; }
+    public ListResult? List { get; set; }
+    public VolumeDetails? Volume { get; set; }
+    public MountResult? Mount { get; set; }
+    public RecoverResult? Recover { get; set; }
+
+    public static ControlResponse Fail(long id, string code, string message) =>
+        new() { Id = id, Ok = false, Error = new ControlError { Code = code, Message = message } };
+}
+
+public sealed class HelloResult
+{
+    public int ProtocolVersion { get; init; }
+    public required string Server { get; init; }
+    /// <summary>"linux" or "windows".</summary>
+    public required string Platform { get; init; }
+    public required IReadOnlyList<string> Operations { get; init; }
+    /// <summary>"directory" (Linux, FUSE) or "drive-letter-or-folder" (Windows, WinFsp).</summary>
+    public required string MountPointKind { get; init; }
+    /// <summary>Mount points to offer: free drive letters on Windows, a directory under /mnt/xfswin on Linux.</summary>
+    public required IReadOnlyList<string> SuggestedMountPoints { get; init; }
+}
+
+public sealed class ListResult
+{
+    public required IReadOnlyList<DiskEntry> Disks { get; init; }
+}
+
+/// <summary>A disk, disk image or file: its partitions, and the volume on it when the whole device is XFS.</summary>
+public sealed class DiskEntry
+{
+    public required string Path { get; init; }
+    /// <summary>"disk" (a block device) or "image" (a file).</summary>
+    public required string Kind { get; init; }
+    public long SizeBytes { get; init; }
+    /// <summary>"none", "mbr" or "gpt".</summary>
+    public required string PartitionTable { get; init; }
+    public IReadOnlyList<PartitionInfo> Partitions { get; init; } = [];
+    /// <summary>The XFS volume spanning the whole device, when there is one.</summary>
+    public VolumeSummary? Volume { get; init; }
+    /// <summary>Why the disk could not be read, when it could not.</summary>
+    public string? Problem { get; init; }
+}
+
+public sealed class PartitionInfo
+{
+    public int Number { get; init; }
+    public long StartByte { get; init; }
+    public long LengthBytes { get; init; }
+    public required string Type { get; init; }
+    public string Name { get; init; } = "";
+    public VolumeSummary? Volume { get; init; }
+    public string? Problem { get; init; }
+}
+
+/// <summary>Volume health as the list shows it.</summary>
+public static class Health
+{
+    public const string Healthy = "healthy";
+    /// <summary>Metadata failed verification; a mounted volume stays read-only.</summary>
+    public const string Corrupt = "corrupt";
+    /// <summary>Marked NEEDSREPAIR: run xfs_repair from Linux.</summary>
+    public const string NeedsRepair = "needs-repair";
+    /// <summary>Uses a feature this build cannot read safely.</summary>
+    public const string Unsupported = "unsupported";
+    /// <summary>The device could not be read.</summary>
+    public const string Unreadable = "unreadable";
+    /// <summary>An operation (recover) holds it; shown without opening it.</summary>
+    public const string Busy = "busy";
+}
+
+public sealed class VolumeSummary
+{
+    /// <summary>What to pass as <see cref="ControlRequest.Source"/> to act on this volume.</summary>
+    public required string Source { get; init; }
+    public string Label { get; init; } = "";
+    public Guid Uuid { get; init; }
+    public int FormatVersion { get; init; }
+    public long SizeBytes { get; init; }
+    public long FreeBytes { get; init; }
+    /// <summary>"clean", "dirty", "replayed-in-memory", "replayed-in-place", or "unknown" when not opened.</summary>
+    public required string LogState { get; init; }
+    public required string Health { get; init; }
+    public string? Problem { get; init; }
+    /// <summary>Where it is mounted through this server, when it is.</summary>
+    public string? MountPoint { get; init; }
+    public bool ReadOnly { get; init; } = true;
+}
+
+public sealed class VolumeDetails
+{
+    public required VolumeSummary Summary { get; init; }
+    public int BlockSize { get; init; }
+    public int SectorSize { get; init; }
+    public int InodeSize { get; init; }
+    public uint AgCount { get; init; }
+    public ulong InodeCount { get; init; }
+    public ulong FreeInodes { get; init; }
+    public uint LogBlocks { get; init; }
+    public bool ExternalLog { get; init; }
+    public IReadOnlyList<string> Features { get; init; } = [];
+    public IReadOnlyList<string> ReadOnlyReasons { get; init; } = [];
+    public IReadOnlyList<string> Warnings { get; init; } = [];
+    public IReadOnlyDictionary<string, int> UnfinishedLogIntents { get; init; } = new Dictionary<string, int>();
+}
+
+public sealed class MountResult
+{
+    public required string Source { get; init; }
+    public required string MountPoint { get; init; }
+    public bool ReadOnly { get; init; } = true;
+    /// <summary>"FUSE" or "WinFsp".</summary>
+    public required string Host { get; init; }
+    public IReadOnlyList<string> Warnings { get; init; } = [];
+}
+
+public sealed class RecoverResult
+{
+    public required string Source { get; init; }
+    /// <summary>The log state found: "clean" means there was nothing to do.</summary>
+    public required string LogStateBefore { get; init; }
+    public bool DryRun { get; init; }
+    /// <summary>True when the replayed metadata was written and the log marked clean.</summary>
+    public bool Written { get; init; }
+    public int TransactionsReplayed { get; init; }
+    public long LogBytesReplayed { get; init; }
+    public long BytesToWrite { get; init; }
+    public int UnlinkedInodes { get; init; }
+    public IReadOnlyDictionary<string, int> UnfinishedIntents { get; init; } = new Dictionary<string, int>();
+    public IReadOnlyList<string> Warnings { get; init; } = [];
+    public required string Message { get; init; }
+}
+
+/// <summary>Progress of a long operation, sent before its response; <see cref="Fraction"/> runs 0..1.</summary>
+public sealed class ProgressMessage
+{
+    public long Id { get; init; }
+    public required string Op { get; init; }
+    public required string Stage { get; init; }
+    public double Fraction { get; init; }
+}
+
+/// <summary>Event kinds of <see cref="ControlEvent.Kind"/>.</summary>
+public static class EventKinds
+{
+    public const string Mounted = "mounted";
+    /// <summary>Unmounted by request, at stop, or because the host stopped serving it (umount from outside).</summary>
+    public const string Unmounted = "unmounted";
+    /// <summary>A mounted volume found corruption: it stays mounted read-only and refuses writes.</summary>
+    public const string VolumeReadOnly = "volume-read-only";
+    /// <summary>A long operation (recover; later format, grow, check) finished, successfully or not.</summary>
+    public const string OperationFinished = "operation-finished";
+}
+
+public sealed class ControlEvent
+{
+    public required string Kind { get; init; }
+    public string? Source { get; init; }
+    public string? MountPoint { get; init; }
+    public string? Op { get; init; }
+    public bool Ok { get; init; } = true;
+    public required string Message { get; init; }
+    /// <summary>Milliseconds since the Unix epoch (UTC) when the server raised it.</summary>
+    public long Time { get; init; }
+}
+
+/// <summary>System.Text.Json source generation for every message: no reflection on the channel.</summary>
+[JsonSourceGenerationOptions(PropertyNamingPolicy = JsonKnownNamingPolicy.CamelCase,
+    DefaultIgnoreCondition = JsonIgnoreCondition.WhenWritingNull, MaxDepth = 16)]
+[JsonSerializable(typeof(ControlRequest))]
+[JsonSerializable(typeof(ControlResponse))]
+[JsonSerializable(typeof(ProgressMessage))]
+[JsonSerializable(typeof(ControlEvent))]
+public sealed partial class ControlJsonContext : JsonSerializerContext;

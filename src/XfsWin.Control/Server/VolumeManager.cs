@@ -1,0 +1,542 @@
+using XfsWin.Control;
+using XfsWin.Control.Protocol;
+using XfsWin.Device;
+using XfsWin.Format;
+using XfsWin.Inodes;
+using XfsWin.Journal;
+using XfsWin.Volume;
+
+namespace XfsWin.Control.Server;
+
+/// <summary>
+/// The operations behind the control channel: listing, info, mounts and recovery, and the events
+/// they raise. One per server; safe for concurrent calls.
+/// Lock order: <c>_gate</c> guards the mount table and the busy set and is never held while a
+/// device is opened, a host mounts or unmounts, or an event is delivered.
+/// A source is "busy" while a mount, unmount or recovery works on it: a second operation on it is
+/// refused (<see cref="ErrorCodes.InUse"/>) and the list shows it without opening it.
+/// </summary>
+public sealed class VolumeManager : IDisposable
+{
+    private readonly ServerOptions _options;
+    private readonly IMountBackend? _backend;
+    private readonly object _gate = new();
+    private readonly Dictionary<string, ActiveMount> _mounts = new(StringComparer.Ordinal);
+    private readonly HashSet<string> _busy = new(StringComparer.Ordinal);
+    private readonly List<Action<ControlEvent>> _subscribers = [];
+    private readonly Timer _healthTimer;
+    private int _disposed;
+
+    private sealed class ActiveMount
+    {
+        public required string Key;
+        public required string Source;
+        public required XfsVolume Volume;
+        public required IMountedVolume Host;
+        public required bool CreatedDirectory;
+        public bool CorruptionReported;
+    }
+
+    public VolumeManager(ServerOptions options, IMountBackend? backend)
+    {
+        _options = options;
+        _backend = backend;
+        _healthTimer = new Timer(_ => CheckHealth(), null, options.HealthPollInterval, options.HealthPollInterval);
+    }
+
+    /// <summary>Receives every event; the callback must not block (the server queues it per connection).</summary>
+    public IDisposable Subscribe(Action<ControlEvent> subscriber)
+    {
+        lock (_subscribers) _subscribers.Add(subscriber);
+        return new Unsubscriber(this, subscriber);
+    }
+
+    private sealed class Unsubscriber(VolumeManager owner, Action<ControlEvent> subscriber) : IDisposable
+    {
+        public void Dispose()
+        {
+            lock (owner._subscribers) owner._subscribers.Remove(subscriber);
+        }
+    }
+
+    private void Raise(string kind, string? source, string? mountPoint, string message, string? op = null, bool ok = true)
+    {
+        var e = new ControlEvent
+        {
+            Kind = kind, Source = source, MountPoint = mountPoint, Op = op, Ok = ok, Message = message,
+            Time = DateTimeOffset.UtcNow.ToUnixTimeMilliseconds(),
+        };
+        Action<ControlEvent>[] targets;
+        lock (_subscribers) targets = [.. _subscribers];
+        foreach (var t in targets) t(e);
+    }
+
+    public HelloResult Hello() => new()
+    {
+        ProtocolVersion = Frame.CurrentVersion,
+        Server = _options.ServerName,
+        Platform = OperatingSystem.IsWindows() ? "windows" : "linux",
+        Operations = Operations.Accepted,
+        MountPointKind = _backend?.MountPointKind ?? "none",
+        SuggestedMountPoints = _backend?.SuggestMountPoints(null) ?? [],
+    };
+
+    /// <summary>The key a source is known by: full path, and "@N" for a partition.</summary>
+    public static string Normalize(string source)
+    {
+        var (path, partition) = PartitionSpec.Parse(source);
+        if (path.StartsWith(@"\\.\", StringComparison.Ordinal)) return source;
+        var full = Path.GetFullPath(path);
+        return partition is { } p ? $"{full}@{p}" : full;
+    }
+
+    // ---- list ---------------------------------------------------------------------------------
+
+    public ListResult List()
+    {
+        var paths = new List<string>();
+        void Add(string p)
+        {
+            if (!paths.Contains(p, StringComparer.Ordinal)) paths.Add(p);
+        }
+        foreach (var s in _options.Sources) Add(PartitionSpec.Parse(Normalize(s)).Path);
+        if (_options.ScanDevices)
+            foreach (var d in DeviceScan.Disks()) Add(d);
+        lock (_gate)
+            foreach (var m in _mounts.Values) Add(PartitionSpec.Parse(m.Key).Path);
+        return new ListResult { Disks = [.. paths.Select(DescribeDisk)] };
+    }
+
+    private DiskEntry DescribeDisk(string path)
+    {
+        string kind = DeviceScan.IsDevicePath(path) ? "disk" : "image";
+        IBlockDevice device;
+        try
+        {
+            device = FileBlockDevice.Open(path, writable: false);
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException or ArgumentException)
+        {
+            return new DiskEntry { Path = path, Kind = kind, PartitionTable = "none", Problem = e.Message };
+        }
+        PartitionTable table;
+        long size;
+        using (device)
+        {
+            size = device.Length;
+            try
+            {
+                table = PartitionTable.Read(device);
+            }
+            catch (XfsException e)
+            {
+                return new DiskEntry { Path = path, Kind = kind, SizeBytes = size, PartitionTable = "none", Problem = e.Message };
+            }
+        }
+        if (table.Kind == PartitionTableKind.None)
+        {
+            return new DiskEntry
+            {
+                Path = path, Kind = kind, SizeBytes = size, PartitionTable = "none",
+                Volume = table.WholeDeviceIsXfs ? Summarize(path) : null,
+            };
+        }
+        var partitions = new List<PartitionInfo>();
+        foreach (var e in table.Entries)
+        {
+            if (e.IsExtendedContainer) continue;
+            partitions.Add(new PartitionInfo
+            {
+                Number = e.Number, StartByte = e.StartByte, LengthBytes = e.LengthBytes,
+                Type = e.TypeDescription, Name = e.Name, Problem = e.Problem,
+                Volume = e.HoldsXfs && e.Problem is null ? Summarize($"{path}@{e.Number}") : null,
+            });
+        }
+        return new DiskEntry
+        {
+            Path = path, Kind = kind, SizeBytes = size,
+            PartitionTable = table.Kind == PartitionTableKind.Gpt ? "gpt" : "mbr",
+            Partitions = partitions,
+        };
+    }
+
+    private static string LogStateName(LogState state) => state switch
+    {
+        LogState.Clean => "clean",
+        LogState.Dirty => "dirty",
+        LogState.ReplayedInMemory => "replayed-in-memory",
+        LogState.ReplayedInPlace => "replayed-in-place",
+        _ => state.ToString().ToLowerInvariant(),
+    };
+
+    /// <summary>A volume's summary: from its mount when mounted here, otherwise by opening it read-only.</summary>
+    private VolumeSummary Summarize(string source)
+    {
+        string key = Normalize(source);
+        lock (_gate)
+        {
+            if (_mounts.TryGetValue(key, out var m)) return Summary(key, m.Volume, m.Host.MountPoint);
+            if (_busy.Contains(key)) return new VolumeSummary { Source = key, LogState = "unknown", Health = Health.Busy, Problem = "an operation is working on it" };
+        }
+        try
+        {
+            using var volume = XfsVolume.Open(key, new VolumeOpenOptions { Writable = false, Replay = LogReplayMode.Memory });
+            return Summary(key, volume, null);
+        }
+        catch (Exception e) when (e is XfsException or IOException or UnauthorizedAccessException)
+        {
+            return Unopened(key, e);
+        }
+    }
+
+    private static VolumeSummary Unopened(string key, Exception e)
+    {
+        string health = e switch
+        {
+            XfsCorruptionException => Health.Corrupt,
+            XfsException { Error: XfsError.NeedsRepair } => Health.NeedsRepair,
+            XfsException { Error: XfsError.Unsupported } => Health.Unsupported,
+            XfsException { Error: XfsError.Corrupt } => Health.Corrupt,
+            _ => Health.Unreadable,
+        };
+        return new VolumeSummary { Source = key, LogState = "unknown", Health = health, Problem = e.Message };
+    }
+
+    private static VolumeSummary Summary(string key, XfsVolume volume, string? mountPoint)
+    {
+        var info = volume.Info;
+        long free;
+        try
+        {
+            var stats = volume.GetStats();
+            free = (long)(stats.FreeBlocks * (ulong)stats.BlockSize);
+        }
+        catch (XfsException)
+        {
+            free = (long)(info.FreeBlocks * (ulong)info.BlockSize);
+        }
+        return new VolumeSummary
+        {
+            Source = key, Label = info.Label, Uuid = info.Uuid, FormatVersion = info.FormatVersion,
+            SizeBytes = (long)(info.DataBlocks * (ulong)info.BlockSize), FreeBytes = free,
+            // Unmounted, a log replayed in memory for this look is still dirty on the device.
+            LogState = mountPoint is null && info.LogState == LogState.ReplayedInMemory ? "dirty" : LogStateName(info.LogState),
+            Health = volume.IsHealthy ? Health.Healthy : Health.Corrupt,
+            Problem = volume.FirstCorruption?.Message,
+            MountPoint = mountPoint, ReadOnly = true,
+        };
+    }
+
+    // ---- info ---------------------------------------------------------------------------------
+
+    public VolumeDetails Info(string source)
+    {
+        string key = Normalize(source);
+        XfsVolume? mounted = null;
+        string? mountPoint = null;
+        lock (_gate)
+        {
+            if (_mounts.TryGetValue(key, out var m)) { mounted = m.Volume; mountPoint = m.Host.MountPoint; }
+            else if (_busy.Contains(key)) throw new ControlException(ErrorCodes.InUse, $"{key}: an operation is working on it; try again when it finished");
+        }
+        if (mounted is not null) return Details(key, mounted, mountPoint);
+        using var volume = OpenForUse(key);
+        return Details(key, volume, null);
+    }
+
+    private static XfsVolume OpenForUse(string key, VolumeOpenOptions? open = null)
+    {
+        try
+        {
+            return XfsVolume.Open(key, open ?? new VolumeOpenOptions { Writable = false, Replay = LogReplayMode.Memory });
+        }
+        catch (XfsException e) when (e.Error == XfsError.NotFound || e is { Error: XfsError.IoError, InnerException: FileNotFoundException })
+        {
+            throw new ControlException(ErrorCodes.NotFound, e.Message);
+        }
+        catch (FileNotFoundException e)
+        {
+            throw new ControlException(ErrorCodes.NotFound, $"{key} does not exist: {e.Message}");
+        }
+        catch (DirectoryNotFoundException e)
+        {
+            throw new ControlException(ErrorCodes.NotFound, $"{key} does not exist: {e.Message}");
+        }
+    }
+
+    private static VolumeDetails Details(string key, XfsVolume volume, string? mountPoint)
+    {
+        var info = volume.Info;
+        return new VolumeDetails
+        {
+            Summary = Summary(key, volume, mountPoint),
+            BlockSize = info.BlockSize, SectorSize = info.SectorSize, InodeSize = info.InodeSize,
+            AgCount = info.AgCount, InodeCount = info.InodeCount, FreeInodes = info.FreeInodes,
+            LogBlocks = info.LogBlocks, ExternalLog = info.ExternalLog,
+            Features = info.Features, ReadOnlyReasons = info.ReadOnlyReasons, Warnings = info.Warnings,
+            UnfinishedLogIntents = info.UnfinishedLogIntents,
+        };
+    }
+
+    // ---- mount / unmount ----------------------------------------------------------------------
+
+    private void Claim(string key, bool mustBeMounted)
+    {
+        lock (_gate)
+        {
+            if (_busy.Contains(key)) throw new ControlException(ErrorCodes.InUse, $"{key}: another operation is working on it; try again when it finished");
+            bool mounted = _mounts.ContainsKey(key);
+            if (mounted && !mustBeMounted) throw new ControlException(ErrorCodes.AlreadyMounted, $"{key} is already mounted at {_mounts[key].Host.MountPoint}; unmount it first");
+            if (!mounted && mustBeMounted) throw new ControlException(ErrorCodes.NotMounted, $"{key} is not mounted by this server");
+            _busy.Add(key);
+        }
+    }
+
+    private void Release(string key)
+    {
+        lock (_gate) _busy.Remove(key);
+    }
+
+    /// <summary>
+    /// Opens <paramref name="source"/> read-only and mounts it. <paramref name="open"/> and
+    /// <paramref name="hostOptions"/> come from configured mounts (the service's mount table);
+    /// channel requests use the defaults (log replayed in memory, default host options).
+    /// </summary>
+    public MountResult Mount(string source, string mountPoint, VolumeOpenOptions? open = null, IReadOnlyList<string>? hostOptions = null)
+    {
+        if (_backend is null) throw new ControlException(ErrorCodes.Unavailable, "this server has no mount host (FUSE or WinFsp) available");
+        string key = Normalize(source);
+        if (string.IsNullOrWhiteSpace(mountPoint)) throw new ControlException(ErrorCodes.BadMountPoint, "give a mount point");
+        lock (_gate)
+        {
+            foreach (var m in _mounts.Values)
+                if (string.Equals(m.Host.MountPoint, mountPoint, OperatingSystem.IsWindows() ? StringComparison.OrdinalIgnoreCase : StringComparison.Ordinal))
+                    throw new ControlException(ErrorCodes.BadMountPoint, $"{mountPoint} already holds {m.Key}");
+        }
+        Claim(key, mustBeMounted: false);
+        try
+        {
+            bool created = false;
+            if (_backend.MountPointKind == "directory" && !Directory.Exists(mountPoint) && Path.IsPathFullyQualified(mountPoint))
+            {
+                Directory.CreateDirectory(mountPoint);
+                created = true;
+            }
+            if (_backend.CheckMountPoint(mountPoint) is { } problem)
+            {
+                if (created) TryRemoveDirectory(mountPoint);
+                throw new ControlException(ErrorCodes.BadMountPoint, problem);
+            }
+            var volume = OpenForUse(key, open);
+            IMountedVolume host;
+            try
+            {
+                host = _backend.Mount(volume, key, mountPoint, hostOptions ?? []);
+            }
+            catch
+            {
+                volume.Dispose();
+                if (created) TryRemoveDirectory(mountPoint);
+                throw;
+            }
+            var active = new ActiveMount { Key = key, Source = source, Volume = volume, Host = host, CreatedDirectory = created };
+            lock (_gate) _mounts[key] = active;
+            host.Stopped.ContinueWith(_ => HostStopped(active), TaskScheduler.Default);
+            Raise(EventKinds.Mounted, key, host.MountPoint, $"{key} mounted read-only at {host.MountPoint}");
+            return new MountResult { Source = key, MountPoint = host.MountPoint, Host = _backend.Name, ReadOnly = true, Warnings = volume.Info.Warnings };
+        }
+        finally
+        {
+            Release(key);
+        }
+    }
+
+    /// <summary>Unmounts by source or by mount point.</summary>
+    public MountResult Unmount(string? source, string? mountPoint)
+    {
+        string? key = source is null ? null : Normalize(source);
+        if (key is null)
+        {
+            if (mountPoint is null) throw new ControlException(ErrorCodes.BadRequest, "unmount needs a source or a mount point");
+            lock (_gate)
+                key = _mounts.Values.FirstOrDefault(m => string.Equals(m.Host.MountPoint, mountPoint, StringComparison.Ordinal))?.Key
+                      ?? throw new ControlException(ErrorCodes.NotMounted, $"nothing is mounted at {mountPoint} by this server");
+        }
+        Claim(key, mustBeMounted: true);
+        ActiveMount active;
+        lock (_gate) active = _mounts[key];
+        try
+        {
+            string where = active.Host.MountPoint;
+            Teardown(active);
+            Raise(EventKinds.Unmounted, key, where, $"{key} unmounted from {where}");
+            return new MountResult { Source = key, MountPoint = where, Host = _backend?.Name ?? "", ReadOnly = true };
+        }
+        finally
+        {
+            Release(key);
+        }
+    }
+
+    /// <summary>Unmounts, closes the volume, forgets the mount, removes a directory this server made.</summary>
+    private void Teardown(ActiveMount active)
+    {
+        lock (_gate)
+        {
+            if (!_mounts.TryGetValue(active.Key, out var current) || !ReferenceEquals(current, active)) return;
+            _mounts.Remove(active.Key);
+        }
+        string where = active.Host.MountPoint;
+        active.Host.Dispose();
+        active.Volume.Dispose();
+        if (active.CreatedDirectory) TryRemoveDirectory(where);
+    }
+
+    private void HostStopped(ActiveMount active)
+    {
+        bool stillListed;
+        lock (_gate) stillListed = _mounts.TryGetValue(active.Key, out var current) && ReferenceEquals(current, active) && !_busy.Contains(active.Key);
+        if (!stillListed) return;
+        string where = active.Host.MountPoint;
+        Teardown(active);
+        Raise(EventKinds.Unmounted, active.Key, where, $"{active.Key} is no longer served at {where} (unmounted from outside XfsWin)");
+    }
+
+    private static void TryRemoveDirectory(string path)
+    {
+        try
+        {
+            Directory.Delete(path);
+        }
+        catch (IOException)
+        {
+        }
+        catch (UnauthorizedAccessException)
+        {
+        }
+    }
+
+    /// <summary>Unmounts everything (service stop, shutdown); each unmount raises its event.</summary>
+    public void UnmountAll()
+    {
+        List<ActiveMount> all;
+        lock (_gate) all = [.. _mounts.Values];
+        foreach (var m in all)
+        {
+            string where = m.Host.MountPoint;
+            Teardown(m);
+            Raise(EventKinds.Unmounted, m.Key, where, $"{m.Key} unmounted from {where} (server stopping)");
+        }
+    }
+
+    public IReadOnlyList<(string Source, string MountPoint)> Mounts()
+    {
+        lock (_gate) return [.. _mounts.Values.Select(m => (m.Key, m.Host.MountPoint))];
+    }
+
+    private void CheckHealth()
+    {
+        if (Volatile.Read(ref _disposed) != 0) return;
+        List<ActiveMount> newlyCorrupt = [];
+        lock (_gate)
+        {
+            foreach (var m in _mounts.Values)
+            {
+                if (m.CorruptionReported || m.Volume.IsHealthy) continue;
+                m.CorruptionReported = true;
+                newlyCorrupt.Add(m);
+            }
+        }
+        foreach (var m in newlyCorrupt)
+            Raise(EventKinds.VolumeReadOnly, m.Key, m.Host.MountPoint,
+                $"{m.Key} found corrupt metadata and stays read-only: {m.Volume.FirstCorruption?.Message}", ok: false);
+    }
+
+    // ---- recover ------------------------------------------------------------------------------
+
+    /// <summary>
+    /// Replays a dirty log onto the device and marks it clean (what Linux does at mount), or with
+    /// <paramref name="dryRun"/> in memory only. Refused while the volume is mounted.
+    /// </summary>
+    public RecoverResult Recover(string source, bool dryRun, IProgress<double>? progress)
+    {
+        string key = Normalize(source);
+        Claim(key, mustBeMounted: false);
+        try
+        {
+            var result = RecoverClaimed(key, dryRun, progress);
+            Raise(EventKinds.OperationFinished, key, null, result.Message, Operations.Recover);
+            return result;
+        }
+        catch (Exception e) when (e is XfsException or IOException or UnauthorizedAccessException or ControlException)
+        {
+            Raise(EventKinds.OperationFinished, key, null, $"recover {key} failed: {e.Message}", Operations.Recover, ok: false);
+            throw;
+        }
+        finally
+        {
+            Release(key);
+        }
+    }
+
+    private static RecoverResult RecoverClaimed(string key, bool dryRun, IProgress<double>? progress)
+    {
+        IBlockDevice data;
+        try
+        {
+            data = PartitionSpec.Open(key, writable: !dryRun);
+        }
+        catch (FileNotFoundException e)
+        {
+            throw new ControlException(ErrorCodes.NotFound, $"{key} does not exist: {e.Message}");
+        }
+        using (data)
+        {
+            var sector = new byte[Math.Max(4096, data.SectorSize)];
+            data.Read(0, sector.AsSpan(0, (int)Math.Min(sector.Length, data.Length)));
+            var check = Superblock.Verify(sector);
+            if (!check.IsOk)
+                throw new XfsException(XfsError.NotXfs, $"{key} does not hold a usable XFS superblock ({check}); nothing was written");
+            var sb = Superblock.Decode(sector);
+            if (sb.LogStart == 0)
+                throw new ControlException(ErrorCodes.VolumeError,
+                    $"{key} has an external log: recover it with 'xfswin recover {key} --log-device LOGDEV'. Nothing was written.");
+            var result = LogRecovery.Recover(data, null, sb, dryRun ? LogReplayMode.Memory : LogReplayMode.InPlace, progress);
+            progress?.Report(1.0);
+            try
+            {
+                string before = result.State == LogState.Clean ? "clean" : "dirty";
+                long toWrite = result.Device is OverlayDevice o ? o.DirtyBytes : 0;
+                string message;
+                if (result.State == LogState.Clean) message = $"{key}: the log is clean; there is nothing to recover.";
+                else if (dryRun)
+                {
+                    message = result.UnfinishedIntents.Count > 0
+                        ? $"{key}: dry run: in-place recovery would be refused (unfinished intents); mount it once with Linux instead. Nothing was written."
+                        : $"{key}: dry run: recovery would write {toWrite / 1024} KiB of metadata and mark the log clean. Nothing was written.";
+                }
+                else message = $"{key}: recovered: the replayed metadata is on the device and the log is marked clean.";
+                return new RecoverResult
+                {
+                    Source = key, LogStateBefore = before, DryRun = dryRun,
+                    Written = !dryRun && result.State != LogState.Clean,
+                    TransactionsReplayed = result.TransactionsReplayed, LogBytesReplayed = result.LogBytesReplayed,
+                    BytesToWrite = toWrite, UnlinkedInodes = result.UnlinkedInodes,
+                    UnfinishedIntents = result.UnfinishedIntents, Warnings = result.Warnings, Message = message,
+                };
+            }
+            finally
+            {
+                if (!ReferenceEquals(result.Device, data)) (result.Device as IDisposable)?.Dispose();
+            }
+        }
+    }
+
+    public void Dispose()
+    {
+        if (Interlocked.Exchange(ref _disposed, 1) != 0) return;
+        _healthTimer.Dispose();
+        UnmountAll();
+    }
+}
+
