@@ -72,7 +72,7 @@ public sealed class AgBtreeEditor
         _root = root;
         _levels = levels;
         _blockSize = (int)sb.BlockSize;
-        _verifier = new AgBtreeBlockVerifier(sb, agno, Magic, Name);
+        _verifier = new AgBtreeBlockVerifier(sb, agno, Magic, $"{Name} of AG {agno}");
         _writeVerifier = _verifier.ForWrite();
         if (levels is < 1 or > 9 || root == 0 || root >= sb.AgBlocks)
             throw Corrupt(root, $"root {root} with {levels} levels is not a valid tree");
