@@ -1,3 +1,4 @@
+using XfsWin.Control.Server;
 using XfsWin.Driver;
 
 namespace XfsWin.Service;
@@ -25,7 +26,7 @@ public static class MountTable
         foreach (var raw in text.Split('\n'))
         {
             lineNumber++;
-            var words = Split(raw.Trim());
+            var words = Words.Split(raw.Trim());
             if (words.Count == 0) continue;
             if (words.Count < 2)
                 throw new FormatException($"mounts.conf line {lineNumber}: expected SOURCE MOUNTPOINT [options], got '{raw.Trim()}'");
@@ -53,28 +54,6 @@ public static class MountTable
             if (entry.Words[i].StartsWith("--partition=", StringComparison.Ordinal)) continue;
             words.Add(entry.Words[i]);
         }
-        return words;
-    }
-
-    private static List<string> Split(string line)
-    {
-        var words = new List<string>();
-        var current = new System.Text.StringBuilder();
-        bool quoted = false, any = false;
-        foreach (char c in line)
-        {
-            if (c == '#' && !quoted) break;
-            if (c == '"') { quoted = !quoted; any = true; continue; }
-            if (char.IsWhiteSpace(c) && !quoted)
-            {
-                if (any) { words.Add(current.ToString()); current.Clear(); any = false; }
-                continue;
-            }
-            current.Append(c);
-            any = true;
-        }
-        if (quoted) throw new FormatException($"unbalanced quote in '{line}'");
-        if (any) words.Add(current.ToString());
         return words;
     }
 }
