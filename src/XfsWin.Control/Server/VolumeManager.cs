@@ -4,6 +4,7 @@ using XfsWin.Device;
 using XfsWin.Format;
 using XfsWin.Inodes;
 using XfsWin.Journal;
+using XfsWin.Metadata;
 using XfsWin.Volume;
 
 namespace XfsWin.Control.Server;
@@ -501,7 +502,21 @@ public sealed class VolumeManager : IDisposable
             if (sb.LogStart == 0)
                 throw new ControlException(ErrorCodes.VolumeError,
                     $"{key} has an external log: recover it with 'xfswin recover {key} --log-device LOGDEV'. Nothing was written.");
-            var result = LogRecovery.Recover(data, null, sb, dryRun ? LogReplayMode.Memory : LogReplayMode.InPlace, progress);
+            LogRecoveryResult result;
+            if (dryRun)
+            {
+                // A dry run says up front what the write gate would refuse.
+                var refusal = WriteGate.Check(sector, WritePurpose.LogRecovery);
+                if (refusal is not null)
+                    throw new ControlException(ErrorCodes.VolumeError, $"{key}: recovery would be refused: {refusal.Message}");
+                result = LogRecovery.Recover(data, null, sb, LogReplayMode.Memory, progress);
+            }
+            else
+            {
+                // Everything that writes passes the write gate first; it refuses before a byte is written.
+                using var access = WriteGate.Admit(data, null, WritePurpose.LogRecovery);
+                result = InPlaceRecovery.Run(access, progress);
+            }
             progress?.Report(1.0);
             try
             {
