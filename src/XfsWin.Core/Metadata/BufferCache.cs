@@ -473,6 +473,36 @@ public sealed class BufferCache : IDisposable
         return written;
     }
 
+    /// <summary>
+    /// Marks every dirty buffer clean without writing it: the journal has written their logged state in place (a
+    /// read-write volume's writeback goes through the log, never through <see cref="Writeback"/>). Buffers locked
+    /// for a change keep their state. Call only when no committed change is still waiting for its writeback.
+    /// </summary>
+    public void ForgetDelayedWrites()
+    {
+        MetadataBuffer[] queued;
+        lock (_delayedWrites)
+        {
+            queued = [.. _delayedWrites];
+            _delayedWrites.Clear();
+        }
+        var keep = new List<MetadataBuffer>();
+        foreach (var buffer in queued)
+        {
+            lock (buffer.State)
+            {
+                if (buffer.IsLockedLocked) keep.Add(buffer);
+                else
+                {
+                    buffer.Queued = false;
+                    buffer.ClearDirtyLocked();
+                }
+            }
+        }
+        // Lock order: _delayedWrites is never taken inside a buffer's State.
+        if (keep.Count > 0) lock (_delayedWrites) _delayedWrites.AddRange(keep);
+    }
+
     // ---- read-ahead -------------------------------------------------------------------------------
 
     /// <summary>

@@ -100,6 +100,9 @@ public sealed class MetadataBuffer
     /// </summary>
     public ulong Lsn { get; set; }
 
+    /// <summary>The write verifier the last committed change left (what the log's writeback finishes the buffer's images with).</summary>
+    public IBufferWriteVerifier? WriteVerifierForLog { get { lock (State) return WriteVerifier; } }
+
     /// <summary>The private copy the lock owner changes; published when the change commits.</summary>
     public byte[] Contents
     {

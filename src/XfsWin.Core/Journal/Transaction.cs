@@ -1,0 +1,179 @@
+using XfsWin.Metadata;
+
+namespace XfsWin.Journal;
+
+/// <summary>
+/// A metadata transaction of a read-write volume, in the shape of the kernel's xfs_trans: it reserves log space up
+/// front (<see cref="MountedLog.Begin"/>), joins every metadata buffer it reads for change (held and locked until
+/// commit or cancel, see <see cref="MetadataChangeSet"/>), records the byte ranges it changed in each, and carries the
+/// inode and intent items the layers above build. <see cref="Commit"/> turns each changed buffer into one
+/// <see cref="BufferLogItem"/> logging exactly the 128-byte chunks this transaction changed, publishes the buffers,
+/// and hands every item to the CIL: from then on the change is visible to readers and durable once the log is forced.
+/// <para>
+/// Inode cluster buffers are joined with <see cref="JoinInodeCluster"/>: the inode bytes this transaction copies
+/// into them are published with the buffer but logged by the inode's <see cref="InodeLogItem"/>, never as a
+/// buffer image (recovery replays inodes from inode items; the kernel logs inodes the same way).
+/// </para>
+/// <para>
+/// Lock order: inode locks (the caller's) before the transaction starts joining buffers; AG headers in ascending AG
+/// order, the AGI before the AGF of one AG, then every other buffer. One thread uses a transaction at a time.
+/// </para>
+/// </summary>
+public sealed class Transaction : IDisposable
+{
+    private readonly MetadataChangeSet _changes;
+    private readonly MetadataTransaction _log;
+    private readonly Dictionary<MetadataBuffer, Joined> _joined = new(ReferenceEqualityComparer.Instance);
+    private readonly List<JournalItem> _items = new();
+    private List<Action>? _onCommit;
+    private bool _finished;
+
+    private sealed class Joined(BufType type, bool inodeCluster, int chunks)
+    {
+        public BufType Type = type;
+        public readonly bool InodeCluster = inodeCluster;
+        public readonly uint[] Map = new uint[(chunks + 31) / 32];
+        public bool Logged;
+        public bool Invalidated;
+    }
+
+    public Transaction(MountContext mount, MountedLog log, int logReservationBytes)
+    {
+        Mount = mount;
+        _log = log.Begin(logReservationBytes);
+        _changes = new MetadataChangeSet(mount.Buffers);
+    }
+
+    public MountContext Mount { get; }
+
+    /// <summary>Reads a verified buffer (through the cache), locks it for this transaction and joins it.</summary>
+    public MetadataBuffer Read<TVerifier>(long byteOffset, int length, ulong owner, TVerifier verifier, IBufferWriteVerifier? writeVerifier, BufType type)
+        where TVerifier : struct, IBufferVerifier
+    {
+        var buffer = _changes.Read(byteOffset, length, owner, verifier, writeVerifier);
+        Join(buffer, type, inodeCluster: false);
+        return buffer;
+    }
+
+    /// <summary>A buffer for a block this transaction initialises: locked, joined, zeroed. Every byte it writes must be logged.</summary>
+    public MetadataBuffer GetNew(long byteOffset, int length, int kind, ulong owner, IBufferWriteVerifier? writeVerifier, BufType type)
+    {
+        var buffer = _changes.GetNew(byteOffset, length, kind, owner, writeVerifier);
+        var joined = Join(buffer, type, inodeCluster: false);
+        joined.Invalidated = false;
+        return buffer;
+    }
+
+    /// <summary>
+    /// Joins an inode cluster buffer whose inode bytes this transaction changes and logs through inode items: the
+    /// bytes are published at commit, but no buffer image of them is logged.
+    /// </summary>
+    public MetadataBuffer JoinInodeCluster<TVerifier>(long byteOffset, int length, ulong owner, TVerifier verifier)
+        where TVerifier : struct, IBufferVerifier
+    {
+        var buffer = _changes.Read(byteOffset, length, owner, verifier, null);
+        Join(buffer, BufType.Dinode, inodeCluster: true);
+        return buffer;
+    }
+
+    private Joined Join(MetadataBuffer buffer, BufType type, bool inodeCluster)
+    {
+        CheckOpen();
+        if (!_joined.TryGetValue(buffer, out var joined))
+        {
+            joined = new Joined(type, inodeCluster, (buffer.Length + MetadataBuffer.DirtyChunkSize - 1) / MetadataBuffer.DirtyChunkSize);
+            _joined.Add(buffer, joined);
+        }
+        else if (!inodeCluster)
+        {
+            joined.Type = type;
+        }
+        return joined;
+    }
+
+    /// <summary>Bytes [<paramref name="first"/>, <paramref name="last"/>] (inclusive) of a joined buffer changed.</summary>
+    public void LogRange(MetadataBuffer buffer, int first, int last)
+    {
+        CheckOpen();
+        if (!_joined.TryGetValue(buffer, out var joined))
+            throw new InvalidOperationException($"buffer at {buffer.Offset} (+{buffer.Length}) is not part of this transaction");
+        buffer.LogRange(first, last);
+        for (int chunk = first / MetadataBuffer.DirtyChunkSize, end = last / MetadataBuffer.DirtyChunkSize; chunk <= end; chunk++)
+            joined.Map[chunk >> 5] |= 1u << (chunk & 31);
+        joined.Logged = true;
+    }
+
+    /// <summary>The block at [<paramref name="byteOffset"/>, +<paramref name="length"/>) was freed: its buffer is dropped and recovery skips its older images.</summary>
+    public void Invalidate(long byteOffset, int length)
+    {
+        CheckOpen();
+        _changes.Invalidate(byteOffset, length);
+        var buffer = _changes.Cache.Find(byteOffset, length)
+            ?? throw new InvalidOperationException($"invalidated buffer at {byteOffset} (+{length}) is not in the cache");
+        var joined = Join(buffer, BufType.Unknown, inodeCluster: false);
+        joined.Invalidated = true;
+    }
+
+    /// <summary>Logs an inode, intent or done item; the same item logged again in this transaction merges into the first.</summary>
+    public void Log(JournalItem item)
+    {
+        CheckOpen();
+        _items.Add(item);
+    }
+
+    /// <summary>Runs after a successful commit (publishing in-core state that mirrors the committed metadata).</summary>
+    public void OnCommit(Action action)
+    {
+        CheckOpen();
+        (_onCommit ??= new()).Add(action);
+    }
+
+    /// <summary>
+    /// Logs every changed buffer and item, publishes the buffers and hands the items to the CIL. A transaction that
+    /// changed nothing gives its reservation back.
+    /// </summary>
+    public void Commit()
+    {
+        CheckOpen();
+        _finished = true;
+        try
+        {
+            foreach (var (buffer, joined) in _joined)
+            {
+                long daddr = buffer.Offset >> LogArea.BBShift;
+                int lengthBB = buffer.Length >> LogArea.BBShift;
+                if (joined.Invalidated)
+                    _log.Log(BufferLogItem.Cancel(daddr, lengthBB));
+                else if (joined.Logged && !joined.InodeCluster)
+                    _log.Log(BufferLogItem.Create(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map));
+            }
+            foreach (var item in _items) _log.Log(item);
+        }
+        catch
+        {
+            _changes.Cancel();
+            _log.Dispose();
+            throw;
+        }
+        _changes.Commit();
+        _log.Commit();
+        if (_onCommit is not null)
+            foreach (var action in _onCommit) action();
+    }
+
+    /// <summary>Drops every change: the buffers keep what they had, the reservation goes back.</summary>
+    public void Cancel()
+    {
+        if (_finished) return;
+        _finished = true;
+        _changes.Cancel();
+        _log.Dispose();
+    }
+
+    public void Dispose() => Cancel();
+
+    private void CheckOpen()
+    {
+        if (_finished) throw new InvalidOperationException("this transaction was already committed or cancelled");
+    }
+}
