@@ -38,6 +38,23 @@ public sealed class InodeCache
 
     internal bool IsCached(ulong ino) => _inodes.ContainsKey(ino);
 
+    /// <summary>Drops the cached copy of an inode a transaction changed: the next <see cref="Get"/> decodes the published cluster bytes.</summary>
+    public void Invalidate(ulong ino)
+    {
+        if (_inodes.TryRemove(ino, out _)) Interlocked.Decrement(ref _count);
+    }
+
+    /// <summary>
+    /// Joins the cluster buffer that holds <paramref name="ino"/> (the one <see cref="Get"/> reads) to
+    /// <paramref name="tx"/>, locked for a change; returns it and the inode's byte offset inside it.
+    /// </summary>
+    public (Metadata.MetadataBuffer Cluster, int Offset) JoinCluster(Journal.Transaction tx, ulong ino)
+    {
+        var (offset, length) = ClusterOf(ino);
+        var buffer = tx.JoinInodeCluster(offset, length, 0, ClusterVerifier);
+        return (buffer, (int)(_mount.Superblock.InodeToByte(ino) - offset));
+    }
+
     /// <summary>Blocks per read: one inode chunk (64 inodes) when chunks are aligned, else one block.</summary>
     private static uint ClusterBlocks(Format.Superblock sb)
     {

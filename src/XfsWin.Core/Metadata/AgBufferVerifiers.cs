@@ -72,3 +72,14 @@ public readonly struct BmbtBlockVerifier(Superblock sb, ulong ino) : IBufferVeri
     public string Structure => $"extent btree block of inode {ino}";
     public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset) => BtreeBlockView.Verify(buffer, BtreeMagic.BmapV5, true, sb, byteOffset, ino);
 }
+
+/// <summary>Read verifier of a superblock sector (primary or an AG's secondary): xfs_sb_verify's checks.</summary>
+public readonly struct SuperblockBufferVerifier(Superblock sb, uint agno) : IBufferVerifier
+{
+    public int Kind => 7;
+    public string Structure => agno == 0 ? "primary superblock" : $"superblock of AG {agno}";
+    public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset) => Superblock.Verify(buffer);
+
+    public IBufferWriteVerifier ForWrite() =>
+        new SelfDescribingWriteVerifier<SuperblockBufferVerifier>(this, sb.IsV5 ? SuperblockView.OffLsn : -1, sb.IsV5 ? SuperblockView.OffCrc : -1);
+}

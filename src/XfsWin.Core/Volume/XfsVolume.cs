@@ -25,7 +25,7 @@ public sealed partial class XfsVolume : IDisposable
     private readonly AttributeReader _attributes;
     private readonly ExtentMapCache _maps;
     private readonly AgSummary _agSummary;
-    private readonly VolumeInfo _info;
+    private VolumeInfo _info;
 
     private XfsVolume(IBlockDevice device, bool ownsDevice, MountContext mount, AgSummary agSummary, Journal.LogRecoveryResult recovery,
         IReadOnlyList<string> warnings, IReadOnlyList<string> readOnlyReasons)
@@ -72,7 +72,8 @@ public sealed partial class XfsVolume : IDisposable
     public static XfsVolume Open(string source, VolumeOpenOptions? options = null)
     {
         options ??= new VolumeOpenOptions();
-        // In-place log replay is the one thing that writes before the write path exists; the write gate decides whether it may.
+        if (options.Writable) return OpenWritable(source, options);
+        // In-place log replay writes; the write gate decides whether it may.
         var device = PartitionSpec.Open(source, options.Partition, writable: options.Replay == LogReplayMode.InPlace);
         try
         {
@@ -108,7 +109,8 @@ public sealed partial class XfsVolume : IDisposable
         CheckReadable(sb, device.Length);
 
         var warnings = new List<string>();
-        var readOnly = new List<string> { "the write path is not available yet: every open is read-only" };
+        var readOnly = new List<string>();
+        if (!options.Writable) readOnly.Add("opened read-only (mount with -o rw to write)");
         // What writing would be refused for, by name, from the one list the write gate keeps (`xfswin info` shows it).
         var refusal = WriteGate.Check(sector, WritePurpose.Modify);
         if (refusal is not null) readOnly.Add(refusal.Message);
@@ -153,8 +155,8 @@ public sealed partial class XfsVolume : IDisposable
 
     public ulong RootInode => _mount.Superblock.RootIno;
 
-    /// <summary>True when this open cannot write (always, until the write path lands).</summary>
-    public bool IsReadOnly => true;
+    /// <summary>True when this open cannot write: opened read-only, or a read-write open that found corruption.</summary>
+    public bool IsReadOnly => _write is null || _write.Unmounted || !_mount.Health.IsHealthy;
 
     /// <summary>False once any corruption was found; the volume then stays read-only.</summary>
     public bool IsHealthy => _mount.Health.IsHealthy;
@@ -590,7 +592,9 @@ public sealed partial class XfsVolume : IDisposable
     public void Dispose()
     {
         // Background read-ahead must not touch the devices once they are closed.
-        Interlocked.Exchange(ref _disposed, 1);
+        if (Interlocked.Exchange(ref _disposed, 1) != 0) return;
+        // A read-write open unmounts cleanly first (superblock counters, writeback, unmount record).
+        FinishWriting();
         _readAheadPlanner.Dispose();
         WaitForReadAhead(TimeSpan.FromSeconds(10));
         _mount.Buffers.Dispose();

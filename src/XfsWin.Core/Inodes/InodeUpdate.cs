@@ -1,0 +1,121 @@
+using System.Buffers.Binary;
+using XfsWin.Btree;
+using XfsWin.Format;
+using XfsWin.Journal;
+
+namespace XfsWin.Inodes;
+
+/// <summary>
+/// A change to one inode inside a transaction: a working copy of its on-disk image that the operation edits through
+/// named setters, and what of it changed (core, data fork, attribute fork). <see cref="Log"/> copies the image into
+/// the inode's cluster buffer (published at commit, so readers decode the new inode) and logs it as an inode item
+/// (how recovery replays it); the cached decoded inode is dropped when the transaction commits.
+/// <para>
+/// The caller holds the inode's lock (see the volume's lock order) from reading <see cref="Inode"/> until commit.
+/// </para>
+/// </summary>
+public sealed class InodeUpdate : IInodeRootHolder
+{
+    private readonly Superblock _sb;
+
+    public InodeUpdate(Inode inode, Superblock sb)
+    {
+        _sb = sb;
+        Number = inode.Number;
+        ByteOffset = inode.ByteOffset;
+        Image = (byte[])inode.Raw.Clone();
+    }
+
+    /// <summary>A new inode's image (already initialised by the caller) at <paramref name="byteOffset"/>.</summary>
+    public InodeUpdate(ulong number, long byteOffset, byte[] image, Superblock sb)
+    {
+        _sb = sb;
+        Number = number;
+        ByteOffset = byteOffset;
+        Image = image;
+        Parts = InodeLogParts.DataFork | InodeLogParts.AttrFork;
+    }
+
+    public ulong Number { get; }
+    public long ByteOffset { get; }
+
+    /// <summary>The working image (inode-size bytes, big-endian, as on disk).</summary>
+    public byte[] Image { get; }
+
+    public InodeLogParts Parts { get; set; }
+
+    private DinodeView View => new(Image);
+    private DinodeWriter Writer => new(Image);
+
+    public ushort Mode { get => View.Mode; set { var w = Writer; w.Mode = value; } }
+    public uint Uid { get => View.Uid; set { var w = Writer; w.Uid = value; } }
+    public uint Gid { get => View.Gid; set { var w = Writer; w.Gid = value; } }
+    public uint LinkCount { get => View.LinkCount; set { var w = Writer; w.LinkCount = value; } }
+    public ulong Size { get => View.Size; set { var w = Writer; w.Size = value; } }
+    public ushort Flags { get => View.Flags; set { var w = Writer; w.Flags = value; } }
+    public ulong Flags2 { get => View.Flags2; set { var w = Writer; w.Flags2 = value; } }
+    public ForkFormat DataFormat { get => View.Format; set { var w = Writer; w.Format = value; } }
+    public bool Bigtime => View.HasBigtime;
+    public int CoreSize => View.CoreSize;
+
+    public ulong Nblocks
+    {
+        get => View.Nblocks;
+        set => BinaryPrimitives.WriteUInt64BigEndian(Image.AsSpan(DinodeView.OffNblocks), value);
+    }
+
+    public uint ProjectId
+    {
+        get => View.ProjectId;
+        set
+        {
+            BinaryPrimitives.WriteUInt16BigEndian(Image.AsSpan(DinodeView.OffProjidLo), (ushort)value);
+            BinaryPrimitives.WriteUInt16BigEndian(Image.AsSpan(DinodeView.OffProjidHi), (ushort)(value >> 16));
+        }
+    }
+
+    public ulong DataExtentCount
+    {
+        get => View.DataExtentCount;
+        set
+        {
+            if (View.HasNrext64) BinaryPrimitives.WriteUInt64BigEndian(Image.AsSpan(DinodeView.OffBigNextents), value);
+            else BinaryPrimitives.WriteUInt32BigEndian(Image.AsSpan(DinodeView.OffNextents), checked((uint)value));
+        }
+    }
+
+    /// <summary>The data fork's bytes in the literal area (up to the attribute fork, or the inode's end).</summary>
+    public Span<byte> DataFork => Image.AsSpan(View.CoreSize, View.DataForkSize(Image.Length));
+
+    public void SetAccessTime(long seconds, uint nanoseconds) { var w = Writer; w.AccessTime = DinodeWriter.EncodeTime(seconds, nanoseconds, Bigtime); }
+    public void SetModifyTime(long seconds, uint nanoseconds) { var w = Writer; w.ModifyTime = DinodeWriter.EncodeTime(seconds, nanoseconds, Bigtime); }
+    public void SetChangeTime(long seconds, uint nanoseconds) { var w = Writer; w.ChangeTime = DinodeWriter.EncodeTime(seconds, nanoseconds, Bigtime); }
+
+    /// <summary>Sets ctime (and mtime with <paramref name="modified"/>) to <paramref name="now"/>, and counts the change (di_changecount).</summary>
+    public void Touch(XfsTimestamp now, bool modified)
+    {
+        SetChangeTime(now.Seconds, now.Nanoseconds);
+        if (modified) SetModifyTime(now.Seconds, now.Nanoseconds);
+        if (View.Version >= 3)
+            BinaryPrimitives.WriteUInt64BigEndian(Image.AsSpan(DinodeView.OffChangecount),
+                BinaryPrimitives.ReadUInt64BigEndian(Image.AsSpan(DinodeView.OffChangecount)) + 1);
+    }
+
+    ArraySegment<byte> IInodeRootHolder.Root => new(Image, View.CoreSize, View.DataForkSize(Image.Length));
+
+    void IInodeRootHolder.RootChanged(int offset, int length) => Parts |= InodeLogParts.DataFork;
+
+    /// <summary>Copies the image into the cluster buffer and logs the inode in <paramref name="tx"/>; the cache forgets the old copy at commit.</summary>
+    public void Log(Transaction tx, InodeCache cache)
+    {
+        var (cluster, offset) = cache.JoinCluster(tx, Number);
+        // Readers verify what they decode from the cluster bytes: the copy there carries a current CRC (the LSN is
+        // stamped when the log writes the inode back).
+        if (View.Version >= 3) XfsCrc.Stamp(Image, DinodeView.OffCrc);
+        Image.CopyTo(cluster.Contents, offset);
+        tx.LogRange(cluster, offset, offset + Image.Length - 1);
+        tx.Log(InodeLogItem.Create(Number, InodeClusterLocation.Of(_sb, Number), Image, Parts));
+        ulong ino = Number;
+        tx.OnCommit(() => cache.Invalidate(ino));
+    }
+}

@@ -1,0 +1,296 @@
+using System.Buffers.Binary;
+using XfsWin.Device;
+using XfsWin.Format;
+using XfsWin.Inodes;
+using XfsWin.Journal;
+using XfsWin.Metadata;
+
+namespace XfsWin.Volume;
+
+/// <summary>What <see cref="XfsVolume.SetAttributes"/> changes; null fields stay as they are.</summary>
+public sealed record AttributeChanges
+{
+    /// <summary>Permission bits and setuid/setgid/sticky (the file type bits are kept).</summary>
+    public ushort? Mode { get; init; }
+    public uint? Uid { get; init; }
+    public uint? Gid { get; init; }
+    public XfsTimestamp? AccessTime { get; init; }
+    public XfsTimestamp? ModifyTime { get; init; }
+    /// <summary>A new size (truncate). Growing only moves EOF: the new range reads as zeros.</summary>
+    public long? Size { get; init; }
+}
+
+/// <summary>
+/// The write side of a volume opened read-write: the log it writes its transactions to, the lock that orders its
+/// changes, and the in-core superblock counters (the kernel's lazy counters, written to the primary superblock at
+/// a clean unmount).
+/// <para>
+/// Lock order: <see cref="Lock"/> (one change to the namespace or an inode at a time), then buffer locks as
+/// <see cref="Transaction"/> documents (AG headers ascending, AGI before AGF, then other buffers), then the log's
+/// own lock inside commit.
+/// </para>
+/// </summary>
+internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, CachedLogWriteback writeback)
+{
+    public readonly WriteAccess Access = access;
+    public readonly MountedLog Log = log;
+    public readonly CachedLogWriteback Writeback = writeback;
+    public readonly object Lock = new();
+    public readonly TransactionReservations Reservations = new(ReservationGeometry.From(access.Superblock));
+    public long InodeCount, FreeInodes, FreeBlocks;
+    /// <summary>Dirty metadata the cache may hold before a full writeback lets it go (bounded memory).</summary>
+    public const long PinnedBytesLimit = 256L << 20;
+    public bool Unmounted;
+}
+
+public sealed partial class XfsVolume
+{
+    private VolumeWriteState? _write;
+
+    /// <summary>
+    /// Opens a source read-write: the write gate first (NEEDSREPAIR, unknown features and V4 are refused with the device
+    /// untouched), then a log Linux left dirty is replayed in place (as the kernel does at mount), then the log is opened
+    /// for our transactions. A volume with a feature the write path does not maintain opens read-only, naming it in
+    /// <see cref="VolumeInfo.ReadOnlyReasons"/>.
+    /// </summary>
+    private static XfsVolume OpenWritable(string source, VolumeOpenOptions options)
+    {
+        var data = PartitionSpec.Open(source, options.Partition, writable: true);
+        IBlockDevice? logDevice = null;
+        try
+        {
+            logDevice = options.LogDevice is null ? null : PartitionSpec.Open(options.LogDevice, null, writable: true);
+            var sector = ReadSuperblockSector(data);
+            var unmaintained = WriteGate.Unmaintained(sector);
+            // The gate's hard refusals (needsrepair, unknown features, V4) throw here, before anything is written.
+            var probe = WriteGate.Admit(data, logDevice, WritePurpose.LogRecovery);
+            if (unmaintained.Count > 0)
+            {
+                logDevice?.Dispose();
+                logDevice = null;
+                var reasons = unmaintained.Select(f => $"it uses {f.Name}, which XfsWin cannot keep consistent when it writes ({f.Why})").ToList();
+                var readOnly = Open(data, options with { Writable = false, Replay = LogReplayMode.Memory }, ownsDevice: true);
+                readOnly._extraReadOnlyReasons = reasons;
+                readOnly._info = readOnly._info with { ReadOnlyReasons = [.. reasons, .. readOnly._info.ReadOnlyReasons] };
+                return readOnly;
+            }
+            // A log Linux left dirty is replayed onto the device first, as the kernel's mount does.
+            var recovery = InPlaceRecovery.Run(probe);
+            var access = WriteGate.Admit(data, logDevice, WritePurpose.Modify, ownsDevices: true);
+            try
+            {
+                var volume = Open(data, options with { Replay = LogReplayMode.None, LogDevice = null }, ownsDevice: false);
+                try
+                {
+                    volume.StartWriting(access, recovery);
+                    return volume;
+                }
+                catch
+                {
+                    volume.Dispose();
+                    throw;
+                }
+            }
+            catch
+            {
+                access.Dispose();
+                throw;
+            }
+        }
+        catch
+        {
+            logDevice?.Dispose();
+            data.Dispose();
+            throw;
+        }
+    }
+
+    private IReadOnlyList<string>? _extraReadOnlyReasons;
+
+    private static byte[] ReadSuperblockSector(IBlockDevice device)
+    {
+        var sector = new byte[Math.Max(512, Math.Min(device.SectorSize, 4096))];
+        if (device.Length < sector.Length) throw new XfsException(XfsError.NotXfs, $"the source is only {device.Length} bytes: not an XFS volume");
+        device.Read(0, sector);
+        return sector;
+    }
+
+    private void StartWriting(WriteAccess access, LogRecoveryResult recovery)
+    {
+        var sb = _mount.Superblock;
+        var area = LogArea.For(access.Data, access.Log, sb);
+        var writeback = new CachedLogWriteback(access.Data, sb, _mount.Buffers);
+        var log = MountedLog.Open(area, sb, writeback);
+        _write = new VolumeWriteState(access, log, writeback)
+        {
+            InodeCount = (long)_agSummary.Inodes,
+            FreeInodes = (long)_agSummary.FreeInodes,
+            FreeBlocks = (long)_agSummary.FreeBlocks,
+        };
+        if (recovery.State == LogState.ReplayedInPlace)
+            _recoveredAtOpen = recovery;
+    }
+
+    private LogRecoveryResult? _recoveredAtOpen;
+
+    /// <summary>The log replay a read-write open ran before writing (null when the log was clean).</summary>
+    public LogRecoveryResult? RecoveredAtOpen => _recoveredAtOpen;
+
+    private VolumeWriteState Writer()
+    {
+        ThrowIfDisposed();
+        var w = _write ?? throw new XfsException(XfsError.ReadOnly,
+            "the volume is open read-only" + (_extraReadOnlyReasons is { Count: > 0 } r ? ": " + string.Join("; ", r) : ""));
+        if (!_mount.Health.IsHealthy)
+            throw new XfsException(XfsError.ReadOnly,
+                $"the volume found corrupt metadata and stays read-only until xfs_repair has run ({_mount.Health.FirstCorruption?.Message})");
+        if (w.Unmounted) throw new ObjectDisposedException(nameof(XfsVolume));
+        return w;
+    }
+
+    /// <summary>The current time as the volume stores it (whole nanoseconds; clamped to what the inode format can hold).</summary>
+    internal static XfsTimestamp Now()
+    {
+        long ticks = DateTime.UtcNow.Ticks - DateTime.UnixEpoch.Ticks;
+        return new XfsTimestamp(ticks / TimeSpan.TicksPerSecond, (uint)(ticks % TimeSpan.TicksPerSecond * 100));
+    }
+
+    /// <summary>A transaction on the write log with the reservation of <paramref name="kind"/> (the kernel's sizing).</summary>
+    private Transaction Begin(VolumeWriteState w, TransactionKind kind) => new(_mount, w.Log, w.Reservations[kind].LogRes);
+
+    /// <summary>
+    /// chmod, chown, utimes and truncate (setattr): changes what <paramref name="changes"/> names and sets ctime, in one
+    /// logged transaction. Growing the size only moves EOF; shrinking a file that has blocks past the new size is
+    /// done by the truncate path.
+    /// </summary>
+    public InodeAttributes SetAttributes(ulong inode, AttributeChanges changes)
+    {
+        ArgumentNullException.ThrowIfNull(changes);
+        var w = Writer();
+        lock (w.Lock)
+        {
+            var current = _inodes.Get(inode);
+            if (changes.Size is long size)
+            {
+                if (size < 0) throw new XfsException(XfsError.InvalidArgument, "a size cannot be negative");
+                if (current.IsDirectory) throw new XfsException(XfsError.IsADirectory, "a directory has no size to set");
+                if (!current.IsRegular) throw new XfsException(XfsError.InvalidArgument, "only regular files can be truncated");
+                if (size < current.Size) return Truncate(w, current, size, changes);
+            }
+            using var tx = Begin(w, TransactionKind.Ichange);
+            var update = new InodeUpdate(current, _mount.Superblock);
+            Apply(update, changes);
+            update.Log(tx, _inodes);
+            tx.Commit();
+            return _inodes.Get(inode).Attributes;
+        }
+    }
+
+    private static void Apply(InodeUpdate update, AttributeChanges changes)
+    {
+        var now = Now();
+        if (changes.Mode is ushort mode) update.Mode = (ushort)((update.Mode & 0xF000) | (mode & 0x0FFF));
+        if (changes.Uid is uint uid) update.Uid = uid;
+        if (changes.Gid is uint gid) update.Gid = gid;
+        if (changes.AccessTime is { } a) update.SetAccessTime(a.Seconds, a.Nanoseconds);
+        if (changes.ModifyTime is { } m) update.SetModifyTime(m.Seconds, m.Nanoseconds);
+        bool sizeChanged = changes.Size is long s && (ulong)s != update.Size;
+        if (changes.Size is long size) update.Size = (ulong)size;
+        update.Touch(now, modified: sizeChanged && changes.ModifyTime is null);
+    }
+
+    /// <summary>fsync / fdatasync: file data written so far reaches the disk, then the log is forced.</summary>
+    public void Flush(ulong inode)
+    {
+        var w = Writer();
+        _ = inode;
+        w.Access.Data.Flush();
+        w.Log.Force();
+    }
+
+    /// <summary>sync(2): everything committed is durable.</summary>
+    public void Sync()
+    {
+        var w = Writer();
+        w.Access.Data.Flush();
+        w.Log.Force();
+    }
+
+    /// <summary>
+    /// Clean unmount of a read-write open: the in-core counters go into the primary superblock (logged, as the kernel's
+    /// xfs_log_sbcount), every change is written in place, and the log gets its unmount record.
+    /// </summary>
+    private void FinishWriting()
+    {
+        var w = _write;
+        if (w is null || w.Unmounted) return;
+        lock (w.Lock)
+        {
+            w.Unmounted = true;
+            try
+            {
+                if (_mount.Health.IsHealthy)
+                {
+                    LogSuperblockCounters(w);
+                    w.Access.Data.Flush();
+                    w.Log.Unmount();
+                    w.Writeback.ReleaseCleanBuffers();
+                }
+            }
+            finally
+            {
+                w.Access.Dispose();
+            }
+        }
+    }
+
+    private void LogSuperblockCounters(VolumeWriteState w)
+    {
+        var sb = _mount.Superblock;
+        using var tx = Begin(w, TransactionKind.Sb);
+        var verifier = new SuperblockBufferVerifier(sb, 0);
+        var buffer = tx.Read(0, sb.SectorSize, 0, verifier, verifier.ForWrite(), BufType.Superblock);
+        var s = buffer.Contents.AsSpan();
+        BinaryPrimitives.WriteUInt64BigEndian(s[SuperblockView.OffIcount..], (ulong)w.InodeCount);
+        BinaryPrimitives.WriteUInt64BigEndian(s[SuperblockView.OffIfree..], (ulong)w.FreeInodes);
+        BinaryPrimitives.WriteUInt64BigEndian(s[SuperblockView.OffFdblocks..], (ulong)w.FreeBlocks);
+        tx.LogRange(buffer, SuperblockView.OffIcount, SuperblockView.OffFdblocks + 7);
+        tx.Commit();
+    }
+
+    /// <summary>After a commit: when the cache pins too much dirty metadata, write everything back so it may be dropped.</summary>
+    private void LimitPinnedMetadata(VolumeWriteState w)
+    {
+        if (_mount.Buffers.DelayedWriteCount * 4096L < VolumeWriteState.PinnedBytesLimit) return;
+        w.Log.PushAll();
+        w.Writeback.ReleaseCleanBuffers();
+    }
+}
+
+public sealed partial class XfsVolume
+{
+    /// <summary>
+    /// Truncate down: the size moves to <paramref name="size"/>, and blocks wholly past the new EOF go back to free
+    /// space. Until blocks can be freed, a file with blocks past the new EOF is refused (nothing changes).
+    /// </summary>
+    private InodeAttributes Truncate(VolumeWriteState w, Inode current, long size, AttributeChanges changes)
+    {
+        var sb = _mount.Superblock;
+        ulong firstFreed = (ulong)((size + sb.BlockSize - 1) >> sb.BlockLog);
+        bool blocksPastEof = false;
+        if (current.DataFormat is ForkFormat.Extents or ForkFormat.Btree)
+            _maps.Get(current, Extents.ForkKind.Data).Walk(firstFreed, e =>
+            {
+                if (e.FileEnd > firstFreed) blocksPastEof = true;
+                return !blocksPastEof;
+            });
+        if (blocksPastEof)
+            throw new XfsException(XfsError.Unsupported, "shrinking a file that has blocks past the new size is not supported by this build; nothing was changed");
+        using var tx = Begin(w, TransactionKind.Itruncate);
+        var update = new InodeUpdate(current, sb);
+        Apply(update, changes);
+        update.Log(tx, _inodes);
+        tx.Commit();
+        return _inodes.Get(current.Number).Attributes;
+    }
+}
