@@ -41,7 +41,7 @@ public sealed unsafe class FuseHost : IDisposable
     private int _unmountRequested;
     private int _initDone;
     private int _transportChosen;
-    private const int ReadAheadSettled = 1;
+    private const int ReadAheadSettled = 1, ReadAheadRaising = 2;
     private int _readAheadState;        // ReadAheadSettled once the window is raised (or need not be)
     private int _initRequestSeen;
     private ulong _initUnique;
@@ -287,10 +287,12 @@ public sealed unsafe class FuseHost : IDisposable
     /// <summary>Called after each reply written to /dev/fuse; raises the readahead after the init reply.</summary>
     internal void AfterDeviceReply(ulong unique)
     {
-        if (Volatile.Read(ref _readAheadState) == ReadAheadSettled || !IsInitReply(unique) ||
-            Interlocked.CompareExchange(ref _readAheadState, ReadAheadSettled, 0) != 0)
+        if (Volatile.Read(ref _readAheadState) != 0 || !IsInitReply(unique) ||
+            Interlocked.CompareExchange(ref _readAheadState, ReadAheadRaising, 0) != 0)
             return;
+        // Settled only once the window is written: the mount is reported ready after that, never between.
         RaiseReadAhead();
+        Volatile.Write(ref _readAheadState, ReadAheadSettled);
     }
 
     private void RaiseReadAhead()
