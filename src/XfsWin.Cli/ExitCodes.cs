@@ -27,7 +27,8 @@ public static class ExitCodes
         XfsError.NotFound => NotFound,
         XfsError.NotADirectory or XfsError.IsADirectory or XfsError.NotASymlink or XfsError.InvalidArgument or XfsError.NameTooLong => Usage,
         XfsError.Corrupt or XfsError.NeedsRepair => Corrupt,
-        XfsError.Unsupported or XfsError.ReadOnly or XfsError.SymlinkLoop => Refused,
+        XfsError.Unsupported or XfsError.ReadOnly or XfsError.SymlinkLoop or XfsError.Exists or XfsError.NotEmpty or XfsError.NoSpace
+            or XfsError.TooManyLinks or XfsError.NotPermitted or XfsError.FileTooLarge or XfsError.WouldLoop => Refused,
         XfsError.NoAttribute => NotFound,
         XfsError.NotXfs => NotXfs,
         _ => IoError,

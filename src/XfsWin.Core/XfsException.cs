@@ -26,6 +26,20 @@ public enum XfsError
     NotXfs,
     /// <summary>The volume needs xfs_repair before it can be opened.</summary>
     NeedsRepair,
+    /// <summary>The name exists already (EEXIST).</summary>
+    Exists,
+    /// <summary>A directory to remove or replace still has entries (ENOTEMPTY).</summary>
+    NotEmpty,
+    /// <summary>No free blocks or inodes left for the change (ENOSPC); nothing was changed.</summary>
+    NoSpace,
+    /// <summary>The inode has the most links it can have (EMLINK).</summary>
+    TooManyLinks,
+    /// <summary>The operation is not allowed on this file (EPERM: immutable or append-only, a directory hard link).</summary>
+    NotPermitted,
+    /// <summary>The file is larger than the format or the operation allows (EFBIG).</summary>
+    FileTooLarge,
+    /// <summary>A rename would move a directory under itself (EINVAL is what rename(2) answers).</summary>
+    WouldLoop,
 }
 
 /// <summary>
@@ -61,6 +75,13 @@ public class XfsException : IOException
         XfsError.SymlinkLoop => 40,      // ELOOP
         XfsError.NotXfs => 22,           // EINVAL (mount(2) answers this for a wrong fs)
         XfsError.NeedsRepair => 117,     // EUCLEAN
+        XfsError.Exists => 17,           // EEXIST
+        XfsError.NotEmpty => 39,         // ENOTEMPTY
+        XfsError.NoSpace => 28,          // ENOSPC
+        XfsError.TooManyLinks => 31,     // EMLINK
+        XfsError.NotPermitted => 1,      // EPERM
+        XfsError.FileTooLarge => 27,     // EFBIG
+        XfsError.WouldLoop => 22,        // EINVAL
         _ => 5,
     };
 }

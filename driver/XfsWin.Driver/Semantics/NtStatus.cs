@@ -36,6 +36,10 @@ public static class NtStatus
     public const int ReparsePointNotResolved = unchecked((int)0xC0000280);
     public const int DllNotFound = unchecked((int)0xC0000135);
     public const int UnexpectedError = unchecked((int)0xC00000E5); // STATUS_INTERNAL_ERROR
+    public const int DirectoryNotEmpty = unchecked((int)0xC0000101);
+    public const int DiskFull = unchecked((int)0xC000007F);
+    public const int TooManyLinks = unchecked((int)0xC0000265);
+    public const int FileTooLarge = unchecked((int)0xC0000904);
 
     public static bool IsSuccess(int status) => status >= 0;
 
@@ -61,6 +65,13 @@ public static class NtStatus
         XfsError.SymlinkLoop => ReparsePointNotResolved,
         XfsError.NotXfs => UnrecognizedVolume,
         XfsError.NeedsRepair => DiskCorruptError,
+        XfsError.Exists => ObjectNameCollision,
+        XfsError.NotEmpty => DirectoryNotEmpty,
+        XfsError.NoSpace => DiskFull,
+        XfsError.TooManyLinks => TooManyLinks,
+        XfsError.NotPermitted => AccessDenied,
+        XfsError.FileTooLarge => FileTooLarge,
+        XfsError.WouldLoop => InvalidParameter,
         _ => IoDeviceError,
     };
 
