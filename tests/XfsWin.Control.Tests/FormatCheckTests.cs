@@ -271,9 +271,38 @@ public sealed class FormatCheckTests : IDisposable
         Assert.Equal(ErrorCodes.NotFound, await Code(new ControlRequest { Op = Operations.Check, Source = "/no/such.img" }));
         Assert.Equal(ErrorCodes.VolumeError, await Code(new ControlRequest { Op = Operations.Check, Source = image }));
         Assert.Equal(ErrorCodes.VolumeError, await Code(new ControlRequest { Op = Operations.Check, Source = "/etc/hostname" }));
-        Assert.Equal(0, File.ReadAllBytes(image).Count(b => b != 0));
+        Assert.True(AllZero(image), "a refused format wrote to the image");
         Assert.False(File.Exists(Path.Combine(_dir, "absent.img")));
+    }
 
-        Assert.Equal(0, File.ReadAllBytes(image).Count(b => b != 0));
+    private static bool AllZero(string path)
+    {
+        using var f = File.OpenRead(path);
+        var buffer = new byte[1 << 20];
+        int n;
+        while ((n = f.Read(buffer)) > 0)
+            if (buffer.AsSpan(0, n).ContainsAnyExcept((byte)0)) return false;
+        return true;
+    }
+
+    [Fact]
+    public void The_kernel_mount_rule_matches_a_device_its_partitions_and_loops_over_an_image_only()
+    {
+        const string info =
+            "36 25 8:1 / /boot rw - ext4 /dev/sda1 rw\n" +
+            "37 25 259:2 / /data rw - xfs /dev/nvme0n1p2 rw\n" +
+            "38 25 7:3 / /mnt/with\\040space rw shared:9 - xfs /dev/loop3 rw\n" +
+            "39 25 0:50 / /mnt/fuse rw - fuse.xfswin /srv/a.img@1 rw\n";
+        var loops = new List<(string, string)> { ("/dev/loop3", "/srv/b.img"), ("/dev/loop4", "/srv/c.img") };
+        Assert.Contains("/boot", Server.KernelMounts.FindMount("/dev/sda", info, loops));
+        Assert.Contains("/boot", Server.KernelMounts.FindMount("/dev/sda1", info, loops));
+        Assert.Null(Server.KernelMounts.FindMount("/dev/sda2", info, loops));
+        Assert.Null(Server.KernelMounts.FindMount("/dev/sdab", info, loops));
+        Assert.Contains("/data", Server.KernelMounts.FindMount("/dev/nvme0n1", info, loops));
+        Assert.Null(Server.KernelMounts.FindMount("/dev/nvme0n11", info, loops));
+        Assert.Contains("/mnt/with space", Server.KernelMounts.FindMount("/srv/b.img", info, loops));
+        Assert.Null(Server.KernelMounts.FindMount("/srv/c.img", info, loops));
+        Assert.Contains("/mnt/fuse", Server.KernelMounts.FindMount("/srv/a.img", info, loops));
+        Assert.Null(Server.KernelMounts.FindMount("/srv/a.im", info, loops));
     }
 }
