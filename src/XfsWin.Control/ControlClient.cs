@@ -112,7 +112,7 @@ public sealed class ControlClient : IAsyncDisposable
             _pending.TryRemove(request.Id, out _);
             throw new IOException("the control channel is closed");
         }
-        await _connection.SendAsync(FrameKind.Request, request, ControlJsonContext.Default.ControlRequest, cancellationToken).ConfigureAwait(false);
+        await _connection.SendAsync(FrameKind.Request, request, ControlJsonContext.Default.ControlRequest, cancellationToken: cancellationToken).ConfigureAwait(false);
         using (cancellationToken.Register(() => pending.Reply.TrySetCanceled(cancellationToken)))
             return await pending.Reply.Task.ConfigureAwait(false);
     }

@@ -15,7 +15,7 @@ namespace XfsWin.Control.Tests;
 public sealed class ManageBrowserTests : IAsyncLifetime
 {
     private readonly string _dir = Directory.CreateTempSubdirectory("xfswin-manage-test.").FullName;
-    private string _plain = "", _disk = "", _dirty = "";
+    private string _plain = "", _disk = "", _dirty = "", _scratch = "", _broken = "";
     private TestServer _server = null!;
     private ManageServer _manage = null!;
     private IPlaywright _playwright = null!;
@@ -41,7 +41,14 @@ public sealed class ManageBrowserTests : IAsyncLifetime
         });
         _disk = TestVolumes.MakeGptDisk(_dir, "disk.img", "backup");
         _dirty = TestVolumes.MakeDirty(_dir, "crashed.img", "crashed");
-        _server = new TestServer([_plain, _disk, _dirty]);
+        // A scratch image holding ext4 (format names it before destroying it) and an XFS volume whose
+        // AGF 0 free-block count was corrupted with xfs_db (check lists what xfs_repair -n finds).
+        _scratch = Path.Combine(_dir, "scratch.img");
+        using (var f = File.Create(_scratch)) f.SetLength(400L << 20);
+        Shell.RunChecked("mkfs.ext4", "-q", "-F", "-L", "scratch", _scratch);
+        _broken = TestVolumes.Make(_dir, "broken.img", "broken");
+        Shell.RunChecked("xfs_db", "-x", "-c", "agf 0", "-c", "write -d freeblks 7", _broken);
+        _server = new TestServer([_plain, _disk, _dirty, _scratch, _broken]);
         _manage = await ManageServer.StartAsync(ct => ControlClient.ConnectAsync(_server.Socket, ct));
         _playwright = await Playwright.CreateAsync();
         _browser = await _playwright.Chromium.LaunchAsync(new BrowserTypeLaunchOptions
@@ -68,6 +75,12 @@ public sealed class ManageBrowserTests : IAsyncLifetime
         return page;
     }
 
+    private static string Hash(string path)
+    {
+        using var f = File.OpenRead(path);
+        return Convert.ToHexString(System.Security.Cryptography.SHA256.HashData(f));
+    }
+
     private static ILocator Row(IPage page, string source) => page.Locator($"tr[data-source=\"{source}\"]");
 
     private async Task Shot(IPage page, string name) =>
@@ -77,7 +90,7 @@ public sealed class ManageBrowserTests : IAsyncLifetime
     public async Task Lists_disks_partitions_and_volumes_with_usage_and_state()
     {
         var page = await Open();
-        Assert.Equal(3, await page.Locator(".disk").CountAsync());
+        Assert.Equal(5, await page.Locator(".disk").CountAsync());
         var plain = Row(page, _plain);
         Assert.Equal("data", (await plain.Locator("td").Nth(1).InnerTextAsync()).Trim());
         var uuid = XfsDb.Fields(Shell.RunChecked("xfs_db", "-r", "-c", "sb 0", "-c", "print uuid", _plain).StandardOutput)["uuid"];
@@ -88,7 +101,10 @@ public sealed class ManageBrowserTests : IAsyncLifetime
         Assert.Equal("dirty", (await Row(page, _dirty).Locator("td").Nth(5).InnerTextAsync()).Trim());
         // Only operations the service accepts are offered.
         var ops = await plain.Locator("button").EvaluateAllAsync<string[]>("b => b.map(x => x.dataset.op)");
-        Assert.Equal(["info", "mount", "recover"], ops);
+        Assert.Equal(["info", "mount", "recover", "check", "format"], ops);
+        // What holds no XFS volume is offered for formatting as a whole.
+        Assert.Equal(1, await page.Locator($".disk[data-disk=\"{_scratch}\"] .disk-head button[data-op=format]").CountAsync());
+        Assert.Equal(0, await page.Locator($".disk[data-disk=\"{_plain}\"] .disk-head button[data-op=format]").CountAsync());
         await Shot(page, "manage-volumes.png");
 
         await plain.Locator("button[data-op=info]").ClickAsync();
@@ -133,6 +149,72 @@ public sealed class ManageBrowserTests : IAsyncLifetime
         Assert.True(repair.ExitCode == 0, repair.StandardError + repair.StandardOutput);
         using var kernel = LoopMount.Mount(_dirty, readOnly: true, extraOptions: "norecovery");
         Assert.Equal(200, Directory.GetFiles(Path.Combine(kernel.MountPoint, "late")).Length);
+    }
+
+    [Fact]
+    public async Task Formats_a_scratch_image_checks_it_and_refuses_a_format_without_the_token()
+    {
+        var page = await Open();
+        await page.ClickAsync($".disk[data-disk=\"{_scratch}\"] button[data-op=format]");
+        await page.WaitForSelectorAsync("#format-dialog[open]");
+        // mkfs.xfs 6.13's defaults for this image are filled in, and what it holds is named.
+        var oracle = Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-N", "-f", _scratch).StandardOutput;
+        string agcount = System.Text.RegularExpressions.Regex.Match(oracle, @"agcount=(\d+)").Groups[1].Value;
+        Assert.Equal(agcount, await page.InputValueAsync("#format-agcount"));
+        Assert.Equal("4096", await page.InputValueAsync("#format-blockSize"));
+        Assert.Equal("512", await page.InputValueAsync("#format-inodeSize"));
+        foreach (var (feature, on) in new[] { ("crc", true), ("finobt", true), ("sparse", true), ("rmapbt", true), ("reflink", true), ("bigtime", true),
+                     ("inobtcount", true), ("nrext64", true), ("exchange", false), ("parent", false), ("metadir", false) })
+        {
+            Assert.True(on == await page.IsCheckedAsync("#format-" + feature), feature);
+            Assert.Contains($"{feature}={(on ? 1 : 0)}", oracle);
+        }
+        Assert.Contains("Holds an ext4 file system labelled 'scratch'", await page.InnerTextAsync("#format-holds"));
+        await page.FillAsync("#format-label", "fresh");
+        await Shot(page, "manage-format-dialog.png");
+
+        await page.ClickAsync("#format-next");
+        await page.WaitForSelectorAsync("#format-confirm-dialog[open]");
+        Assert.Equal(_scratch, await page.InnerTextAsync("#format-confirm-target"));
+        Assert.Contains("This destroys an ext4 file system labelled 'scratch'", await page.InnerTextAsync("#format-confirm-destroys"));
+        Assert.Contains("agcount=" + agcount, await page.InnerTextAsync("#format-confirm-summary"));
+        await Shot(page, "manage-format-confirm.png");
+        await page.ClickAsync("#format-confirm");
+        await page.WaitForFunctionAsync("() => document.getElementById('operation-stage').textContent === 'done'");
+        Assert.Contains("made an XFS volume labelled 'fresh'", await page.InnerTextAsync("#operation-result"));
+        await page.WaitForFunctionAsync($"() => document.querySelector('tr[data-source=\"{_scratch}\"] td:nth-child(2)')?.textContent === 'fresh'");
+        await page.WaitForSelectorAsync("#events li[data-kind=operation-finished]");
+        await Shot(page, "manage-formatted.png");
+        var repair = TestVolumes.Repair(_scratch);
+        Assert.True(repair.ExitCode == 0, repair.StandardError + repair.StandardOutput);
+        using (var kernel = LoopMount.Mount(_scratch, readOnly: false))
+            File.WriteAllText(Path.Combine(kernel.MountPoint, "after.txt"), "the kernel writes here\n");
+
+        // Check the new volume: clean.
+        await Row(page, _scratch).Locator("button[data-op=check]").ClickAsync();
+        await page.WaitForSelectorAsync("#operation-details .check[data-clean=true]");
+        Assert.Contains("clean", await page.InnerTextAsync("#operation-result"));
+        await Shot(page, "manage-check-clean.png");
+
+        // Check the corrupted one: the problems xfs_repair -n also reports, in a table.
+        var oracleRepair = TestVolumes.Repair(_broken);
+        Assert.Contains("agf_freeblks 7, counted", oracleRepair.StandardOutput + oracleRepair.StandardError);
+        await Row(page, _broken).Locator("button[data-op=check]").ClickAsync();
+        await page.WaitForSelectorAsync("#operation-details .check[data-clean=false]");
+        var rows = await page.Locator("#operation-details table.problems tbody tr").AllInnerTextsAsync();
+        Assert.Contains(rows, r => r.Contains("AGF", StringComparison.OrdinalIgnoreCase) && r.Contains("0x1") && r.Contains('7'));
+        await Shot(page, "manage-check-problems.png");
+
+        // Without the token a format is refused, and nothing is written.
+        string before = Hash(_broken);
+        using var http = new HttpClient();
+        string body = "{\"op\":\"format\",\"source\":" + System.Text.Json.JsonSerializer.Serialize(_broken) + ",\"format\":{\"force\":true}}";
+        foreach (var url in new[] { $"http://127.0.0.1:{_manage.Port}/api/request", $"http://127.0.0.1:{_manage.Port}/{new string('0', _manage.Token.Length)}/api/request" })
+        {
+            using var r = await http.PostAsync(url, new StringContent(body));
+            Assert.Equal(HttpStatusCode.Forbidden, r.StatusCode);
+        }
+        Assert.Equal(before, Hash(_broken));
     }
 
     [Fact]

@@ -49,6 +49,9 @@ public sealed class ProtocolTests : IAsyncLifetime
 
         public ValueTask Send(byte[] bytes) => _connection.SendRawAsync(bytes);
 
+        /// <summary>The protocol version of the last frame read.</summary>
+        public byte LastVersion { get; private set; }
+
         /// <summary>The next response, or null when the server closed the connection.</summary>
         public async Task<ControlResponse?> Reply()
         {
@@ -59,6 +62,7 @@ public sealed class ProtocolTests : IAsyncLifetime
                     (h, payload) => h.Kind == FrameKind.Response ? FrameConnection.Deserialize(payload, ControlJsonContext.Default.ControlResponse, out _) : null,
                     limit.Token);
                 if (status != FrameReadStatus.Frame) return null;
+                LastVersion = header.Version;
                 if (value is not null) return value;
             }
         }
@@ -88,16 +92,37 @@ public sealed class ProtocolTests : IAsyncLifetime
     {
         await using var client = await _server.Connect();
         var hello = (await client.CallAsync(new ControlRequest { Op = Operations.Hello })).Hello!;
-        Assert.Equal(1, hello.ProtocolVersion);
+        Assert.Equal(2, hello.ProtocolVersion);
         Assert.Equal("linux", hello.Platform);
         Assert.Equal("directory", hello.MountPointKind);
-        Assert.Equal(["hello", "list", "info", "mount", "unmount", "recover", "subscribe"], hello.Operations);
-        foreach (var later in new[] { "format", "grow", "check" })
+        Assert.Equal(["hello", "list", "info", "mount", "unmount", "recover", "subscribe", "format", "check"], hello.Operations);
+        var grow = await client.SendAsync(new ControlRequest { Op = "grow", Source = "/nonexistent" });
+        Assert.False(grow.Ok);
+        Assert.Equal(ErrorCodes.UnknownOperation, grow.Error!.Code);
+    }
+
+    [Fact]
+    public async Task A_version_1_client_is_answered_in_version_1_with_the_version_1_operations()
+    {
+        await using var raw = await Raw.Open(_server.Socket);
+        var hello = await raw.Hello();
+        Assert.Equal(1, raw.LastVersion);
+        Assert.Equal(1, hello!.Hello!.ProtocolVersion);
+        Assert.Equal(["hello", "list", "info", "mount", "unmount", "recover", "subscribe"], hello.Hello.Operations);
+        foreach (var later in new[] { "format", "check" })
         {
-            var r = await client.SendAsync(new ControlRequest { Op = later, Source = "/nonexistent" });
-            Assert.False(r.Ok);
+            await raw.Send(FrameBytes(1, 1, Json($"{{\"id\":9,\"op\":\"{later}\",\"source\":\"/nonexistent\"}}")));
+            var r = await raw.Reply();
+            Assert.Equal(1, raw.LastVersion);
+            Assert.Equal(9, r!.Id);
             Assert.Equal(ErrorCodes.UnknownOperation, r.Error!.Code);
+            Assert.Contains("needs protocol version 2", r.Error.Message);
         }
+        // The same connection may speak version 2 next.
+        await raw.Send(FrameBytes(2, 1, Json("{\"id\":10,\"op\":\"check\",\"source\":\"/nonexistent\"}")));
+        var two = await raw.Reply();
+        Assert.Equal(2, raw.LastVersion);
+        Assert.Equal(ErrorCodes.NotFound, two!.Error!.Code);
     }
 
     [Fact]
@@ -135,7 +160,8 @@ public sealed class ProtocolTests : IAsyncLifetime
         await using var raw = await Raw.Open(_server.Socket);
         var cases = new (byte[] Bytes, string Code)[]
         {
-            (FrameBytes(2, 1, Json("{\"op\":\"hello\"}")), ErrorCodes.UnsupportedVersion),
+            (FrameBytes((byte)(Frame.CurrentVersion + 1), 1, Json("{\"op\":\"hello\"}")), ErrorCodes.UnsupportedVersion),
+            (FrameBytes(255, 1, Json("{\"op\":\"hello\"}")), ErrorCodes.UnsupportedVersion),
             (FrameBytes(0, 1, Json("{\"op\":\"hello\"}")), ErrorCodes.UnsupportedVersion),
             (FrameBytes(1, 2, Json("{\"op\":\"hello\"}")), ErrorCodes.BadKind),
             (FrameBytes(1, 99, Json("{}")), ErrorCodes.BadKind),
@@ -146,6 +172,12 @@ public sealed class ProtocolTests : IAsyncLifetime
             (FrameBytes(1, 1, Json(new string('[', 5000) + new string(']', 5000))), ErrorCodes.BadRequest),
             (FrameBytes(1, 1, []), ErrorCodes.BadRequest),
             (FrameBytes(1, 1, [0xff, 0xfe, 0x00, 0x80]), ErrorCodes.BadRequest),
+            // format's options of the wrong shape are refused when decoded, before anything runs.
+            (FrameBytes(2, 1, Json("{\"op\":\"format\",\"source\":\"/tmp/x.img\",\"format\":\"all of it\"}")), ErrorCodes.BadRequest),
+            (FrameBytes(2, 1, Json("{\"op\":\"format\",\"source\":\"/tmp/x.img\",\"format\":{\"agcount\":1e400}}")), ErrorCodes.BadRequest),
+            (FrameBytes(2, 1, Json("{\"op\":\"format\",\"source\":\"/tmp/x.img\",\"format\":{\"blockSize\":\"4096\"}}")), ErrorCodes.BadRequest),
+            (FrameBytes(2, 1, Json("{\"op\":\"format\",\"source\":\"/tmp/x.img\",\"format\":{\"crc\":\"yes\"}}")), ErrorCodes.BadRequest),
+            (FrameBytes(2, 1, Json("{\"op\":\"format\",\"format\":{\"label\":" + new string('[', 20) + new string(']', 20) + "}}")), ErrorCodes.BadRequest),
         };
         foreach (var (bytes, code) in cases)
         {

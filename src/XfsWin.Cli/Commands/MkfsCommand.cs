@@ -1,5 +1,3 @@
-using XfsWin.Device;
-using XfsWin.Format;
 using XfsWin.Mkfs;
 
 namespace XfsWin.Cli.Commands;
@@ -82,111 +80,24 @@ public static class MkfsCommand
 
     private static int Make(MkfsOptions o, TextWriter stdout, TextWriter stderr, bool interactive)
     {
-        var (path, partition) = PartitionSpec.Parse(o.Target!);
-        bool blockDevice = DeviceRangeOps.IsBlockDevice(path);
-        bool exists = File.Exists(path) || blockDevice;
-        if (!exists && partition is not null)
-            throw new XfsException(XfsError.NotFound, $"'{path}' does not exist, so it has no partition {partition}");
-        if (!exists && o.DataSizeBytes is null)
-            throw new XfsException(XfsError.NotFound, $"'{path}' does not exist; give its size with -d size= to make a new image file");
-
-        // Device facts first: the geometry depends on them, and -N must not create or change anything.
-        long deviceSize;
-        int logical = 512, physical = 512;
-        bool solidState = false;
-        long partitionStart = 0;
-        if (!exists)
-        {
-            deviceSize = o.DataSizeBytes!.Value;
-        }
-        else
-        {
-            using var probe = PartitionSpec.Open(o.Target!, writable: false);
-            deviceSize = probe.Length;
-            if (partition is not null)
-            {
-                using var disk = FileBlockDevice.Open(path);
-                partitionStart = PartitionTable.Read(disk).Get(partition.Value).StartByte;
-            }
-            if (blockDevice)
-            {
-                logical = probe.SectorSize;
-                physical = DeviceRangeOps.PhysicalSectorSize(path) ?? logical;
-                solidState = DeviceRangeOps.IsRotational(path) == false;
-            }
-            if (!blockDevice && partition is null && o.DataSizeBytes is long want && want > deviceSize) deviceSize = want;
-        }
-        var facts = new MkfsDeviceFacts
-        {
-            SizeBytes = deviceSize,
-            LogicalSectorSize = logical,
-            PhysicalSectorSize = physical,
-            SolidState = solidState,
-            CpuCount = Environment.ProcessorCount,
-            IsFile = !blockDevice,
-        };
-        if (o.DataSizeBytes is long dsz && dsz > deviceSize && (blockDevice || partition is not null))
-            throw new MkfsUsageException($"size {dsz} specified for data subvolume is too large, maximum is {deviceSize} bytes");
-
-        var geometry = MkfsGeometry.Calculate(o, facts);
-        if (!o.Quiet || o.DryRun) stdout.Write(MkfsSummary.Format(geometry, o.Target!));
+        // The plan creates and changes nothing: -N prints it and stops.
+        var plan = MkfsRun.Plan(o);
+        if (!o.Quiet || o.DryRun) stdout.Write(MkfsSummary.Format(plan.Geometry, o.Target!));
         stdout.Flush();
         if (o.DryRun) return ExitCodes.Ok;
 
-        if (!exists)
-        {
-            using (var f = new FileStream(path, FileMode.CreateNew, FileAccess.Write)) f.SetLength(o.DataSizeBytes!.Value);
-        }
-        else if (!blockDevice && partition is null && o.DataSizeBytes is long grow && grow > new FileInfo(path).Length)
-        {
-            // Refuse before extending: the check below must see the file as it was.
-            using (var check = PartitionSpec.Open(o.Target!, writable: false))
-            {
-                if (!o.Force && ExistingContent.Identify(check) is string found) return Refuse(stderr, o.Target!, found);
-            }
-            using var f = new FileStream(path, FileMode.Open, FileAccess.Write);
-            f.SetLength(grow);
-        }
-
-        using var device = PartitionSpec.Open(o.Target!, writable: true);
-        string? existing = ExistingContent.Identify(device);
-        if (existing is not null && !o.Force) return Refuse(stderr, o.Target!, existing);
-
-        using var target = new MkfsTarget(device, path, partitionStart, blockDevice);
         var progress = new TerminalProgress(stderr, interactive && !o.Quiet);
-        if (blockDevice && !o.NoDiscard)
+        try
         {
-            long total = device.Length;
-            DeviceRangeOps.TryDiscard(path, partitionStart, total, done => progress.Report(new MkfsProgress("discarding blocks", done, total)));
+            MkfsRun.Write(plan, progress, DateTimeOffset.UtcNow);
         }
-        if (existing is not null && o.Force) ZeroOldSecondaries(target);
-
-        var layout = new MkfsLayout(geometry);
-        MkfsWriter.Write(target, layout, DateTimeOffset.UtcNow, progress);
+        catch (MkfsRefusedException e)
+        {
+            stderr.WriteLine($"xfswin mkfs: {e.Target} holds {e.Found}; nothing was written. Use -f to overwrite it.");
+            return ExitCodes.Refused;
+        }
         progress.Done();
         return ExitCodes.Ok;
-    }
-
-    private static int Refuse(TextWriter stderr, string target, string found)
-    {
-        stderr.WriteLine($"xfswin mkfs: {target} holds {found}; nothing was written. Use -f to overwrite it.");
-        return ExitCodes.Refused;
-    }
-
-    /// <summary>An old XFS's secondary superblocks outside the new AG headers would still be found by xfs_repair: zero them (mkfs.xfs does too).</summary>
-    private static void ZeroOldSecondaries(MkfsTarget target)
-    {
-        var sector = new byte[Math.Max(512, target.Device.SectorSize)];
-        target.Device.Read(0, sector);
-        if (!Superblock.Verify(sector).IsOk) return;
-        var old = Superblock.Decode(sector);
-        long agBytes = (long)old.AgBlocks * old.BlockSize;
-        for (uint agno = 1; agno < old.AgCount; agno++)
-        {
-            long at = agno * agBytes;
-            if (at + old.SectorSize > target.Device.Length) break;
-            target.ZeroRange(at, old.SectorSize);
-        }
     }
 
     /// <summary>One status line on a terminal ("mkfs: writing allocation groups 12/64"); silent otherwise.</summary>

@@ -29,8 +29,20 @@ public static class Frame
     public const int HeaderSize = 8;
     public const byte Magic0 = (byte)'X', Magic1 = (byte)'W';
 
-    /// <summary>The protocol version this build speaks. A new incompatible message layout takes a new number.</summary>
-    public const byte CurrentVersion = 1;
+    /// <summary>
+    /// The newest protocol version this build speaks. A version names a set of messages: a new
+    /// operation, or a field that changes what a request means, takes a new number. A server speaks
+    /// every version from <see cref="OldestVersion"/> to this one and answers each request in the
+    /// version it was asked in, offering that version's operations only (<see cref="Operations"/>);
+    /// other versions are answered with an error. Version 1: hello, list, info, mount, unmount,
+    /// recover, subscribe. Version 2: format and check.
+    /// </summary>
+    public const byte CurrentVersion = 2;
+
+    /// <summary>The oldest version a server still serves.</summary>
+    public const byte OldestVersion = 1;
+
+    public static bool IsSpoken(byte version) => version is >= OldestVersion and <= CurrentVersion;
 
     /// <summary>Largest request a server accepts: requests are a few hundred bytes.</summary>
     public const int MaxRequestPayload = 64 * 1024;

@@ -96,8 +96,8 @@ public sealed class FrameConnection : IAsyncDisposable
         }
     }
 
-    /// <summary>Writes one frame: header, then <paramref name="value"/> as JSON.</summary>
-    public async ValueTask SendAsync<T>(FrameKind kind, T value, JsonTypeInfo<T> typeInfo, CancellationToken cancellationToken = default)
+    /// <summary>Writes one frame: header (with <paramref name="version"/>), then <paramref name="value"/> as JSON.</summary>
+    public async ValueTask SendAsync<T>(FrameKind kind, T value, JsonTypeInfo<T> typeInfo, byte version = Frame.CurrentVersion, CancellationToken cancellationToken = default)
     {
         await _writeLock.WaitAsync(cancellationToken).ConfigureAwait(false);
         try
@@ -107,7 +107,7 @@ public sealed class FrameConnection : IAsyncDisposable
             else _json.Reset(_payload);
             JsonSerializer.Serialize(_json, value, typeInfo);
             _json.Flush();
-            await WriteFrameLocked(kind, _payload.WrittenSpan.Length, Frame.CurrentVersion, cancellationToken).ConfigureAwait(false);
+            await WriteFrameLocked(kind, _payload.WrittenSpan.Length, version, cancellationToken).ConfigureAwait(false);
         }
         finally
         {

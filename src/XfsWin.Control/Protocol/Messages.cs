@@ -3,9 +3,14 @@ using System.Text.Json.Serialization;
 namespace XfsWin.Control.Protocol;
 
 /// <summary>
-/// The operations a server accepts, by their wire name. Format, grow, check and read-write mounts
-/// join this list when the engine has them (docs/service.md shows their message shapes); a server
-/// answers any other name with <see cref="ErrorCodes.UnknownOperation"/>.
+/// The operations a server accepts, by their wire name, and the protocol version each joined in
+/// (<see cref="Frame"/>). A request is served in the version its frame carries: a version 1 client
+/// is offered, and may call, only the version 1 operations. Any other name is answered with
+/// <see cref="ErrorCodes.UnknownOperation"/>.
+/// Grow joins as the next version: a name and its version here, a case in
+/// <c>ControlServer.Execute</c>, a method beside Format and Check in <c>VolumeManager</c> (their
+/// device-operation section), a result field on <see cref="ControlResponse"/>, and an entry in
+/// the page's <c>volumeActions</c>.
 /// </summary>
 public static class Operations
 {
@@ -22,8 +27,31 @@ public static class Operations
     public const string Recover = "recover";
     /// <summary>From now on this connection also receives <see cref="ControlEvent"/> frames.</summary>
     public const string Subscribe = "subscribe";
+    /// <summary>Make a new XFS volume (mkfs.xfs's options and defaults); progress is streamed. Version 2.</summary>
+    public const string Format = "format";
+    /// <summary>Check a volume's metadata like <c>xfs_repair -n</c>; progress is streamed. Version 2.</summary>
+    public const string Check = "check";
 
-    public static readonly IReadOnlyList<string> Accepted = [Hello, List, Info, Mount, Unmount, Recover, Subscribe];
+    /// <summary>Every operation with the protocol version it joined in, in the order hello lists them.</summary>
+    private static readonly (string Name, byte Since)[] All =
+    [
+        (Hello, 1), (List, 1), (Info, 1), (Mount, 1), (Unmount, 1), (Recover, 1), (Subscribe, 1),
+        (Format, 2), (Check, 2),
+    ];
+
+    /// <summary>The operations of the current version.</summary>
+    public static readonly IReadOnlyList<string> Accepted = AcceptedIn(Frame.CurrentVersion);
+
+    /// <summary>The operations a client speaking <paramref name="version"/> may call.</summary>
+    public static IReadOnlyList<string> AcceptedIn(byte version) => [.. All.Where(o => o.Since <= version).Select(o => o.Name)];
+
+    /// <summary>The version <paramref name="op"/> joined in, or null when it is not an operation.</summary>
+    public static byte? Since(string? op)
+    {
+        foreach (var (name, since) in All)
+            if (name == op) return since;
+        return null;
+    }
 }
 
 /// <summary>Error codes of <see cref="ControlError.Code"/>: stable strings clients may branch on.</summary>
@@ -46,6 +74,8 @@ public static class ErrorCodes
     public const string NotMounted = "not-mounted";
     public const string InUse = "in-use";
     public const string BadMountPoint = "bad-mount-point";
+    /// <summary>format: the target holds a file system or partition table (named in the message) and force was not set. Nothing was written.</summary>
+    public const string NotEmpty = "not-empty";
     /// <summary>The volume refused the operation (corrupt, unsupported feature, needs repair, I/O error).</summary>
     public const string VolumeError = "volume-error";
     public const string Unavailable = "unavailable";
@@ -67,6 +97,48 @@ public sealed class ControlRequest
     public string? MountPoint { get; set; }
     /// <summary>recover: replay in memory and report what would be written; nothing is written.</summary>
     public bool DryRun { get; set; }
+    /// <summary>format: mkfs options (version 2).</summary>
+    public FormatOptions? Format { get; set; }
+}
+
+/// <summary>
+/// format's options, named as mkfs.xfs names them; an absent (null) option takes mkfs.xfs 6.13's
+/// default, which may depend on the others and on the device (a dry run reports what they come to).
+/// </summary>
+public sealed class FormatOptions
+{
+    /// <summary>-L: at most 12 bytes.</summary>
+    public string? Label { get; set; }
+    /// <summary>-b size= in bytes (default 4096).</summary>
+    public int? BlockSize { get; set; }
+    /// <summary>-s size= in bytes (default: the device's logical sector size; 512 for image files).</summary>
+    public int? SectorSize { get; set; }
+    /// <summary>-i size= in bytes (default 512).</summary>
+    public int? InodeSize { get; set; }
+    /// <summary>-m crc= (default on; xfswin makes V5 volumes only).</summary>
+    public bool? Crc { get; set; }
+    public bool? Finobt { get; set; }
+    public bool? Rmapbt { get; set; }
+    public bool? Reflink { get; set; }
+    public bool? Bigtime { get; set; }
+    public bool? Inobtcount { get; set; }
+    public bool? Metadir { get; set; }
+    /// <summary>-i nrext64=, sparse=, exchange=.</summary>
+    public bool? Nrext64 { get; set; }
+    public bool? Sparse { get; set; }
+    public bool? Exchange { get; set; }
+    /// <summary>-n parent=.</summary>
+    public bool? Parent { get; set; }
+    /// <summary>-d agcount=.</summary>
+    public long? Agcount { get; set; }
+    /// <summary>-l size=, with mkfs.xfs's suffixes ("64m", "16384b").</summary>
+    public string? LogSize { get; set; }
+    /// <summary>-d size=, with suffixes: the size of a new image file (or of an image file extended to it).</summary>
+    public string? DataSize { get; set; }
+    /// <summary>-f: overwrite what the target holds.</summary>
+    public bool Force { get; set; }
+    /// <summary>-N: work out the geometry and what the target holds, write nothing.</summary>
+    public bool DryRun { get; set; }
 }
 
 public sealed class ControlError
@@ -86,6 +158,8 @@ public sealed class ControlResponse
     public VolumeDetails? Volume { get; set; }
     public MountResult? Mount { get; set; }
     public RecoverResult? Recover { get; set; }
+    public FormatResult? Format { get; set; }
+    public CheckResult? Check { get; set; }
 
     public static ControlResponse Fail(long id, string code, string message) =>
         new() { Id = id, Ok = false, Error = new ControlError { Code = code, Message = message } };
@@ -214,6 +288,62 @@ public sealed class RecoverResult
     public required string Message { get; init; }
 }
 
+/// <summary>What format made (or, in a dry run, would make) and what it found on the target.</summary>
+public sealed class FormatResult
+{
+    public required string Source { get; init; }
+    public bool DryRun { get; init; }
+    /// <summary>True when the volume was written.</summary>
+    public bool Written { get; init; }
+    /// <summary>What the target held before ("an XFS file system labelled 'data'", "a GPT partition table"), or null.</summary>
+    public string? Existing { get; init; }
+    /// <summary>False when the target is an image file that format creates.</summary>
+    public bool TargetExists { get; init; }
+    public required string Label { get; init; }
+    public Guid Uuid { get; init; }
+    public long SizeBytes { get; init; }
+    public int BlockSize { get; init; }
+    public int SectorSize { get; init; }
+    public int InodeSize { get; init; }
+    public uint Agcount { get; init; }
+    public uint AgBlocks { get; init; }
+    public uint LogBlocks { get; init; }
+    /// <summary>The mkfs option names of the features the volume has (crc, finobt, sparse, rmapbt, reflink, bigtime, inobtcount, nrext64, exchange, parent, metadir).</summary>
+    public IReadOnlyList<string> Features { get; init; } = [];
+    /// <summary>The geometry report mkfs.xfs prints, line for line.</summary>
+    public required string Summary { get; init; }
+    public required string Message { get; init; }
+}
+
+/// <summary>One problem check found: where (structure, allocation group, disk address in 512-byte units) and what.</summary>
+public sealed class CheckProblemInfo
+{
+    public required string Structure { get; init; }
+    /// <summary>Null for volume-wide structures.</summary>
+    public uint? Ag { get; init; }
+    /// <summary>Null when the problem has no single address (a counter summed over the volume).</summary>
+    public long? Daddr { get; init; }
+    public required string Message { get; init; }
+}
+
+/// <summary>What check found; nothing was changed.</summary>
+public sealed class CheckResult
+{
+    public required string Source { get; init; }
+    public bool Clean { get; init; }
+    public int ProblemCount { get; init; }
+    /// <summary>The problems listed (a volume with very many lists the first ones; <see cref="ProblemCount"/> counts all).</summary>
+    public IReadOnlyList<CheckProblemInfo> Problems { get; init; } = [];
+    public IReadOnlyList<string> Notes { get; init; } = [];
+    public uint AgCount { get; init; }
+    public ulong InodesInUse { get; init; }
+    public ulong Directories { get; init; }
+    public ulong FreeBlocks { get; init; }
+    public string LogState { get; init; } = "";
+    public double ElapsedSeconds { get; init; }
+    public required string Message { get; init; }
+}
+
 /// <summary>Progress of a long operation, sent before its response; <see cref="Fraction"/> runs 0..1.</summary>
 public sealed class ProgressMessage
 {
@@ -231,7 +361,7 @@ public static class EventKinds
     public const string Unmounted = "unmounted";
     /// <summary>A mounted volume found corruption: it stays mounted read-only and refuses writes.</summary>
     public const string VolumeReadOnly = "volume-read-only";
-    /// <summary>A long operation (recover; later format, grow, check) finished, successfully or not.</summary>
+    /// <summary>A long operation (recover, format, check) finished, successfully or not; <see cref="ControlEvent.Op"/> names it.</summary>
     public const string OperationFinished = "operation-finished";
 }
 

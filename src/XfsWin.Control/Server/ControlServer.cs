@@ -1,4 +1,6 @@
+using XfsWin.Check;
 using XfsWin.Control;
+using XfsWin.Mkfs;
 using System.Buffers;
 using System.Threading.Channels;
 using XfsWin.Control.Protocol;
@@ -69,10 +71,14 @@ public sealed class ControlServer : IAsyncDisposable
     /// <summary>The decoded request frame, or why it is not one.</summary>
     private readonly record struct Incoming(ControlRequest? Request, string? ErrorCode, string? Error);
 
+    /// <summary>The version a reply is sent in: the request's when this server speaks it, otherwise the newest.</summary>
+    private static byte ReplyVersion(byte requestVersion) => Frame.IsSpoken(requestVersion) ? requestVersion : Frame.CurrentVersion;
+
     private static Incoming Decode(FrameHeader header, ReadOnlySequence<byte> payload)
     {
-        if (header.Version != Frame.CurrentVersion)
-            return new(null, ErrorCodes.UnsupportedVersion, $"protocol version {header.Version} is not spoken here; this server speaks version {Frame.CurrentVersion}");
+        if (!Frame.IsSpoken(header.Version))
+            return new(null, ErrorCodes.UnsupportedVersion,
+                $"protocol version {header.Version} is not spoken here; this server speaks versions {Frame.OldestVersion} to {Frame.CurrentVersion}");
         if (header.Kind != FrameKind.Request)
             return new(null, ErrorCodes.BadKind, $"frame kind {(byte)header.Kind} cannot be sent to a server; send requests (kind {(byte)FrameKind.Request})");
         var request = FrameConnection.Deserialize(payload, ControlJsonContext.Default.ControlRequest, out var error);
@@ -111,7 +117,7 @@ public sealed class ControlServer : IAsyncDisposable
                 }
                 if (incoming.Request is not { } request)
                 {
-                    await TrySend(connection, ControlResponse.Fail(0, incoming.ErrorCode!, incoming.Error!)).ConfigureAwait(false);
+                    await TrySend(connection, ControlResponse.Fail(0, incoming.ErrorCode!, incoming.Error!), ReplyVersion(header.Version)).ConfigureAwait(false);
                     continue;
                 }
                 if (request.Op == Operations.Subscribe)
@@ -119,19 +125,21 @@ public sealed class ControlServer : IAsyncDisposable
                     if (subscription is null)
                     {
                         subscription = _volumes.Subscribe(e => events.Writer.TryWrite(e));
-                        eventPump = Task.Run(() => PumpEvents(connection, events.Reader));
+                        byte eventVersion = header.Version;
+                        eventPump = Task.Run(() => PumpEvents(connection, events.Reader, eventVersion));
                     }
-                    await TrySend(connection, new ControlResponse { Id = request.Id, Ok = true }).ConfigureAwait(false);
+                    await TrySend(connection, new ControlResponse { Id = request.Id, Ok = true }, header.Version).ConfigureAwait(false);
                     continue;
                 }
                 inFlight.RemoveAll(t => t.IsCompleted);
                 if (inFlight.Count >= _options.MaxRequestsPerConnection)
                 {
                     await TrySend(connection, ControlResponse.Fail(request.Id, ErrorCodes.Busy,
-                        $"{_options.MaxRequestsPerConnection} requests are already in flight on this connection; wait for their replies")).ConfigureAwait(false);
+                        $"{_options.MaxRequestsPerConnection} requests are already in flight on this connection; wait for their replies"), header.Version).ConfigureAwait(false);
                     continue;
                 }
-                inFlight.Add(Task.Run(() => Handle(connection, request)));
+                byte version = header.Version;
+                inFlight.Add(Task.Run(() => Handle(connection, request, version)));
             }
         }
         catch (OperationCanceledException)
@@ -158,13 +166,13 @@ public sealed class ControlServer : IAsyncDisposable
         }
     }
 
-    private static async Task PumpEvents(FrameConnection connection, ChannelReader<ControlEvent> reader)
+    private static async Task PumpEvents(FrameConnection connection, ChannelReader<ControlEvent> reader, byte version)
     {
         await foreach (var e in reader.ReadAllAsync().ConfigureAwait(false))
         {
             try
             {
-                await connection.SendAsync(FrameKind.Event, e, ControlJsonContext.Default.ControlEvent).ConfigureAwait(false);
+                await connection.SendAsync(FrameKind.Event, e, ControlJsonContext.Default.ControlEvent, version: version).ConfigureAwait(false);
             }
             catch (Exception ex) when (ex is IOException or ObjectDisposedException or InvalidOperationException)
             {
@@ -173,11 +181,11 @@ public sealed class ControlServer : IAsyncDisposable
         }
     }
 
-    private static async Task TrySend(FrameConnection connection, ControlResponse response)
+    private static async Task TrySend(FrameConnection connection, ControlResponse response, byte version = Frame.CurrentVersion)
     {
         try
         {
-            await connection.SendAsync(FrameKind.Response, response, ControlJsonContext.Default.ControlResponse).ConfigureAwait(false);
+            await connection.SendAsync(FrameKind.Response, response, ControlJsonContext.Default.ControlResponse, version: version).ConfigureAwait(false);
         }
         catch (Exception e) when (e is IOException or ObjectDisposedException or InvalidOperationException)
         {
@@ -185,12 +193,12 @@ public sealed class ControlServer : IAsyncDisposable
         }
     }
 
-    private async Task Handle(FrameConnection connection, ControlRequest request)
+    private async Task Handle(FrameConnection connection, ControlRequest request, byte version)
     {
         ControlResponse response;
         try
         {
-            response = Execute(connection, request);
+            response = Execute(connection, request, version);
         }
         catch (ControlException e)
         {
@@ -206,18 +214,25 @@ public sealed class ControlServer : IAsyncDisposable
             _log($"control channel: {request.Op} failed with an internal error: {e}");
             response = ControlResponse.Fail(request.Id, ErrorCodes.Internal, $"internal error in {request.Op}: {e.GetType().Name}: {e.Message}");
         }
-        await TrySend(connection, response).ConfigureAwait(false);
+        await TrySend(connection, response, version).ConfigureAwait(false);
     }
 
-    private ControlResponse Execute(FrameConnection connection, ControlRequest request)
+    /// <summary>
+    /// Runs one request asked in protocol <paramref name="version"/>: one case per operation; an
+    /// operation newer than the version is unknown to that client.
+    /// </summary>
+    private ControlResponse Execute(FrameConnection connection, ControlRequest request, byte version)
     {
         string Source() => string.IsNullOrEmpty(request.Source)
             ? throw new ControlException(ErrorCodes.BadRequest, $"{request.Op} needs a source (an image file or device, 'disk.img@N' for a partition)")
             : request.Source;
+        if (Operations.Since(request.Op) is { } since && since > version)
+            throw new ControlException(ErrorCodes.UnknownOperation,
+                $"operation '{request.Op}' needs protocol version {since}; this request speaks version {version}, which has: {string.Join(", ", Operations.AcceptedIn(version))}");
         switch (request.Op)
         {
             case Operations.Hello:
-                return new ControlResponse { Id = request.Id, Ok = true, Hello = _volumes.Hello() };
+                return new ControlResponse { Id = request.Id, Ok = true, Hello = _volumes.Hello(version) };
             case Operations.List:
                 return new ControlResponse { Id = request.Id, Ok = true, List = _volumes.List() };
             case Operations.Info:
@@ -229,37 +244,75 @@ public sealed class ControlServer : IAsyncDisposable
             case Operations.Unmount:
                 return new ControlResponse { Id = request.Id, Ok = true, Mount = _volumes.Unmount(request.Source, request.MountPoint) };
             case Operations.Recover:
-                var progress = new ProgressSender(connection, request.Id, Operations.Recover, request.DryRun ? "replaying the log in memory" : "replaying the log onto the device");
-                var result = _volumes.Recover(Source(), request.DryRun, progress);
+                var progress = new ProgressSender(connection, request.Id, Operations.Recover, version);
+                string stage = request.DryRun ? "replaying the log in memory" : "replaying the log onto the device";
+                var result = _volumes.Recover(Source(), request.DryRun, new Progress(f => progress.Report(stage, f)));
                 return new ControlResponse { Id = request.Id, Ok = true, Recover = result };
+            case Operations.Format:
+                var formatProgress = new ProgressSender(connection, request.Id, Operations.Format, version);
+                return new ControlResponse
+                {
+                    Id = request.Id, Ok = true,
+                    Format = _volumes.Format(Source(), request.Format ?? new FormatOptions(),
+                        new Progress<MkfsProgress>(p => formatProgress.Report(p.Stage, p.Total > 0 ? (double)p.Done / p.Total : 0))),
+                };
+            case Operations.Check:
+                var checkProgress = new ProgressSender(connection, request.Id, Operations.Check, version);
+                return new ControlResponse
+                {
+                    Id = request.Id, Ok = true,
+                    Check = _volumes.Check(Source(), new Progress<CheckProgress>(p =>
+                        checkProgress.Report(p.Phase, p.Total > 0 ? (double)p.Done / p.Total : 0))),
+                };
             case null or "":
                 throw new ControlException(ErrorCodes.BadRequest, "the request names no op");
             default:
                 throw new ControlException(ErrorCodes.UnknownOperation,
-                    $"unknown operation '{Truncate(request.Op, 64)}'; this server accepts: {string.Join(", ", Operations.Accepted)}");
+                    $"unknown operation '{Truncate(request.Op, 64)}'; this server accepts: {string.Join(", ", Operations.AcceptedIn(version))}");
         }
     }
 
     private static string Truncate(string s, int max) => s.Length <= max ? s : s[..max] + "…";
 
-    /// <summary>Sends a progress frame whenever the whole percentage changes; never blocks the operation on a slow client.</summary>
-    private sealed class ProgressSender(FrameConnection connection, long id, string op, string stage) : IProgress<double>
+    /// <summary>An <see cref="IProgress{T}"/> that calls back synchronously on the reporting thread (System.Progress posts to a context).</summary>
+    private sealed class Progress<T>(Action<T> report) : IProgress<T>
     {
+        public void Report(T value) => report(value);
+    }
+
+    private sealed class Progress(Action<double> report) : IProgress<double>
+    {
+        public void Report(double value) => report(value);
+    }
+
+    /// <summary>
+    /// Sends a progress frame whenever the stage or the whole percentage changes; safe to call from
+    /// several threads at once (check works on AGs in parallel); never blocks the operation on a slow
+    /// client.
+    /// </summary>
+    private sealed class ProgressSender(FrameConnection connection, long id, string op, byte version)
+    {
+        private readonly object _lock = new();
+        private string _stage = "";
         private int _lastPercent = -1;
 
-        public void Report(double value)
+        public void Report(string stage, double fraction)
         {
-            int percent = (int)Math.Clamp(value * 100, 0, 100);
-            if (Interlocked.Exchange(ref _lastPercent, percent) == percent) return;
-            var message = new ProgressMessage { Id = id, Op = op, Stage = stage, Fraction = percent / 100.0 };
-            _ = Send(message);
+            int percent = double.IsFinite(fraction) ? (int)Math.Clamp(fraction * 100, 0, 100) : 0;
+            lock (_lock)
+            {
+                if (stage == _stage && percent == _lastPercent) return;
+                _stage = stage;
+                _lastPercent = percent;
+            }
+            _ = Send(new ProgressMessage { Id = id, Op = op, Stage = stage, Fraction = percent / 100.0 });
         }
 
         private async Task Send(ProgressMessage message)
         {
             try
             {
-                await connection.SendAsync(FrameKind.Progress, message, ControlJsonContext.Default.ProgressMessage).ConfigureAwait(false);
+                await connection.SendAsync(FrameKind.Progress, message, ControlJsonContext.Default.ProgressMessage, version: version).ConfigureAwait(false);
             }
             catch (Exception e) when (e is IOException or ObjectDisposedException or InvalidOperationException)
             {

@@ -1,3 +1,4 @@
+using XfsWin.Check;
 using XfsWin.Control;
 using XfsWin.Control.Protocol;
 using XfsWin.Device;
@@ -5,12 +6,13 @@ using XfsWin.Format;
 using XfsWin.Inodes;
 using XfsWin.Journal;
 using XfsWin.Metadata;
+using XfsWin.Mkfs;
 using XfsWin.Volume;
 
 namespace XfsWin.Control.Server;
 
 /// <summary>
-/// The operations behind the control channel: listing, info, mounts and recovery, and the events
+/// The operations behind the control channel: listing, info, mounts, recovery, format and check, and the events
 /// they raise. One per server; safe for concurrent calls.
 /// Lock order: <c>_gate</c> guards the mount table and the busy set and is never held while a
 /// device is opened, a host mounts or unmounts, or an event is delivered.
@@ -24,6 +26,8 @@ public sealed class VolumeManager : IDisposable
     private readonly object _gate = new();
     private readonly Dictionary<string, ActiveMount> _mounts = new(StringComparer.Ordinal);
     private readonly HashSet<string> _busy = new(StringComparer.Ordinal);
+    // Image files this server created by format: listed from then on, beside the configured sources.
+    private readonly List<string> _formatted = [];
     private readonly List<Action<ControlEvent>> _subscribers = [];
     private readonly Timer _healthTimer;
     private int _disposed;
@@ -72,12 +76,13 @@ public sealed class VolumeManager : IDisposable
         foreach (var t in targets) t(e);
     }
 
-    public HelloResult Hello() => new()
+    /// <summary>The hello reply for a client speaking <paramref name="version"/>: that version's operations.</summary>
+    public HelloResult Hello(byte version = Frame.CurrentVersion) => new()
     {
-        ProtocolVersion = Frame.CurrentVersion,
+        ProtocolVersion = version,
         Server = _options.ServerName,
         Platform = OperatingSystem.IsWindows() ? "windows" : "linux",
-        Operations = Operations.Accepted,
+        Operations = Operations.AcceptedIn(version),
         MountPointKind = _backend?.MountPointKind ?? "none",
         SuggestedMountPoints = _backend?.SuggestMountPoints(null) ?? [],
     };
@@ -104,7 +109,10 @@ public sealed class VolumeManager : IDisposable
         if (_options.ScanDevices)
             foreach (var d in DeviceScan.Disks()) Add(d);
         lock (_gate)
+        {
+            foreach (var f in _formatted) Add(f);
             foreach (var m in _mounts.Values) Add(PartitionSpec.Parse(m.Key).Path);
+        }
         return new ListResult { Disks = [.. paths.Select(DescribeDisk)] };
     }
 
@@ -281,13 +289,28 @@ public sealed class VolumeManager : IDisposable
 
     // ---- mount / unmount ----------------------------------------------------------------------
 
+    /// <summary>
+    /// Whether two sources share bytes: the same path, and the same partition or either the whole
+    /// device (formatting disk.img overwrites disk.img@1).
+    /// </summary>
+    private static bool Overlap(string a, string b)
+    {
+        var (pa, na) = PartitionSpec.Parse(a);
+        var (pb, nb) = PartitionSpec.Parse(b);
+        return string.Equals(pa, pb, StringComparison.Ordinal) && (na is null || nb is null || na == nb);
+    }
+
     private void Claim(string key, bool mustBeMounted)
     {
         lock (_gate)
         {
-            if (_busy.Contains(key)) throw new ControlException(ErrorCodes.InUse, $"{key}: another operation is working on it; try again when it finished");
+            foreach (var busy in _busy)
+                if (Overlap(busy, key)) throw new ControlException(ErrorCodes.InUse, $"{key}: another operation is working on {busy}; try again when it finished");
             bool mounted = _mounts.ContainsKey(key);
-            if (mounted && !mustBeMounted) throw new ControlException(ErrorCodes.AlreadyMounted, $"{key} is already mounted at {_mounts[key].Host.MountPoint}; unmount it first");
+            if (!mustBeMounted)
+                foreach (var m in _mounts.Values)
+                    if (Overlap(m.Key, key))
+                        throw new ControlException(ErrorCodes.AlreadyMounted, $"{key}: {m.Key} is mounted at {m.Host.MountPoint}; unmount it first");
             if (!mounted && mustBeMounted) throw new ControlException(ErrorCodes.NotMounted, $"{key} is not mounted by this server");
             _busy.Add(key);
         }
@@ -453,7 +476,37 @@ public sealed class VolumeManager : IDisposable
                 $"{m.Key} found corrupt metadata and stays read-only: {m.Volume.FirstCorruption?.Message}", ok: false);
     }
 
-    // ---- recover ------------------------------------------------------------------------------
+    // ---- device operations: recover, format, check ---------------------------------------------
+    // Each works on an unmounted device, alone: RunExclusive claims the source, refuses it while this
+    // server or the kernel has it (or an overlapping partition or whole disk) mounted, and raises
+    // operation-finished. Grow joins here as one more method over RunExclusive.
+
+    /// <summary>
+    /// Runs <paramref name="work"/> on <paramref name="key"/> with no other operation or mount on it.
+    /// <paramref name="finished"/> gives the operation-finished event's message, or null for none
+    /// (a dry run of format only looks).
+    /// </summary>
+    private T RunExclusive<T>(string key, string op, Func<T> work, Func<T, string?> finished)
+    {
+        Claim(key, mustBeMounted: false);
+        try
+        {
+            if (KernelMounts.FindMount(PartitionSpec.Parse(key).Path) is { } where)
+                throw new ControlException(ErrorCodes.InUse, $"{key}: {where}; unmount it first. Nothing was done.");
+            var result = work();
+            if (finished(result) is { } message) Raise(EventKinds.OperationFinished, key, null, message, op);
+            return result;
+        }
+        catch (Exception e) when (e is XfsException or IOException or UnauthorizedAccessException or ControlException)
+        {
+            Raise(EventKinds.OperationFinished, key, null, $"{op} {key} failed: {e.Message}", op, ok: false);
+            throw;
+        }
+        finally
+        {
+            Release(key);
+        }
+    }
 
     /// <summary>
     /// Replays a dirty log onto the device and marks it clean (what Linux does at mount), or with
@@ -462,22 +515,142 @@ public sealed class VolumeManager : IDisposable
     public RecoverResult Recover(string source, bool dryRun, IProgress<double>? progress)
     {
         string key = Normalize(source);
-        Claim(key, mustBeMounted: false);
+        return RunExclusive(key, Operations.Recover, () => RecoverClaimed(key, dryRun, progress), r => r.Message);
+    }
+
+    /// <summary>
+    /// Makes a new XFS volume on <paramref name="source"/> (an image file, made when it does not
+    /// exist and <see cref="FormatOptions.DataSize"/> is given; a block device; a partition) as
+    /// <c>xfswin mkfs</c> does. A target holding a file system or partition table is refused with
+    /// <see cref="ErrorCodes.NotEmpty"/>, naming it, unless <see cref="FormatOptions.Force"/>. A dry
+    /// run writes nothing and reports the geometry and what the target holds.
+    /// </summary>
+    public FormatResult Format(string source, FormatOptions format, IProgress<MkfsProgress>? progress)
+    {
+        ArgumentNullException.ThrowIfNull(format);
+        string key = Normalize(source);
+        var options = ToMkfsOptions(key, format);
+        return RunExclusive(key, Operations.Format, () => FormatClaimed(key, options, progress), r => r.DryRun ? null : r.Message);
+    }
+
+    private static MkfsOptions ToMkfsOptions(string key, FormatOptions f)
+    {
         try
         {
-            var result = RecoverClaimed(key, dryRun, progress);
-            Raise(EventKinds.OperationFinished, key, null, result.Message, Operations.Recover);
-            return result;
+            var sizes = new MkfsOptions { BlockSize = f.BlockSize, SectorSize = f.SectorSize };
+            return new MkfsOptions
+            {
+                Target = key, Label = f.Label, BlockSize = f.BlockSize, SectorSize = f.SectorSize, InodeSize = f.InodeSize,
+                Crc = f.Crc, Finobt = f.Finobt, Rmapbt = f.Rmapbt, Reflink = f.Reflink, Bigtime = f.Bigtime, InobtCount = f.Inobtcount,
+                Metadir = f.Metadir, Nrext64 = f.Nrext64, SparseInodes = f.Sparse, Exchange = f.Exchange, Parent = f.Parent,
+                AgCount = f.Agcount,
+                LogSizeBytes = f.LogSize is { } log ? MkfsOptionParser.ParseSize("log size", log, sizes) : null,
+                DataSizeBytes = f.DataSize is { } data ? MkfsOptionParser.ParseSize("data size", data, sizes) : null,
+                Force = f.Force, DryRun = f.DryRun,
+            };
         }
-        catch (Exception e) when (e is XfsException or IOException or UnauthorizedAccessException or ControlException)
+        catch (MkfsUsageException e)
         {
-            Raise(EventKinds.OperationFinished, key, null, $"recover {key} failed: {e.Message}", Operations.Recover, ok: false);
-            throw;
+            throw new ControlException(ErrorCodes.BadRequest, $"format {key}: {e.Message}");
         }
-        finally
+    }
+
+    private FormatResult FormatClaimed(string key, MkfsOptions options, IProgress<MkfsProgress>? progress)
+    {
+        MkfsPlan plan;
+        try
         {
-            Release(key);
+            plan = MkfsRun.Plan(options);
+            if (!options.DryRun) MkfsRun.Write(plan, progress, DateTimeOffset.UtcNow);
         }
+        catch (MkfsUsageException e)
+        {
+            throw new ControlException(ErrorCodes.BadRequest, $"format {key}: {e.Message}");
+        }
+        catch (MkfsRefusedException e)
+        {
+            throw new ControlException(ErrorCodes.NotEmpty, $"{key} holds {e.Found}; nothing was written. Set force to overwrite it.");
+        }
+        catch (XfsException e) when (e.Error == XfsError.NotFound)
+        {
+            throw new ControlException(ErrorCodes.NotFound, e.Message);
+        }
+        catch (DirectoryNotFoundException e)
+        {
+            throw new ControlException(ErrorCodes.NotFound, $"{key}: {e.Message}");
+        }
+        if (!options.DryRun && !plan.TargetExists)
+            lock (_gate)
+                if (!_formatted.Contains(plan.Path)) _formatted.Add(plan.Path);
+        var g = plan.Geometry;
+        long size = (long)(g.DataBlocks * (ulong)g.BlockSize);
+        string made = $"an XFS volume{(g.Label.Length > 0 ? $" labelled '{g.Label}'" : "")} of {size >> 20} MiB ({g.AgCount} allocation groups, {g.BlockSize}-byte blocks)";
+        string message = options.DryRun
+            ? $"{key}: dry run: would make {made}; " + (plan.Existing is { } existing ? $"this destroys {existing}." : plan.TargetExists ? "nothing recognisable is on it." : "the image file would be created.") + " Nothing was written."
+            : $"{key}: made {made}" + (plan.Existing is { } was ? $", replacing {was}." : ".");
+        var features = new List<string> { "crc" };
+        void Feature(bool on, string name)
+        {
+            if (on) features.Add(name);
+        }
+        Feature(g.Finobt, "finobt");
+        Feature(g.SparseInodes, "sparse");
+        Feature(g.Rmapbt, "rmapbt");
+        Feature(g.Reflink, "reflink");
+        Feature(g.Bigtime, "bigtime");
+        Feature(g.InobtCount, "inobtcount");
+        Feature(g.Nrext64, "nrext64");
+        Feature(g.Exchange, "exchange");
+        Feature(g.Parent, "parent");
+        Feature(g.Metadir, "metadir");
+        return new FormatResult
+        {
+            Source = key, DryRun = options.DryRun, Written = !options.DryRun, Existing = plan.Existing, TargetExists = plan.TargetExists,
+            Label = g.Label, Uuid = g.Uuid, SizeBytes = size, BlockSize = g.BlockSize, SectorSize = g.SectorSize, InodeSize = g.InodeSize,
+            Agcount = g.AgCount, AgBlocks = g.AgBlocks, LogBlocks = g.LogBlocks, Features = features,
+            Summary = MkfsSummary.Format(g, key), Message = message,
+        };
+    }
+
+    /// <summary>
+    /// Checks <paramref name="source"/>'s metadata as <c>xfs_repair -n</c> does (changes nothing; a
+    /// dirty log is replayed in memory first). Problems are values in the result, not errors; an
+    /// error means the source is not XFS or cannot be read.
+    /// </summary>
+    public CheckResult Check(string source, IProgress<CheckProgress>? progress)
+    {
+        string key = Normalize(source);
+        return RunExclusive(key, Operations.Check, () => CheckClaimed(key, progress), r => r.Message);
+    }
+
+    private static CheckResult CheckClaimed(string key, IProgress<CheckProgress>? progress)
+    {
+        CheckReport report;
+        try
+        {
+            report = VolumeChecker.Check(key, new CheckOptions { Progress = progress });
+        }
+        catch (XfsException e) when (e.Error == XfsError.NotFound || e is { Error: XfsError.IoError, InnerException: FileNotFoundException or DirectoryNotFoundException })
+        {
+            throw new ControlException(ErrorCodes.NotFound, e.Message);
+        }
+        catch (Exception e) when (e is FileNotFoundException or DirectoryNotFoundException)
+        {
+            throw new ControlException(ErrorCodes.NotFound, $"{key} does not exist: {e.Message}");
+        }
+        string message = report.IsClean
+            ? $"{key}: clean, no problems found."
+            : $"{key}: {report.ProblemCount} problem(s) found. Nothing was changed. To repair, run xfs_repair on it from Linux.";
+        var s = report.Summary;
+        return new CheckResult
+        {
+            Source = key, Clean = report.IsClean, ProblemCount = report.ProblemCount,
+            Problems = [.. report.Problems.Select(p => new CheckProblemInfo { Structure = p.Structure, Ag = p.Ag, Daddr = p.Daddr, Message = p.Message })],
+            Notes = report.Notes,
+            AgCount = s?.AgCount ?? 0, InodesInUse = s?.InUseInodes ?? 0, Directories = s?.Directories ?? 0,
+            FreeBlocks = s?.FreeBlocksCounted ?? 0, LogState = s?.LogState ?? "", ElapsedSeconds = s?.ElapsedSeconds ?? 0,
+            Message = message,
+        };
     }
 
     private static RecoverResult RecoverClaimed(string key, bool dryRun, IProgress<double>? progress)

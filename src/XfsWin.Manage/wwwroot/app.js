@@ -3,16 +3,25 @@
 // starts this page's path. api/request takes one control request (JSON) and answers with the
 // service's response; api/events streams the service's events and operation progress.
 
-const state = { hello: null, ops: new Set(), busy: false };
+const state = { hello: null, ops: new Set(), busy: false, running: false };
 
 // Actions offered per volume. An action shows only when the service accepts its operation
-// (hello.operations): format, grow and check join this list when the engine has them.
+// (hello.operations); grow joins this list when the service offers it.
+const idle = v => !v.mountPoint && v.health !== 'busy';
 const volumeActions = [
   { op: 'info', label: 'Info', show: v => true, run: v => showInfo(v.source) },
-  { op: 'mount', label: 'Mount', show: v => !v.mountPoint && v.health !== 'busy', run: v => openMount(v) },
+  { op: 'mount', label: 'Mount', show: idle, run: v => openMount(v) },
   { op: 'unmount', label: 'Unmount', show: v => !!v.mountPoint, run: v => unmount(v) },
-  { op: 'recover', label: 'Recover', show: v => !v.mountPoint && v.health !== 'busy', run: v => openRecover(v) },
+  { op: 'recover', label: 'Recover', show: idle, run: v => openRecover(v) },
+  { op: 'check', label: 'Check', show: idle, run: v => runCheck(v.source) },
+  { op: 'format', label: 'Format', show: idle, run: v => openFormat(v.source) },
 ];
+
+// A Format button for what holds no XFS volume: a disk or image as a whole, a partition.
+function formatButton(target, label) {
+  if (!state.ops.has('format')) return null;
+  return el('button', { type: 'button', 'data-op': 'format', 'data-target': target, onclick: () => openFormat(target) }, label);
+}
 
 async function call(request) {
   const r = await fetch('api/request', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(request) });
@@ -70,7 +79,8 @@ function renderDisks(list) {
   for (const d of list.disks) {
     const head = el('div', { class: 'disk-head' },
       el('span', { class: 'path' }, d.path), el('span', { class: 'muted' }, d.kind),
-      el('span', {}, size(d.sizeBytes)), el('span', { class: 'muted' }, d.partitionTable === 'none' ? 'no partition table' : d.partitionTable.toUpperCase()));
+      el('span', {}, size(d.sizeBytes)), el('span', { class: 'muted' }, d.partitionTable === 'none' ? 'no partition table' : d.partitionTable.toUpperCase()),
+      d.volume ? null : el('div', { class: 'actions' }, formatButton(d.path, 'Format whole ' + (d.kind === 'image' ? 'image' : 'disk'))));
     const box = el('div', { class: 'disk', 'data-disk': d.path }, head);
     if (d.problem) box.append(el('p', { class: 'error' }, d.problem));
     const table = el('table', {}, el('thead', {}, el('tr', {}, ...['Where', 'Label', 'UUID', 'Size', 'Usage', 'Log', 'Health', 'Mounted at', ''].map(h => el('th', {}, h)))));
@@ -79,7 +89,8 @@ function renderDisks(list) {
     for (const p of d.partitions) {
       if (p.volume) body.append(volumeRow('partition ' + p.number, p.volume));
       else body.append(el('tr', { class: 'muted' }, el('td', {}, 'partition ' + p.number), el('td', { colspan: 2 }, p.type + (p.name ? ' "' + p.name + '"' : '')),
-        el('td', {}, size(p.lengthBytes)), el('td', { colspan: 5 }, p.problem || 'not XFS')));
+        el('td', {}, size(p.lengthBytes)), el('td', { colspan: 4 }, p.problem || 'not XFS'),
+        el('td', {}, el('div', { class: 'actions' }, formatButton(d.path + '@' + p.number, 'Format')))));
     }
     if (body.children.length === 0) body.append(el('tr', {}, el('td', { colspan: 9, class: 'muted' }, 'No XFS volume on this disk.')));
     table.append(body);
@@ -145,17 +156,135 @@ async function runOperation(title, request, after) {
   const result = document.getElementById('operation-result');
   result.textContent = '';
   result.className = '';
+  const details = document.getElementById('operation-details');
+  details.replaceChildren();
+  state.running = true;
   try {
     const r = await call(request);
+    state.running = false;
     bar.value = 1;
     document.getElementById('operation-stage').textContent = 'done';
-    result.textContent = after(r);
+    // after gives the result's text, or [text, node] to show a table under it.
+    const out = after(r);
+    if (Array.isArray(out)) { result.textContent = out[0]; details.replaceChildren(out[1]); } else result.textContent = out;
   } catch (e) {
+    state.running = false;
     document.getElementById('operation-stage').textContent = 'failed';
     result.className = 'error';
     result.textContent = e.message;
   }
   await refresh();
+}
+
+// ---- check ----------------------------------------------------------------------------------
+
+function hex(n) { return n === null || n === undefined ? '' : '0x' + n.toString(16); }
+
+function describeCheck(c) {
+  const box = el('div', { class: 'check', 'data-clean': String(c.clean) });
+  box.append(el('div', { class: 'check-status' }, badge(c.clean ? 'clean' : 'corrupt'),
+    el('span', {}, c.clean ? 'clean: no problems found' : c.problemCount + ' problem' + (c.problemCount === 1 ? '' : 's') + ' found'),
+    el('span', { class: 'muted' }, c.agCount + ' AGs, ' + c.inodesInUse + ' inodes in use, ' + c.directories + ' directories; log ' + c.logState +
+      '; ' + c.elapsedSeconds.toFixed(2) + ' s')));
+  if (c.problems.length) {
+    const body = el('tbody');
+    for (const p of c.problems)
+      body.append(el('tr', {}, el('td', {}, p.structure), el('td', {}, p.ag ?? ''), el('td', { class: 'mono' }, hex(p.daddr)), el('td', {}, p.message)));
+    box.append(el('table', { class: 'problems' },
+      el('thead', {}, el('tr', {}, ...['Structure', 'AG', 'Disk address (512-byte units)', 'Problem'].map(h => el('th', {}, h)))), body));
+    if (c.problemCount > c.problems.length) box.append(el('p', { class: 'muted' }, '… and ' + (c.problemCount - c.problems.length) + ' more'));
+  }
+  for (const n of c.notes) box.append(el('p', { class: 'muted' }, 'Note: ' + n));
+  return [c.message, box];
+}
+
+async function runCheck(source) {
+  state.busy = true;
+  try {
+    await runOperation('Check ' + source, { op: 'check', source }, r => describeCheck(r.check));
+  } finally { state.busy = false; }
+}
+
+// ---- format ---------------------------------------------------------------------------------
+
+const formatFeatures = ['crc', 'finobt', 'sparse', 'rmapbt', 'reflink', 'bigtime', 'inobtcount', 'nrext64', 'exchange', 'parent', 'metadir'];
+// What the dialog was filled with (mkfs.xfs's defaults for this target): only changes are sent,
+// so options that depend on each other keep mkfs.xfs's own rules.
+let formatTarget = null, formatDefaults = null, formatPlan = null, formatOptions = null;
+
+function field(name) { return document.getElementById('format-' + name); }
+
+async function openFormat(target) {
+  formatTarget = target;
+  document.getElementById('format-target').textContent = target;
+  field('error').textContent = '';
+  const holds = document.getElementById('format-holds');
+  holds.textContent = 'Reading the defaults for this device…';
+  let d;
+  try {
+    d = (await call({ op: 'format', source: target, format: { dryRun: true } })).format;
+  } catch (e) {
+    // The target cannot be formatted at all (mounted, too small, unreadable): say why where results show.
+    document.getElementById('operation-section').hidden = false;
+    document.getElementById('operation-title').textContent = 'Format ' + target;
+    document.getElementById('operation-stage').textContent = 'failed';
+    const result = document.getElementById('operation-result');
+    result.className = 'error';
+    result.textContent = e.message;
+    document.getElementById('operation-details').replaceChildren();
+    return;
+  }
+  formatDefaults = d;
+  holds.textContent = size(d.sizeBytes) + '. ' + (d.existing ? 'Holds ' + d.existing + '.' : 'Nothing recognisable is on it.');
+  field('label').value = '';
+  field('blockSize').value = String(d.blockSize);
+  field('inodeSize').value = String(d.inodeSize);
+  field('agcount').value = String(d.agcount);
+  field('logSize').value = '';
+  field('logSize').placeholder = 'default: ' + d.logBlocks + ' blocks (' + size(d.logBlocks * d.blockSize) + ')';
+  for (const f of formatFeatures) field(f).checked = d.features.includes(f);
+  document.getElementById('format-dialog').showModal();
+}
+
+function chosenFormatOptions() {
+  const d = formatDefaults, o = {};
+  const label = field('label').value.trim();
+  if (label) o.label = label;
+  const bs = Number(field('blockSize').value), is = Number(field('inodeSize').value), ag = Number(field('agcount').value);
+  if (bs !== d.blockSize) o.blockSize = bs;
+  if (is !== d.inodeSize) o.inodeSize = is;
+  if (field('agcount').value !== '' && ag !== d.agcount) o.agcount = ag;
+  const log = field('logSize').value.trim();
+  if (log) o.logSize = log;
+  for (const f of formatFeatures) if (field(f).checked !== d.features.includes(f)) o[f] = field(f).checked;
+  return o;
+}
+
+async function confirmFormat() {
+  formatOptions = chosenFormatOptions();
+  try {
+    formatPlan = (await call({ op: 'format', source: formatTarget, format: { ...formatOptions, dryRun: true } })).format;
+  } catch (e) {
+    field('error').textContent = e.message;
+    return;
+  }
+  document.getElementById('format-dialog').close();
+  document.getElementById('format-confirm-target').textContent = formatTarget;
+  document.getElementById('format-confirm-destroys').textContent = formatPlan.existing
+    ? 'This destroys ' + formatPlan.existing + ' and everything on it.'
+    : 'Nothing recognisable is on it; whatever it holds is overwritten.';
+  document.getElementById('format-confirm-summary').textContent = formatPlan.summary;
+  document.getElementById('format-confirm-dialog').showModal();
+}
+
+async function runFormat() {
+  document.getElementById('format-confirm-dialog').close();
+  // Force only what the user was shown: the service refuses anything else it finds.
+  const request = { op: 'format', source: formatTarget, format: { ...formatOptions, force: !!formatPlan.existing } };
+  state.busy = true;
+  try {
+    await runOperation('Format ' + formatTarget, request, r => r.format.message + '\n\n' + r.format.summary);
+  } finally { state.busy = false; }
 }
 
 async function unmount(v) {
@@ -196,6 +325,7 @@ function listen() {
   });
   source.addEventListener('progress', m => {
     const p = JSON.parse(m.data);
+    if (!state.running) return;
     document.getElementById('operation-progress').value = p.fraction;
     document.getElementById('operation-stage').textContent = p.stage + ' ' + Math.round(p.fraction * 100) + '%';
   });
@@ -205,6 +335,10 @@ async function start() {
   document.getElementById('refresh').addEventListener('click', refresh);
   document.getElementById('mount-cancel').addEventListener('click', () => document.getElementById('mount-dialog').close());
   document.getElementById('recover-cancel').addEventListener('click', () => document.getElementById('recover-dialog').close());
+  document.getElementById('format-cancel').addEventListener('click', () => document.getElementById('format-dialog').close());
+  document.getElementById('format-confirm-cancel').addEventListener('click', () => document.getElementById('format-confirm-dialog').close());
+  document.getElementById('format-form').addEventListener('submit', ev => { ev.preventDefault(); confirmFormat(); });
+  document.getElementById('format-confirm-form').addEventListener('submit', ev => { ev.preventDefault(); runFormat(); });
   document.getElementById('mount-form').addEventListener('submit', async ev => {
     ev.preventDefault();
     document.getElementById('mount-dialog').close();

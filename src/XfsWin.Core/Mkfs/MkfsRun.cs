@@ -1,0 +1,158 @@
+using XfsWin.Device;
+using XfsWin.Format;
+
+namespace XfsWin.Mkfs;
+
+/// <summary>
+/// The target refused because it holds something (<see cref="Found"/>, as <see cref="ExistingContent"/>
+/// names it) and force was not given. Nothing was written.
+/// </summary>
+public sealed class MkfsRefusedException(string target, string found)
+    : Exception($"{target} holds {found}; nothing was written")
+{
+    public string Target { get; } = target;
+    public string Found { get; } = found;
+}
+
+/// <summary>
+/// What a mkfs run will do, worked out before anything is created or written: the target's facts,
+/// the geometry mkfs.xfs 6.13 would choose, and what the target holds now.
+/// </summary>
+public sealed record MkfsPlan
+{
+    public required MkfsOptions Options { get; init; }
+    public required MkfsGeometry Geometry { get; init; }
+    /// <summary>The file or device path (without the <c>@N</c> partition suffix).</summary>
+    public required string Path { get; init; }
+    public int? Partition { get; init; }
+    /// <summary>False when the target is an image file that will be created.</summary>
+    public required bool TargetExists { get; init; }
+    public required bool BlockDevice { get; init; }
+    public long PartitionStart { get; init; }
+    /// <summary>What the target holds now ("an XFS file system labelled 'data'", "a GPT partition table"), or null.</summary>
+    public string? Existing { get; init; }
+}
+
+/// <summary>
+/// One mkfs run on a target, shared by <c>xfswin mkfs</c> and the control channel's format: plan first
+/// (nothing is created or changed, so a dry run is exact), then write. The write refuses a target that
+/// holds a file system or partition table unless <see cref="MkfsOptions.Force"/>, judged again on the
+/// opened writable device so the refusal describes what is there at that moment.
+/// </summary>
+public static class MkfsRun
+{
+    public static MkfsPlan Plan(MkfsOptions o)
+    {
+        ArgumentNullException.ThrowIfNull(o);
+        if (string.IsNullOrEmpty(o.Target)) throw new MkfsUsageException("no target given");
+        var (path, partition) = PartitionSpec.Parse(o.Target);
+        bool blockDevice = DeviceRangeOps.IsBlockDevice(path);
+        bool exists = File.Exists(path) || blockDevice;
+        if (!exists && partition is not null)
+            throw new XfsException(XfsError.NotFound, $"'{path}' does not exist, so it has no partition {partition}");
+        if (!exists && o.DataSizeBytes is null)
+            throw new XfsException(XfsError.NotFound, $"'{path}' does not exist; give its size with -d size= to make a new image file");
+
+        long deviceSize;
+        int logical = 512, physical = 512;
+        bool solidState = false;
+        long partitionStart = 0;
+        string? existing = null;
+        if (!exists)
+        {
+            deviceSize = o.DataSizeBytes!.Value;
+        }
+        else
+        {
+            using var probe = PartitionSpec.Open(o.Target, writable: false);
+            deviceSize = probe.Length;
+            existing = ExistingContent.Identify(probe);
+            if (partition is not null)
+            {
+                using var disk = FileBlockDevice.Open(path);
+                partitionStart = PartitionTable.Read(disk).Get(partition.Value).StartByte;
+            }
+            if (blockDevice)
+            {
+                logical = probe.SectorSize;
+                physical = DeviceRangeOps.PhysicalSectorSize(path) ?? logical;
+                solidState = DeviceRangeOps.IsRotational(path) == false;
+            }
+            if (!blockDevice && partition is null && o.DataSizeBytes is long want && want > deviceSize) deviceSize = want;
+        }
+        var facts = new MkfsDeviceFacts
+        {
+            SizeBytes = deviceSize,
+            LogicalSectorSize = logical,
+            PhysicalSectorSize = physical,
+            SolidState = solidState,
+            CpuCount = Environment.ProcessorCount,
+            IsFile = !blockDevice,
+        };
+        if (o.DataSizeBytes is long dsz && dsz > deviceSize && (blockDevice || partition is not null))
+            throw new MkfsUsageException($"size {dsz} specified for data subvolume is too large, maximum is {deviceSize} bytes");
+
+        return new MkfsPlan
+        {
+            Options = o, Geometry = MkfsGeometry.Calculate(o, facts), Path = path, Partition = partition,
+            TargetExists = exists, BlockDevice = blockDevice, PartitionStart = partitionStart, Existing = existing,
+        };
+    }
+
+    /// <summary>
+    /// Makes the volume <paramref name="plan"/> describes: creates or extends an image file, refuses an
+    /// occupied target without force (<see cref="MkfsRefusedException"/>), discards a block device's
+    /// blocks unless told not to, and writes every structure.
+    /// </summary>
+    public static void Write(MkfsPlan plan, IProgress<MkfsProgress>? progress, DateTimeOffset now)
+    {
+        ArgumentNullException.ThrowIfNull(plan);
+        var o = plan.Options;
+        string target = o.Target!;
+        if (!plan.TargetExists)
+        {
+            using var f = new FileStream(plan.Path, FileMode.CreateNew, FileAccess.Write);
+            f.SetLength(o.DataSizeBytes!.Value);
+        }
+        else if (!plan.BlockDevice && plan.Partition is null && o.DataSizeBytes is long grow && grow > new FileInfo(plan.Path).Length)
+        {
+            // Refuse before extending: the refusal must see the file as it was.
+            using (var check = PartitionSpec.Open(target, writable: false))
+            {
+                if (!o.Force && ExistingContent.Identify(check) is string found) throw new MkfsRefusedException(target, found);
+            }
+            using var f = new FileStream(plan.Path, FileMode.Open, FileAccess.Write);
+            f.SetLength(grow);
+        }
+
+        using var device = PartitionSpec.Open(target, writable: true);
+        string? existing = ExistingContent.Identify(device);
+        if (existing is not null && !o.Force) throw new MkfsRefusedException(target, existing);
+
+        using var mkfsTarget = new MkfsTarget(device, plan.Path, plan.PartitionStart, plan.BlockDevice);
+        if (plan.BlockDevice && !o.NoDiscard)
+        {
+            long total = device.Length;
+            DeviceRangeOps.TryDiscard(plan.Path, plan.PartitionStart, total, done => progress?.Report(new MkfsProgress("discarding blocks", done, total)));
+        }
+        if (existing is not null && o.Force) ZeroOldSecondaries(mkfsTarget);
+
+        MkfsWriter.Write(mkfsTarget, new MkfsLayout(plan.Geometry), now, progress);
+    }
+
+    /// <summary>An old XFS's secondary superblocks outside the new AG headers would still be found by xfs_repair: zero them (mkfs.xfs does too).</summary>
+    private static void ZeroOldSecondaries(MkfsTarget target)
+    {
+        var sector = new byte[Math.Max(512, target.Device.SectorSize)];
+        target.Device.Read(0, sector);
+        if (!Superblock.Verify(sector).IsOk) return;
+        var old = Superblock.Decode(sector);
+        long agBytes = (long)old.AgBlocks * old.BlockSize;
+        for (uint agno = 1; agno < old.AgCount; agno++)
+        {
+            long at = agno * agBytes;
+            if (at + old.SectorSize > target.Device.Length) break;
+            target.ZeroRange(at, old.SectorSize);
+        }
+    }
+}
