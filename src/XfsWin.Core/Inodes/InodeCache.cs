@@ -45,6 +45,20 @@ public sealed class InodeCache
     }
 
     /// <summary>
+    /// Joins, for a change logged as buffer ranges, the cluster buffer that holds AG block <paramref name="agbno"/> of an
+    /// inode chunk (the same buffer <see cref="Get"/> reads, so a new chunk's inodes are what readers see next); returns
+    /// it and the block's byte offset inside it.
+    /// </summary>
+    public (Metadata.MetadataBuffer Cluster, int Offset) JoinClusterOfBlock(Journal.Transaction tx, uint agno, uint agbno)
+    {
+        var sb = _mount.Superblock;
+        ulong ino = ((ulong)agno << sb.AgInoLog) | ((ulong)agbno << sb.InoPBlog);
+        var (offset, length) = ClusterOf(ino);
+        var buffer = tx.Read(offset, length, 0, ClusterVerifier, null, Journal.BufType.Dinode);
+        return (buffer, (int)(sb.AgBlockToByte(agno, agbno) - offset));
+    }
+
+    /// <summary>
     /// Joins the cluster buffer that holds <paramref name="ino"/> (the one <see cref="Get"/> reads) to
     /// <paramref name="tx"/>, locked for a change; returns it and the inode's byte offset inside it.
     /// </summary>

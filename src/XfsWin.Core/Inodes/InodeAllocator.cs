@@ -1,0 +1,312 @@
+using System.Buffers.Binary;
+using XfsWin.Btree;
+using XfsWin.Format;
+using XfsWin.Journal;
+using XfsWin.Metadata;
+
+namespace XfsWin.Inodes;
+
+/// <summary>Where inode chunks get their blocks and what the inode trees grow by (the block allocator's answer).</summary>
+public interface IInodeSpace
+{
+    /// <summary>
+    /// Allocates <paramref name="blocks"/> blocks in AG <paramref name="agno"/> starting on a multiple of
+    /// <paramref name="alignment"/>, owned by inodes (OWN_INODES in the reverse map); null when the AG has no such run.
+    /// </summary>
+    uint? AllocateChunk(Transaction tx, uint agno, uint blocks, uint alignment);
+
+    /// <summary>Blocks for the inode btree (<paramref name="freeInodeTree"/>: the finobt) of AG <paramref name="agno"/>.</summary>
+    IBtreeSpace TreeSpace(uint agno, bool freeInodeTree);
+}
+
+/// <summary>
+/// Allocates and frees inodes as the kernel's xfs_ialloc.c does: a free inode is taken from a chunk the free inode
+/// btree (finobt) or the inode btree names, its bit cleared in both trees' records, agi_freecount and the superblock's
+/// in-core free inode count lowered; when the AG has none, a new chunk of 64 inodes (a sparse chunk where the volume
+/// allows and only a smaller aligned run is free) is allocated, its inode clusters written initialised through the log,
+/// and recorded in both trees with agi_count, agi_freecount and agi_newino. Freeing sets the bit again (a chunk whose
+/// inodes are all free is kept, as with the kernel's ikeep mount option).
+/// <para>
+/// Lock order: the caller's inode locks, then the AGI (this class joins it first), then the AGF (inside the block
+/// allocator), then tree blocks.
+/// </para>
+/// </summary>
+public sealed class InodeAllocator
+{
+    private const uint NullAgino = 0xFFFFFFFF;
+    private readonly Superblock _sb;
+    private readonly IInodeSpace _space;
+    private int _directoryRotor;
+
+    private readonly InodeCache _inodes;
+
+    public InodeAllocator(Superblock sb, InodeCache inodes, IInodeSpace space)
+    {
+        _sb = sb;
+        _inodes = inodes;
+        _space = space;
+    }
+
+    /// <summary>Inodes per chunk record and blocks per full chunk.</summary>
+    private uint ChunkBlocks => Math.Max(1u, (uint)(InobtRecord.InodesPerChunk >> _sb.InoPBlog));
+
+    /// <summary>The AGI of <paramref name="agno"/>, joined to <paramref name="tx"/>.</summary>
+    public static MetadataBuffer JoinAgi(Transaction tx, Superblock sb, uint agno)
+    {
+        var verifier = new AgiBufferVerifier(sb, agno);
+        return tx.Read(sb.AgBlockToByte(agno, 0) + 2L * sb.SectorSize, sb.SectorSize, agno, verifier, verifier.ForWrite(), BufType.Agi);
+    }
+
+    private static uint Field(MetadataBuffer agi, int offset) => BinaryPrimitives.ReadUInt32BigEndian(agi.Contents.AsSpan(offset));
+
+    private static void SetField(Transaction tx, MetadataBuffer agi, int offset, uint value)
+    {
+        BinaryPrimitives.WriteUInt32BigEndian(agi.Contents.AsSpan(offset), value);
+        tx.LogRange(agi, offset, offset + 3);
+    }
+
+    /// <summary>
+    /// A free inode for a new file in <paramref name="parentIno"/>'s AG (new directories rotor across AGs, as the
+    /// kernel spreads them), or <see cref="XfsError.NoSpace"/> when no AG has a free inode or room for a chunk.
+    /// Returns the inode number; its on-disk slot is free (mode 0) until the caller logs the new inode.
+    /// </summary>
+    public ulong Allocate(Transaction tx, ulong parentIno, bool directory, Func<uint, bool> agHasSpaceForChunk)
+    {
+        uint agcount = _sb.AgCount;
+        uint start = directory ? (uint)(Interlocked.Increment(ref _directoryRotor) % agcount) : _sb.InoToAgno(parentIno);
+        // First pass: AGs whose AGI counts free inodes; second: AGs that can take a new chunk.
+        for (int pass = 0; pass < 2; pass++)
+        {
+            for (uint i = 0; i < agcount; i++)
+            {
+                uint agno = (start + i) % agcount;
+                if (pass == 0 ? TryFromFreeInode(tx, agno, out ulong ino) : agHasSpaceForChunk(agno) && TryNewChunk(tx, agno, out ino))
+                    return ino;
+            }
+        }
+        throw new XfsException(XfsError.NoSpace, "no free inode is left and no allocation group has room for a new inode chunk");
+    }
+
+    private bool TryFromFreeInode(Transaction tx, uint agno, out ulong ino)
+    {
+        ino = 0;
+        // Peeking at the published AGI first keeps AGs without free inodes unlocked.
+        var agi = JoinAgi(tx, _sb, agno);
+        if (Field(agi, AgiView.OffFreecount) == 0) return false;
+        var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
+            CountingSpace(tx, agi, agno, freeInodeTree: false)));
+        InobtRecord rec;
+        Span<byte> key = stackalloc byte[InobtRecord.KeySize];
+        if (_sb.HasFinobt)
+        {
+            var finobt = new BtreeCursor<FinobtOps>(TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
+                CountingSpace(tx, agi, agno, freeInodeTree: true)));
+            if (!finobt.MoveToFirst() || !finobt.AtRecord)
+                throw tx.Mount.Corrupt($"free inode btree of AG {agno}", agi.Offset, "agi_freecount counts free inodes but the finobt is empty");
+            rec = InobtRecord.Decode(finobt.Record, _sb.HasSparseInodes);
+        }
+        else
+        {
+            bool found = false;
+            rec = default;
+            if (inobt.MoveToFirst())
+            {
+                do
+                {
+                    rec = InobtRecord.Decode(inobt.Record, _sb.HasSparseInodes);
+                    if (rec.FreeCount > 0) { found = true; break; }
+                } while (inobt.Increment());
+            }
+            if (!found) throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, "agi_freecount counts free inodes but no inobt record has one");
+        }
+        int index = FirstFree(rec);
+        if (index < 0) throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"record at inode {rec.StartIno} counts {rec.FreeCount} free inodes but has none");
+        var updated = rec with { FreeCount = rec.FreeCount - 1, FreeMask = rec.FreeMask & ~(1UL << index) };
+        UpdateRecords(tx, agi, agno, rec, updated);
+        SetField(tx, agi, AgiView.OffFreecount, Field(agi, AgiView.OffFreecount) - 1);
+        ino = ((ulong)agno << _sb.AgInoLog) | (rec.StartIno + (uint)index);
+        return true;
+    }
+
+    /// <summary>The lowest free inode of a record that exists on disk (not in a sparse hole), or -1.</summary>
+    private static int FirstFree(InobtRecord rec)
+    {
+        for (int i = 0; i < InobtRecord.InodesPerChunk; i++)
+            if ((rec.FreeMask & (1UL << i)) != 0 && (rec.HoleMask & (1 << (i / 4))) == 0) return i;
+        return -1;
+    }
+
+    /// <summary>Writes <paramref name="updated"/> over <paramref name="old"/> in the inobt, and in the finobt as free counts require.</summary>
+    private void UpdateRecords(Transaction tx, MetadataBuffer agi, uint agno, InobtRecord old, InobtRecord updated)
+    {
+        Span<byte> key = stackalloc byte[InobtRecord.KeySize];
+        BinaryPrimitives.WriteUInt32BigEndian(key, old.StartIno);
+        Span<byte> raw = stackalloc byte[InobtRecord.Size];
+        Encode(updated, raw);
+        var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
+            CountingSpace(tx, agi, agno, freeInodeTree: false)));
+        if (!inobt.Lookup(key, BtreeLookup.Equal))
+            throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"no record for the chunk at AG inode {old.StartIno}");
+        inobt.Update(raw);
+        if (!_sb.HasFinobt) return;
+        var finobt = new BtreeCursor<FinobtOps>(TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
+            CountingSpace(tx, agi, agno, freeInodeTree: true)));
+        bool present = finobt.Lookup(key, BtreeLookup.Equal);
+        if (old.FreeCount > 0 && !present)
+            throw tx.Mount.Corrupt($"free inode btree of AG {agno}", agi.Offset, $"the chunk at AG inode {old.StartIno} has free inodes but no finobt record");
+        if (updated.FreeCount == 0)
+        {
+            if (present) finobt.Delete();
+        }
+        else if (present)
+        {
+            finobt.Update(raw);
+        }
+        else if (!finobt.Insert(raw))
+        {
+            throw new InvalidOperationException($"finobt of AG {agno}: record {updated.StartIno} inserted twice");
+        }
+    }
+
+    private void Encode(InobtRecord rec, Span<byte> raw)
+    {
+        if (_sb.HasSparseInodes) rec.EncodeSparse(raw);
+        else rec.EncodeFull(raw);
+    }
+
+    /// <summary>
+    /// A new chunk in AG <paramref name="agno"/>: a full aligned chunk when one fits, else (sparse inodes) the largest
+    /// sparse-aligned part of one. Its inodes are written initialised (free), the records inserted, the AGI counted;
+    /// the first inode of the chunk is returned allocated.
+    /// </summary>
+    private bool TryNewChunk(Transaction tx, uint agno, out ulong ino)
+    {
+        ino = 0;
+        var agi = JoinAgi(tx, _sb, agno);
+        uint chunkBlocks = ChunkBlocks;
+        uint align = Math.Max(1u, _sb.InodeAlignment);
+        uint? agbno = _space.AllocateChunk(tx, agno, chunkBlocks, align);
+        ushort holeMask = 0;
+        byte count = InobtRecord.InodesPerChunk;
+        if (agbno is null && _sb.HasSparseInodes && _sb.SparseInodeAlignment > 0)
+        {
+            // A sparse chunk: the smallest allocation (sparse alignment) placed where a full chunk would align.
+            uint sparseBlocks = _sb.SparseInodeAlignment;
+            agbno = _space.AllocateChunk(tx, agno, sparseBlocks, _sb.SparseInodeAlignment);
+            if (agbno is null) return false;
+            uint chunkStart = agbno.Value / align * align;
+            int firstInode = (int)((agbno.Value - chunkStart) << _sb.InoPBlog);
+            int inodes = (int)(sparseBlocks << _sb.InoPBlog);
+            holeMask = 0xFFFF;
+            for (int i = firstInode; i < firstInode + inodes; i += 4) holeMask &= (ushort)~(1 << (i / 4));
+            count = (byte)inodes;
+            InitialiseInodes(tx, agno, agbno.Value, sparseBlocks);
+            ino = InsertChunk(tx, agi, agno, (uint)(chunkStart << _sb.InoPBlog), holeMask, count, firstInode);
+            return true;
+        }
+        if (agbno is null) return false;
+        InitialiseInodes(tx, agno, agbno.Value, chunkBlocks);
+        ino = InsertChunk(tx, agi, agno, agbno.Value << _sb.InoPBlog, holeMask, count, 0);
+        return true;
+    }
+
+    private ulong InsertChunk(Transaction tx, MetadataBuffer agi, uint agno, uint startAgino, ushort holeMask, byte count, int firstIndex)
+    {
+        ulong free = ulong.MaxValue;
+        for (int i = 0; i < InobtRecord.InodesPerChunk; i++)
+            if ((holeMask & (1 << (i / 4))) != 0) free &= ~(1UL << i);
+        free &= ~(1UL << firstIndex);
+        var rec = new InobtRecord(startAgino, holeMask, count, (uint)(count - 1), free);
+        if (!_sb.HasSparseInodes) rec = rec with { Count = InobtRecord.InodesPerChunk };
+        Span<byte> raw = stackalloc byte[InobtRecord.Size];
+        Encode(rec, raw);
+        var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
+            CountingSpace(tx, agi, agno, freeInodeTree: false)));
+        if (!inobt.Insert(raw))
+            throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"a record for the new chunk at AG inode {startAgino} exists already");
+        if (_sb.HasFinobt && rec.FreeCount > 0)
+        {
+            var finobt = new BtreeCursor<FinobtOps>(TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
+                CountingSpace(tx, agi, agno, freeInodeTree: true)));
+            if (!finobt.Insert(raw))
+                throw tx.Mount.Corrupt($"free inode btree of AG {agno}", agi.Offset, $"a record for the new chunk at AG inode {startAgino} exists already");
+        }
+        SetField(tx, agi, AgiView.OffCount, Field(agi, AgiView.OffCount) + count);
+        SetField(tx, agi, AgiView.OffFreecount, Field(agi, AgiView.OffFreecount) + count - 1u);
+        SetField(tx, agi, AgiView.OffNewino, startAgino);
+        return ((ulong)agno << _sb.AgInoLog) | (startAgino + (uint)firstIndex);
+    }
+
+    /// <summary>
+    /// Writes the chunk's inodes free and initialised (magic, version, number, UUID, generation, CRC) into the cluster
+    /// buffers readers use, logged as buffer ranges (recovery copies them whole).
+    /// </summary>
+    private void InitialiseInodes(Transaction tx, uint agno, uint agbno, uint blocks)
+    {
+        for (uint b = 0; b < blocks; b++)
+        {
+            var (buffer, offset) = _inodes.JoinClusterOfBlock(tx, agno, agbno + b);
+            var bytes = buffer.Contents;
+            for (int i = 0; i < (int)_sb.BlockSize; i += _sb.InodeSize)
+            {
+                ulong ino = ((ulong)agno << _sb.AgInoLog) | (((agbno + b) << _sb.InoPBlog) + (uint)(i / _sb.InodeSize));
+                var slot = bytes.AsSpan(offset + i, _sb.InodeSize);
+                slot.Clear();
+                var w = new DinodeWriter(slot);
+                w.InitV3(ino, _sb.MetaUuid);
+                w.Generation = (uint)Random.Shared.Next();
+                BinaryPrimitives.WriteUInt32BigEndian(slot[DinodeView.OffNextUnlinked..], NullAgino);
+                w.StampCrc();
+            }
+            tx.LogRange(buffer, offset, offset + (int)_sb.BlockSize - 1);
+        }
+    }
+
+    /// <summary>
+    /// Frees <paramref name="ino"/> in the trees and the AGI (the caller has logged its inode free: mode 0, forks empty).
+    /// </summary>
+    public void Free(Transaction tx, ulong ino)
+    {
+        uint agno = _sb.InoToAgno(ino);
+        uint agino = _sb.InoToAgino(ino);
+        var agi = JoinAgi(tx, _sb, agno);
+        var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
+            CountingSpace(tx, agi, agno, freeInodeTree: false)));
+        Span<byte> key = stackalloc byte[InobtRecord.KeySize];
+        BinaryPrimitives.WriteUInt32BigEndian(key, agino);
+        if (!inobt.Lookup(key, BtreeLookup.LessOrEqual))
+            throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"no chunk holds inode {ino}");
+        var rec = InobtRecord.Decode(inobt.Record, _sb.HasSparseInodes);
+        int index = (int)(agino - rec.StartIno);
+        if (index >= InobtRecord.InodesPerChunk || !rec.IsAllocated(index))
+            throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"inode {ino} is not allocated in its chunk record");
+        var updated = rec with { FreeCount = rec.FreeCount + 1, FreeMask = rec.FreeMask | (1UL << index) };
+        UpdateRecords(tx, agi, agno, rec, updated);
+        SetField(tx, agi, AgiView.OffFreecount, Field(agi, AgiView.OffFreecount) + 1);
+    }
+
+    /// <summary>The inode tree's block space, with agi_iblocks / agi_fblocks kept where the volume counts them (inobtcount).</summary>
+    private IBtreeSpace CountingSpace(Transaction tx, MetadataBuffer agi, uint agno, bool freeInodeTree)
+    {
+        var inner = _space.TreeSpace(agno, freeInodeTree);
+        return (_sb.RoCompat & SuperblockFeatures.RoCompatInobtCount) != 0
+            ? new BlockCountingSpace(inner, agi, freeInodeTree ? AgiView.OffFblocks : AgiView.OffIblocks)
+            : inner;
+    }
+
+    private sealed class BlockCountingSpace(IBtreeSpace inner, MetadataBuffer agi, int counter) : IBtreeSpace
+    {
+        public ulong Allocate(Transaction tx, ulong near)
+        {
+            ulong block = inner.Allocate(tx, near);
+            SetField(tx, agi, counter, Field(agi, counter) + 1);
+            return block;
+        }
+
+        public void Free(Transaction tx, ulong pointer)
+        {
+            inner.Free(tx, pointer);
+            SetField(tx, agi, counter, Field(agi, counter) - 1);
+        }
+    }
+}
