@@ -74,7 +74,7 @@ public sealed class DirectoryEditorKernelTests(ITestOutputHelper output) : IDisp
         int serial = 0;
 
         // First half: adds only, up to the peak.
-        Session(v, (editor, add, remove) =>
+        Session(v, (editor, add, remove, replace) =>
         {
             while (expected.Count < peak)
             {
@@ -102,13 +102,24 @@ public sealed class DirectoryEditorKernelTests(ITestOutputHelper output) : IDisp
         // The comparison directory's links count too.
         foreach (var (_, target) in expected) links[target]++;
 
-        // Second half: random removes and adds, trending down to a few entries.
+        // Second half: random removes, adds and replaces (rename onto another inode), trending down to a few entries.
         var formsDown = new List<DirectoryForm>();
-        Session(v, (editor, add, remove) =>
+        Session(v, (editor, add, remove, replace) =>
         {
             while (expected.Count > 3)
             {
-                if (random.Next(4) == 0)
+                int pick = random.Next(8);
+                if (pick == 0)
+                {
+                    var names = expected.Keys.ToList();
+                    string name = names[random.Next(names.Count)];
+                    int from = expected[name], to = (from + 1 + random.Next(Targets - 1)) % Targets;
+                    replace(name, from, to);
+                    links[from]--;
+                    links[to]++;
+                    expected[name] = to;
+                }
+                else if (pick <= 2)
                 {
                     string name = NameFor(serial++, random);
                     int target = random.Next(Targets);
@@ -133,7 +144,7 @@ public sealed class DirectoryEditorKernelTests(ITestOutputHelper output) : IDisp
         output.WriteLine($"{mkfsOptions}: {forms.Count} adds, {formsDown.Count} mixed changes; forms up {string.Join(",", forms.Distinct())}, down {string.Join(",", formsDown.Distinct())}");
     }
 
-    private delegate void Body(Func<DirectoryEditor> editor, Action<string, int> add, Action<string, int> remove);
+    private delegate void Body(Func<DirectoryEditor> editor, Action<string, int> add, Action<string, int> remove, Action<string, int, int> replace);
 
     /// <summary>One write session: every change its own transaction (directory inode and the link's inode logged), then a clean unmount of the log.</summary>
     private static void Session(Volume v, Body body)
@@ -158,7 +169,7 @@ public sealed class DirectoryEditorKernelTests(ITestOutputHelper output) : IDisp
         var dir = new DirectoryInodeImage(sb, v.DirIno, Image(v.DirIno));
         int reservation = 4 * sb.DirectoryBlockSize + 65536;
         DirectoryEditor? current = null;
-        void Change(int target, int delta, Action<DirectoryEditor> change)
+        void Change(int target, int delta, Action<DirectoryEditor> change, int otherTarget = -1)
         {
             var tx = new Transaction(mount, log, reservation);
             try
@@ -171,6 +182,15 @@ public sealed class DirectoryEditorKernelTests(ITestOutputHelper output) : IDisp
                 var nlink = image.AsSpan(DinodeView.OffNlink);
                 BinaryPrimitives.WriteUInt32BigEndian(nlink, (uint)((int)BinaryPrimitives.ReadUInt32BigEndian(nlink) + delta));
                 tx.Log(InodeLogItem.Create(ino, InodeClusterLocation.Of(sb, ino), image, InodeLogParts.Core));
+                if (otherTarget >= 0)
+                {
+                    // A replace: the name's old inode loses the link the new one gained.
+                    ulong old = v.TargetInos[otherTarget];
+                    var oldImage = Image(old);
+                    var oldLinks = oldImage.AsSpan(DinodeView.OffNlink);
+                    BinaryPrimitives.WriteUInt32BigEndian(oldLinks, BinaryPrimitives.ReadUInt32BigEndian(oldLinks) - 1);
+                    tx.Log(InodeLogItem.Create(old, InodeClusterLocation.Of(sb, old), oldImage, InodeLogParts.Core));
+                }
                 tx.Commit();
             }
             finally
@@ -180,7 +200,8 @@ public sealed class DirectoryEditorKernelTests(ITestOutputHelper output) : IDisp
         }
         body(() => current!,
             (name, target) => Change(target, +1, e => e.AddEntry(System.Text.Encoding.UTF8.GetBytes(name), v.TargetInos[target], XfsFileType.RegularFile)),
-            (name, target) => Change(target, -1, e => Assert.Equal(v.TargetInos[target], e.RemoveEntry(System.Text.Encoding.UTF8.GetBytes(name)))));
+            (name, target) => Change(target, -1, e => Assert.Equal(v.TargetInos[target], e.RemoveEntry(System.Text.Encoding.UTF8.GetBytes(name)))),
+            (name, from, to) => Change(to, +1, e => Assert.Equal(v.TargetInos[from], e.ReplaceEntry(System.Text.Encoding.UTF8.GetBytes(name), v.TargetInos[to], XfsFileType.RegularFile)), from));
         log.Unmount();
     }
 
