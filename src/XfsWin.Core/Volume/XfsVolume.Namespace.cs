@@ -1,63 +1,768 @@
+using System.Buffers.Binary;
 using XfsWin.Attributes;
+using XfsWin.Directories;
+using XfsWin.Extents;
+using XfsWin.Format;
 using XfsWin.Inodes;
+using XfsWin.Journal;
+using XfsWin.Metadata;
 
 namespace XfsWin.Volume;
 
 // The namespace and data operations of a read-write volume (the POSIX calls hosts translate). Each is one or more
 // logged transactions; each throws XfsException: ReadOnly on a read-only open, NotFound, Exists, NotEmpty, NoSpace,
-// NotADirectory, IsADirectory, NameTooLong, InvalidArgument as the matching POSIX call would fail.
+// NotADirectory, IsADirectory, NameTooLong, InvalidArgument as the matching POSIX call would fail. Nothing is changed
+// when one fails (the transaction is cancelled before any buffer is published).
 public sealed partial class XfsVolume
 {
+    private const ushort TypeMask = 0xF000, TypeDirectory = 0x4000, TypeRegular = 0x8000, TypeSymlink = 0xA000;
+    private const ushort ModeSetgid = 0x400;
+    private const uint MaxLinks = 0x7FFFFFFF;
+    private const int MaxSymlinkTarget = 1024;
+    /// <summary>Extents one transaction frees at most when a file shrinks (more are freed in following transactions).</summary>
+    private const ulong ExtentsFreedPerTransaction = 16;
+
     /// <summary>
     /// mknod/creat: a regular file, fifo, socket or device node named <paramref name="name"/> in <paramref name="parent"/>
     /// (<paramref name="mode"/> holds the type bits and the permissions). Returns the new inode's attributes.
     /// </summary>
-    public InodeAttributes CreateNode(ulong parent, ReadOnlySpan<byte> name, ushort mode, uint uid, uint gid, uint deviceMajor = 0, uint deviceMinor = 0) =>
-        throw NotYet("creating files");
+    public InodeAttributes CreateNode(ulong parent, ReadOnlySpan<byte> name, ushort mode, uint uid, uint gid, uint deviceMajor = 0, uint deviceMinor = 0)
+    {
+        var type = Inode.FileTypeOf(mode);
+        if (type is XfsFileType.Directory or XfsFileType.Symlink or XfsFileType.Unknown)
+            throw new XfsException(XfsError.InvalidArgument, $"mode 0{Convert.ToString(mode, 8)} is not a file, fifo, socket or device");
+        if (deviceMajor > 0x3FFF || deviceMinor > 0x3FFFF)
+            throw new XfsException(XfsError.InvalidArgument, $"device {deviceMajor}:{deviceMinor} does not fit XFS's device number (14-bit major, 18-bit minor)");
+        return CreateCore(parent, name, mode, uid, gid, TransactionKind.Create, (tx, inode) =>
+        {
+            if (type is XfsFileType.RegularFile)
+            {
+                inode.DataFormat = ForkFormat.Extents;
+                return;
+            }
+            inode.DataFormat = ForkFormat.Device;
+            uint rdev = type is XfsFileType.CharacterDevice or XfsFileType.BlockDevice ? deviceMajor << 18 | deviceMinor : 0;
+            BinaryPrimitives.WriteUInt32BigEndian(inode.DataFork, rdev);
+        });
+    }
 
     /// <summary>mkdir.</summary>
     public InodeAttributes MakeDirectory(ulong parent, ReadOnlySpan<byte> name, ushort mode, uint uid, uint gid) =>
-        throw NotYet("creating directories");
+        CreateCore(parent, name, (ushort)(TypeDirectory | (mode & 0x0FFF)), uid, gid, TransactionKind.Mkdir, (tx, inode) =>
+        {
+            // An empty short-form directory: no entries, ".." the parent (4 or 8 bytes).
+            bool wide = parent > 0xFFFFFFFF;
+            var fork = inode.DataFork;
+            fork.Clear();
+            fork[1] = (byte)(wide ? 1 : 0);
+            if (wide) BinaryPrimitives.WriteUInt64BigEndian(fork[2..], parent);
+            else BinaryPrimitives.WriteUInt32BigEndian(fork[2..], (uint)parent);
+            inode.DataFormat = ForkFormat.Local;
+            inode.Size = (ulong)(wide ? 10 : 6);
+            inode.LinkCount = 2;
+        });
 
     /// <summary>symlink: a link holding <paramref name="target"/> (stored in the inode when it fits, else in blocks).</summary>
-    public InodeAttributes MakeSymlink(ulong parent, ReadOnlySpan<byte> name, ReadOnlySpan<byte> target, uint uid, uint gid) =>
-        throw NotYet("creating symbolic links");
+    public InodeAttributes MakeSymlink(ulong parent, ReadOnlySpan<byte> name, ReadOnlySpan<byte> target, uint uid, uint gid)
+    {
+        if (target.Length is 0 or > MaxSymlinkTarget)
+            throw new XfsException(target.Length == 0 ? XfsError.NotFound : XfsError.NameTooLong, $"a symbolic link target has 1 to {MaxSymlinkTarget} bytes, not {target.Length}");
+        var targetCopy = target.ToArray();
+        return CreateCore(parent, name, TypeSymlink | 0x1FF, uid, gid, TransactionKind.Symlink, (tx, inode) =>
+        {
+            inode.Size = (ulong)targetCopy.Length;
+            if (targetCopy.Length <= inode.DataFork.Length)
+            {
+                inode.DataFormat = ForkFormat.Local;
+                inode.DataFork.Clear();
+                targetCopy.CopyTo(inode.DataFork);
+                return;
+            }
+            inode.DataFormat = ForkFormat.Extents;
+            WriteRemoteSymlink(tx, inode, targetCopy);
+        });
+    }
+
+    /// <summary>The target in blocks: one XSLM header (V5) per extent, as the kernel lays it out.</summary>
+    private void WriteRemoteSymlink(Transaction tx, InodeUpdate inode, byte[] target)
+    {
+        var sb = _mount.Superblock;
+        var w = _write!;
+        int header = sb.IsV5 ? RemoteBlockHeader.Size : 0;
+        int perBlock = (int)sb.BlockSize - header;
+        uint blocks = (uint)((target.Length + perBlock - 1) / perBlock);
+        var editor = new ExtentMapEditor(tx, inode, w.FileSpace);
+        editor.AllocateHoles(0, blocks, unwritten: false);
+        editor.Save();
+        int done = 0;
+        foreach (var extent in editor.Extents)
+        {
+            int length = (int)(extent.BlockCount << sb.BlockLog);
+            long at = sb.FsbToByte(extent.StartBlock);
+            var buffer = tx.GetNew(at, length, 40, inode.Number, new RemoteSymlinkWriteVerifier(sb), BufType.Symlink);
+            var b = buffer.Contents.AsSpan();
+            int bytes = Math.Min((int)extent.BlockCount * perBlock, target.Length - done);
+            if (sb.IsV5)
+            {
+                BinaryPrimitives.WriteUInt32BigEndian(b, RemoteBlockHeader.SymlinkMagic);
+                BinaryPrimitives.WriteUInt32BigEndian(b[RemoteBlockHeader.OffOffset..], (uint)done);
+                BinaryPrimitives.WriteUInt32BigEndian(b[RemoteBlockHeader.OffBytes..], (uint)bytes);
+                sb.MetaUuid.TryWriteBytes(b.Slice(RemoteBlockHeader.OffUuid, 16), bigEndian: true, out _);
+                BinaryPrimitives.WriteUInt64BigEndian(b[RemoteBlockHeader.OffOwner..], inode.Number);
+                BinaryPrimitives.WriteUInt64BigEndian(b[RemoteBlockHeader.OffBlkno..], (ulong)(at >> 9));
+            }
+            target.AsSpan(done, bytes).CopyTo(b[header..]);
+            tx.LogRange(buffer, 0, length - 1);
+            done += bytes;
+        }
+    }
+
+    private sealed class RemoteSymlinkWriteVerifier(Superblock sb) : IBufferWriteVerifier
+    {
+        public string Structure => "symlink block";
+
+        public VerifyResult PrepareForWrite(Span<byte> block, long byteOffset, ulong lsn)
+        {
+            if (!sb.IsV5) return VerifyResult.Ok;
+            if (lsn != 0) BinaryPrimitives.WriteUInt64BigEndian(block[RemoteBlockHeader.OffLsn..], lsn);
+            XfsCrc.Stamp(block, RemoteBlockHeader.OffCrc);
+            return BinaryPrimitives.ReadUInt32BigEndian(block) == RemoteBlockHeader.SymlinkMagic ? VerifyResult.Ok : VerifyResult.Fail("bad magic", 0);
+        }
+    }
+
+    /// <summary>
+    /// The shared part of every create: a free inode initialised as the kernel's xfs_init_new_inode does (owner, group
+    /// inherited from a setgid directory, inherited flags and project id, times now), shaped by
+    /// <paramref name="shape"/>, then named in the parent directory; one transaction.
+    /// </summary>
+    private InodeAttributes CreateCore(ulong parent, ReadOnlySpan<byte> name, ushort mode, uint uid, uint gid, TransactionKind kind,
+        Action<Transaction, InodeUpdate> shape)
+    {
+        ValidateName(name);
+        var w = Writer();
+        lock (w.Lock)
+        {
+            var dir = DirectoryInode(parent);
+            bool isDir = (mode & TypeMask) == TypeDirectory;
+            if (isDir && dir.Attributes.LinkCount >= MaxLinks)
+                throw new XfsException(XfsError.TooManyLinks, $"directory {parent} has the most subdirectories it can have");
+            using var tx = Begin(w, kind);
+            var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
+            var dirImage = new DirectoryInodeImage(_mount.Superblock, parent, dirUpdate.Image);
+            var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(dirUpdate));
+            if (editor.TryLookup(name, out _))
+                throw new XfsException(XfsError.Exists, $"\"{Show(name)}\" exists already");
+
+            var (ino, newInodes) = w.Inodes.Allocate(tx, parent, isDir);
+            var now = Now();
+            var inode = NewInode(ino, mode, uid, gid, dir, now);
+            shape(tx, inode);
+            editor.AddEntry(name, ino, Inode.FileTypeOf(mode));
+            if (isDir) dirUpdate.LinkCount += 1;
+            dirUpdate.Touch(now, modified: true);
+            dirUpdate.Parts |= dirImage.LogParts;
+            inode.Log(tx, _inodes);
+            dirUpdate.Log(tx, _inodes);
+            tx.OnCommit(() =>
+            {
+                w.InodeCount += newInodes;
+                w.FreeInodes += newInodes - 1;
+            });
+            tx.Commit();
+            AfterCommit(w);
+            return _inodes.Get(ino).Attributes;
+        }
+    }
+
+    /// <summary>A new inode's image (xfs_init_new_inode): everything the caller's shape does not set.</summary>
+    private InodeUpdate NewInode(ulong ino, ushort mode, uint uid, uint gid, Inode parent, XfsTimestamp now)
+    {
+        var sb = _mount.Superblock;
+        var image = new byte[sb.InodeSize];
+        var w = new DinodeWriter(image);
+        w.InitV3(ino, sb.MetaUuid);
+        bool isDir = (mode & TypeMask) == TypeDirectory;
+        // A setgid directory gives its group to what is made in it, and its setgid bit to subdirectories.
+        if ((parent.Mode & ModeSetgid) != 0)
+        {
+            gid = parent.Attributes.Gid;
+            if (isDir) mode |= ModeSetgid;
+        }
+        w.Mode = mode;
+        w.Uid = uid;
+        w.Gid = gid;
+        w.LinkCount = 1;
+        w.AttrFormat = ForkFormat.Extents;
+        w.Generation = (uint)Random.Shared.Next();
+        w.ChangeCount = 1;
+        ulong flags2 = 0;
+        if (sb.HasBigtime) flags2 |= DinodeView.Flag2Bigtime;
+        if (sb.HasNrext64) flags2 |= DinodeView.Flag2Nrext64;
+        w.Flags2 = flags2;
+        ulong t = DinodeWriter.EncodeTime(now.Seconds, now.Nanoseconds, sb.HasBigtime);
+        w.AccessTime = t;
+        w.ModifyTime = t;
+        w.ChangeTime = t;
+        w.CreationTime = t;
+        var update = new InodeUpdate(ino, sb.InodeToByte(ino), image, sb);
+        // Inherited flags (xfs_inode_inherit_flags): the ones every child takes, and project inheritance for directories.
+        ushort parentFlags = parent.Attributes.Flags;
+        const ushort Sync = 0x20, NoAtime = 0x40, NoDump = 0x80, ProjInherit = 0x200, NoDefrag = 0x2000;
+        ushort flags = (ushort)(parentFlags & (Sync | NoAtime | NoDump | NoDefrag));
+        if ((parentFlags & ProjInherit) != 0)
+        {
+            update.ProjectId = parent.Attributes.ProjectId;
+            if (isDir) flags |= ProjInherit;
+        }
+        update.Flags = flags;
+        return update;
+    }
 
     /// <summary>link: another name for <paramref name="inode"/> (not a directory).</summary>
-    public InodeAttributes Link(ulong inode, ulong newParent, ReadOnlySpan<byte> newName) => throw NotYet("hard links");
+    public InodeAttributes Link(ulong inode, ulong newParent, ReadOnlySpan<byte> newName)
+    {
+        ValidateName(newName);
+        var w = Writer();
+        lock (w.Lock)
+        {
+            var target = _inodes.Get(inode);
+            if (target.IsDirectory) throw new XfsException(XfsError.NotPermitted, "directories cannot have hard links");
+            if (target.Attributes.LinkCount >= MaxLinks) throw new XfsException(XfsError.TooManyLinks, $"inode {inode} has the most links it can have");
+            if (target.Attributes.LinkCount == 0) throw new XfsException(XfsError.NotFound, $"inode {inode} has been removed");
+            var dir = DirectoryInode(newParent);
+            using var tx = Begin(w, TransactionKind.Link);
+            var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
+            var dirImage = new DirectoryInodeImage(_mount.Superblock, newParent, dirUpdate.Image);
+            var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(dirUpdate));
+            if (editor.TryLookup(newName, out _)) throw new XfsException(XfsError.Exists, $"\"{Show(newName)}\" exists already");
+            editor.AddEntry(newName, inode, target.FileType);
+            var now = Now();
+            var update = new InodeUpdate(target, _mount.Superblock);
+            update.LinkCount += 1;
+            update.Touch(now, modified: false);
+            dirUpdate.Touch(now, modified: true);
+            dirUpdate.Parts |= dirImage.LogParts;
+            update.Log(tx, _inodes);
+            dirUpdate.Log(tx, _inodes);
+            tx.Commit();
+            AfterCommit(w);
+            return _inodes.Get(inode).Attributes;
+        }
+    }
 
     /// <summary>unlink: removes a name of a non-directory; the inode is freed when its last link and last use are gone.</summary>
-    public void Unlink(ulong parent, ReadOnlySpan<byte> name) => throw NotYet("removing files");
+    public void Unlink(ulong parent, ReadOnlySpan<byte> name) => RemoveName(parent, name, directory: false);
 
     /// <summary>rmdir: removes an empty directory.</summary>
-    public void RemoveDirectory(ulong parent, ReadOnlySpan<byte> name) => throw NotYet("removing directories");
+    public void RemoveDirectory(ulong parent, ReadOnlySpan<byte> name) => RemoveName(parent, name, directory: true);
 
-    /// <summary>renameat2.</summary>
-    public void Rename(ulong parent, ReadOnlySpan<byte> name, ulong newParent, ReadOnlySpan<byte> newName, RenameFlags flags = RenameFlags.None) =>
-        throw NotYet("renaming");
+    private void RemoveName(ulong parent, ReadOnlySpan<byte> name, bool directory)
+    {
+        ValidateName(name);
+        var w = Writer();
+        lock (w.Lock)
+        {
+            var dir = DirectoryInode(parent);
+            if (!_directories.TryLookup(dir, name, out ulong ino)) throw new XfsException(XfsError.NotFound, $"\"{Show(name)}\" does not exist");
+            var target = _inodes.Get(ino);
+            if (directory && !target.IsDirectory) throw new XfsException(XfsError.NotADirectory, $"\"{Show(name)}\" is not a directory");
+            if (!directory && target.IsDirectory) throw new XfsException(XfsError.IsADirectory, $"\"{Show(name)}\" is a directory");
+            if (directory && !IsEmptyDirectory(target)) throw new XfsException(XfsError.NotEmpty, $"directory \"{Show(name)}\" is not empty");
+            // A large file loses its blocks first, in transactions of their own: a crash in between leaves it linked and shorter.
+            bool last = target.Attributes.LinkCount <= 1 && !IsHeld(ino);
+            if (last && target.IsRegular) ShrinkInSteps(w, ino, 0);
+
+            using var tx = Begin(w, TransactionKind.Remove);
+            target = _inodes.Get(ino);
+            var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
+            var dirImage = new DirectoryInodeImage(_mount.Superblock, parent, dirUpdate.Image);
+            var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(dirUpdate));
+            editor.RemoveEntry(name);
+            var now = Now();
+            var update = new InodeUpdate(target, _mount.Superblock);
+            if (directory)
+            {
+                dirUpdate.LinkCount -= 1;
+                update.LinkCount = 0;
+            }
+            else
+            {
+                update.LinkCount -= 1;
+            }
+            update.Touch(now, modified: false);
+            dirUpdate.Touch(now, modified: true);
+            dirUpdate.Parts |= dirImage.LogParts;
+            bool free = update.LinkCount == 0 && !IsHeld(ino);
+            if (free) FreeInode(tx, w, update);
+            else if (update.LinkCount == 0) w.Orphans.Add(ino);
+            update.Log(tx, _inodes);
+            dirUpdate.Log(tx, _inodes);
+            tx.Commit();
+            AfterCommit(w);
+        }
+    }
+
+    /// <summary>
+    /// Frees what an inode holds and the inode itself in <paramref name="tx"/> (xfs_inactive + xfs_ifree): its data
+    /// blocks (at most <see cref="ExtentsFreedPerTransaction"/> extents are left by the caller), its attribute fork,
+    /// then its slot in the inode trees. The image becomes a free inode: mode 0, empty forks.
+    /// </summary>
+    private void FreeInode(Transaction tx, VolumeWriteState w, InodeUpdate update)
+    {
+        if (update.DataFormat is ForkFormat.Extents or ForkFormat.Btree)
+        {
+            var editor = new ExtentMapEditor(tx, update, w.FileSpace);
+            editor.Unmap(0, ulong.MaxValue);
+            editor.Save();
+        }
+        var attrFormat = (ForkFormat)update.Image[DinodeView.OffAformat];
+        bool hasAttrFork = update.Image[DinodeView.OffForkoff] != 0;
+        if (hasAttrFork && attrFormat != ForkFormat.Local && new DinodeView(update.Image).AttrExtentCount > 0)
+            throw new XfsException(XfsError.Unsupported, $"inode {update.Number} keeps extended attributes in blocks, which this build cannot free yet; nothing was changed");
+        var view = new DinodeView(update.Image);
+        ulong keepFlags2 = view.Flags2 & (DinodeView.Flag2Bigtime | DinodeView.Flag2Nrext64);
+        var writer = new DinodeWriter(update.Image);
+        writer.Mode = 0;
+        writer.Flags = 0;
+        writer.Flags2 = keepFlags2;
+        writer.ForkOffset = 0;
+        writer.AttrFormat = ForkFormat.Extents;
+        writer.Format = ForkFormat.Extents;
+        writer.Size = 0;
+        update.Nblocks = 0;
+        update.DataExtentCount = 0;
+        update.Image.AsSpan(DinodeView.OffAnextents, 2).Clear();
+        BinaryPrimitives.WriteUInt32BigEndian(update.Image.AsSpan(DinodeView.OffExtsize), 0);
+        update.Image.AsSpan(view.CoreSize).Clear();
+        writer.Generation = view.Generation + 1;
+        update.Parts |= InodeLogParts.DataFork | InodeLogParts.AttrFork;
+        w.Inodes.Free(tx, update.Number);
+        tx.OnCommit(() => w.FreeInodes += 1);
+    }
+
+    /// <summary>rename / renameat2.</summary>
+    public void Rename(ulong parent, ReadOnlySpan<byte> name, ulong newParent, ReadOnlySpan<byte> newName, RenameFlags flags = RenameFlags.None)
+    {
+        ValidateName(name);
+        ValidateName(newName);
+        if ((flags & RenameFlags.Exchange) != 0 && (flags & (RenameFlags.NoReplace | RenameFlags.Whiteout)) != 0)
+            throw new XfsException(XfsError.InvalidArgument, "RENAME_EXCHANGE cannot be combined with RENAME_NOREPLACE or RENAME_WHITEOUT");
+        if ((flags & RenameFlags.Whiteout) != 0)
+            throw new XfsException(XfsError.Unsupported, "RENAME_WHITEOUT is not supported by this build; nothing was changed");
+        var w = Writer();
+        lock (w.Lock)
+        {
+            var fromDir = DirectoryInode(parent);
+            var toDir = parent == newParent ? fromDir : DirectoryInode(newParent);
+            if (!_directories.TryLookup(fromDir, name, out ulong source)) throw new XfsException(XfsError.NotFound, $"\"{Show(name)}\" does not exist");
+            bool targetExists = _directories.TryLookup(toDir, newName, out ulong target);
+            if ((flags & RenameFlags.NoReplace) != 0 && targetExists) throw new XfsException(XfsError.Exists, $"\"{Show(newName)}\" exists already");
+            if ((flags & RenameFlags.Exchange) != 0 && !targetExists) throw new XfsException(XfsError.NotFound, $"\"{Show(newName)}\" does not exist");
+            if (targetExists && target == source) return; // the same inode under both names: rename(2) does nothing
+            var src = _inodes.Get(source);
+            Inode? dst = targetExists ? _inodes.Get(target) : null;
+            bool exchange = (flags & RenameFlags.Exchange) != 0;
+            if (src.IsDirectory && parent != newParent && IsAncestor(source, newParent))
+                throw new XfsException(XfsError.WouldLoop, "a directory cannot be moved under itself");
+            if (exchange && dst!.IsDirectory && parent != newParent && IsAncestor(target, parent))
+                throw new XfsException(XfsError.WouldLoop, "a directory cannot be moved under itself");
+            if (!exchange && dst is not null)
+            {
+                if (src.IsDirectory && !dst.IsDirectory) throw new XfsException(XfsError.NotADirectory, $"\"{Show(newName)}\" is not a directory");
+                if (!src.IsDirectory && dst.IsDirectory) throw new XfsException(XfsError.IsADirectory, $"\"{Show(newName)}\" is a directory");
+                if (dst.IsDirectory && !IsEmptyDirectory(dst)) throw new XfsException(XfsError.NotEmpty, $"directory \"{Show(newName)}\" is not empty");
+                if (dst.Attributes.LinkCount <= 1 && dst.IsRegular && !IsHeld(target)) ShrinkInSteps(w, target, 0);
+            }
+
+            using var tx = Begin(w, TransactionKind.Rename);
+            var now = Now();
+            var fromUpdate = new InodeUpdate(_inodes.Get(parent), _mount.Superblock);
+            var fromImage = new DirectoryInodeImage(_mount.Superblock, parent, fromUpdate.Image);
+            var fromEditor = new DirectoryEditor(tx, fromImage, w.DirectorySpace(fromUpdate));
+            InodeUpdate toUpdate;
+            DirectoryInodeImage toImage;
+            DirectoryEditor toEditor;
+            if (parent == newParent)
+            {
+                toUpdate = fromUpdate;
+                toImage = fromImage;
+                toEditor = fromEditor;
+            }
+            else
+            {
+                toUpdate = new InodeUpdate(_inodes.Get(newParent), _mount.Superblock);
+                toImage = new DirectoryInodeImage(_mount.Superblock, newParent, toUpdate.Image);
+                toEditor = new DirectoryEditor(tx, toImage, w.DirectorySpace(toUpdate));
+            }
+            var srcUpdate = new InodeUpdate(src, _mount.Superblock);
+            InodeUpdate? dstUpdate = dst is null ? null : new InodeUpdate(dst, _mount.Superblock);
+
+            if (exchange)
+            {
+                fromEditor.ReplaceEntry(name, target, dst!.FileType);
+                toEditor.ReplaceEntry(newName, source, src.FileType);
+                if (parent != newParent)
+                {
+                    if (src.IsDirectory) RepointDotDot(tx, w, srcUpdate, newParent);
+                    if (dst.IsDirectory) RepointDotDot(tx, w, dstUpdate!, parent);
+                    if (src.IsDirectory != dst.IsDirectory)
+                    {
+                        // The directory's ".." moves between the parents.
+                        if (src.IsDirectory) { fromUpdate.LinkCount -= 1; toUpdate.LinkCount += 1; }
+                        else { fromUpdate.LinkCount += 1; toUpdate.LinkCount -= 1; }
+                    }
+                }
+                dstUpdate!.Touch(now, modified: false);
+            }
+            else
+            {
+                if (dst is not null)
+                {
+                    toEditor.ReplaceEntry(newName, source, src.FileType);
+                    if (dst.IsDirectory)
+                    {
+                        dstUpdate!.LinkCount = 0;
+                        toUpdate.LinkCount -= 1;
+                    }
+                    else
+                    {
+                        dstUpdate!.LinkCount -= 1;
+                    }
+                    dstUpdate.Touch(now, modified: false);
+                }
+                else
+                {
+                    toEditor.AddEntry(newName, source, src.FileType);
+                }
+                fromEditor.RemoveEntry(name);
+                if (src.IsDirectory && parent != newParent)
+                {
+                    RepointDotDot(tx, w, srcUpdate, newParent);
+                    fromUpdate.LinkCount -= 1;
+                    toUpdate.LinkCount += 1;
+                }
+            }
+            srcUpdate.Touch(now, modified: false);
+            fromUpdate.Touch(now, modified: true);
+            fromUpdate.Parts |= fromImage.LogParts;
+            if (!ReferenceEquals(toUpdate, fromUpdate))
+            {
+                toUpdate.Touch(now, modified: true);
+                toUpdate.Parts |= toImage.LogParts;
+            }
+            if (dstUpdate is not null && !exchange && dstUpdate.LinkCount == 0)
+            {
+                if (IsHeld(target)) w.Orphans.Add(target);
+                else FreeInode(tx, w, dstUpdate);
+            }
+            srcUpdate.Log(tx, _inodes);
+            dstUpdate?.Log(tx, _inodes);
+            fromUpdate.Log(tx, _inodes);
+            if (!ReferenceEquals(toUpdate, fromUpdate)) toUpdate.Log(tx, _inodes);
+            tx.Commit();
+            AfterCommit(w);
+        }
+    }
+
+    /// <summary>Points a moved directory's ".." at its new parent.</summary>
+    private void RepointDotDot(Transaction tx, VolumeWriteState w, InodeUpdate directory, ulong newParent)
+    {
+        var image = new DirectoryInodeImage(_mount.Superblock, directory.Number, directory.Image);
+        var editor = new DirectoryEditor(tx, image, w.DirectorySpace(directory));
+        editor.ReplaceEntry(".."u8, newParent, XfsFileType.Directory);
+        directory.Parts |= image.LogParts;
+    }
+
+    /// <summary>True when <paramref name="ancestor"/> is <paramref name="directory"/> or one of its parents.</summary>
+    private bool IsAncestor(ulong ancestor, ulong directory)
+    {
+        ulong current = directory;
+        for (int hops = 0; hops < 4096; hops++)
+        {
+            if (current == ancestor) return true;
+            if (current == _mount.Superblock.RootIno) return false;
+            if (!_directories.TryLookup(_inodes.Get(current), ".."u8, out ulong up) || up == current) return false;
+            current = up;
+        }
+        throw _mount.Corrupt($"directory {directory}", _mount.Superblock.InodeToByte(directory), "its parent chain does not reach the root (a loop)");
+    }
+
+    private bool IsEmptyDirectory(Inode directory)
+    {
+        var counter = new EntryCounter();
+        _directories.ReadDirectory(directory, 0, ref counter);
+        return counter.Count == 0;
+    }
+
+    private struct EntryCounter : IDirectoryVisitor
+    {
+        public int Count;
+
+        public bool Visit(ReadOnlySpan<byte> name, ulong inode, XfsFileType fileType, long nextCookie)
+        {
+            if (name.SequenceEqual("."u8) || name.SequenceEqual(".."u8)) return true;
+            Count++;
+            return false;
+        }
+    }
 
     /// <summary>pwrite: writes <paramref name="data"/> at <paramref name="offset"/>, allocating blocks and moving EOF as needed; returns the bytes written.</summary>
-    public int Write(ulong inode, long offset, ReadOnlySpan<byte> data) => throw NotYet("writing file data");
+    public int Write(ulong inode, long offset, ReadOnlySpan<byte> data)
+    {
+        if (offset < 0) throw new XfsException(XfsError.InvalidArgument, "a write offset cannot be negative");
+        if (data.IsEmpty) return 0;
+        if (offset + (long)data.Length > MaxFileSize) throw new XfsException(XfsError.FileTooLarge, $"a write past {MaxFileSize} bytes");
+        var w = Writer();
+        lock (w.Lock)
+        {
+            var current = _inodes.Get(inode);
+            if (current.IsDirectory) throw new XfsException(XfsError.IsADirectory, "a directory cannot be written as a file");
+            if (!current.IsRegular) throw new XfsException(XfsError.InvalidArgument, "only regular files hold data");
+            if ((current.Attributes.Flags2 & DinodeView.Flag2Reflink) != 0)
+                throw new XfsException(XfsError.Unsupported, "writing a reflinked file (copy-on-write of shared blocks) is not supported by this build; nothing was changed");
+            var sb = _mount.Superblock;
+            int blockSize = (int)sb.BlockSize;
+            ulong first = (ulong)offset >> sb.BlockLog;
+            ulong last = (ulong)(offset + data.Length - 1) >> sb.BlockLog;
+            using var tx = Begin(w, TransactionKind.Write);
+            var update = new InodeUpdate(current, sb);
+            var editor = new ExtentMapEditor(tx, update, w.FileSpace);
+            var fresh = editor.AllocateHoles(first, last - first + 1, unwritten: false);
+            // Data goes to its blocks before the transaction that maps them commits: no crash exposes stale blocks.
+            var block = GC.AllocateUninitializedArray<byte>(blockSize);
+            for (ulong fb = first; fb <= last; fb++)
+            {
+                if (!editor.TryMap(fb, out var extent)) throw new InvalidOperationException($"inode {inode}: block {fb} unmapped after allocation");
+                long disk = sb.FsbToByte(extent.StartBlock + (fb - extent.FileOffset));
+                long blockStart = (long)(fb << sb.BlockLog);
+                int from = (int)Math.Max(0, offset - blockStart);
+                int to = (int)Math.Min(blockSize, offset + data.Length - blockStart);
+                var piece = data.Slice((int)(blockStart + from - offset), to - from);
+                bool whole = from == 0 && to == blockSize;
+                bool isNew = extent.Unwritten || fresh.Any(e => fb >= e.FileOffset && fb < e.FileEnd);
+                if (whole)
+                {
+                    w.Access.Data.Write(disk, piece);
+                    continue;
+                }
+                // Part of a block: what is not written reads as before (zeros for a new or unwritten block).
+                if (isNew || blockStart >= (long)current.Size) Array.Clear(block);
+                else w.Access.Data.Read(disk, block);
+                if (!isNew && blockStart < (long)current.Size && blockStart + blockSize > (long)current.Size)
+                    Array.Clear(block, (int)((long)current.Size - blockStart), blockSize - (int)((long)current.Size - blockStart));
+                piece.CopyTo(block.AsSpan(from));
+                w.Access.Data.Write(disk, block);
+            }
+            editor.MarkWritten(first, last - first + 1);
+            editor.Save();
+            long end = offset + data.Length;
+            if (end > (long)update.Size) update.Size = (ulong)end;
+            update.Touch(Now(), modified: true);
+            update.Log(tx, _inodes);
+            tx.Commit();
+            AfterCommit(w);
+            return data.Length;
+        }
+    }
+
+    /// <summary>The largest size XFS files have (the kernel's MAX_LFS_FILESIZE on 64-bit).</summary>
+    private const long MaxFileSize = long.MaxValue;
 
     /// <summary>fallocate.</summary>
-    public void Allocate(ulong inode, long offset, long length, FallocateMode mode) => throw NotYet("fallocate");
+    public void Allocate(ulong inode, long offset, long length, FallocateMode mode)
+    {
+        if (offset < 0 || length <= 0) throw new XfsException(XfsError.InvalidArgument, "fallocate needs a non-negative offset and a positive length");
+        var w = Writer();
+        lock (w.Lock)
+        {
+            var current = _inodes.Get(inode);
+            if (!current.IsRegular) throw new XfsException(current.IsDirectory ? XfsError.IsADirectory : XfsError.InvalidArgument, "only regular files can be preallocated");
+            if ((current.Attributes.Flags2 & DinodeView.Flag2Reflink) != 0)
+                throw new XfsException(XfsError.Unsupported, "changing a reflinked file's blocks is not supported by this build; nothing was changed");
+            var sb = _mount.Superblock;
+            switch (mode)
+            {
+                case FallocateMode.Allocate or FallocateMode.KeepSize:
+                {
+                    using var tx = Begin(w, TransactionKind.Write);
+                    var update = new InodeUpdate(current, sb);
+                    var editor = new ExtentMapEditor(tx, update, w.FileSpace);
+                    ulong first = (ulong)offset >> sb.BlockLog, last = (ulong)(offset + length - 1) >> sb.BlockLog;
+                    editor.AllocateHoles(first, last - first + 1, unwritten: true);
+                    editor.Save();
+                    if (mode == FallocateMode.Allocate && offset + length > (long)update.Size) update.Size = (ulong)(offset + length);
+                    update.Touch(Now(), modified: false);
+                    update.Log(tx, _inodes);
+                    tx.Commit();
+                    AfterCommit(w);
+                    return;
+                }
+                case FallocateMode.PunchHole:
+                {
+                    long end = Math.Min(offset + length, (long)current.Size);
+                    if (end <= offset) return;
+                    ZeroPartialBlocks(w, current, offset, end);
+                    ulong firstWhole = (ulong)((offset + sb.BlockSize - 1) >> sb.BlockLog);
+                    ulong endWhole = (ulong)(end >> sb.BlockLog);
+                    if (end == (long)current.Size) endWhole = (ulong)((end + sb.BlockSize - 1) >> sb.BlockLog);
+                    if (endWhole > firstWhole) UnmapInSteps(w, inode, firstWhole, endWhole - firstWhole);
+                    TouchModified(w, inode);
+                    return;
+                }
+                default:
+                    throw new XfsException(XfsError.Unsupported, $"fallocate mode {mode} is not supported by this build; nothing was changed");
+            }
+        }
+    }
+
+    /// <summary>Writes zeros over the parts of the first and last blocks of [offset, end) that are not whole blocks (where mapped and written).</summary>
+    private void ZeroPartialBlocks(VolumeWriteState w, Inode current, long offset, long end)
+    {
+        var sb = _mount.Superblock;
+        int bs = (int)sb.BlockSize;
+        var map = _maps.Get(current, ForkKind.Data);
+        void Zero(long from, long to)
+        {
+            if (to <= from) return;
+            ulong fb = (ulong)from >> sb.BlockLog;
+            if (!map.TryFind(fb, out var e, out _) || e.Unwritten) return;
+            long disk = sb.FsbToByte(e.StartBlock + (fb - e.FileOffset)) + (from & (bs - 1));
+            w.Access.Data.Write(disk, new byte[to - from]);
+        }
+        long firstEnd = Math.Min(end, (offset + bs - 1) / bs * bs);
+        if (offset % bs != 0) Zero(offset, firstEnd);
+        long lastStart = end / bs * bs;
+        if (end % bs != 0 && lastStart >= firstEnd) Zero(Math.Max(lastStart, offset), end);
+    }
+
+    private void TouchModified(VolumeWriteState w, ulong inode)
+    {
+        using var tx = Begin(w, TransactionKind.Ichange);
+        var update = new InodeUpdate(_inodes.Get(inode), _mount.Superblock);
+        update.Touch(Now(), modified: true);
+        update.Log(tx, _inodes);
+        tx.Commit();
+    }
+
+    /// <summary>Frees file blocks [fileBlock, +count) in transactions of at most <see cref="ExtentsFreedPerTransaction"/> extents.</summary>
+    private void UnmapInSteps(VolumeWriteState w, ulong inode, ulong fileBlock, ulong count)
+    {
+        ulong end = count == ulong.MaxValue ? ulong.MaxValue : fileBlock + count;
+        while (true)
+        {
+            var current = _inodes.Get(inode);
+            if (current.DataFormat is not (ForkFormat.Extents or ForkFormat.Btree)) return;
+            using var tx = Begin(w, TransactionKind.Itruncate);
+            var update = new InodeUpdate(current, _mount.Superblock);
+            var editor = new ExtentMapEditor(tx, update, w.FileSpace);
+            // Free from the end backwards, a bounded number of extents per transaction.
+            var victims = editor.Extents.Where(e => e.FileEnd > fileBlock && e.FileOffset < end).ToList();
+            if (victims.Count == 0)
+            {
+                tx.Cancel();
+                return;
+            }
+            int take = (int)Math.Min((ulong)victims.Count, ExtentsFreedPerTransaction);
+            ulong from = Math.Max(fileBlock, victims[^take].FileOffset);
+            editor.Unmap(from, end == ulong.MaxValue ? ulong.MaxValue : end - from);
+            editor.Save();
+            update.Log(tx, _inodes);
+            tx.Commit();
+            AfterCommit(w);
+            if (take == victims.Count) return;
+            end = from;
+        }
+    }
+
+    /// <summary>Frees every block of a file at or past <paramref name="fromBlock"/> (truncate, and before an unlink frees the inode).</summary>
+    private void ShrinkInSteps(VolumeWriteState w, ulong inode, ulong fromBlock) => UnmapInSteps(w, inode, fromBlock, ulong.MaxValue);
 
     /// <summary>setxattr (POSIX ACLs through their system.posix_acl_* names, stored as XFS stores them).</summary>
-    public void SetXattr(ulong inode, XattrNamespace ns, ReadOnlySpan<byte> name, ReadOnlySpan<byte> value, XattrSetMode mode = XattrSetMode.Any) =>
-        throw NotYet("setting extended attributes");
+    public void SetXattr(ulong inode, XattrNamespace ns, ReadOnlySpan<byte> name, ReadOnlySpan<byte> value, XattrSetMode mode = XattrSetMode.Any)
+    {
+        _ = Writer();
+        throw new XfsException(XfsError.Unsupported, "setting extended attributes is not supported by this build; nothing was changed");
+    }
 
     /// <summary>removexattr.</summary>
-    public void RemoveXattr(ulong inode, XattrNamespace ns, ReadOnlySpan<byte> name) => throw NotYet("removing extended attributes");
+    public void RemoveXattr(ulong inode, XattrNamespace ns, ReadOnlySpan<byte> name)
+    {
+        _ = Writer();
+        throw new XfsException(XfsError.Unsupported, "removing extended attributes is not supported by this build; nothing was changed");
+    }
 
     /// <summary>
     /// A host holds <paramref name="inode"/> (an open file, or an entry the kernel caches): an inode whose last name is
-    /// removed stays (on the AGI unlinked list) until every hold is released.
+    /// removed stays until every hold is released.
     /// </summary>
-    public void Retain(ulong inode, ulong count = 1) { }
+    public void Retain(ulong inode, ulong count = 1)
+    {
+        var w = _write;
+        if (w is null || count == 0) return;
+        lock (w.Holds)
+            w.Holds[inode] = (w.Holds.TryGetValue(inode, out var n) ? n : 0) + count;
+    }
 
     /// <summary>Releases holds taken with <see cref="Retain"/>; an unlinked inode without holds is freed.</summary>
-    public void Release(ulong inode, ulong count = 1) { }
+    public void Release(ulong inode, ulong count = 1)
+    {
+        var w = _write;
+        if (w is null || count == 0) return;
+        lock (w.Holds)
+        {
+            if (!w.Holds.TryGetValue(inode, out var n)) return;
+            if (n > count)
+            {
+                w.Holds[inode] = n - count;
+                return;
+            }
+            w.Holds.Remove(inode);
+        }
+        if (w.Unmounted || !_mount.Health.IsHealthy) return;
+        lock (w.Lock)
+        {
+            if (!w.Orphans.Remove(inode)) return;
+            FreeOrphan(w, inode);
+        }
+    }
 
-    private static XfsException NotYet(string what) =>
-        new(XfsError.Unsupported, $"{what} is not supported by this build yet; nothing was changed");
+    private bool IsHeld(ulong inode)
+    {
+        var w = _write!;
+        lock (w.Holds) return w.Holds.ContainsKey(inode);
+    }
+
+    /// <summary>An unlinked inode whose last hold went: its blocks, then the inode.</summary>
+    private void FreeOrphan(VolumeWriteState w, ulong inode)
+    {
+        var current = _inodes.Get(inode);
+        if (current.Attributes.LinkCount != 0 || current.Mode == 0) return;
+        if (current.IsRegular) ShrinkInSteps(w, inode, 0);
+        using var tx = Begin(w, TransactionKind.Ifree);
+        var update = new InodeUpdate(_inodes.Get(inode), _mount.Superblock);
+        FreeInode(tx, w, update);
+        update.Log(tx, _inodes);
+        tx.Commit();
+        AfterCommit(w);
+    }
+
+    private Inode DirectoryInode(ulong inode)
+    {
+        var dir = _inodes.Get(inode);
+        if (!dir.IsDirectory) throw new XfsException(XfsError.NotADirectory, $"inode {inode} is not a directory");
+        if (dir.Attributes.LinkCount == 0) throw new XfsException(XfsError.NotFound, $"directory {inode} has been removed");
+        return dir;
+    }
+
+    private static void ValidateName(ReadOnlySpan<byte> name)
+    {
+        if (name.Length > 255) throw new XfsException(XfsError.NameTooLong, "names are at most 255 bytes in XFS");
+        if (name.IsEmpty || name.IndexOfAny((byte)'/', (byte)0) >= 0 || name.SequenceEqual("."u8) || name.SequenceEqual(".."u8))
+            throw new XfsException(XfsError.InvalidArgument, $"\"{Show(name)}\" cannot be a name");
+    }
+
+    private static string Show(ReadOnlySpan<byte> name) => System.Text.Encoding.UTF8.GetString(name);
+
+    /// <summary>After every commit: bound the metadata the cache must keep until it is written back.</summary>
+    private void AfterCommit(VolumeWriteState w) => LimitPinnedMetadata(w);
 }

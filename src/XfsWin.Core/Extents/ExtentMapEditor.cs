@@ -1,0 +1,420 @@
+using System.Buffers.Binary;
+using XfsWin.Btree;
+using XfsWin.Format;
+using XfsWin.Inodes;
+using XfsWin.Journal;
+
+namespace XfsWin.Extents;
+
+/// <summary>Where a file's blocks come from and go back to (the block allocator's answer, with the reverse-map owner).</summary>
+public interface IFileSpace
+{
+    /// <summary>
+    /// Allocates between <paramref name="minBlocks"/> and <paramref name="maxBlocks"/> contiguous blocks for file block
+    /// <paramref name="fileBlock"/> of <paramref name="ino"/>, preferably at <paramref name="nearFsb"/> (0: near the inode).
+    /// Returns the first file system block and the count; throws <see cref="XfsError.NoSpace"/> when no run fits.
+    /// </summary>
+    (ulong Fsb, uint Blocks) Allocate(Transaction tx, ulong ino, ulong fileBlock, ulong nearFsb, uint minBlocks, uint maxBlocks);
+
+    /// <summary>Frees blocks the file no longer maps (freed extents are reused only once the free is on disk).</summary>
+    void Free(Transaction tx, ulong ino, ulong fileBlock, ulong fsb, uint blocks);
+
+    /// <summary>The block space of the file's extent btree.</summary>
+    IBtreeSpace BtreeSpace(ulong ino);
+}
+
+/// <summary>
+/// Changes one inode's data fork mapping inside a transaction, as the kernel's xfs_bmap.c does: the extents are kept
+/// sorted and merged with their neighbours (same state, contiguous on disk and in the file, at most
+/// <see cref="BmbtRecord.MaxBlockCount"/> blocks); an extent list that outgrows the inode fork becomes an extent btree
+/// rooted in the fork (xfs_bmap_extents_to_btree), and a btree whose extents fit the fork again becomes a list
+/// (xfs_bmap_btree_to_extents). In btree form each change is a cursor update, insert or delete, so a transaction
+/// logs only the blocks it touches. di_nextents and di_nblocks follow; the caller logs the inode.
+/// </summary>
+public sealed class ExtentMapEditor
+{
+    private readonly Transaction _tx;
+    private readonly InodeUpdate _inode;
+    private readonly IFileSpace _space;
+    private readonly Superblock _sb;
+    private readonly List<BmbtRecord> _extents;
+
+    public ExtentMapEditor(Transaction tx, InodeUpdate inode, IFileSpace space)
+    {
+        _tx = tx;
+        _inode = inode;
+        _space = space;
+        _sb = tx.Mount.Superblock;
+        _extents = Load();
+    }
+
+    /// <summary>The mapping, sorted by file offset.</summary>
+    public IReadOnlyList<BmbtRecord> Extents => _extents;
+
+    private int ListCapacity => _inode.DataFork.Length / BmbtRecord.Size;
+
+    private List<BmbtRecord> Load()
+    {
+        var list = new List<BmbtRecord>();
+        switch (_inode.DataFormat)
+        {
+            case ForkFormat.Extents:
+                var fork = _inode.DataFork;
+                int n = checked((int)_inode.DataExtentCount);
+                if (n > ListCapacity) throw Corrupt($"{n} extents in a fork with room for {ListCapacity}");
+                for (int i = 0; i < n; i++) list.Add(BmbtRecord.Decode(fork[(i * BmbtRecord.Size)..]));
+                break;
+            case ForkFormat.Btree:
+                var cursor = Cursor();
+                if (cursor.MoveToFirst())
+                    do list.Add(BmbtRecord.Decode(cursor.Record)); while (cursor.Increment());
+                break;
+            default:
+                throw new InvalidOperationException($"inode {_inode.Number}: a {_inode.DataFormat} data fork has no extents");
+        }
+        ulong end = 0;
+        foreach (var e in list)
+        {
+            if (e.FileOffset < end || e.BlockCount == 0 || !_sb.IsValidFsb(e.StartBlock) || !_sb.IsValidFsb(e.StartBlock + e.BlockCount - 1))
+                throw Corrupt($"extent at file block {e.FileOffset} ({e.BlockCount} blocks at {e.StartBlock}) is out of order or outside the volume");
+            end = e.FileEnd;
+        }
+        if ((ulong)list.Count != _inode.DataExtentCount)
+            throw Corrupt($"di_nextents is {_inode.DataExtentCount} but the fork holds {list.Count} extents");
+        return list;
+    }
+
+    private XfsCorruptionException Corrupt(string problem) => _tx.Mount.Corrupt($"data fork of inode {_inode.Number}", _inode.ByteOffset, problem);
+
+    private BtreeCursor<BmbtOps> Cursor() =>
+        new(TransactionBtreeStore.ForInodeRoot<BmbtOps>(_tx, _inode.Number, _inode, _inode.ByteOffset, _space.BtreeSpace(_inode.Number)));
+
+    /// <summary>The extent holding <paramref name="fileBlock"/>, or the index where one would go (negative: ~index).</summary>
+    private int Find(ulong fileBlock)
+    {
+        int lo = 0, hi = _extents.Count - 1;
+        while (lo <= hi)
+        {
+            int mid = (lo + hi) >>> 1;
+            var e = _extents[mid];
+            if (fileBlock < e.FileOffset) hi = mid - 1;
+            else if (fileBlock >= e.FileEnd) lo = mid + 1;
+            else return mid;
+        }
+        return ~lo;
+    }
+
+    /// <summary>The extent mapping <paramref name="fileBlock"/>, if any.</summary>
+    public bool TryMap(ulong fileBlock, out BmbtRecord extent)
+    {
+        int i = Find(fileBlock);
+        extent = i >= 0 ? _extents[i] : default;
+        return i >= 0;
+    }
+
+    /// <summary>The first mapped block at or after <paramref name="fileBlock"/> (ulong.MaxValue when none).</summary>
+    public ulong NextMapped(ulong fileBlock)
+    {
+        int i = Find(fileBlock);
+        if (i >= 0) return fileBlock;
+        i = ~i;
+        return i < _extents.Count ? _extents[i].FileOffset : ulong.MaxValue;
+    }
+
+    /// <summary>The disk block just after the extent that ends at or before <paramref name="fileBlock"/> (where a sequential write continues), or 0.</summary>
+    public ulong ContinuationHint(ulong fileBlock)
+    {
+        int i = Find(fileBlock);
+        if (i >= 0) return _extents[i].StartBlock + (fileBlock - _extents[i].FileOffset);
+        i = ~i;
+        if (i == 0) return 0;
+        var prev = _extents[i - 1];
+        return prev.StartBlock + prev.BlockCount + (fileBlock - prev.FileEnd);
+    }
+
+    /// <summary>
+    /// Maps [<paramref name="fileBlock"/>, +<paramref name="count"/>) to new blocks where it is a hole (allocated here,
+    /// written or unwritten); returns the new extents, in file order. Existing mappings are kept.
+    /// </summary>
+    public List<BmbtRecord> AllocateHoles(ulong fileBlock, ulong count, bool unwritten)
+    {
+        var added = new List<BmbtRecord>();
+        ulong pos = fileBlock, end = fileBlock + count;
+        while (pos < end)
+        {
+            int i = Find(pos);
+            if (i >= 0)
+            {
+                pos = _extents[i].FileEnd;
+                continue;
+            }
+            ulong holeEnd = Math.Min(end, NextMapped(pos));
+            uint want = (uint)Math.Min(holeEnd - pos, BmbtRecord.MaxBlockCount);
+            var (fsb, got) = _space.Allocate(_tx, _inode.Number, pos, ContinuationHint(pos), 1, want);
+            var extent = new BmbtRecord(pos, fsb, got, unwritten);
+            Add(extent);
+            _inode.Nblocks += got;
+            added.Add(extent);
+            pos += got;
+        }
+        return added;
+    }
+
+    /// <summary>Marks [<paramref name="fileBlock"/>, +<paramref name="count"/>) written (converting unwritten extents, split as needed).</summary>
+    public void MarkWritten(ulong fileBlock, ulong count)
+    {
+        ulong pos = fileBlock, end = fileBlock + count;
+        while (pos < end)
+        {
+            int i = Find(pos);
+            if (i < 0)
+            {
+                pos = Math.Min(end, NextMapped(pos));
+                continue;
+            }
+            var e = _extents[i];
+            ulong stop = Math.Min(end, e.FileEnd);
+            if (e.Unwritten)
+            {
+                Remove(i);
+                if (e.FileOffset < pos) Add(e with { BlockCount = (uint)(pos - e.FileOffset) });
+                Add(new BmbtRecord(pos, e.StartBlock + (pos - e.FileOffset), (uint)(stop - pos), false));
+                if (stop < e.FileEnd) Add(new BmbtRecord(stop, e.StartBlock + (stop - e.FileOffset), (uint)(e.FileEnd - stop), true));
+            }
+            pos = stop;
+        }
+    }
+
+    /// <summary>Unmaps [<paramref name="fileBlock"/>, +<paramref name="count"/>) and frees its blocks; returns the blocks freed.</summary>
+    public ulong Unmap(ulong fileBlock, ulong count)
+    {
+        ulong freed = 0, pos = fileBlock, end = count == ulong.MaxValue ? ulong.MaxValue : fileBlock + count;
+        while (pos < end)
+        {
+            int i = Find(pos);
+            if (i < 0)
+            {
+                i = ~i;
+                if (i >= _extents.Count) break;
+                pos = _extents[i].FileOffset;
+                if (pos >= end) break;
+                continue;
+            }
+            var e = _extents[i];
+            ulong stop = Math.Min(end, e.FileEnd);
+            Remove(i);
+            if (e.FileOffset < pos) Add(e with { BlockCount = (uint)(pos - e.FileOffset) });
+            if (stop < e.FileEnd) Add(new BmbtRecord(stop, e.StartBlock + (stop - e.FileOffset), (uint)(e.FileEnd - stop), e.Unwritten));
+            uint n = (uint)(stop - pos);
+            _space.Free(_tx, _inode.Number, pos, e.StartBlock + (pos - e.FileOffset), n);
+            _inode.Nblocks -= n;
+            freed += n;
+            pos = stop;
+        }
+        return freed;
+    }
+
+    // ---- the representation: every change goes through Add and Remove ------------------------------------------
+
+    private readonly List<(bool Insert, BmbtRecord Record)> _pending = new();
+
+    /// <summary>Inserts an extent (which must not overlap any), merging it with contiguous neighbours of the same state.</summary>
+    private void Add(BmbtRecord e)
+    {
+        int i = ~Find(e.FileOffset);
+        if (i < 0) throw new InvalidOperationException($"inode {_inode.Number}: extent at file block {e.FileOffset} overlaps the mapping");
+        if (i > 0)
+        {
+            var left = _extents[i - 1];
+            if (left.FileEnd == e.FileOffset && left.StartBlock + left.BlockCount == e.StartBlock && left.Unwritten == e.Unwritten &&
+                (ulong)left.BlockCount + e.BlockCount <= BmbtRecord.MaxBlockCount)
+            {
+                Remove(i - 1);
+                e = left with { BlockCount = left.BlockCount + e.BlockCount };
+                i--;
+            }
+        }
+        if (i < _extents.Count)
+        {
+            var right = _extents[i];
+            if (e.FileEnd == right.FileOffset && e.StartBlock + e.BlockCount == right.StartBlock && e.Unwritten == right.Unwritten &&
+                (ulong)e.BlockCount + right.BlockCount <= BmbtRecord.MaxBlockCount)
+            {
+                Remove(i);
+                e = e with { BlockCount = e.BlockCount + right.BlockCount };
+            }
+        }
+        _extents.Insert(i, e);
+        _pending.Add((true, e));
+    }
+
+    private void Remove(int index)
+    {
+        _pending.Add((false, _extents[index]));
+        _extents.RemoveAt(index);
+    }
+
+    /// <summary>
+    /// Writes the mapping into the fork: an extent list when it fits (converting a btree back), else the btree (created
+    /// from the list when it first overflows; changed record by record afterwards). Sets di_nextents and the fork format.
+    /// </summary>
+    public void Save()
+    {
+        if (_pending.Count == 0) return;
+        bool fits = _extents.Count <= ListCapacity;
+        if (_inode.DataFormat == ForkFormat.Btree)
+        {
+            ApplyToTree();
+            if (fits) BtreeToList();
+        }
+        else if (fits)
+        {
+            WriteList();
+        }
+        else
+        {
+            ListToBtree();
+        }
+        _pending.Clear();
+        _inode.DataExtentCount = (ulong)_extents.Count;
+        _inode.Parts |= InodeLogParts.DataFork;
+    }
+
+    private void WriteList()
+    {
+        var fork = _inode.DataFork;
+        fork.Clear();
+        for (int i = 0; i < _extents.Count; i++) _extents[i].Encode(fork[(i * BmbtRecord.Size)..]);
+        _inode.DataFormat = ForkFormat.Extents;
+    }
+
+    /// <summary>Replays the pending removals and insertions on the tree (net of pairs that cancel out).</summary>
+    private void ApplyToTree()
+    {
+        var removed = new Dictionary<ulong, BmbtRecord>();
+        var inserted = new Dictionary<ulong, BmbtRecord>();
+        foreach (var (insert, record) in _pending)
+        {
+            if (insert) inserted[record.FileOffset] = record;
+            else if (!inserted.Remove(record.FileOffset)) removed[record.FileOffset] = record;
+        }
+        var cursor = Cursor();
+        Span<byte> key = stackalloc byte[8];
+        Span<byte> raw = stackalloc byte[BmbtRecord.Size];
+        foreach (var (offset, _) in removed.OrderBy(kv => kv.Key))
+        {
+            BinaryPrimitives.WriteUInt64BigEndian(key, offset);
+            if (inserted.Remove(offset, out var replacement))
+            {
+                if (!cursor.Lookup(key, BtreeLookup.Equal)) throw Corrupt($"the extent btree has no record at file block {offset}");
+                replacement.Encode(raw);
+                cursor.Update(raw);
+                continue;
+            }
+            if (!cursor.Lookup(key, BtreeLookup.Equal)) throw Corrupt($"the extent btree has no record at file block {offset}");
+            cursor.Delete();
+        }
+        foreach (var (_, record) in inserted.OrderBy(kv => kv.Key))
+        {
+            record.Encode(raw);
+            if (!cursor.Insert(raw)) throw new InvalidOperationException($"inode {_inode.Number}: extent at file block {record.FileOffset} inserted twice");
+        }
+    }
+
+    /// <summary>xfs_bmap_extents_to_btree: one leaf block takes the extents, the fork becomes a level-1 root pointing at it.</summary>
+    private void ListToBtree()
+    {
+        var space = _space.BtreeSpace(_inode.Number);
+        ulong near = _extents.Count > 0 ? _extents[0].StartBlock : 0;
+        ulong leaf = space.Allocate(_tx, near);
+        _inode.Nblocks += 1;
+        int blockSize = (int)_sb.BlockSize;
+        long at = _sb.FsbToByte(leaf);
+        var verifierKind = unchecked((int)BtreeMagic.BmapV5);
+        var buffer = _tx.GetNew(at, blockSize, verifierKind, _inode.Number, new BmbtLeafWriteVerifier(_sb, _inode.Number), BufType.Btree);
+        var block = buffer.Contents.AsSpan();
+        int header = _sb.IsV5 ? BtreeBlockView.LongHeaderV5 : BtreeBlockView.LongHeaderV4;
+        int leafMax = (blockSize - header) / BmbtRecord.Size;
+        if (_extents.Count > leafMax) throw new InvalidOperationException($"inode {_inode.Number}: {_extents.Count} extents overflow one bmbt leaf");
+        BinaryPrimitives.WriteUInt32BigEndian(block, _sb.IsV5 ? BtreeMagic.BmapV5 : BtreeMagic.BmapV4);
+        BinaryPrimitives.WriteUInt16BigEndian(block[BtreeBlockView.OffLevel..], 0);
+        BinaryPrimitives.WriteUInt16BigEndian(block[BtreeBlockView.OffNumrecs..], (ushort)_extents.Count);
+        BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.OffLeftSib..], BtreeBlockView.NullLongPtr);
+        BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.LongOffRightSib..], BtreeBlockView.NullLongPtr);
+        if (_sb.IsV5)
+        {
+            BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.LongOffBlkno..], (ulong)(at >> 9));
+            _sb.MetaUuid.TryWriteBytes(block.Slice(BtreeBlockView.LongOffUuid, 16), bigEndian: true, out _);
+            BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.LongOffOwner..], _inode.Number);
+        }
+        for (int i = 0; i < _extents.Count; i++) _extents[i].Encode(block[(header + i * BmbtRecord.Size)..]);
+        _tx.LogRange(buffer, 0, blockSize - 1);
+
+        var fork = _inode.DataFork;
+        fork.Clear();
+        int rootMax = (fork.Length - BmdrBlockView.HeaderSize) / 16;
+        BinaryPrimitives.WriteUInt16BigEndian(fork, 1);
+        BinaryPrimitives.WriteUInt16BigEndian(fork[2..], 1);
+        BinaryPrimitives.WriteUInt64BigEndian(fork[BmdrBlockView.HeaderSize..], _extents.Count > 0 ? _extents[0].FileOffset : 0);
+        BinaryPrimitives.WriteUInt64BigEndian(fork[(BmdrBlockView.HeaderSize + rootMax * 8)..], leaf);
+        _inode.DataFormat = ForkFormat.Btree;
+    }
+
+    /// <summary>xfs_bmap_btree_to_extents: every tree block is freed, the extents go back into the fork.</summary>
+    private void BtreeToList()
+    {
+        var space = _space.BtreeSpace(_inode.Number);
+        var blocks = new List<ulong>();
+        CollectTreeBlocks(blocks);
+        foreach (var fsb in blocks)
+        {
+            _tx.Invalidate(_sb.FsbToByte(fsb), (int)_sb.BlockSize);
+            space.Free(_tx, fsb);
+            _inode.Nblocks -= 1;
+        }
+        WriteList();
+    }
+
+    /// <summary>Every block below the inode root, level by level.</summary>
+    private void CollectTreeBlocks(List<ulong> blocks)
+    {
+        var fork = _inode.DataFork;
+        var root = new BmdrBlockView(fork);
+        var level = new List<ulong>();
+        for (int i = 0; i < root.NumRecs; i++) level.Add(root.Pointer(i));
+        int height = root.Level;
+        var reader = TransactionBtreeStore.ForInodeRoot<BmbtOps>(_tx, _inode.Number, _inode, _inode.ByteOffset, _space.BtreeSpace(_inode.Number));
+        uint magic = _sb.IsV5 ? BtreeMagic.BmapV5 : BtreeMagic.BmapV4;
+        int header = _sb.IsV5 ? BtreeBlockView.LongHeaderV5 : BtreeBlockView.LongHeaderV4;
+        for (int h = height - 1; h >= 0 && level.Count > 0; h--)
+        {
+            blocks.AddRange(level);
+            if (h == 0) break;
+            var next = new List<ulong>();
+            foreach (var ptr in level)
+            {
+                var b = reader.Read(ptr, magic, _inode.ByteOffset);
+                int n = BinaryPrimitives.ReadUInt16BigEndian(b.AsSpan(BtreeBlockView.OffNumrecs));
+                int max = ((int)_sb.BlockSize - header) / 16;
+                for (int i = 0; i < n; i++) next.Add(BinaryPrimitives.ReadUInt64BigEndian(b.AsSpan(header + max * 8 + i * 8)));
+            }
+            level = next;
+        }
+    }
+
+    /// <summary>The write verifier of a new bmbt leaf (checks the block as the read cursor would, stamps LSN and CRC).</summary>
+    private sealed class BmbtLeafWriteVerifier(Superblock sb, ulong ino) : Metadata.IBufferWriteVerifier
+    {
+        public string Structure => $"extent btree block of inode {ino}";
+
+        public VerifyResult PrepareForWrite(Span<byte> block, long byteOffset, ulong lsn)
+        {
+            if (sb.IsV5)
+            {
+                if (lsn != 0) BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.LongOffLsn..], lsn);
+                XfsCrc.Stamp(block, BtreeBlockView.LongOffCrc);
+            }
+            return BtreeBlockView.Verify(block, sb.IsV5 ? BtreeMagic.BmapV5 : BtreeMagic.BmapV4, true, sb, byteOffset, ino);
+        }
+    }
+}
