@@ -26,6 +26,8 @@ public enum XfsError
     NotXfs,
     /// <summary>The volume needs xfs_repair before it can be opened.</summary>
     NeedsRepair,
+    /// <summary>No free space is left for the operation (ENOSPC / STATUS_DISK_FULL).</summary>
+    NoSpace,
 }
 
 /// <summary>
@@ -61,6 +63,7 @@ public class XfsException : IOException
         XfsError.SymlinkLoop => 40,      // ELOOP
         XfsError.NotXfs => 22,           // EINVAL (mount(2) answers this for a wrong fs)
         XfsError.NeedsRepair => 117,     // EUCLEAN
+        XfsError.NoSpace => 28,          // ENOSPC
         _ => 5,
     };
 }

@@ -72,3 +72,15 @@ public readonly struct BmbtBlockVerifier(Superblock sb, ulong ino) : IBufferVeri
     public string Structure => $"extent btree block of inode {ino}";
     public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset) => BtreeBlockView.Verify(buffer, BtreeMagic.BmapV5, true, sb, byteOffset, ino);
 }
+
+/// <summary>Read verifier of the primary superblock sector (xfs_sb_verify: magic, version, CRC, geometry).</summary>
+public readonly struct SuperblockBufferVerifier(Superblock sb) : IBufferVerifier
+{
+    public int Kind => 1;
+    public string Structure => "primary superblock";
+    public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset) => Superblock.Verify(buffer[..sb.SectorSize]);
+
+    /// <summary>The superblock's write verifier: structure, then LSN and CRC (V5).</summary>
+    public IBufferWriteVerifier ForWrite() =>
+        new SelfDescribingWriteVerifier<SuperblockBufferVerifier>(this, sb.IsV5 ? SuperblockView.OffLsn : -1, sb.IsV5 ? SuperblockView.OffCrc : -1);
+}
