@@ -187,6 +187,9 @@ public sealed class AgAllocator
         return null;
     }
 
+    /// <summary>The highest AG whose AGF <paramref name="tx"/> holds, or -1: it may allocate or free only there and above (lock order).</summary>
+    public int HighestAgLocked(Transaction tx) => _work.TryGetValue(tx, out var w) ? w.HighestAgf : -1;
+
     /// <summary>A target for an allocation with no locality wish: the AG after the last one allocated from (the kernel's rotor).</summary>
     public ulong RotorTarget => (ulong)(uint)Volatile.Read(ref _rotor) << _sb.AgBlkLog;
 
@@ -206,6 +209,8 @@ public sealed class AgAllocator
         if (length == 0 || agbno < _firstUsable || (ulong)agbno + length > s.Length)
             throw new ArgumentOutOfRangeException(nameof(agbno), $"extent {agbno}+{length} is not inside the usable blocks of AG {agno}");
         var work = WorkOf(tx);
+        if (work.HighestAgf > (int)agno && !work.Ags.ContainsKey(agno))
+            throw new InvalidOperationException($"free in AG {agno} while the transaction holds the AGF of AG {work.HighestAgf}: AGFs are locked in ascending order");
         var w = Join(tx, work, agno);
         FixFreelist(tx, w, freeing: true);
         if (_sb.HasRmapbt) ReverseMap.Unmap(this, tx, w, agbno, length, owner);
