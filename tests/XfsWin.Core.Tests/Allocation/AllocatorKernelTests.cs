@@ -1,6 +1,8 @@
+using System.Buffers.Binary;
 using Xunit;
 using Xunit.Abstractions;
 using XfsWin.Allocation;
+using XfsWin.Format;
 using XfsWin.Journal;
 using XfsWin.TestSupport;
 
@@ -233,5 +235,88 @@ public sealed class AllocatorKernelTests(ITestOutputHelper output) : IDisposable
         }
         AllocatorVolume.AssertRepairClean(img);
         AllocatorVolume.AssertKernelReadsFiles(img, fragmented: false);
+    }
+
+    [Theory]
+    [InlineData("6.1", 11)]
+    [InlineData("6.13", 12)]
+    public void Allocated_extents_become_files_the_kernel_reads(string kind, int seed)
+    {
+        string img = AllocatorImages.Copy(kind, _tmp);
+        var names = Enumerable.Range(0, 4).Select(i => $"new{i}").ToArray();
+        var inos = new ulong[names.Length];
+        using (var mount = LoopMount.Mount(img, readOnly: false))
+        {
+            for (int i = 0; i < names.Length; i++)
+            {
+                string f = Path.Combine(mount.MountPoint, names[i]);
+                File.WriteAllBytes(f, []);
+                inos[i] = ulong.Parse(Shell.RunChecked("stat", "-c", "%i", f).StandardOutput.Trim());
+            }
+        }
+        var rng = new Random(seed);
+        var expected = new Dictionary<string, byte[]>();
+        using (var v = new AllocatorVolume(img))
+        {
+            var sb = v.Sb;
+            int bs = (int)sb.BlockSize;
+            // Other transactions' allocations and frees in between, so the files' extents land among busy and reused space.
+            var noise = RandomSequence(v, rng, 60);
+            for (int i = 0; i < names.Length; i++)
+            {
+                ulong ino = inos[i];
+                using var tx = v.Begin();
+                var extents = new List<BmbtRecord>();
+                ulong fileBlock = 0;
+                ulong target = ((ulong)sb.InoToAgno(ino) << sb.AgBlkLog) | (sb.InoToAgino(ino) >> sb.InoPBlog);
+                for (int k = 0, count = rng.Next(1, 8); k < count; k++)
+                {
+                    var e = v.Allocator.Allocate(tx, new AllocationRequest
+                    {
+                        Target = target, MinLength = 1, MaxLength = (uint)rng.Next(1, 40),
+                        Mode = k % 2 == 0 ? AllocationMode.Near : AllocationMode.BySize,
+                        Scope = AllocationScope.FirstAg, Owner = RmapOwner.InodeData(ino, fileBlock),
+                    });
+                    var data = new byte[e.Length * bs];
+                    for (int b = 0; b < data.Length; b++) data[b] = (byte)(ino * 31 + fileBlock + (ulong)(b / bs) * 7 + (ulong)b);
+                    // File data goes in place before the metadata that points at it commits.
+                    v.Device.Write(sb.FsbToByte(e.StartBlock), data);
+                    extents.Add(new BmbtRecord(fileBlock, e.StartBlock, e.Length, false));
+                    fileBlock += e.Length + (ulong)rng.Next(0, 3); // holes between some extents
+                    target = e.StartBlock + e.Length;
+                }
+                var cluster = InodeClusterLocation.Of(sb, ino);
+                var inode = new byte[sb.InodeSize];
+                v.Device.Read(cluster.InodeByte, inode);
+                Assert.Equal(0, BinaryPrimitives.ReadInt64BigEndian(inode.AsSpan(DinodeView.OffSize)));
+                inode[DinodeView.OffFormat] = (byte)ForkFormat.Extents;
+                bool nrext64 = (BinaryPrimitives.ReadUInt64BigEndian(inode.AsSpan(DinodeView.OffFlags2)) & (1UL << 4)) != 0;
+                if (nrext64) BinaryPrimitives.WriteUInt64BigEndian(inode.AsSpan(DinodeView.OffBigNextents), (ulong)extents.Count);
+                else BinaryPrimitives.WriteUInt32BigEndian(inode.AsSpan(DinodeView.OffNextents), (uint)extents.Count);
+                BinaryPrimitives.WriteUInt64BigEndian(inode.AsSpan(DinodeView.OffNblocks), (ulong)extents.Sum(x => (long)x.BlockCount));
+                long size = (long)extents[^1].FileEnd * bs;
+                BinaryPrimitives.WriteInt64BigEndian(inode.AsSpan(DinodeView.OffSize), size);
+                for (int k = 0; k < extents.Count; k++) extents[k].Encode(inode.AsSpan(DinodeView.V3CoreSize + k * BmbtRecord.Size));
+                tx.Log(InodeLogItem.Create(ino, cluster, inode, InodeLogParts.DataFork));
+                tx.Commit();
+
+                var content = new byte[size];
+                foreach (var x in extents)
+                {
+                    var disk = new byte[x.BlockCount * bs];
+                    v.Device.Read(sb.FsbToByte(x.StartBlock), disk);
+                    disk.CopyTo(content, (long)x.FileOffset * bs);
+                }
+                expected[names[i]] = content;
+            }
+            FreeAll(v, rng, noise);
+            v.Unmount();
+        }
+        AllocatorVolume.AssertRepairClean(img);
+        using (var mount = LoopMount.Mount(img, readOnly: true))
+            foreach (var (name, content) in expected)
+                Assert.True(content.AsSpan().SequenceEqual(File.ReadAllBytes(Path.Combine(mount.MountPoint, name))), $"{name} differs from what was written into its extents");
+        AllocatorVolume.AssertKernelReadsFiles(img);
+        AllocatorVolume.AssertRepairClean(img);
     }
 }
