@@ -123,6 +123,7 @@ public class FormatTests
         Assert.Equal(NtStatus.IoDeviceError, NtStatus.FromXfsError(XfsError.IoError));
         Assert.Equal(NtStatus.NonexistentEaEntry, NtStatus.FromXfsError(XfsError.NoAttribute));
         Assert.Equal(NtStatus.UnrecognizedVolume, NtStatus.FromXfsError(XfsError.NotXfs));
+        Assert.Equal(unchecked((int)0xC000007F), NtStatus.FromXfsError(XfsError.NoSpace));
         Assert.Equal(NtStatus.FileCorruptError, NtStatus.FromException(new XfsCorruptionException("inode", 4096, "bad magic")));
         Assert.Equal(unchecked((int)0xC0000102), NtStatus.FileCorruptError);
         Assert.Equal(unchecked((int)0xC00000A2), NtStatus.MediaWriteProtected);

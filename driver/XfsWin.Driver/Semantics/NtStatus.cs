@@ -34,10 +34,10 @@ public static class NtStatus
     public const int IoDeviceError = unchecked((int)0xC0000185);
     public const int NotAReparsePoint = unchecked((int)0xC0000275);
     public const int ReparsePointNotResolved = unchecked((int)0xC0000280);
+    public const int DiskFull = unchecked((int)0xC000007F);
     public const int DllNotFound = unchecked((int)0xC0000135);
     public const int UnexpectedError = unchecked((int)0xC00000E5); // STATUS_INTERNAL_ERROR
     public const int DirectoryNotEmpty = unchecked((int)0xC0000101);
-    public const int DiskFull = unchecked((int)0xC000007F);
     public const int TooManyLinks = unchecked((int)0xC0000265);
     public const int FileTooLarge = unchecked((int)0xC0000904);
 

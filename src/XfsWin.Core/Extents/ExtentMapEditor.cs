@@ -87,7 +87,33 @@ public sealed class ExtentMapEditor
     private XfsCorruptionException Corrupt(string problem) => _tx.Mount.Corrupt($"data fork of inode {_inode.Number}", _inode.ByteOffset, problem);
 
     private BtreeCursor<BmbtOps> Cursor() =>
-        new(TransactionBtreeStore.ForInodeRoot<BmbtOps>(_tx, _inode.Number, _inode, _inode.ByteOffset, _space.BtreeSpace(_inode.Number)));
+        new(TransactionBtreeStore.ForInodeRoot<BmbtOps>(_tx, _inode.Number, _inode, _inode.ByteOffset, TreeSpace()));
+
+    /// <summary>The extent btree's block space; every block it takes or gives back counts in di_nblocks.</summary>
+    private IBtreeSpace TreeSpace() => new CountingSpace(_space.BtreeSpace(_inode.Number), _inode);
+
+    private sealed class CountingSpace(IBtreeSpace inner, InodeUpdate inode) : IBtreeSpace
+    {
+        public ulong Allocate(Transaction tx, ulong near)
+        {
+            ulong block = inner.Allocate(tx, near);
+            inode.Nblocks += 1;
+            return block;
+        }
+
+        public void Free(Transaction tx, ulong pointer)
+        {
+            inner.Free(tx, pointer);
+            inode.Nblocks -= 1;
+        }
+    }
+
+    /// <summary>Maps an extent the caller allocated (a directory block) at its file offset; di_nblocks counts it.</summary>
+    public void AddMapped(BmbtRecord extent)
+    {
+        Add(extent);
+        _inode.Nblocks += extent.BlockCount;
+    }
 
     /// <summary>The extent holding <paramref name="fileBlock"/>, or the index where one would go (negative: ~index).</summary>
     private int Find(ulong fileBlock)
@@ -324,10 +350,9 @@ public sealed class ExtentMapEditor
     /// <summary>xfs_bmap_extents_to_btree: one leaf block takes the extents, the fork becomes a level-1 root pointing at it.</summary>
     private void ListToBtree()
     {
-        var space = _space.BtreeSpace(_inode.Number);
+        var space = TreeSpace();
         ulong near = _extents.Count > 0 ? _extents[0].StartBlock : 0;
         ulong leaf = space.Allocate(_tx, near);
-        _inode.Nblocks += 1;
         int blockSize = (int)_sb.BlockSize;
         long at = _sb.FsbToByte(leaf);
         var verifierKind = unchecked((int)BtreeMagic.BmapV5);
@@ -363,14 +388,13 @@ public sealed class ExtentMapEditor
     /// <summary>xfs_bmap_btree_to_extents: every tree block is freed, the extents go back into the fork.</summary>
     private void BtreeToList()
     {
-        var space = _space.BtreeSpace(_inode.Number);
+        var space = TreeSpace();
         var blocks = new List<ulong>();
         CollectTreeBlocks(blocks);
         foreach (var fsb in blocks)
         {
             _tx.Invalidate(_sb.FsbToByte(fsb), (int)_sb.BlockSize);
             space.Free(_tx, fsb);
-            _inode.Nblocks -= 1;
         }
         WriteList();
     }
@@ -383,7 +407,7 @@ public sealed class ExtentMapEditor
         var level = new List<ulong>();
         for (int i = 0; i < root.NumRecs; i++) level.Add(root.Pointer(i));
         int height = root.Level;
-        var reader = TransactionBtreeStore.ForInodeRoot<BmbtOps>(_tx, _inode.Number, _inode, _inode.ByteOffset, _space.BtreeSpace(_inode.Number));
+        var reader = TransactionBtreeStore.ForInodeRoot<BmbtOps>(_tx, _inode.Number, _inode, _inode.ByteOffset, TreeSpace());
         uint magic = _sb.IsV5 ? BtreeMagic.BmapV5 : BtreeMagic.BmapV4;
         int header = _sb.IsV5 ? BtreeBlockView.LongHeaderV5 : BtreeBlockView.LongHeaderV4;
         for (int h = height - 1; h >= 0 && level.Count > 0; h--)

@@ -70,7 +70,7 @@ public sealed class InodeAllocator
     /// kernel spreads them), or <see cref="XfsError.NoSpace"/> when no AG has a free inode or room for a chunk.
     /// Returns the inode number; its on-disk slot is free (mode 0) until the caller logs the new inode.
     /// </summary>
-    public ulong Allocate(Transaction tx, ulong parentIno, bool directory, Func<uint, bool> agHasSpaceForChunk)
+    public (ulong Ino, int NewInodes) Allocate(Transaction tx, ulong parentIno, bool directory, Func<uint, bool> agHasSpaceForChunk)
     {
         uint agcount = _sb.AgCount;
         uint start = directory ? (uint)(Interlocked.Increment(ref _directoryRotor) % agcount) : _sb.InoToAgno(parentIno);
@@ -80,8 +80,8 @@ public sealed class InodeAllocator
             for (uint i = 0; i < agcount; i++)
             {
                 uint agno = (start + i) % agcount;
-                if (pass == 0 ? TryFromFreeInode(tx, agno, out ulong ino) : agHasSpaceForChunk(agno) && TryNewChunk(tx, agno, out ino))
-                    return ino;
+                if (pass == 0 && TryFromFreeInode(tx, agno, out ulong ino)) return (ino, 0);
+                if (pass == 1 && agHasSpaceForChunk(agno) && TryNewChunk(tx, agno, out ino, out int count)) return (ino, count);
             }
         }
         throw new XfsException(XfsError.NoSpace, "no free inode is left and no allocation group has room for a new inode chunk");
@@ -179,9 +179,10 @@ public sealed class InodeAllocator
     /// sparse-aligned part of one. Its inodes are written initialised (free), the records inserted, the AGI counted;
     /// the first inode of the chunk is returned allocated.
     /// </summary>
-    private bool TryNewChunk(Transaction tx, uint agno, out ulong ino)
+    private bool TryNewChunk(Transaction tx, uint agno, out ulong ino, out int inodes)
     {
         ino = 0;
+        inodes = 0;
         var agi = JoinAgi(tx, _sb, agno);
         uint chunkBlocks = ChunkBlocks;
         uint align = Math.Max(1u, _sb.InodeAlignment);
@@ -196,16 +197,18 @@ public sealed class InodeAllocator
             if (agbno is null) return false;
             uint chunkStart = agbno.Value / align * align;
             int firstInode = (int)((agbno.Value - chunkStart) << _sb.InoPBlog);
-            int inodes = (int)(sparseBlocks << _sb.InoPBlog);
+            int sparseInodes = (int)(sparseBlocks << _sb.InoPBlog);
             holeMask = 0xFFFF;
-            for (int i = firstInode; i < firstInode + inodes; i += 4) holeMask &= (ushort)~(1 << (i / 4));
-            count = (byte)inodes;
+            for (int i = firstInode; i < firstInode + sparseInodes; i += 4) holeMask &= (ushort)~(1 << (i / 4));
+            count = (byte)sparseInodes;
             InitialiseInodes(tx, agno, agbno.Value, sparseBlocks);
+            inodes = count;
             ino = InsertChunk(tx, agi, agno, (uint)(chunkStart << _sb.InoPBlog), holeMask, count, firstInode);
             return true;
         }
         if (agbno is null) return false;
         InitialiseInodes(tx, agno, agbno.Value, chunkBlocks);
+        inodes = count;
         ino = InsertChunk(tx, agi, agno, agbno.Value << _sb.InoPBlog, holeMask, count, 0);
         return true;
     }

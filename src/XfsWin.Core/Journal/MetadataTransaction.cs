@@ -37,11 +37,14 @@ public sealed class MetadataTransaction : IDisposable
         _items.Add(item);
     }
 
+    /// <summary>The checkpoint sequence this transaction's items went into (see <see cref="MountedLog.DurableSequence"/>); 0 before commit.</summary>
+    public long CommitSequence { get; private set; }
+
     public void Commit()
     {
         ObjectDisposedException.ThrowIf(_done, this);
         _done = true;
-        _log.Commit(this, _items);
+        CommitSequence = _log.Commit(this, _items);
     }
 
     public void Dispose()

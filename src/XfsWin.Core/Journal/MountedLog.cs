@@ -167,11 +167,21 @@ public sealed class MountedLog
         return false;
     }
 
-    internal void Commit(MetadataTransaction tx, IReadOnlyList<JournalItem> items)
+    /// <summary>
+    /// Checkpoints written and durable so far: the sequence of the last checkpoint whose commit record is on disk.
+    /// A transaction committed with sequence <c>s</c> (<see cref="MetadataTransaction.CommitSequence"/>) is durable
+    /// once this is at least <c>s</c> (the kernel's CIL sequence, as busy extents wait for it).
+    /// </summary>
+    public long DurableSequence { get { lock (_lock) return _checkpoints; } }
+
+    /// <summary>Hands a transaction's items to the CIL; returns the sequence of the checkpoint that will carry them.</summary>
+    internal long Commit(MetadataTransaction tx, IReadOnlyList<JournalItem> items)
     {
         lock (_lock)
         {
             ThrowIfUnmounted();
+            // The CIL's items go out in the next checkpoint; an empty transaction needs nothing written.
+            long sequence = items.Count > 0 ? _checkpoints + 1 : _checkpoints;
             long used = 0;
             foreach (var item in items) used += item.FormattedBytes + (long)item.RegionCount * LogOpHeader.Size;
             long usedBlocks = Math.Min(tx.ReservedBlocks, (used + LogArea.BBSize - 1) >> LogArea.BBShift);
@@ -181,6 +191,7 @@ public sealed class MountedLog
             else _outstandingBlocks -= usedBlocks;
             _transactions++;
             if (_cil.FormattedBytes >= _thresholdBytes) WriteCheckpoint();
+            return sequence;
         }
     }
 

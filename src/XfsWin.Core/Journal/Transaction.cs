@@ -25,7 +25,7 @@ public sealed class Transaction : IDisposable
     private readonly MetadataTransaction _log;
     private readonly Dictionary<MetadataBuffer, Joined> _joined = new(ReferenceEqualityComparer.Instance);
     private readonly List<JournalItem> _items = new();
-    private List<Action>? _onCommit;
+    private List<Action>? _onCommit, _onCancel;
     private bool _finished;
 
     private sealed class Joined(BufType type, bool inodeCluster, int chunks)
@@ -129,12 +129,39 @@ public sealed class Transaction : IDisposable
     }
 
     /// <summary>
+    /// Runs at the start of <see cref="Commit"/>, while the transaction can still change things (deferred work that
+    /// must happen in it, in an order only known at the end, such as frees in ascending AG order).
+    /// </summary>
+    public void OnPrecommit(Action action)
+    {
+        CheckOpen();
+        (_onPrecommit ??= new()).Add(action);
+    }
+
+    private List<Action>? _onPrecommit;
+
+    /// <summary>Runs when the transaction is cancelled (dropping in-core state that mirrored its uncommitted changes).</summary>
+    public void OnCancel(Action action)
+    {
+        CheckOpen();
+        (_onCancel ??= new()).Add(action);
+    }
+
+    /// <summary>The log checkpoint sequence the committed changes went into (<see cref="MountedLog.DurableSequence"/> reaching it means they are on disk); 0 before commit.</summary>
+    public long CommitSequence => _log.CommitSequence;
+
+    /// <summary>
     /// Logs every changed buffer and item, publishes the buffers and hands the items to the CIL. A transaction that
     /// changed nothing gives its reservation back.
     /// </summary>
     public void Commit()
     {
         CheckOpen();
+        if (_onPrecommit is not null)
+        {
+            // Precommit work may add more of its own; run until none is left.
+            for (int i = 0; i < _onPrecommit.Count; i++) _onPrecommit[i]();
+        }
         _finished = true;
         try
         {
@@ -153,6 +180,7 @@ public sealed class Transaction : IDisposable
         {
             _changes.Cancel();
             _log.Dispose();
+            RunCancelActions();
             throw;
         }
         _changes.Commit();
@@ -168,6 +196,13 @@ public sealed class Transaction : IDisposable
         _finished = true;
         _changes.Cancel();
         _log.Dispose();
+        RunCancelActions();
+    }
+
+    private void RunCancelActions()
+    {
+        if (_onCancel is null) return;
+        foreach (var action in _onCancel) action();
     }
 
     public void Dispose() => Cancel();

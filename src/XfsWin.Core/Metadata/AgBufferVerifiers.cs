@@ -73,13 +73,14 @@ public readonly struct BmbtBlockVerifier(Superblock sb, ulong ino) : IBufferVeri
     public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset) => BtreeBlockView.Verify(buffer, BtreeMagic.BmapV5, true, sb, byteOffset, ino);
 }
 
-/// <summary>Read verifier of a superblock sector (primary or an AG's secondary): xfs_sb_verify's checks.</summary>
-public readonly struct SuperblockBufferVerifier(Superblock sb, uint agno) : IBufferVerifier
+/// <summary>Read verifier of the primary superblock sector (xfs_sb_verify: magic, version, CRC, geometry).</summary>
+public readonly struct SuperblockBufferVerifier(Superblock sb) : IBufferVerifier
 {
     public int Kind => 7;
-    public string Structure => agno == 0 ? "primary superblock" : $"superblock of AG {agno}";
-    public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset) => Superblock.Verify(buffer);
+    public string Structure => "primary superblock";
+    public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset) => Superblock.Verify(buffer[..sb.SectorSize]);
 
+    /// <summary>The superblock's write verifier: structure, then LSN and CRC (V5).</summary>
     public IBufferWriteVerifier ForWrite() =>
         new SelfDescribingWriteVerifier<SuperblockBufferVerifier>(this, sb.IsV5 ? SuperblockView.OffLsn : -1, sb.IsV5 ? SuperblockView.OffCrc : -1);
 }

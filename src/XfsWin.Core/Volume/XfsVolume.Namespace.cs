@@ -149,11 +149,11 @@ public sealed partial class XfsVolume
             using var tx = Begin(w, kind);
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, parent, dirUpdate.Image);
-            var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(dirUpdate));
+            var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(tx, dirUpdate));
             if (editor.TryLookup(name, out _))
                 throw new XfsException(XfsError.Exists, $"\"{Show(name)}\" exists already");
 
-            var (ino, newInodes) = w.Inodes.Allocate(tx, parent, isDir);
+            var (ino, newInodes) = w.AllocateInode(tx, parent, isDir);
             var now = Now();
             var inode = NewInode(ino, mode, uid, gid, dir, now);
             shape(tx, inode);
@@ -233,7 +233,7 @@ public sealed partial class XfsVolume
             using var tx = Begin(w, TransactionKind.Link);
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, newParent, dirUpdate.Image);
-            var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(dirUpdate));
+            var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(tx, dirUpdate));
             if (editor.TryLookup(newName, out _)) throw new XfsException(XfsError.Exists, $"\"{Show(newName)}\" exists already");
             editor.AddEntry(newName, inode, target.FileType);
             var now = Now();
@@ -276,7 +276,7 @@ public sealed partial class XfsVolume
             target = _inodes.Get(ino);
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, parent, dirUpdate.Image);
-            var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(dirUpdate));
+            var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(tx, dirUpdate));
             editor.RemoveEntry(name);
             var now = Now();
             var update = new InodeUpdate(target, _mount.Superblock);
@@ -336,7 +336,7 @@ public sealed partial class XfsVolume
         update.Image.AsSpan(view.CoreSize).Clear();
         writer.Generation = view.Generation + 1;
         update.Parts |= InodeLogParts.DataFork | InodeLogParts.AttrFork;
-        w.Inodes.Free(tx, update.Number);
+        w.InodeAllocator.Free(tx, update.Number);
         tx.OnCommit(() => w.FreeInodes += 1);
     }
 
@@ -378,7 +378,7 @@ public sealed partial class XfsVolume
             var now = Now();
             var fromUpdate = new InodeUpdate(_inodes.Get(parent), _mount.Superblock);
             var fromImage = new DirectoryInodeImage(_mount.Superblock, parent, fromUpdate.Image);
-            var fromEditor = new DirectoryEditor(tx, fromImage, w.DirectorySpace(fromUpdate));
+            var fromEditor = new DirectoryEditor(tx, fromImage, w.DirectorySpace(tx, fromUpdate));
             InodeUpdate toUpdate;
             DirectoryInodeImage toImage;
             DirectoryEditor toEditor;
@@ -392,7 +392,7 @@ public sealed partial class XfsVolume
             {
                 toUpdate = new InodeUpdate(_inodes.Get(newParent), _mount.Superblock);
                 toImage = new DirectoryInodeImage(_mount.Superblock, newParent, toUpdate.Image);
-                toEditor = new DirectoryEditor(tx, toImage, w.DirectorySpace(toUpdate));
+                toEditor = new DirectoryEditor(tx, toImage, w.DirectorySpace(tx, toUpdate));
             }
             var srcUpdate = new InodeUpdate(src, _mount.Superblock);
             InodeUpdate? dstUpdate = dst is null ? null : new InodeUpdate(dst, _mount.Superblock);
@@ -468,7 +468,7 @@ public sealed partial class XfsVolume
     private void RepointDotDot(Transaction tx, VolumeWriteState w, InodeUpdate directory, ulong newParent)
     {
         var image = new DirectoryInodeImage(_mount.Superblock, directory.Number, directory.Image);
-        var editor = new DirectoryEditor(tx, image, w.DirectorySpace(directory));
+        var editor = new DirectoryEditor(tx, image, w.DirectorySpace(tx, directory));
         editor.ReplaceEntry(".."u8, newParent, XfsFileType.Directory);
         directory.Parts |= image.LogParts;
     }
@@ -490,7 +490,7 @@ public sealed partial class XfsVolume
     private bool IsEmptyDirectory(Inode directory)
     {
         var counter = new EntryCounter();
-        _directories.ReadDirectory(directory, 0, ref counter);
+        _directories.Enumerate(directory, 0, ref counter);
         return counter.Count == 0;
     }
 

@@ -30,14 +30,27 @@ public sealed record AttributeChanges
 /// own lock inside commit.
 /// </para>
 /// </summary>
-internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, CachedLogWriteback writeback)
+internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, CachedLogWriteback writeback, VolumeSpace space, InodeAllocator inodes)
 {
     public readonly WriteAccess Access = access;
     public readonly MountedLog Log = log;
     public readonly CachedLogWriteback Writeback = writeback;
+    /// <summary>Blocks for files, directories, trees and inode chunks.</summary>
+    public readonly VolumeSpace FileSpace = space;
+    public readonly InodeAllocator InodeAllocator = inodes;
     public readonly object Lock = new();
+    /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
+    public readonly Dictionary<ulong, ulong> Holds = new();
+    /// <summary>Inodes with no name left that are kept while held; freed at their last release (under <see cref="Lock"/>).</summary>
+    public readonly HashSet<ulong> Orphans = new();
+
+    public Directories.IDirectorySpace DirectorySpace(Transaction tx, InodeUpdate directory) => FileSpace.ForDirectory(tx, directory);
+
+    /// <summary>A free inode for a new file in <paramref name="parent"/> (see <see cref="InodeAllocator.Allocate"/>).</summary>
+    public (ulong Ino, int NewInodes) AllocateInode(Transaction tx, ulong parent, bool directory) =>
+        InodeAllocator.Allocate(tx, parent, directory, FileSpace.HasRoomForChunk);
     public readonly TransactionReservations Reservations = new(ReservationGeometry.From(access.Superblock));
-    public long InodeCount, FreeInodes, FreeBlocks;
+    public long InodeCount, FreeInodes;
     /// <summary>Dirty metadata the cache may hold before a full writeback lets it go (bounded memory).</summary>
     public const long PinnedBytesLimit = 256L << 20;
     public bool Unmounted;
@@ -121,11 +134,11 @@ public sealed partial class XfsVolume
         var area = LogArea.For(access.Data, access.Log, sb);
         var writeback = new CachedLogWriteback(access.Data, sb, _mount.Buffers);
         var log = MountedLog.Open(area, sb, writeback);
-        _write = new VolumeWriteState(access, log, writeback)
+        var space = new VolumeSpace(new Allocation.AgAllocator(_mount, log), sb);
+        _write = new VolumeWriteState(access, log, writeback, space, new InodeAllocator(sb, _inodes, space))
         {
             InodeCount = (long)_agSummary.Inodes,
             FreeInodes = (long)_agSummary.FreeInodes,
-            FreeBlocks = (long)_agSummary.FreeBlocks,
         };
         if (recovery.State == LogState.ReplayedInPlace)
             _recoveredAtOpen = recovery;
@@ -248,13 +261,13 @@ public sealed partial class XfsVolume
     {
         var sb = _mount.Superblock;
         using var tx = Begin(w, TransactionKind.Sb);
-        var verifier = new SuperblockBufferVerifier(sb, 0);
+        var verifier = new SuperblockBufferVerifier(sb);
         var buffer = tx.Read(0, sb.SectorSize, 0, verifier, verifier.ForWrite(), BufType.Superblock);
         var s = buffer.Contents.AsSpan();
         BinaryPrimitives.WriteUInt64BigEndian(s[SuperblockView.OffIcount..], (ulong)w.InodeCount);
         BinaryPrimitives.WriteUInt64BigEndian(s[SuperblockView.OffIfree..], (ulong)w.FreeInodes);
-        BinaryPrimitives.WriteUInt64BigEndian(s[SuperblockView.OffFdblocks..], (ulong)w.FreeBlocks);
-        tx.LogRange(buffer, SuperblockView.OffIcount, SuperblockView.OffFdblocks + 7);
+        tx.LogRange(buffer, SuperblockView.OffIcount, SuperblockView.OffIfree + 7);
+        w.FileSpace.Allocator.LogSuperblockCounters(tx);
         tx.Commit();
     }
 
