@@ -283,27 +283,26 @@ public sealed partial class XfsVolume
 public sealed partial class XfsVolume
 {
     /// <summary>
-    /// Truncate down: the size moves to <paramref name="size"/>, and blocks wholly past the new EOF go back to free
-    /// space. Until blocks can be freed, a file with blocks past the new EOF is refused (nothing changes).
+    /// Truncate down: the size moves to <paramref name="size"/> first (the tail of the new last block zeroed, so a
+    /// later extension reads zeros), then the blocks wholly past the new EOF go back to free space, a bounded number of
+    /// extents per transaction (a crash in between leaves blocks past EOF, which is consistent).
     /// </summary>
     private InodeAttributes Truncate(VolumeWriteState w, Inode current, long size, AttributeChanges changes)
     {
         var sb = _mount.Superblock;
-        ulong firstFreed = (ulong)((size + sb.BlockSize - 1) >> sb.BlockLog);
-        bool blocksPastEof = false;
-        if (current.DataFormat is ForkFormat.Extents or ForkFormat.Btree)
-            _maps.Get(current, Extents.ForkKind.Data).Walk(firstFreed, e =>
-            {
-                if (e.FileEnd > firstFreed) blocksPastEof = true;
-                return !blocksPastEof;
-            });
-        if (blocksPastEof)
-            throw new XfsException(XfsError.Unsupported, "shrinking a file that has blocks past the new size is not supported by this build; nothing was changed");
-        using var tx = Begin(w, TransactionKind.Itruncate);
-        var update = new InodeUpdate(current, sb);
-        Apply(update, changes);
-        update.Log(tx, _inodes);
-        tx.Commit();
+        if ((current.Attributes.Flags2 & DinodeView.Flag2Reflink) != 0)
+            throw new XfsException(XfsError.Unsupported, "truncating a reflinked file (shared blocks) is not supported by this build; nothing was changed");
+        long blockEnd = (size + sb.BlockSize - 1) & ~((long)sb.BlockSize - 1);
+        if (size % sb.BlockSize != 0) ZeroPartialBlocks(w, current, size, Math.Min(blockEnd, current.Size));
+        using (var tx = Begin(w, TransactionKind.Itruncate))
+        {
+            var update = new InodeUpdate(current, sb);
+            Apply(update, changes);
+            update.Log(tx, _inodes);
+            tx.Commit();
+        }
+        ShrinkInSteps(w, current.Number, (ulong)(blockEnd >> sb.BlockLog));
+        AfterCommit(w);
         return _inodes.Get(current.Number).Attributes;
     }
 }

@@ -1,0 +1,238 @@
+using System.Security.Cryptography;
+using System.Text;
+using Xunit;
+using Xunit.Abstractions;
+using XfsWin.TestSupport;
+using XfsWin.Volume;
+
+namespace XfsWin.Tests.Volume;
+
+/// <summary>
+/// Files, directories, links and data written through a read-write open, judged by the kernel: after a clean unmount
+/// (and, in the crash case, after the kernel replays our log) the kernel shows exactly the tree the engine was told to
+/// make, and xfs_repair -n (6.1 and 6.13) finds nothing.
+/// </summary>
+public sealed class NamespaceKernelTests(ITestOutputHelper output) : IDisposable
+{
+    private readonly string _tmp = Directory.CreateTempSubdirectory("xfswin-ns.").FullName;
+
+    public void Dispose() => Directory.Delete(_tmp, recursive: true);
+
+    private string Make(string xfsprogs, string mkfsOptions, string size = "512M")
+    {
+        string image = Path.Combine(_tmp, $"v-{xfsprogs}-{Guid.NewGuid():N}.img");
+        Shell.RunChecked("truncate", "-s", size, image);
+        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", xfsprogs), ["-f", "-q", .. mkfsOptions.Split(' ', StringSplitOptions.RemoveEmptyEntries), image]);
+        using (var mount = LoopMount.Mount(image, readOnly: false))
+        {
+            // Something the kernel made, so our changes land next to its own.
+            File.WriteAllText(Path.Combine(mount.MountPoint, "kernel-file"), "made by Linux");
+            Directory.CreateDirectory(Path.Combine(mount.MountPoint, "kernel-dir"));
+        }
+        return image;
+    }
+
+    private void AssertRepairClean(string image, string xfsprogs)
+    {
+        foreach (var version in new[] { "6.1", "6.13" }.Where(v => v == "6.13" || xfsprogs == "6.1"))
+        {
+            var repair = Shell.Run(OracleImages.Tool("xfs_repair", version), "-n", image);
+            if (repair.ExitCode != 0) output.WriteLine($"xfs_repair -n ({version}):\n{repair.StandardOutput}{repair.StandardError}");
+            Assert.True(repair.ExitCode == 0, $"xfs_repair -n {version} found problems:\n{repair.StandardOutput}{repair.StandardError}");
+        }
+    }
+
+    /// <summary>What the tree should be: path -> "d", "l:target", or "f:sha256:size"; plus link counts of files.</summary>
+    private sealed class Expected
+    {
+        public readonly SortedDictionary<string, string> Entries = new(StringComparer.Ordinal);
+    }
+
+    private static string Hash(byte[] data) => Convert.ToHexString(SHA256.HashData(data)).ToLowerInvariant();
+
+    private static Expected KernelTree(string mountPoint)
+    {
+        var e = new Expected();
+        foreach (var path in Directory.EnumerateFileSystemEntries(mountPoint, "*", new EnumerationOptions { RecurseSubdirectories = true, AttributesToSkip = 0 }))
+        {
+            string rel = "/" + Path.GetRelativePath(mountPoint, path);
+            var info = new FileInfo(path);
+            if (info.LinkTarget is { } target) e.Entries[rel] = "l:" + target;
+            else if (Directory.Exists(path)) e.Entries[rel] = "d";
+            else if (Shell.RunChecked("stat", "-c", "%F", path).StandardOutput.Trim() == "fifo")
+            {
+                // Opening a fifo would wait for a writer.
+                e.Entries[rel] = "p:" + Shell.RunChecked("stat", "-c", "%h %a %u %g", path).StandardOutput.Trim();
+            }
+            else
+            {
+                var bytes = File.ReadAllBytes(path);
+                string links = Shell.RunChecked("stat", "-c", "%h %a %u %g", path).StandardOutput.Trim();
+                e.Entries[rel] = $"f:{Hash(bytes)}:{bytes.Length}:{links}";
+            }
+        }
+        return e;
+    }
+
+    private static void AssertSame(Expected expected, Expected actual)
+    {
+        var missing = expected.Entries.Where(kv => !actual.Entries.TryGetValue(kv.Key, out var v) || v != kv.Value).Select(kv => $"{kv.Key}: expected {kv.Value}, kernel {(actual.Entries.TryGetValue(kv.Key, out var v) ? v : "(absent)")}");
+        var extra = actual.Entries.Keys.Except(expected.Entries.Keys).Select(k => $"{k}: unexpected {actual.Entries[k]}");
+        var problems = missing.Concat(extra).ToList();
+        Assert.True(problems.Count == 0, string.Join('\n', problems.Take(40)));
+    }
+
+    /// <summary>
+    /// A fixed workload that crosses the forms a change can take: short-form directories grown into block and leaf
+    /// form, files written in place, appended, sparse and large enough for several extents, truncated, unlinked with
+    /// other links left, renamed across directories and over other files, symlinks short and long, rmdir.
+    /// </summary>
+    private static Expected Workload(XfsVolume v, int seed)
+    {
+        var rng = new Random(seed);
+        var expected = new Expected();
+        expected.Entries["/kernel-file"] = $"f:{Hash("made by Linux"u8.ToArray())}:13:1 644 0 0";
+        expected.Entries["/kernel-dir"] = "d";
+        ulong root = v.RootInode;
+        byte[] N(string s) => Encoding.UTF8.GetBytes(s);
+
+        var a = v.MakeDirectory(root, N("a"), 0x1ED, 0, 0).Inode;
+        expected.Entries["/a"] = "d";
+        var b = v.MakeDirectory(a, N("b"), 0x1ED, 0, 0).Inode;
+        expected.Entries["/a/b"] = "d";
+        // Enough entries for block and then leaf form.
+        var files = new Dictionary<string, (ulong Ino, byte[] Data)>();
+        for (int i = 0; i < 300; i++)
+        {
+            string name = $"file-{i:D4}-{new string('x', rng.Next(1, 40))}";
+            var ino = v.CreateNode(b, N(name), 0x81A4, 1000, 1000).Inode;
+            byte[] data = new byte[rng.Next(0, 3) switch { 0 => 0, 1 => rng.Next(1, 5000), _ => rng.Next(5000, 200_000) }];
+            rng.NextBytes(data);
+            if (data.Length > 0) Assert.Equal(data.Length, v.Write(ino, 0, data));
+            files[name] = (ino, data);
+        }
+        // A sparse file, overwritten in the middle, extended.
+        var sparse = v.CreateNode(a, N("sparse"), 0x81B6, 0, 0).Inode;
+        var sparseData = new byte[3 << 20];
+        var chunk = new byte[10000];
+        rng.NextBytes(chunk);
+        v.Write(sparse, 1 << 20, chunk);
+        chunk.CopyTo(sparseData, 1 << 20);
+        rng.NextBytes(chunk);
+        v.Write(sparse, (1 << 20) + 3000, chunk.AsSpan(0, 5000));
+        chunk.AsSpan(0, 5000).CopyTo(sparseData.AsSpan((1 << 20) + 3000));
+        v.SetAttributes(sparse, new AttributeChanges { Size = 3 << 20 });
+        // Many small extents: every other block written backwards (neighbours do not merge).
+        var frag = v.CreateNode(a, N("fragmented"), 0x81A4, 0, 0).Inode;
+        var fragData = new byte[200 * 4096];
+        for (int blk = 198; blk >= 0; blk -= 2)
+        {
+            var piece = new byte[4096];
+            rng.NextBytes(piece);
+            v.Write(frag, blk * 4096L, piece);
+            piece.CopyTo(fragData, blk * 4096);
+        }
+        v.SetAttributes(frag, new AttributeChanges { Size = fragData.Length });
+        // Truncate one file down.
+        var first = files.First();
+        if (first.Value.Data.Length > 10)
+        {
+            v.SetAttributes(first.Value.Ino, new AttributeChanges { Size = 10 });
+            files[first.Key] = (first.Value.Ino, first.Value.Data[..10]);
+        }
+        // Hard links, then removing one name.
+        var linked = files.ElementAt(5);
+        v.Link(linked.Value.Ino, a, N("hard-link"));
+        v.Link(linked.Value.Ino, root, N("hard-link-2"));
+        v.Unlink(root, N("hard-link-2"));
+        // Removes: a third of the files.
+        foreach (var name in files.Keys.Where((_, i) => i % 3 == 1).ToList())
+        {
+            if (name == linked.Key) continue;
+            v.Unlink(b, N(name));
+            files.Remove(name);
+        }
+        // Renames: within the directory, across directories, over an existing file.
+        var moved = files.Keys.Where(n => n != linked.Key).Skip(10).Take(3).ToList();
+        v.Rename(b, N(moved[0]), b, N("renamed-here"));
+        files["renamed-here"] = files[moved[0]];
+        files.Remove(moved[0]);
+        v.Rename(b, N(moved[1]), root, N("moved-to-root"));
+        var toRoot = files[moved[1]];
+        files.Remove(moved[1]);
+        v.Rename(b, N(moved[2]), b, N("renamed-here"));
+        files["renamed-here"] = files[moved[2]];
+        files.Remove(moved[2]);
+        var e = Assert.Throws<XfsException>(() => v.Rename(b, N("renamed-here"), a, N("hard-link"), RenameFlags.NoReplace));
+        Assert.Equal(XfsError.Exists, e.Error);
+        // Symlinks, one in the inode and one in a block.
+        v.MakeSymlink(a, N("short-link"), N("b/renamed-here"), 0, 0);
+        string longTarget = string.Join('/', Enumerable.Range(0, 60).Select(i => $"dir{i:D3}"));
+        v.MakeSymlink(a, N("long-link"), N(longTarget), 0, 0);
+        // A directory made and removed, one moved under another.
+        var gone = v.MakeDirectory(root, N("gone"), 0x1ED, 0, 0).Inode;
+        v.CreateNode(gone, N("inside"), 0x81A4, 0, 0);
+        var notEmpty = Assert.Throws<XfsException>(() => v.RemoveDirectory(root, N("gone")));
+        Assert.Equal(XfsError.NotEmpty, notEmpty.Error);
+        v.Unlink(gone, N("inside"));
+        v.RemoveDirectory(root, N("gone"));
+        var c = v.MakeDirectory(root, N("c"), 0x1C0, 0, 0).Inode;
+        v.Rename(root, N("c"), a, N("c-moved"));
+        v.CreateNode(c, N("fifo"), 0x11A4, 0, 0);
+
+        foreach (var (name, (ino, data)) in files)
+        {
+            string links = ino == linked.Value.Ino ? "2" : "1";
+            expected.Entries["/a/b/" + name] = $"f:{Hash(data)}:{data.Length}:{links} 644 1000 1000";
+        }
+        expected.Entries["/a/hard-link"] = $"f:{Hash(linked.Value.Data)}:{linked.Value.Data.Length}:2 644 1000 1000";
+        expected.Entries["/moved-to-root"] = $"f:{Hash(toRoot.Data)}:{toRoot.Data.Length}:1 644 1000 1000";
+        expected.Entries["/a/sparse"] = $"f:{Hash(sparseData)}:{sparseData.Length}:1 666 0 0";
+        expected.Entries["/a/fragmented"] = $"f:{Hash(fragData)}:{fragData.Length}:1 644 0 0";
+        expected.Entries["/a/short-link"] = "l:b/renamed-here";
+        expected.Entries["/a/long-link"] = "l:" + longTarget;
+        expected.Entries["/a/c-moved"] = "d";
+        expected.Entries["/a/c-moved/fifo"] = "p:1 644 0 0";
+        return expected;
+    }
+
+    [Theory]
+    [InlineData("6.1", "")]
+    [InlineData("6.13", "")]
+    [InlineData("6.13", "-b size=1024")]
+    [InlineData("6.13", "-i sparse=1 -d agcount=2")]
+    public void A_workload_written_through_the_engine_is_what_the_kernel_shows(string xfsprogs, string mkfsOptions)
+    {
+        string image = Make(xfsprogs, mkfsOptions);
+        Expected expected;
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+            expected = Workload(v, seed: 7);
+        AssertRepairClean(image, xfsprogs);
+        using (var mount = LoopMount.Mount(image, readOnly: true))
+            AssertSame(expected, KernelTree(mount.MountPoint));
+        // The kernel then writes to what we made, and repair still finds nothing.
+        using (var mount = LoopMount.Mount(image, readOnly: false))
+        {
+            File.WriteAllText(Path.Combine(mount.MountPoint, "a", "b", "after"), "kernel again");
+            foreach (var f in Directory.GetFiles(Path.Combine(mount.MountPoint, "a", "b")).Take(20)) File.Delete(f);
+        }
+        AssertRepairClean(image, xfsprogs);
+    }
+
+    [Fact]
+    public void A_workload_forced_to_the_log_survives_a_crash()
+    {
+        string image = Make("6.13", "");
+        string crashed = Path.Combine(_tmp, "crashed.img");
+        Expected expected;
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            expected = Workload(v, seed: 11);
+            v.Sync();
+            File.Copy(image, crashed);
+        }
+        using (var mount = LoopMount.Mount(crashed, readOnly: false))
+            AssertSame(expected, KernelTree(mount.MountPoint));
+        AssertRepairClean(crashed, "6.13");
+    }
+}
