@@ -16,7 +16,8 @@ namespace XfsWin.Tests.Directories;
 /// gains or loses the mapping, with di_nextents and di_nblocks. When the extent list outgrows the inode's fork it
 /// moves to a bmbt (one leaf under a root in the fork, then changed through <see cref="BtreeCursor{TOps}"/>), and back
 /// to the fork when it fits again, as xfs_repair expects. Volumes without rmapbt only: the reverse map is not kept
-/// here. The free-space trees must not need a new block (their blocks come from the AGFL, not kept here).
+/// here. The free-space trees grow by blocks from the AGFL and shrink back onto it (agf_btreeblks follows); the AGFL
+/// is refilled from free space before each allocation or free.
 /// <paramref name="device"/> reads a bmbt-format fork's records the first time (the space keeps them afterwards).
 /// </summary>
 internal sealed class ImageDirectorySpace(Superblock sb, IBlockDevice? device = null) : IDirectorySpace, IBtreeSpace
@@ -256,6 +257,70 @@ internal sealed class ImageDirectorySpace(Superblock sb, IBlockDevice? device = 
     /// <summary>The start of the first free extent of AG <paramref name="agno"/> holding <paramref name="count"/> blocks, taken out of the free-space trees.</summary>
     private ulong Take(Transaction tx, uint agno, int count)
     {
+        FillFreeList(tx, agno);
+        return TakeExtent(tx, agno, count, counted: true);
+    }
+
+    /// <summary>
+    /// Keeps a few blocks on the AGFL for the free-space trees to grow by (xfs_alloc_fix_freelist, simplified): they
+    /// leave the free-space trees (agf_freeblks) but stay counted free (sb_fdblocks).
+    /// </summary>
+    private void FillFreeList(Transaction tx, uint agno)
+    {
+        while (true)
+        {
+            var (agf, agfl, slots) = FreeList(tx, agno);
+            var a = agf.Contents;
+            uint count = BinaryPrimitives.ReadUInt32BigEndian(a.AsSpan(AgfView.OffFlcount));
+            if (count >= 8) return;
+            uint bno = (uint)(TakeExtent(tx, agno, 1, counted: false) & ((1UL << sb.AgBlkLog) - 1));
+            PushFreeList(tx, agno, bno, adjustBtreeBlocks: false);
+        }
+    }
+
+    private (MetadataBuffer Agf, MetadataBuffer Agfl, int Slots) FreeList(Transaction tx, uint agno)
+    {
+        var verifier = new AgfBufferVerifier(sb, agno);
+        var agf = tx.Read(sb.AgBlockToByte(agno, 0) + sb.SectorSize, sb.SectorSize, agno, verifier, verifier.ForWrite(), BufType.Agf);
+        var flVerifier = new AgflBufferVerifier(sb, agno);
+        var agfl = tx.Read(sb.AgBlockToByte(agno, 0) + 3L * sb.SectorSize, sb.SectorSize, agno, flVerifier, flVerifier.ForWrite(), BufType.Agfl);
+        return (agf, agfl, (sb.SectorSize - (sb.IsV5 ? AgflLayout.OffBno : 0)) / 4);
+    }
+
+    private void PushFreeList(Transaction tx, uint agno, uint bno, bool adjustBtreeBlocks)
+    {
+        var (agf, agfl, slots) = FreeList(tx, agno);
+        var a = agf.Contents;
+        uint last = (BinaryPrimitives.ReadUInt32BigEndian(a.AsSpan(AgfView.OffFllast)) + 1) % (uint)slots;
+        uint count = BinaryPrimitives.ReadUInt32BigEndian(a.AsSpan(AgfView.OffFlcount)) + 1;
+        Assert(count <= slots, "AGFL full");
+        int slot = (sb.IsV5 ? AgflLayout.OffBno : 0) + (int)last * 4;
+        BinaryPrimitives.WriteUInt32BigEndian(agfl.Contents.AsSpan(slot), bno);
+        tx.LogRange(agfl, slot, slot + 3);
+        BinaryPrimitives.WriteUInt32BigEndian(a.AsSpan(AgfView.OffFllast), last);
+        BinaryPrimitives.WriteUInt32BigEndian(a.AsSpan(AgfView.OffFlcount), count);
+        if (adjustBtreeBlocks)
+            BinaryPrimitives.WriteUInt32BigEndian(a.AsSpan(AgfView.OffBtreeblks), BinaryPrimitives.ReadUInt32BigEndian(a.AsSpan(AgfView.OffBtreeblks)) - 1);
+        tx.LogRange(agf, AgfView.OffFlfirst, AgfView.OffBtreeblks + 3);
+    }
+
+    private uint PopFreeList(Transaction tx, uint agno)
+    {
+        var (agf, agfl, slots) = FreeList(tx, agno);
+        var a = agf.Contents;
+        uint first = BinaryPrimitives.ReadUInt32BigEndian(a.AsSpan(AgfView.OffFlfirst));
+        uint count = BinaryPrimitives.ReadUInt32BigEndian(a.AsSpan(AgfView.OffFlcount));
+        Assert(count > 0, "AGFL empty");
+        uint bno = BinaryPrimitives.ReadUInt32BigEndian(agfl.Contents.AsSpan((sb.IsV5 ? AgflLayout.OffBno : 0) + (int)first * 4));
+        BinaryPrimitives.WriteUInt32BigEndian(a.AsSpan(AgfView.OffFlfirst), (first + 1) % (uint)slots);
+        BinaryPrimitives.WriteUInt32BigEndian(a.AsSpan(AgfView.OffFlcount), count - 1);
+        BinaryPrimitives.WriteUInt32BigEndian(a.AsSpan(AgfView.OffBtreeblks), BinaryPrimitives.ReadUInt32BigEndian(a.AsSpan(AgfView.OffBtreeblks)) + 1);
+        tx.LogRange(agf, AgfView.OffFlfirst, AgfView.OffBtreeblks + 3);
+        return bno;
+    }
+
+    private ulong TakeExtent(Transaction tx, uint agno, int count, bool counted)
+    {
         var (agf, bno, cnt) = Trees(tx, agno);
         var key = new byte[8];
         Assert(bno.Lookup(key, BtreeLookup.GreaterOrEqual) || bno.AtRecord, "no free space in AG");
@@ -283,7 +348,7 @@ internal sealed class ImageDirectorySpace(Superblock sb, IBlockDevice? device = 
             Rec(rec, start + (uint)count, length - (uint)count);
             cnt.Insert(rec);
         }
-        ChangeFree(tx, agno, agf, cnt, -count);
+        ChangeFree(tx, agf, cnt, -count, counted);
         return ((ulong)agno << sb.AgBlkLog) | start;
     }
 
@@ -308,6 +373,7 @@ internal sealed class ImageDirectorySpace(Superblock sb, IBlockDevice? device = 
     private void GiveBack(Transaction tx, ulong fsb, int count)
     {
         uint agno = (uint)(fsb >> sb.AgBlkLog);
+        FillFreeList(tx, agno);
         uint start = (uint)(fsb & ((1UL << sb.AgBlkLog) - 1));
         uint length = (uint)count;
         var (agf, bno, cnt) = Trees(tx, agno);
@@ -342,11 +408,15 @@ internal sealed class ImageDirectorySpace(Superblock sb, IBlockDevice? device = 
         Rec(rec, start, length);
         Assert(bno.Insert(rec), "bnobt already has the merged record");
         Assert(cnt.Insert(rec), "cntbt already has the merged record");
-        ChangeFree(tx, agno, agf, cnt, count);
+        ChangeFree(tx, agf, cnt, count, counted: true);
     }
+
+    /// <summary>The AG whose free-space trees are being changed (their new blocks come from its AGFL).</summary>
+    private uint _treeAgno;
 
     private (MetadataBuffer Agf, BtreeCursor<BnobtOps> Bno, BtreeCursor<CntbtOps> Cnt) Trees(Transaction tx, uint agno)
     {
+        _treeAgno = agno;
         var verifier = new AgfBufferVerifier(sb, agno);
         var agf = tx.Read(sb.AgBlockToByte(agno, 0) + sb.SectorSize, sb.SectorSize, agno, verifier, verifier.ForWrite(), BufType.Agf);
         var bno = new BtreeCursor<BnobtOps>(TransactionBtreeStore.ForAgTree<BnobtOps>(tx, agno, agf, AgfView.OffBnoRoot, AgfView.OffBnoLevel, this));
@@ -354,7 +424,8 @@ internal sealed class ImageDirectorySpace(Superblock sb, IBlockDevice? device = 
         return (agf, bno, cnt);
     }
 
-    private void ChangeFree(Transaction tx, uint agno, MetadataBuffer agf, BtreeCursor<CntbtOps> cnt, int delta)
+    /// <summary>agf_freeblks and agf_longest after a change of <paramref name="delta"/> blocks; sb_fdblocks too unless the blocks move to or from the AGFL.</summary>
+    private void ChangeFree(Transaction tx, MetadataBuffer agf, BtreeCursor<CntbtOps> cnt, int delta, bool counted)
     {
         var a = agf.Contents;
         BinaryPrimitives.WriteUInt32BigEndian(a.AsSpan(AgfView.OffFreeblks), (uint)((int)BinaryPrimitives.ReadUInt32BigEndian(a.AsSpan(AgfView.OffFreeblks)) + delta));
@@ -364,6 +435,7 @@ internal sealed class ImageDirectorySpace(Superblock sb, IBlockDevice? device = 
         if (cnt.Lookup(max, BtreeLookup.LessOrEqual)) longest = BinaryPrimitives.ReadUInt32BigEndian(cnt.Record[4..]);
         BinaryPrimitives.WriteUInt32BigEndian(a.AsSpan(AgfView.OffLongest), longest);
         tx.LogRange(agf, AgfView.OffFreeblks, AgfView.OffLongest + 3);
+        if (!counted) return;
         var sbVerifier = new SuperblockVerifier();
         var super = tx.Read(0, sb.SectorSize, 0, sbVerifier, new SelfDescribingWriteVerifier<SuperblockVerifier>(sbVerifier, SuperblockView.OffLsn, SuperblockView.OffCrc), BufType.Superblock);
         var s = super.Contents;
@@ -390,9 +462,7 @@ internal sealed class ImageDirectorySpace(Superblock sb, IBlockDevice? device = 
         if (!condition) throw new InvalidOperationException("test directory space: " + what);
     }
 
-    ulong IBtreeSpace.Allocate(Transaction tx, ulong near) =>
-        throw new InvalidOperationException("test directory space: a free-space tree needs a new block, which this test space does not take from the AGFL");
+    ulong IBtreeSpace.Allocate(Transaction tx, ulong near) => PopFreeList(tx, _treeAgno);
 
-    void IBtreeSpace.Free(Transaction tx, ulong pointer) =>
-        throw new InvalidOperationException("test directory space: a free-space tree gives back a block, which this test space does not return to the AGFL");
+    void IBtreeSpace.Free(Transaction tx, ulong pointer) => PushFreeList(tx, _treeAgno, (uint)pointer, adjustBtreeBlocks: true);
 }
