@@ -74,18 +74,32 @@ public sealed class DirectoryNodeKernelTests(ITestOutputHelper output) : IDispos
         var dLinks = new int[Targets];
         var eLinks = new int[Targets];
         int serial = 0;
+        var form = DirectoryForm.Shortform;
 
-        // Up: adds only, to the peak.
-        var up = new List<Change>();
-        while (expected.Count < peak)
+        Change Added(string name, int target)
         {
-            string name = NameFor(serial++, random, shortest);
-            int target = random.Next(Targets);
-            up.Add(new Change(Op.Add, name, target, -1));
             expected[name] = target;
             order.Add(name);
+            return new Change(Op.Add, name, target, -1);
         }
-        var formsUp = RunBoth(v, up, dLinks, eLinks);
+
+        // Sessions end right after a change that moved the directory to another form, so that the kernel is
+        // compared just before and just after every conversion.
+        List<DirectoryForm> Phase(Func<Change?> next)
+        {
+            var all = new List<DirectoryForm>();
+            while (true)
+            {
+                var (changes, forms) = Session(v, next, form);
+                if (changes.Count == 0) return all;
+                Kernel(v, changes, form, forms[^1], dLinks, eLinks);
+                form = forms[^1];
+                all.AddRange(forms);
+            }
+        }
+
+        // Up: adds only, to the peak.
+        var formsUp = Phase(() => expected.Count < peak ? Added(NameFor(serial++, random, shortest), random.Next(Targets)) : null);
         Assert.Equal(DirectoryForm.Node, formsUp[^1]);
         Assert.Equal([DirectoryForm.Block, DirectoryForm.Leaf, DirectoryForm.Node], formsUp.Where(f => f != DirectoryForm.Shortform).Distinct());
         var shape = Shape(v);
@@ -95,67 +109,52 @@ public sealed class DirectoryNodeKernelTests(ITestOutputHelper output) : IDispos
         if (peak > 20000) Assert.True(shape.FreeBlocks >= 2, $"free-index blocks grew ({shape.FreeBlocks})");
         Judge(v, expected, dLinks, eLinks);
 
-        // Down, in two sessions: random removes (mostly of the newest names), adds and replaces.
+        // Down: random removes (mostly of the newest names), adds and replaces; at the end a few short names.
         foreach (int floor in new[] { peak / 3, 0 })
         {
-            var changes = new List<Change>();
-            while (expected.Count > floor)
+            int shortNames = floor == 0 ? 3 : 0;
+            Change? Next()
             {
+                if (expected.Count <= floor)
+                {
+                    if (shortNames == 0) return null;
+                    shortNames--;
+                    return Added($"s{shortNames}", shortNames);
+                }
                 int pick = random.Next(10);
                 if (pick == 0)
                 {
                     string name = order[random.Next(order.Count)];
                     int from = expected[name], to = (from + 1 + random.Next(Targets - 1)) % Targets;
-                    changes.Add(new Change(Op.Replace, name, to, from));
                     expected[name] = to;
+                    return new Change(Op.Replace, name, to, from);
                 }
-                else if (pick <= 2)
-                {
-                    string name = NameFor(serial++, random, shortest);
-                    int target = random.Next(Targets);
-                    changes.Add(new Change(Op.Add, name, target, -1));
-                    expected[name] = target;
-                    order.Add(name);
-                }
-                else
-                {
-                    int window = Math.Max(4, order.Count / 6);
-                    int at = order.Count - 1 - random.Next(Math.Min(window, order.Count));
-                    string name = order[at];
-                    order.RemoveAt(at);
-                    changes.Add(new Change(Op.Remove, name, expected[name], -1));
-                    expected.Remove(name);
-                }
+                if (pick <= 2) return Added(NameFor(serial++, random, shortest), random.Next(Targets));
+                int window = Math.Max(4, order.Count / 6);
+                int at = order.Count - 1 - random.Next(Math.Min(window, order.Count));
+                string gone = order[at];
+                order.RemoveAt(at);
+                var change = new Change(Op.Remove, gone, expected[gone], -1);
+                expected.Remove(gone);
+                return change;
             }
-            if (floor == 0)
-            {
-                // Short names at the end: a few fit the inode's fork again.
-                for (int k = 0; k < 3; k++)
-                {
-                    changes.Add(new Change(Op.Add, $"s{k}", k, -1));
-                    expected[$"s{k}"] = k;
-                    order.Add($"s{k}");
-                }
-            }
-            var forms = RunBoth(v, changes, dLinks, eLinks);
-            output.WriteLine($"{mkfsOptions}: {changes.Count} changes down to {floor} names; forms {string.Join(",", forms.Distinct())}");
+            var forms = Phase(Next);
+            output.WriteLine($"{mkfsOptions}: {forms.Count} changes down to {expected.Count} names; forms {string.Join(",", forms.Distinct())}");
             if (floor == 0)
             {
                 Assert.Equal(DirectoryForm.Shortform, forms[^1]);
-                Assert.Contains(DirectoryForm.Leaf, forms);
-                Assert.Contains(DirectoryForm.Block, forms);
+                Assert.Equal([DirectoryForm.Node, DirectoryForm.Leaf, DirectoryForm.Block, DirectoryForm.Shortform], forms.Prepend(formsUp[^1]).Distinct());
             }
             Judge(v, expected, dLinks, eLinks);
         }
     }
 
     /// <summary>
-    /// One editor session over <paramref name="changes"/> (the form after each recorded), then the kernel makes the
-    /// same changes in its own directory; both end in the same form.
+    /// The kernel makes the same <paramref name="changes"/> in its own directory: before the last one its directory
+    /// has the form ours had (<paramref name="before"/>), after it the form ours reached (<paramref name="after"/>).
     /// </summary>
-    private List<DirectoryForm> RunBoth(Volume v, List<Change> changes, int[] dLinks, int[] eLinks)
+    private static void Kernel(Volume v, List<Change> changes, DirectoryForm before, DirectoryForm after, int[] dLinks, int[] eLinks)
     {
-        var forms = Session(v, changes);
         foreach (var c in changes)
         {
             if (c.Op == Op.Add) dLinks[c.Target]++;
@@ -166,6 +165,17 @@ public sealed class DirectoryNodeKernelTests(ITestOutputHelper output) : IDispos
                 dLinks[c.From]--;
             }
         }
+        if (changes.Count > 1)
+        {
+            Replay(v, changes.Take(changes.Count - 1), eLinks);
+            Assert.Equal(before, FormOf(v, v.KernelIno));
+        }
+        Replay(v, changes.TakeLast(1), eLinks);
+        Assert.Equal(after, FormOf(v, v.KernelIno));
+    }
+
+    private static void Replay(Volume v, IEnumerable<Change> changes, int[] eLinks)
+    {
         using (var mount = LoopMount.Mount(v.Image, readOnly: false))
         {
             string E(string name) => Path.Combine(mount.MountPoint, "e", name);
@@ -187,8 +197,6 @@ public sealed class DirectoryNodeKernelTests(ITestOutputHelper output) : IDispos
                 }
             }
         }
-        Assert.Equal(forms[^1], FormOf(v, v.KernelIno));
-        return forms;
     }
 
     [DllImport("libc", SetLastError = true)]
@@ -202,8 +210,12 @@ public sealed class DirectoryNodeKernelTests(ITestOutputHelper output) : IDispos
         if (rc != 0) throw new InvalidOperationException($"{what} failed: errno {Marshal.GetLastPInvokeError()}");
     }
 
-    /// <summary>One write session: every change its own transaction (directory and link inodes logged), then a clean unmount of the log.</summary>
-    private static List<DirectoryForm> Session(Volume v, List<Change> changes)
+    /// <summary>
+    /// One write session: changes from <paramref name="next"/>, each its own transaction (directory and link inodes
+    /// logged), until it has none or the directory left form <paramref name="start"/>; then a clean unmount of the
+    /// log. Returns the changes made and the form after each.
+    /// </summary>
+    private static (List<Change> Changes, List<DirectoryForm> Forms) Session(Volume v, Func<Change?> next, DirectoryForm start)
     {
         using var access = WriteGate.Open(v.Image, null, null, WritePurpose.Modify);
         var device = access.Data;
@@ -232,9 +244,11 @@ public sealed class DirectoryNodeKernelTests(ITestOutputHelper output) : IDispos
         }
         var dir = new DirectoryInodeImage(sb, v.DirIno, Image(v.DirIno));
         int reservation = 10 * sb.DirectoryBlockSize + 65536;
-        var forms = new List<DirectoryForm>(changes.Count);
-        foreach (var c in changes)
+        var forms = new List<DirectoryForm>();
+        var changes = new List<Change>();
+        while ((forms.Count == 0 || forms[^1] == start) && next() is { } c)
         {
+            changes.Add(c);
             using var tx = new Transaction(mount, log, reservation);
             var editor = new DirectoryEditor(tx, dir, space);
             byte[] name = System.Text.Encoding.UTF8.GetBytes(c.Name);
@@ -261,7 +275,7 @@ public sealed class DirectoryNodeKernelTests(ITestOutputHelper output) : IDispos
             forms.Add(editor.Form);
         }
         log.Unmount();
-        return forms;
+        return (changes, forms);
     }
 
     private static (DirectoryInodeImage Dir, ImageDirectorySpace Space, Superblock Sb, FileBlockDevice Device) Open(Volume v, ulong ino)
