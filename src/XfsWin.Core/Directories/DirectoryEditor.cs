@@ -10,16 +10,18 @@ public enum DirectoryForm { Shortform, Block, Leaf, Node }
 
 /// <summary>
 /// Changes a directory inside a <see cref="Transaction"/>, as the kernel's xfs_dir_createname, xfs_dir_removename
-/// and xfs_dir_replace do: short-form, block and leaf directories, and the conversions between them at the points
-/// the kernel converts (short-form to block when the entry does not fit the inode's data fork or its block would
-/// not hold it; block to leaf when the block has no room for the entry and its hash; leaf back to block when the
-/// only data block can take the hash array again; block back to short-form when the entries fit the fork). Entry
-/// placement follows the kernel too (best free region, first hole of a short-form directory, stale hash entries
-/// reused nearest the insertion point), so that the shapes the kernel would choose later stay the same.
+/// and xfs_dir_replace do: short-form, block, leaf and node directories, and the conversions between them at the
+/// points the kernel converts (short-form to block when the entry does not fit the inode's data fork or its block
+/// would not hold it; block to leaf when the block has no room for the entry and its hash; leaf to node when the
+/// leaf block has no room for another hash entry; node back to leaf when a single leaf block is left and it can
+/// take the best-free table again; leaf back to block when the only data block can take the hash array again;
+/// block back to short-form when the entries fit the fork). Entry placement follows the kernel too (best free
+/// region, first hole of a short-form directory, stale hash entries reused nearest the insertion point, the
+/// free-index blocks searched from the last), so that the shapes the kernel would choose later stay the same.
 /// <para>
-/// Node-form directories (a hash B+tree with free-index blocks), and adding to a leaf directory whose leaf block is
-/// full (which the kernel answers by converting to node form), are refused with <see cref="XfsError.Unsupported"/>
-/// before anything changes.
+/// A node directory's hash entries live in a B+tree of leafN blocks under da-node blocks rooted at the first leaf
+/// block; leaves split and join, and the root splits and collapses, as xfs_da3_split and xfs_da3_join do (see
+/// DirectoryEditor.Node.cs).
 /// </para>
 /// <para>
 /// Every block the editor reads is joined to the transaction; the bytes each operation changed are logged when it
@@ -28,7 +30,7 @@ public enum DirectoryForm { Shortform, Block, Leaf, Node }
 /// One editor serves one directory in one transaction.
 /// </para>
 /// </summary>
-public sealed class DirectoryEditor
+public sealed partial class DirectoryEditor
 {
     /// <summary>Largest inode number a 4-byte short-form field holds (XFS_DIR2_MAX_SHORT_INUM).</summary>
     private const ulong MaxShortIno = 0xFFFF_FFFFUL;
@@ -46,6 +48,10 @@ public sealed class DirectoryEditor
     private readonly int _bestFreeOffset;
     private readonly int _leafHdr;
     private readonly ulong _leafFsb;
+    private readonly ulong _freeFsb;
+    private readonly int _freeHdr;
+    private readonly int _maxBests;
+    private readonly int _daMax;
     private readonly byte[] _uuid = new byte[16];
     private readonly Dictionary<long, Joined> _joined = new();
 
@@ -69,6 +75,10 @@ public sealed class DirectoryEditor
         _bestFreeOffset = _v5 ? 48 : 4;
         _leafHdr = _v5 ? 64 : 16;
         _leafFsb = (ulong)(Dir2Space.LeafOffset >> _sb.BlockLog);
+        _freeFsb = (ulong)(Dir2Space.FreeOffset >> _sb.BlockLog);
+        _freeHdr = _v5 ? 64 : 16;
+        _maxBests = (_blk - _freeHdr) / 2;
+        _daMax = (_blk - _leafHdr) / 8;
         _sb.MetaUuid.TryWriteBytes(_uuid, bigEndian: true, out _);
     }
 
@@ -102,7 +112,6 @@ public sealed class DirectoryEditor
     {
         ino = 0;
         var form = Form;
-        if (form == DirectoryForm.Node) throw NodeUnsupported();
         if (form == DirectoryForm.Shortform)
         {
             var sf = ReadShortform();
@@ -128,7 +137,7 @@ public sealed class DirectoryEditor
             case DirectoryForm.Shortform: ShortformAdd(name, ino, type); break;
             case DirectoryForm.Block: BlockAdd(name, ino, type); break;
             case DirectoryForm.Leaf: LeafAdd(name, ino, type); break;
-            default: throw NodeUnsupported();
+            default: NodeAdd(name, ino, type); break;
         }
         LogChanges();
     }
@@ -143,7 +152,7 @@ public sealed class DirectoryEditor
             case DirectoryForm.Shortform: removed = ShortformRemove(name); break;
             case DirectoryForm.Block: removed = BlockRemove(name); break;
             case DirectoryForm.Leaf: removed = LeafRemove(name); break;
-            default: throw NodeUnsupported();
+            default: removed = NodeRemove(name); break;
         }
         LogChanges();
         return removed;
@@ -156,7 +165,6 @@ public sealed class DirectoryEditor
         ulong old;
         var form = Form;
         if (form == DirectoryForm.Shortform) old = ShortformReplace(name, ino, type);
-        else if (form == DirectoryForm.Node) throw NodeUnsupported();
         else old = DataReplace(form, name, ino, type);
         LogChanges();
         return old;
@@ -170,9 +178,6 @@ public sealed class DirectoryEditor
     }
 
     private static string Show(ReadOnlySpan<byte> name) => System.Text.Encoding.UTF8.GetString(name);
-
-    private XfsException NodeUnsupported() =>
-        new(XfsError.Unsupported, $"directory {_dir.Number} is (or would become) a node-form directory, which this build does not change");
 
     // ================================================================ short form
 
@@ -613,6 +618,7 @@ public sealed class DirectoryEditor
 
     private Hit? FindEntry(DirectoryForm form, ReadOnlySpan<byte> name)
     {
+        if (form == DirectoryForm.Node) return NodeLookup(Hash(name), name)?.Hit;
         uint hash = Hash(name);
         List<(uint Hash, uint Address)> ents;
         byte[]? block = null;
@@ -809,14 +815,18 @@ public sealed class DirectoryEditor
         for (int i = 0; i < bests.Count; i++) SetU16(leaf, _blk - 4 - (bests.Count - i) * 2, bests[i]);
     }
 
-    private byte[] NewLeafBlock(ulong fileBlock)
+    private byte[] NewLeafBlock(ulong fileBlock) =>
+        NewDaBlock(fileBlock, _v5 ? DaBlockInfoView.Dir3Leaf1V5 : DaBlockInfoView.Dir2Leaf1V4, BufType.DirLeaf1);
+
+    /// <summary>Allocates a hash-tree block (leaf1, leafN or da node) at <paramref name="fileBlock"/> with an empty header.</summary>
+    private byte[] NewDaBlock(ulong fileBlock, ushort magic, BufType type)
     {
         long at = _space.Allocate(_tx, _dir, fileBlock, _fsbPer);
         var buffer = _tx.GetNew(at, _blk, new DirectoryAnyBlockVerifier(_sb, _dir.Number).Kind, _dir.Number,
-            new DirectoryBlockWriteVerifier(_sb, _dir.Number), BufType.DirLeaf1);
+            new DirectoryBlockWriteVerifier(_sb, _dir.Number), type);
         _joined[at] = new Joined(buffer, null);
         var b = buffer.Contents;
-        SetU16(b, DaBlockInfoView.OffMagic, _v5 ? DaBlockInfoView.Dir3Leaf1V5 : DaBlockInfoView.Dir2Leaf1V4);
+        SetU16(b, DaBlockInfoView.OffMagic, magic);
         if (_v5)
         {
             BinaryPrimitives.WriteUInt64BigEndian(b.AsSpan(DaBlockInfoView.OffBlkno), (ulong)(at >> 9));
@@ -857,7 +867,13 @@ public sealed class DirectoryEditor
         if (room < needBytes)
         {
             if (stale > 1) compact = true;
-            else throw NodeUnsupported();
+            else
+            {
+                // xfs_dir2_leaf_addname: no room for the hash entry (or the table's growth), nothing to compact.
+                LeafToNode(leaf, bests);
+                NodeAdd(name, ino, type);
+                return;
+            }
         }
         if (compact)
         {
