@@ -24,6 +24,7 @@ public sealed class NativeLayoutTests
         (typeof(FuseArgs), "struct fuse_args"),
         (typeof(FuseContext), "struct fuse_ctx"),
         (typeof(FuseLoopConfigV1), "struct fuse_loop_config_v1"),
+        (typeof(FuseForgetData), "struct fuse_forget_data"),
         (typeof(FuseLowLevelOps), "struct fuse_lowlevel_ops"),
         (typeof(FuseMemBuf), "struct fuse_buf"),
         (typeof(FuseCustomIo), "struct fuse_custom_io"),
