@@ -173,8 +173,9 @@ public sealed class NativeLayoutTests
     {
         var c = new StringBuilder();
         c.AppendLine("#define FUSE_USE_VERSION 312");
-        c.AppendLine("#include <fuse_lowlevel.h>");
+        c.AppendLine("#define _GNU_SOURCE\n#include <fuse_lowlevel.h>");
         c.AppendLine("#include <sys/stat.h>\n#include <sys/statvfs.h>\n#include <stddef.h>\n#include <stdio.h>\n#include <string.h>");
+        c.AppendLine("#include <fcntl.h>\n#include <linux/falloc.h>\n#include <sys/xattr.h>\n#include <linux/fs.h>");
         c.AppendLine("int main(void) {");
         foreach (var (managed, native) in structs)
         {
