@@ -62,7 +62,7 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
     public void Operation_groups_match_the_kernel(int seed, params VfsOp[] kinds) => Run(seed, kinds, "6.1");
 
     /// <summary>Runs the harness: <paramref name="kinds"/> is the set of operations drawn from (the lead widens it as the engine grows).</summary>
-    internal void Run(int seed, IReadOnlyList<VfsOp> kinds, string xfsprogs)
+    internal void Run(int seed, IReadOnlyList<VfsOp> kinds, string xfsprogs, Action<ReadWriteMount>? mounted = null)
     {
         var baseImage = KernelMadeImages.Make(_tmp, xfsprogs, "base.img");
         var kernelImage = Path.Combine(_tmp, "kernel.img");
@@ -74,6 +74,7 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
         using (var kernel = LoopMount.Mount(kernelImage, readOnly: false))
         using (var ours = new ReadWriteMount(ourImage))
         {
+            mounted?.Invoke(ours);
             var runner = new Sequence(seed, kinds, kernel.MountPoint, ours.MountPoint);
             try
             {
@@ -379,5 +380,34 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
                 }
             }
         }
+    }
+}
+
+/// <summary>The read-write requests through FUSE over io_uring (the switch is machine-wide: run alone).</summary>
+[Collection(EnableUringCollection.Name)]
+public sealed class ReadWriteIoUringTests(ITestOutputHelper output)
+{
+    [Fact]
+    public void Setattr_family_and_fsync_through_io_uring_match_the_kernel()
+    {
+        using var on = IoUringMode.Set(true);
+        using var harness = new DifferentialTests(output);
+        harness.Run(4, DifferentialTests.Today, "6.1", m =>
+        {
+            _ = Directory.EnumerateFileSystemEntries(m.MountPoint).Any(); // waits for FUSE_INIT
+            IoUringMode.AssertServesThroughIoUring(m.ServerProcessId, "xfswin mount -o rw");
+        });
+    }
+
+    [Fact]
+    public void Every_operation_kind_through_io_uring_matches_the_kernel()
+    {
+        using var on = IoUringMode.Set(true);
+        using var harness = new DifferentialTests(output);
+        harness.Run(14, DifferentialTests.All, "6.1", m =>
+        {
+            _ = Directory.EnumerateFileSystemEntries(m.MountPoint).Any();
+            IoUringMode.AssertServesThroughIoUring(m.ServerProcessId, "xfswin mount -o rw");
+        });
     }
 }

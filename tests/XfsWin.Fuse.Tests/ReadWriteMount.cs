@@ -13,6 +13,7 @@ internal sealed partial class ReadWriteMount : IDisposable
 
     public ReadWriteMount(string image, params string[] options)
     {
+        using var holdSwitch = IoUringMode.HoldSwitch(); // until the transport is checked below
         MountPoint = Shell.MakeTempDirectory("xfswin-rw");
         var r = Shell.RunXfswin(["mount", "-o", "rw", .. options, image, MountPoint], TimeSpan.FromMinutes(2));
         Output = r.Both;
@@ -28,6 +29,19 @@ internal sealed partial class ReadWriteMount : IDisposable
         {
             Shell.Run("fusermount3", ["-u", MountPoint]);
             throw new InvalidOperationException($"no server pid in the mount's output:\n{r.Both}");
+        }
+        if (IoUringMode.SuiteRunsOnIoUring && IoUringMode.Read() == "Y" && !options.Any(o => o.Contains("io_uring=no", StringComparison.Ordinal)))
+        {
+            try
+            {
+                _ = Directory.EnumerateFileSystemEntries(MountPoint).Any(); // waits for FUSE_INIT
+                IoUringMode.AssertServesThroughIoUring(ServerProcessId, "xfswin mount -o rw " + string.Join(' ', options));
+            }
+            catch
+            {
+                Dispose();
+                throw;
+            }
         }
     }
 
