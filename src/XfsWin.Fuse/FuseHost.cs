@@ -17,10 +17,10 @@ namespace XfsWin.Fuse;
 /// root inode. Mounts are read-only unless <see cref="FuseMountOptions.ReadOnly"/> is false, and
 /// what the kernel may cache depends on that (<see cref="FileOpenBits"/>,
 /// <see cref="DirectoryOpenBits"/>). Worker threads of the multithreaded session loop call the
-/// engine concurrently (the engine is thread-safe); the host itself keeps no per-inode state, so
-/// forget needs no bookkeeping.
+/// engine concurrently (the engine is thread-safe); the host itself keeps no per-inode state: the
+/// kernel's lookup counts are mirrored into the engine's holds (see FuseHost.Write.cs).
 /// </summary>
-public sealed unsafe class FuseHost : IDisposable
+public sealed unsafe partial class FuseHost : IDisposable
 {
     private const int ReadBufferSize = 1 << 20; // FUSE's largest request (256 pages) fits in one pooled buffer.
     internal const int DirentPlusNameOffset = 152; // offsetof(struct fuse_direntplus, dirent.name); checked by a test.
@@ -35,6 +35,7 @@ public sealed unsafe class FuseHost : IDisposable
     private readonly uint _blockSize;
     private readonly NativeBufferPool _buffers;
     private readonly TextWriter _log;
+    private readonly bool _tracksHolds;
     private GCHandle _self;
     private nint _session;
     private string? _mountPoint;
@@ -58,6 +59,7 @@ public sealed unsafe class FuseHost : IDisposable
         _blockSize = (uint)Environment.SystemPageSize;
         _buffers = new NativeBufferPool(ReadBufferSize, Math.Max(2, _options.MaxThreads + 2));
         _log = log ?? Console.Error;
+        _tracksHolds = !_options.ReadOnly && !volume.IsReadOnly;
     }
 
     /// <summary>
@@ -620,7 +622,14 @@ public sealed unsafe class FuseHost : IDisposable
 
     // ---- callbacks (run on libfuse's worker threads; must never let an exception escape) ------
 
-    private static FuseLowLevelOps CreateOps() => new()
+    private static FuseLowLevelOps CreateOps()
+    {
+        var ops = CreateReadOps();
+        AddWriteOps(ref ops);
+        return ops;
+    }
+
+    private static FuseLowLevelOps CreateReadOps() => new()
     {
         init = (nint)(delegate* unmanaged<nint, FuseConnInfo*, void>)&OnInit,
         lookup = (nint)(delegate* unmanaged<nint, ulong, byte*, void>)&OnLookup,
@@ -684,6 +693,10 @@ public sealed unsafe class FuseHost : IDisposable
                 conn->want &= ~FuseConstants.FUSE_CAP_AUTO_INVAL_DATA;
             if (!host._options.ReaddirPlus)
                 conn->want &= ~(FuseConstants.FUSE_CAP_READDIRPLUS | FuseConstants.FUSE_CAP_READDIRPLUS_AUTO);
+            // The kernel, not the server, truncates at open(O_TRUNC) (through setattr) and clears
+            // setuid/setgid on write, truncate and chown (through setattr's mode), as the VFS does
+            // for the kernel's XFS; the engine gets plain setattr requests for both.
+            conn->want &= ~(FuseConstants.FUSE_CAP_ATOMIC_O_TRUNC | FuseConstants.FUSE_CAP_HANDLE_KILLPRIV);
             conn->time_gran = 1;
             Volatile.Write(ref host._initDone, 1);
         }
@@ -700,19 +713,17 @@ public sealed unsafe class FuseHost : IDisposable
         {
             var host = HostOf(req);
             var nameSpan = MemoryMarshal.CreateReadOnlySpanFromNullTerminated(name);
-            FuseEntryParam e;
             if (host._volume.TryLookup(host.ToXfsInode(parent), nameSpan, out var inode))
             {
-                var attrs = host._volume.GetAttributes(inode);
-                host.FillEntry(attrs, &e);
+                host.ReplyEntry(req, host._volume.GetAttributes(inode));
             }
             else
             {
                 // A negative entry: the kernel remembers the name is absent for entry_timeout.
-                e = default;
+                FuseEntryParam e = default;
                 e.entry_timeout = host._options.EntryTimeout;
+                FuseNative.fuse_reply_entry(req, &e);
             }
-            FuseNative.fuse_reply_entry(req, &e);
         }
         catch (Exception ex)
         {
@@ -770,7 +781,7 @@ public sealed unsafe class FuseHost : IDisposable
         try
         {
             var host = HostOf(req);
-            // The engine serves no writes yet, on read-write mounts either.
+            // Writing needs a read-write mount of a volume the engine opened read-write.
             if ((fi->flags & O_ACCMODE) != 0 && (host._options.ReadOnly || host._volume.IsReadOnly))
             {
                 FuseNative.fuse_reply_err(req, EROFS);
@@ -971,6 +982,8 @@ public sealed unsafe class FuseHost : IDisposable
 
                 nuint used = 0;
                 var p = collector.Scratch;
+                // The kernel counts a lookup for every entry with a node id: each gets a hold.
+                List<ulong>? held = host.TracksHolds ? [] : null;
                 for (var i = 0; i < collector.Count; i++)
                 {
                     var inode = *(ulong*)p;
@@ -994,10 +1007,19 @@ public sealed unsafe class FuseHost : IDisposable
                     var added = FuseNative.fuse_add_direntry_plus(req, buffer + used, capacity - used, name, &e, next);
                     if (added > capacity - used)
                         break; // libfuse wrote nothing; the kernel asks again from the last entry's offset
+                    if (held is not null && e.ino != 0)
+                    {
+                        host._volume.Retain(inode);
+                        held.Add(inode);
+                    }
                     used += added;
                     p += Align8(18 + nameLength + 1);
                 }
-                FuseNative.fuse_reply_buf(req, buffer, used);
+                if (FuseNative.fuse_reply_buf(req, buffer, used) != 0 && held is not null)
+                {
+                    foreach (var h in held)
+                        host._volume.Release(h);
+                }
             }
             finally
             {

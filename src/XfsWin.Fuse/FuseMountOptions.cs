@@ -18,9 +18,9 @@ public sealed record FuseMountOptions
     /// <summary>
     /// Mount read-only (the default). The kernel then keeps file pages across opens (keep_cache) and
     /// the listings of small directories (cache_readdir), since nothing can change them; a read-write
-    /// mount keeps neither, so that a change is never hidden behind a cached copy. The engine serves
-    /// no writes yet (<see cref="XfsWin.Volume.XfsVolume.IsReadOnly"/>): on a read-write mount,
-    /// opening a file for writing still fails with EROFS.
+    /// mount keeps neither, so that a change is never hidden behind a cached copy. Writes are served
+    /// when the volume was opened read-write (<see cref="XfsWin.Volume.XfsVolume.IsReadOnly"/> is
+    /// false); on a read-only volume, opening a file for writing fails with EROFS.
     /// </summary>
     public bool ReadOnly { get; init; } = true;
 

@@ -88,7 +88,7 @@ public sealed class MountModeCachingTests
     /// Through the kernel: a small directory listed twice asks this server once on a read-only
     /// mount and twice on a read-write one; a file read whole keeps its pages in the kernel's cache
     /// across the next open on a read-only mount, and loses them at that open on a read-write one
-    /// (fincore opens the file to look). Writing is refused on both (the engine serves no writes).
+    /// (fincore opens the file to look). Writing is refused on both (the volume is opened read-only).
     /// </summary>
     [Theory]
     [InlineData(true)]

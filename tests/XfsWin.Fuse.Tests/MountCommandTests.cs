@@ -55,8 +55,25 @@ public sealed class MountArgumentsTests
         Assert.True(o.EntryTimeout >= 60);
     }
 
+    [Fact]
+    public void Rw_asks_for_a_writable_volume_with_short_cache_timeouts_unless_given()
+    {
+        var m = MountArguments.Parse(["-o", "rw", "a", "b"]);
+        Assert.True(m.ReadWrite);
+        var o = m.ToHostOptions(writable: true);
+        Assert.False(o.ReadOnly);
+        Assert.Equal(MountArguments.ReadWriteTimeout, o.AttributeTimeout);
+        Assert.Equal(MountArguments.ReadWriteTimeout, o.EntryTimeout);
+        // A volume the engine opened read-only despite rw is served read-only, with the long timeouts.
+        Assert.True(m.ToHostOptions(writable: false).ReadOnly);
+        Assert.Equal(MountArguments.ReadOnlyTimeout, m.ToHostOptions(writable: false).AttributeTimeout);
+        var given = MountArguments.Parse(["-o", "rw,attr_timeout=7,entry_timeout=0", "a", "b"]).ToHostOptions(writable: true);
+        Assert.Equal(7, given.AttributeTimeout);
+        Assert.Equal(0, given.EntryTimeout);
+        Assert.False(MountArguments.Parse(["-o", "rw", "-o", "ro", "a", "b"]).ReadWrite);
+    }
+
     [Theory]
-    [InlineData("rw", "read-only")]
     [InlineData("uid=bob", "numeric")]
     [InlineData("fsname=x", "set by xfswin")]
     [InlineData("attr_timeout=-1", "seconds")]

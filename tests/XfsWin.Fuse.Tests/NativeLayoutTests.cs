@@ -24,6 +24,7 @@ public sealed class NativeLayoutTests
         (typeof(FuseArgs), "struct fuse_args"),
         (typeof(FuseContext), "struct fuse_ctx"),
         (typeof(FuseLoopConfigV1), "struct fuse_loop_config_v1"),
+        (typeof(FuseForgetData), "struct fuse_forget_data"),
         (typeof(FuseLowLevelOps), "struct fuse_lowlevel_ops"),
         (typeof(FuseMemBuf), "struct fuse_buf"),
         (typeof(FuseCustomIo), "struct fuse_custom_io"),
@@ -172,8 +173,9 @@ public sealed class NativeLayoutTests
     {
         var c = new StringBuilder();
         c.AppendLine("#define FUSE_USE_VERSION 312");
-        c.AppendLine("#include <fuse_lowlevel.h>");
+        c.AppendLine("#define _GNU_SOURCE\n#include <fuse_lowlevel.h>");
         c.AppendLine("#include <sys/stat.h>\n#include <sys/statvfs.h>\n#include <stddef.h>\n#include <stdio.h>\n#include <string.h>");
+        c.AppendLine("#include <fcntl.h>\n#include <linux/falloc.h>\n#include <sys/xattr.h>\n#include <linux/fs.h>");
         c.AppendLine("int main(void) {");
         foreach (var (managed, native) in structs)
         {

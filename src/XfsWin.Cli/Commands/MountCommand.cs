@@ -9,8 +9,8 @@ using XfsWin.Volume;
 namespace XfsWin.Cli.Commands;
 
 /// <summary>
-/// <c>xfswin mount SOURCE MOUNTPOINT</c>: serves an XFS volume (image, disk or partition) read-only
-/// through FUSE on Linux. By default it returns once the volume is mounted and keeps serving in a
+/// <c>xfswin mount SOURCE MOUNTPOINT</c>: serves an XFS volume (image, disk or partition) through
+/// FUSE on Linux, read-only unless <c>-o rw</c> asks for read-write. By default it returns once the volume is mounted and keeps serving in a
 /// detached background process; <c>-f</c> keeps it in the foreground. Unmount with
 /// <c>fusermount3 -u MOUNTPOINT</c> (or umount, or SIGINT/SIGTERM to the serving process).
 /// </summary>
@@ -29,17 +29,20 @@ public static class MountCommand
         Usage: xfswin mount [options] SOURCE MOUNTPOINT
 
         Mounts the XFS volume in SOURCE (an image file, a disk or a partition; 'disk.img@2' picks
-        partition 2) read-only on MOUNTPOINT through FUSE (Linux, needs fuse3). Unmount with
-        'fusermount3 -u MOUNTPOINT'.
+        partition 2) on MOUNTPOINT through FUSE (Linux, needs fuse3), read-only unless -o rw.
+        Unmount with 'fusermount3 -u MOUNTPOINT' (a read-write volume is then left clean).
 
         Options:
           -o OPTIONS            comma-separated mount options:
-                                  ro                   (always: writing is not supported yet)
+                                  ro                   read-only (the default)
+                                  rw                   read-write: a log Linux left dirty is replayed
+                                                       onto the volume first; a volume with a feature
+                                                       XfsWin cannot keep consistent mounts read-only
                                   allow_other          let other users see the mount
                                   default_permissions  let the kernel enforce file modes
                                   uid=N, gid=N         show every file as owned by N
-                                  attr_timeout=S       seconds the kernel caches attributes (3600)
-                                  entry_timeout=S      seconds the kernel caches names (3600)
+                                  attr_timeout=S       seconds the kernel caches attributes (3600; rw: 1)
+                                  entry_timeout=S      seconds the kernel caches names (3600; rw: 1)
                                   max_threads=N        worker threads (default 2 x CPUs, at least 4)
                                   clone_fd             one /dev/fuse descriptor per worker
                                   readdirplus=yes|no   attributes with listings (default no)
@@ -54,6 +57,7 @@ public static class MountCommand
           --replay=memory|place|none
                                 what to do with a log Linux left dirty: replay it in memory only
                                 (default), replay it onto the device ('place'), or ignore it
+                                (read-only mounts; -o rw always replays it onto the device)
           -f, --foreground      keep serving in this process (Ctrl-C unmounts)
           -d, --debug           same as -o debug
           -h, --help            this text
@@ -129,7 +133,9 @@ public static class MountCommand
         XfsVolume volume;
         try
         {
-            volume = XfsVolume.Open(parsed.Source, new VolumeOpenOptions { Writable = false, Replay = parsed.Replay });
+            volume = XfsVolume.Open(parsed.Source, parsed.ReadWrite
+                ? new VolumeOpenOptions { Writable = true }
+                : new VolumeOpenOptions { Writable = false, Replay = parsed.Replay });
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException or ArgumentException)
         {
@@ -146,6 +152,12 @@ public static class MountCommand
                 var report = isChild ? Console.Out : Console.Error;
                 foreach (var warning in volume.Info.Warnings)
                     report.WriteLine($"xfswin mount: warning: {warning}");
+                if (parsed.ReadWrite && volume.IsReadOnly)
+                {
+                    report.WriteLine("xfswin mount: mounting read-only although 'rw' was asked for:");
+                    foreach (var reason in volume.Info.ReadOnlyReasons)
+                        report.WriteLine($"xfswin mount:   {reason}");
+                }
             }
             catch (XfsException e)
             {
@@ -153,7 +165,8 @@ public static class MountCommand
                 return 1;
             }
 
-            using var host = new FuseHost(volume, parsed.ToHostOptions());
+            var writable = parsed.ReadWrite && !volume.IsReadOnly;
+            using var host = new FuseHost(volume, parsed.ToHostOptions(writable));
             try
             {
                 host.Mount(parsed.MountPoint);
@@ -201,12 +214,12 @@ public static class MountCommand
                 // The parent prints the mount's line, then this one (see StartInBackground).
                 if (notice is not null)
                     Console.Out.WriteLine(TransportMarker + notice);
-                Console.Out.WriteLine(ReadyMarker);
+                Console.Out.WriteLine(ReadyMarker + (writable ? " rw" : " ro"));
                 Console.Out.Flush();
             }
             else
             {
-                Console.Error.WriteLine($"xfswin: {parsed.Source} mounted read-only on {parsed.MountPoint}; Ctrl-C or 'fusermount3 -u {parsed.MountPoint}' unmounts.");
+                Console.Error.WriteLine($"xfswin: {parsed.Source} mounted {(writable ? "read-write" : "read-only")} on {parsed.MountPoint}; Ctrl-C or 'fusermount3 -u {parsed.MountPoint}' unmounts.");
                 if (notice is not null)
                     Console.Error.WriteLine(notice);
             }
@@ -269,9 +282,10 @@ public static class MountCommand
         string? notice = null;
         while ((line = child.StandardOutput.ReadLine()) is not null)
         {
-            if (line == ReadyMarker)
+            if (line.StartsWith(ReadyMarker, StringComparison.Ordinal))
             {
-                Console.Error.WriteLine($"xfswin: {parsed.Source} mounted read-only on {parsed.MountPoint} (server pid {child.Id}); unmount with 'fusermount3 -u {parsed.MountPoint}'.");
+                var how = line.EndsWith(" rw", StringComparison.Ordinal) ? "read-write" : "read-only";
+                Console.Error.WriteLine($"xfswin: {parsed.Source} mounted {how} on {parsed.MountPoint} (server pid {child.Id}); unmount with 'fusermount3 -u {parsed.MountPoint}'.");
                 if (notice is not null)
                     Console.Error.WriteLine(notice);
                 return 0;
@@ -336,22 +350,33 @@ internal sealed class MountArguments
     public int ReadAheadKiB { get; private set; } = 4096;
     public uint? Uid { get; private set; }
     public uint? Gid { get; private set; }
-    public double AttributeTimeout { get; private set; } = 3600;
-    public double EntryTimeout { get; private set; } = 3600;
+    /// <summary>-o rw: open the volume read-write.</summary>
+    public bool ReadWrite { get; private set; }
+    public double? AttributeTimeout { get; private set; }
+    public double? EntryTimeout { get; private set; }
     public int? MaxThreads { get; private set; }
     public LogReplayMode Replay { get; private set; } = LogReplayMode.Memory;
     public List<string> ExtraOptions { get; } = [];
 
-    public FuseMountOptions ToHostOptions()
+    /// <summary>
+    /// Kernel cache timeouts when none is given. Read-only: long, nothing changes. Read-write: a
+    /// second, as libfuse's default: every change goes through the mount and the kernel updates its
+    /// copies, but an engine side effect the host does not invalidate heals within a second.
+    /// </summary>
+    internal const double ReadOnlyTimeout = 3600, ReadWriteTimeout = 1;
+
+    public FuseMountOptions ToHostOptions(bool writable = false)
     {
+        var fallback = writable ? ReadWriteTimeout : ReadOnlyTimeout;
         var o = new FuseMountOptions
         {
+            ReadOnly = !writable,
             AllowOther = AllowOther,
             DefaultPermissions = DefaultPermissions,
             UidOverride = Uid,
             GidOverride = Gid,
-            AttributeTimeout = AttributeTimeout,
-            EntryTimeout = EntryTimeout,
+            AttributeTimeout = AttributeTimeout ?? fallback,
+            EntryTimeout = EntryTimeout ?? fallback,
             FileSystemName = Source,
             Debug = Debug,
             CloneFd = CloneFd,
@@ -451,9 +476,11 @@ internal sealed class MountArguments
             switch (key)
             {
                 case "ro":
+                    ReadWrite = false;
                     break;
                 case "rw":
-                    throw new ArgumentException("'rw' is not available: XfsWin mounts are read-only until the write path lands. Drop 'rw'.");
+                    ReadWrite = true;
+                    break;
                 case "allow_other":
                     AllowOther = true;
                     break;

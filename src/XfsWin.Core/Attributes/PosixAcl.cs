@@ -90,6 +90,70 @@ public sealed class PosixAcl
     /// <summary>The Linux xattr value for a stored XFS ACL; throws when it is malformed.</summary>
     public static byte[] XfsToLinux(ReadOnlySpan<byte> value) => ParseXfs(value).ToLinuxXattr();
 
+    /// <summary>
+    /// Decodes the value of a system.posix_acl_* xattr as Linux's setxattr passes it (version 2
+    /// header, 8-byte entries); false with the reason when it is malformed.
+    /// </summary>
+    public static bool TryParseLinux(ReadOnlySpan<byte> value, out PosixAcl? acl, out string problem)
+    {
+        acl = null;
+        if (value.Length < 4 || (value.Length - 4) % LinuxEntrySize != 0)
+        {
+            problem = $"{value.Length} bytes is not a 4-byte header followed by {LinuxEntrySize}-byte entries";
+            return false;
+        }
+        uint version = BinaryPrimitives.ReadUInt32LittleEndian(value);
+        if (version != LinuxXattrVersion)
+        {
+            problem = $"version {version}, not {LinuxXattrVersion}";
+            return false;
+        }
+        int count = (value.Length - 4) / LinuxEntrySize;
+        if (count > MaxEntries)
+        {
+            problem = $"{count} entries, more than the {MaxEntries} XFS can store";
+            return false;
+        }
+        var entries = new PosixAclEntry[count];
+        for (int i = 0; i < count; i++)
+        {
+            var e = value.Slice(4 + i * LinuxEntrySize, LinuxEntrySize);
+            var tag = (PosixAclTag)BinaryPrimitives.ReadUInt16LittleEndian(e);
+            ushort perm = BinaryPrimitives.ReadUInt16LittleEndian(e[2..]);
+            if (tag is not (PosixAclTag.UserObj or PosixAclTag.User or PosixAclTag.GroupObj or PosixAclTag.Group or PosixAclTag.Mask or PosixAclTag.Other))
+            {
+                problem = $"entry {i} has unknown tag 0x{(uint)tag:x}";
+                return false;
+            }
+            if (perm > 7)
+            {
+                problem = $"entry {i} has permission bits 0x{perm:x} beyond rwx";
+                return false;
+            }
+            uint id = tag is PosixAclTag.User or PosixAclTag.Group ? BinaryPrimitives.ReadUInt32LittleEndian(e[4..]) : UndefinedId;
+            entries[i] = new PosixAclEntry(tag, id, perm);
+        }
+        acl = new PosixAcl(entries);
+        problem = "";
+        return true;
+    }
+
+    /// <summary>The value XFS stores in SGI_ACL_FILE / SGI_ACL_DEFAULT (ids other than named users' and groups' are undefined).</summary>
+    public byte[] ToXfs()
+    {
+        var bytes = new byte[4 + Entries.Count * XfsEntrySize];
+        BinaryPrimitives.WriteUInt32BigEndian(bytes, (uint)Entries.Count);
+        for (int i = 0; i < Entries.Count; i++)
+        {
+            var span = bytes.AsSpan(4 + i * XfsEntrySize);
+            var e = Entries[i];
+            BinaryPrimitives.WriteUInt32BigEndian(span, (uint)e.Tag);
+            BinaryPrimitives.WriteUInt32BigEndian(span[4..], e.Tag is PosixAclTag.User or PosixAclTag.Group ? e.Id : UndefinedId);
+            BinaryPrimitives.WriteUInt16BigEndian(span[8..], e.Permissions);
+        }
+        return bytes;
+    }
+
     /// <summary>The system.posix_acl_* value Linux's getxattr/setxattr use.</summary>
     public byte[] ToLinuxXattr()
     {

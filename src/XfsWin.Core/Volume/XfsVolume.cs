@@ -575,8 +575,14 @@ public sealed partial class XfsVolume : IDisposable
         ulong total = sb.DataBlocks - logBlocks;
         // The kernel keeps 8 blocks per AG out of reach (AGFL refill reserve plus 4), never reported free.
         ulong setAside = (ulong)sb.AgCount * 8;
-        ulong free = _agSummary.FreeBlocks > setAside ? _agSummary.FreeBlocks - setAside : 0;
-        ulong files = _agSummary.Inodes + (free << sb.InoPBlog);
+        // A read-write open counts as it changes the volume (the in-core counters); a read-only one
+        // reports what the AG headers said at open.
+        var w = _write;
+        ulong freeBlocks = w is null ? _agSummary.FreeBlocks : (ulong)Math.Max(0, Volatile.Read(ref w.FreeBlocks));
+        ulong inodes = w is null ? _agSummary.Inodes : (ulong)Math.Max(0, Volatile.Read(ref w.InodeCount));
+        ulong freeInodes = w is null ? _agSummary.FreeInodes : (ulong)Math.Max(0, Volatile.Read(ref w.FreeInodes));
+        ulong free = freeBlocks > setAside ? freeBlocks - setAside : 0;
+        ulong files = inodes + (free << sb.InoPBlog);
         if (sb.ImaxPct > 0)
         {
             // Inode space is capped at imax_pct of the data blocks, in whole inode chunks.
@@ -584,8 +590,8 @@ public sealed partial class XfsVolume : IDisposable
             ulong maxBlocks = sb.DataBlocks * (ulong)sb.ImaxPct / 100 / chunkBlocks * chunkBlocks;
             files = Math.Min(files, maxBlocks << sb.InoPBlog);
         }
-        files = Math.Max(files, _agSummary.Inodes);
-        ulong usedInodes = _agSummary.Inodes - Math.Min(_agSummary.FreeInodes, _agSummary.Inodes);
+        files = Math.Max(files, inodes);
+        ulong usedInodes = inodes - Math.Min(freeInodes, inodes);
         return new FileSystemStats((int)sb.BlockSize, total, free, files, files - usedInodes, 255);
     }
 

@@ -78,6 +78,25 @@ internal static unsafe partial class FuseNative
         return fuse_reply_attr_native(req, &arm, attrTimeout);
     }
 
+    [LibraryImport(LibFuse, EntryPoint = "fuse_reply_create")]
+    private static partial int fuse_reply_create_native(nint req, void* entry, FuseFileInfo* fi);
+
+    /// <summary>fuse_reply_create with the entry in its x86-64 form (converted on arm64).</summary>
+    public static int fuse_reply_create(nint req, FuseEntryParam* entry, FuseFileInfo* fi)
+    {
+        if (!StatAbi.IsArm64)
+            return fuse_reply_create_native(req, entry, fi);
+        var arm = StatAbi.ToArm64(*entry);
+        return fuse_reply_create_native(req, &arm, fi);
+    }
+
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_reply_write(nint req, nuint count);
+
+    /// <summary>Drops the kernel's cached attributes of a node (offset &lt; 0) and, from offset on, its cached pages.</summary>
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_lowlevel_notify_inval_inode(nint session, ulong ino, long offset, long length);
+
     [LibraryImport(LibFuse)]
     public static partial int fuse_reply_readlink(nint req, byte* link);
 

@@ -207,6 +207,16 @@ internal struct FuseContext
     [FieldOffset(12)] public uint umask;
 }
 
+/// <summary>struct fuse_forget_data: one node of a batched forget (FUSE_BATCH_FORGET).</summary>
+[StructLayout(LayoutKind.Explicit, Size = Size)]
+internal struct FuseForgetData
+{
+    public const int Size = 16;
+
+    [FieldOffset(0)] public ulong ino;
+    [FieldOffset(8)] public ulong nlookup;
+}
+
 /// <summary>struct fuse_loop_config_v1 (what fuse_session_loop_mt_32 takes, libfuse 3.2 to 3.11).</summary>
 [StructLayout(LayoutKind.Explicit, Size = Size)]
 internal struct FuseLoopConfigV1
@@ -279,6 +289,7 @@ internal static class FuseConstants
     public const ulong FUSE_ROOT_ID = 1;
 
     public const uint FUSE_CAP_ASYNC_READ = 1u << 0;
+    public const uint FUSE_CAP_ATOMIC_O_TRUNC = 1u << 3;
     public const uint FUSE_CAP_EXPORT_SUPPORT = 1u << 4;
     public const uint FUSE_CAP_SPLICE_WRITE = 1u << 7;
     public const uint FUSE_CAP_SPLICE_MOVE = 1u << 8;
@@ -288,5 +299,30 @@ internal static class FuseConstants
     public const uint FUSE_CAP_ASYNC_DIO = 1u << 15;
     public const uint FUSE_CAP_PARALLEL_DIROPS = 1u << 18;
     public const uint FUSE_CAP_POSIX_ACL = 1u << 19;
+    public const uint FUSE_CAP_HANDLE_KILLPRIV = 1u << 20;
     public const uint FUSE_CAP_CACHE_SYMLINKS = 1u << 23;
+
+    // setattr's to_set bits (fuse_lowlevel.h).
+    public const int FUSE_SET_ATTR_MODE = 1 << 0;
+    public const int FUSE_SET_ATTR_UID = 1 << 1;
+    public const int FUSE_SET_ATTR_GID = 1 << 2;
+    public const int FUSE_SET_ATTR_SIZE = 1 << 3;
+    public const int FUSE_SET_ATTR_ATIME = 1 << 4;
+    public const int FUSE_SET_ATTR_MTIME = 1 << 5;
+    public const int FUSE_SET_ATTR_ATIME_NOW = 1 << 7;
+    public const int FUSE_SET_ATTR_MTIME_NOW = 1 << 8;
+
+    // fallocate(2) mode bits (linux/falloc.h).
+    public const int FALLOC_FL_KEEP_SIZE = 0x01;
+    public const int FALLOC_FL_PUNCH_HOLE = 0x02;
+    public const int FALLOC_FL_COLLAPSE_RANGE = 0x08;
+    public const int FALLOC_FL_ZERO_RANGE = 0x10;
+    public const int FALLOC_FL_INSERT_RANGE = 0x20;
+
+    // setxattr(2) flags (linux/xattr.h) and renameat2(2) flags (linux/fs.h).
+    public const int XATTR_CREATE = 1;
+    public const int XATTR_REPLACE = 2;
+    public const uint RENAME_NOREPLACE = 1;
+    public const uint RENAME_EXCHANGE = 2;
+    public const uint RENAME_WHITEOUT = 4;
 }

@@ -1,0 +1,531 @@
+using System.Runtime.InteropServices;
+using System.Text;
+using XfsWin.Attributes;
+using XfsWin.Format;
+using XfsWin.Fuse.Interop;
+using XfsWin.Inodes;
+using XfsWin.Volume;
+
+namespace XfsWin.Fuse;
+
+// The write side of the FUSE host: the requests a read-write mount serves. Each translates one
+// request into one engine call (XfsVolume.Namespace / Write) and its result into the reply; the
+// engine decides everything else (permissions are the kernel's, see OnInit; setgid directories,
+// link counts, timestamps are the engine's).
+//
+// Lookup counts: every positive entry the kernel receives (lookup, readdirplus, create, mknod,
+// mkdir, symlink, link) raises the kernel's lookup count of that node by one, and FORGET /
+// BATCH_FORGET lower it. The host mirrors that count into the engine's holds (Retain before the
+// reply, Release on forget), so an inode unlinked while the kernel still knows it (an open file)
+// stays allocated until the kernel forgets it. Holds are tracked on read-write volumes only
+// (_tracksHolds, fixed when the host is made so that every Retain has its Release).
+//
+// Cached state: the kernel updates its own copies for requests it sends (it drops the attributes
+// of the inodes and directories a namespace request touched, and the lookup cache of the names).
+// Where one of our operations changes an inode the kernel may hold under another name (the link
+// count of a hard-linked file that was unlinked, linked or renamed over, a directory whose ".."
+// moved), the host also drops that inode's cached attributes (InvalidateAttributes). Entry
+// invalidations are never sent from inside a request: the kernel holds the parent directory's lock
+// while it waits for the reply, and an entry notification takes that lock.
+public sealed unsafe partial class FuseHost
+{
+    private const int EROFS = 30, EOPNOTSUPP = 95;
+
+    /// <summary>Holds are taken and released only on read-write volumes (fixed at construction).</summary>
+    private bool TracksHolds => _tracksHolds;
+
+    /// <summary>
+    /// Replies with a positive entry for <paramref name="a"/>; the engine's hold for the kernel's
+    /// lookup count is taken first (a FORGET could follow the reply at once) and given back when the
+    /// reply did not reach the kernel (the request was interrupted: the kernel counts nothing then).
+    /// </summary>
+    private void ReplyEntry(nint req, in InodeAttributes a)
+    {
+        FuseEntryParam e;
+        FillEntry(a, &e);
+        if (TracksHolds)
+            _volume.Retain(a.Inode);
+        if (FuseNative.fuse_reply_entry(req, &e) != 0 && TracksHolds)
+            _volume.Release(a.Inode);
+    }
+
+    /// <summary>Drops the kernel's cached attributes of these inodes (not their pages); unknown nodes are ignored.</summary>
+    private void InvalidateAttributes(ulong a, ulong b = 0, ulong c = 0)
+    {
+        var session = _session;
+        if (session == 0)
+            return;
+        foreach (var inode in (ReadOnlySpan<ulong>)[a, b, c])
+        {
+            if (inode != 0)
+                _ = FuseNative.fuse_lowlevel_notify_inval_inode(session, ToNodeId(inode), -1, 0);
+        }
+    }
+
+    private static ReadOnlySpan<byte> NameOf(byte* name) => MemoryMarshal.CreateReadOnlySpanFromNullTerminated(name);
+
+    private static string Printable(byte* name) => Encoding.UTF8.GetString(NameOf(name));
+
+    private static FuseContext CallerOf(nint req) => *FuseNative.fuse_req_ctx(req);
+
+    /// <summary>glibc's major()/minor() of a dev_t (the inverse of <see cref="MakeDev"/>).</summary>
+    internal static (uint Major, uint Minor) SplitDev(ulong dev) =>
+        ((uint)(((dev >> 8) & 0xFFF) | ((dev >> 32) & 0xFFFFF000)), (uint)((dev & 0xFF) | ((dev >> 12) & 0xFFFFFF00)));
+
+    /// <summary>The current time as a timestamp (for UTIME_NOW).</summary>
+    private static XfsTimestamp Now()
+    {
+        var ticks = DateTime.UtcNow.Ticks - DateTime.UnixEpoch.Ticks;
+        return new XfsTimestamp(ticks / TimeSpan.TicksPerSecond, (uint)(ticks % TimeSpan.TicksPerSecond * 100));
+    }
+
+    /// <summary>
+    /// What a setattr request asks for, from libfuse's struct stat (in this architecture's layout)
+    /// and the FUSE_SET_ATTR_* bits: UTIME_OMIT leaves a time out of the request, UTIME_NOW comes as
+    /// ATIME_NOW / MTIME_NOW. Null when nothing the volume stores is asked for (ctime alone, say).
+    /// </summary>
+    internal static AttributeChanges? ChangesFor(void* stat, int toSet, Func<XfsTimestamp> now)
+    {
+        uint mode, uid, gid;
+        long size, aSec, aNsec, mSec, mNsec;
+        if (StatAbi.IsArm64)
+        {
+            var s = (NativeStatArm64*)stat;
+            (mode, uid, gid, size, aSec, aNsec, mSec, mNsec) = (s->st_mode, s->st_uid, s->st_gid, s->st_size, s->st_atim_sec, s->st_atim_nsec, s->st_mtim_sec, s->st_mtim_nsec);
+        }
+        else
+        {
+            var s = (NativeStat*)stat;
+            (mode, uid, gid, size, aSec, aNsec, mSec, mNsec) = (s->st_mode, s->st_uid, s->st_gid, s->st_size, s->st_atim_sec, s->st_atim_nsec, s->st_mtim_sec, s->st_mtim_nsec);
+        }
+        const int Relevant = FuseConstants.FUSE_SET_ATTR_MODE | FuseConstants.FUSE_SET_ATTR_UID | FuseConstants.FUSE_SET_ATTR_GID |
+                             FuseConstants.FUSE_SET_ATTR_SIZE | FuseConstants.FUSE_SET_ATTR_ATIME | FuseConstants.FUSE_SET_ATTR_MTIME |
+                             FuseConstants.FUSE_SET_ATTR_ATIME_NOW | FuseConstants.FUSE_SET_ATTR_MTIME_NOW;
+        if ((toSet & Relevant) == 0)
+            return null;
+        XfsTimestamp? stamp = null;
+        XfsTimestamp Stamp() => stamp ??= now();
+        return new AttributeChanges
+        {
+            Mode = (toSet & FuseConstants.FUSE_SET_ATTR_MODE) != 0 ? (ushort)(mode & 0xFFF) : null,
+            Uid = (toSet & FuseConstants.FUSE_SET_ATTR_UID) != 0 ? uid : null,
+            Gid = (toSet & FuseConstants.FUSE_SET_ATTR_GID) != 0 ? gid : null,
+            Size = (toSet & FuseConstants.FUSE_SET_ATTR_SIZE) != 0 ? size : null,
+            AccessTime = (toSet & FuseConstants.FUSE_SET_ATTR_ATIME_NOW) != 0 ? Stamp()
+                : (toSet & FuseConstants.FUSE_SET_ATTR_ATIME) != 0 ? new XfsTimestamp(aSec, (uint)aNsec) : null,
+            ModifyTime = (toSet & FuseConstants.FUSE_SET_ATTR_MTIME_NOW) != 0 ? Stamp()
+                : (toSet & FuseConstants.FUSE_SET_ATTR_MTIME) != 0 ? new XfsTimestamp(mSec, (uint)mNsec) : null,
+        };
+    }
+
+    /// <summary>
+    /// The engine's fallocate mode for fallocate(2)'s bits, or null for a combination it has no
+    /// mode for. FUSE passes only KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE (the kernel refuses the rest
+    /// itself); ZERO_RANGE with KEEP_SIZE is served by the caller in two steps.
+    /// </summary>
+    internal static FallocateMode? AllocateModeFor(int mode) => mode switch
+    {
+        0 => FallocateMode.Allocate,
+        FuseConstants.FALLOC_FL_KEEP_SIZE => FallocateMode.KeepSize,
+        FuseConstants.FALLOC_FL_PUNCH_HOLE | FuseConstants.FALLOC_FL_KEEP_SIZE => FallocateMode.PunchHole,
+        FuseConstants.FALLOC_FL_ZERO_RANGE => FallocateMode.ZeroRange,
+        FuseConstants.FALLOC_FL_COLLAPSE_RANGE => FallocateMode.CollapseRange,
+        FuseConstants.FALLOC_FL_INSERT_RANGE => FallocateMode.InsertRange,
+        _ => null,
+    };
+
+    private static void AddWriteOps(ref FuseLowLevelOps ops)
+    {
+        ops.forget = (nint)(delegate* unmanaged<nint, ulong, ulong, void>)&OnForget;
+        ops.forget_multi = (nint)(delegate* unmanaged<nint, nuint, FuseForgetData*, void>)&OnForgetMulti;
+        ops.setattr = (nint)(delegate* unmanaged<nint, ulong, void*, int, FuseFileInfo*, void>)&OnSetAttr;
+        ops.mknod = (nint)(delegate* unmanaged<nint, ulong, byte*, uint, ulong, void>)&OnMknod;
+        ops.mkdir = (nint)(delegate* unmanaged<nint, ulong, byte*, uint, void>)&OnMkdir;
+        ops.unlink = (nint)(delegate* unmanaged<nint, ulong, byte*, void>)&OnUnlink;
+        ops.rmdir = (nint)(delegate* unmanaged<nint, ulong, byte*, void>)&OnRmdir;
+        ops.symlink = (nint)(delegate* unmanaged<nint, byte*, ulong, byte*, void>)&OnSymlink;
+        ops.rename = (nint)(delegate* unmanaged<nint, ulong, byte*, ulong, byte*, uint, void>)&OnRename;
+        ops.link = (nint)(delegate* unmanaged<nint, ulong, ulong, byte*, void>)&OnLink;
+        ops.write = (nint)(delegate* unmanaged<nint, ulong, byte*, nuint, long, FuseFileInfo*, void>)&OnWrite;
+        ops.flush = (nint)(delegate* unmanaged<nint, ulong, FuseFileInfo*, void>)&OnFlush;
+        ops.release = (nint)(delegate* unmanaged<nint, ulong, FuseFileInfo*, void>)&OnRelease;
+        ops.fsync = (nint)(delegate* unmanaged<nint, ulong, int, FuseFileInfo*, void>)&OnFsync;
+        ops.fsyncdir = (nint)(delegate* unmanaged<nint, ulong, int, FuseFileInfo*, void>)&OnFsync;
+        ops.setxattr = (nint)(delegate* unmanaged<nint, ulong, byte*, byte*, nuint, int, void>)&OnSetXattr;
+        ops.removexattr = (nint)(delegate* unmanaged<nint, ulong, byte*, void>)&OnRemoveXattr;
+        ops.create = (nint)(delegate* unmanaged<nint, ulong, byte*, uint, FuseFileInfo*, void>)&OnCreate;
+        ops.fallocate = (nint)(delegate* unmanaged<nint, ulong, int, long, long, FuseFileInfo*, void>)&OnFallocate;
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnForget(nint req, ulong ino, ulong nlookup)
+    {
+        try
+        {
+            HostOf(req).Forget(ino, nlookup);
+        }
+        catch (Exception ex)
+        {
+            LogForgetFailure(req, ex, ino);
+        }
+        FuseNative.fuse_reply_none(req);
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnForgetMulti(nint req, nuint count, FuseForgetData* forgets)
+    {
+        for (nuint i = 0; i < count; i++)
+        {
+            try
+            {
+                HostOf(req).Forget(forgets[i].ino, forgets[i].nlookup);
+            }
+            catch (Exception ex)
+            {
+                LogForgetFailure(req, ex, forgets[i].ino);
+            }
+        }
+        FuseNative.fuse_reply_none(req);
+    }
+
+    private void Forget(ulong nodeId, ulong nlookup)
+    {
+        // The root's count is the kernel's own, never raised by a reply of ours.
+        if (TracksHolds && nodeId != FuseConstants.FUSE_ROOT_ID && nlookup > 0)
+            _volume.Release(ToXfsInode(nodeId), nlookup);
+    }
+
+    private static void LogForgetFailure(nint req, Exception ex, ulong ino)
+    {
+        try
+        {
+            var host = HostOf(req);
+            _ = host.ErrnoFor(ex, "forget", host.ToXfsInode(ino));
+        }
+        catch (Exception)
+        {
+            // A forget has no reply to carry an error.
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnSetAttr(nint req, ulong ino, void* attr, int toSet, FuseFileInfo* fi)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var inode = host.ToXfsInode(ino);
+            var changes = ChangesFor(attr, toSet, Now);
+            var result = changes is null ? host._volume.GetAttributes(inode) : host._volume.SetAttributes(inode, changes);
+            NativeStat st;
+            host.FillStat(result, &st);
+            FuseNative.fuse_reply_attr(req, &st, host._options.AttributeTimeout);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "setattr", ino);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnMknod(nint req, ulong parent, byte* name, uint mode, ulong rdev)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var caller = CallerOf(req);
+            var (major, minor) = SplitDev(rdev);
+            var a = host._volume.CreateNode(host.ToXfsInode(parent), NameOf(name), (ushort)mode, caller.uid, caller.gid, major, minor);
+            host.ReplyEntry(req, a);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, $"mknod of '{Printable(name)}' in directory", parent);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnCreate(nint req, ulong parent, byte* name, uint mode, FuseFileInfo* fi)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var caller = CallerOf(req);
+            var a = host._volume.CreateNode(host.ToXfsInode(parent), NameOf(name), (ushort)mode, caller.uid, caller.gid);
+            FuseEntryParam e;
+            host.FillEntry(a, &e);
+            fi->bits |= FileOpenBits(host._options.ReadOnly);
+            if (host.TracksHolds)
+                host._volume.Retain(a.Inode);
+            if (FuseNative.fuse_reply_create(req, &e, fi) != 0 && host.TracksHolds)
+                host._volume.Release(a.Inode);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, $"create of '{Printable(name)}' in directory", parent);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnMkdir(nint req, ulong parent, byte* name, uint mode)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var caller = CallerOf(req);
+            // The VFS passes permission bits (with setgid and sticky); the type is the engine's.
+            var a = host._volume.MakeDirectory(host.ToXfsInode(parent), NameOf(name), (ushort)(mode & 0xFFF), caller.uid, caller.gid);
+            host.ReplyEntry(req, a);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, $"mkdir of '{Printable(name)}' in directory", parent);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnSymlink(nint req, byte* target, ulong parent, byte* name)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var caller = CallerOf(req);
+            var a = host._volume.MakeSymlink(host.ToXfsInode(parent), NameOf(name), NameOf(target), caller.uid, caller.gid);
+            host.ReplyEntry(req, a);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, $"symlink '{Printable(name)}' in directory", parent);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnLink(nint req, ulong ino, ulong newParent, byte* newName)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var a = host._volume.Link(host.ToXfsInode(ino), host.ToXfsInode(newParent), NameOf(newName));
+            host.InvalidateAttributes(a.Inode);
+            host.ReplyEntry(req, a);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, $"link as '{Printable(newName)}' of inode", ino);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnUnlink(nint req, ulong parent, byte* name)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var dir = host.ToXfsInode(parent);
+            var nameSpan = NameOf(name);
+            host._volume.TryLookup(dir, nameSpan, out var victim);
+            host._volume.Unlink(dir, nameSpan);
+            host.InvalidateAttributes(victim);
+            FuseNative.fuse_reply_err(req, 0);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, $"unlink of '{Printable(name)}' in directory", parent);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnRmdir(nint req, ulong parent, byte* name)
+    {
+        try
+        {
+            var host = HostOf(req);
+            host._volume.RemoveDirectory(host.ToXfsInode(parent), NameOf(name));
+            FuseNative.fuse_reply_err(req, 0);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, $"rmdir of '{Printable(name)}' in directory", parent);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnRename(nint req, ulong parent, byte* name, ulong newParent, byte* newName, uint flags)
+    {
+        try
+        {
+            var host = HostOf(req);
+            const uint Known = FuseConstants.RENAME_NOREPLACE | FuseConstants.RENAME_EXCHANGE | FuseConstants.RENAME_WHITEOUT;
+            if ((flags & ~Known) != 0)
+            {
+                FuseNative.fuse_reply_err(req, 22); // EINVAL, as renameat2 answers unknown flags
+                return;
+            }
+            var from = host.ToXfsInode(parent);
+            var to = host.ToXfsInode(newParent);
+            var newNameSpan = NameOf(newName);
+            // The inode a replacing rename (or an exchange) takes the name of loses a link or moves:
+            // the kernel may hold its attributes under another name.
+            host._volume.TryLookup(to, newNameSpan, out var displaced);
+            host._volume.TryLookup(from, NameOf(name), out var moved);
+            host._volume.Rename(from, NameOf(name), to, newNameSpan, (RenameFlags)flags);
+            host.InvalidateAttributes(displaced, moved);
+            FuseNative.fuse_reply_err(req, 0);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, $"rename of '{Printable(name)}' in directory", parent);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnWrite(nint req, ulong ino, byte* buf, nuint size, long offset, FuseFileInfo* fi)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var inode = host.ToXfsInode(ino);
+            var total = (int)Math.Min(size, (nuint)int.MaxValue);
+            var done = 0;
+            while (done < total)
+            {
+                var n = host._volume.Write(inode, offset + done, new ReadOnlySpan<byte>(buf + done, total - done));
+                if (n <= 0)
+                    break;
+                done += n;
+            }
+            FuseNative.fuse_reply_write(req, (nuint)done);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "write", ino);
+        }
+    }
+
+    /// <summary>close(2) of one descriptor: nothing is buffered here (every write reached the engine), so nothing to do.</summary>
+    [UnmanagedCallersOnly]
+    private static void OnFlush(nint req, ulong ino, FuseFileInfo* fi) => FuseNative.fuse_reply_err(req, 0);
+
+    /// <summary>The last close of an open file: the host keeps no per-open state; the node's hold lives until FORGET.</summary>
+    [UnmanagedCallersOnly]
+    private static void OnRelease(nint req, ulong ino, FuseFileInfo* fi) => FuseNative.fuse_reply_err(req, 0);
+
+    /// <summary>fsync, fdatasync and fsync of a directory: the engine's changes so far become durable.</summary>
+    [UnmanagedCallersOnly]
+    private static void OnFsync(nint req, ulong ino, int datasync, FuseFileInfo* fi)
+    {
+        try
+        {
+            var host = HostOf(req);
+            host._volume.Flush(host.ToXfsInode(ino));
+            FuseNative.fuse_reply_err(req, 0);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "fsync", ino);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnFallocate(nint req, ulong ino, int mode, long offset, long length, FuseFileInfo* fi)
+    {
+        try
+        {
+            var host = HostOf(req);
+            var inode = host.ToXfsInode(ino);
+            if (mode == (FuseConstants.FALLOC_FL_ZERO_RANGE | FuseConstants.FALLOC_FL_KEEP_SIZE))
+            {
+                // No engine mode: zeros inside EOF, preallocation (unwritten, reading as zeros) past it.
+                var size = host._volume.GetAttributes(inode).Size;
+                var end = offset + length;
+                if (offset < size)
+                    host._volume.Allocate(inode, offset, Math.Min(end, size) - offset, FallocateMode.ZeroRange);
+                if (end > size)
+                    host._volume.Allocate(inode, Math.Max(offset, size), end - Math.Max(offset, size), FallocateMode.KeepSize);
+            }
+            else if (AllocateModeFor(mode) is { } m)
+            {
+                host._volume.Allocate(inode, offset, length, m);
+            }
+            else
+            {
+                FuseNative.fuse_reply_err(req, EOPNOTSUPP);
+                return;
+            }
+            FuseNative.fuse_reply_err(req, 0);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "fallocate", ino);
+        }
+    }
+
+    /// <summary>
+    /// A name setxattr/removexattr can address, split as getxattr splits it; POSIX ACL values are
+    /// converted from Linux's form to the one XFS stores. False: the reply is already sent.
+    /// </summary>
+    private static bool TryXattrName(nint req, byte* name, out string linuxName, out XattrNamespace ns, out byte[] xfsName)
+    {
+        linuxName = Encoding.UTF8.GetString(NameOf(name));
+        if (XattrNames.TryParseLinuxName(linuxName, out ns, out xfsName))
+            return true;
+        // Like the kernel: a name outside the namespaces XFS knows has no handler.
+        FuseNative.fuse_reply_err(req, EOPNOTSUPP);
+        return false;
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnSetXattr(nint req, ulong ino, byte* name, byte* value, nuint size, int flags)
+    {
+        try
+        {
+            var host = HostOf(req);
+            if (!TryXattrName(req, name, out var linuxName, out var ns, out var xfsName))
+                return;
+            var mode = (flags & (FuseConstants.XATTR_CREATE | FuseConstants.XATTR_REPLACE)) switch
+            {
+                0 => XattrSetMode.Any,
+                FuseConstants.XATTR_CREATE => XattrSetMode.Create,
+                FuseConstants.XATTR_REPLACE => XattrSetMode.Replace,
+                _ => (XattrSetMode?)null,
+            };
+            if (mode is null || (flags & ~(FuseConstants.XATTR_CREATE | FuseConstants.XATTR_REPLACE)) != 0)
+            {
+                FuseNative.fuse_reply_err(req, 22); // EINVAL, as setxattr(2) answers both flags or unknown ones
+                return;
+            }
+            var data = new ReadOnlySpan<byte>(value, (int)size);
+            byte[]? stored = null;
+            if (linuxName.StartsWith("system.posix_acl_", StringComparison.Ordinal))
+            {
+                if (!PosixAcl.TryParseLinux(data, out var acl, out var problem))
+                    throw new XfsException(XfsError.InvalidArgument, $"{linuxName}: not a POSIX ACL ({problem})");
+                stored = acl!.ToXfs();
+            }
+            var inode = host.ToXfsInode(ino);
+            host._volume.SetXattr(inode, ns, xfsName, stored ?? data, mode.Value);
+            FuseNative.fuse_reply_err(req, 0);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "setxattr", ino);
+        }
+    }
+
+    [UnmanagedCallersOnly]
+    private static void OnRemoveXattr(nint req, ulong ino, byte* name)
+    {
+        try
+        {
+            var host = HostOf(req);
+            if (!TryXattrName(req, name, out _, out var ns, out var xfsName))
+                return;
+            host._volume.RemoveXattr(host.ToXfsInode(ino), ns, xfsName);
+            FuseNative.fuse_reply_err(req, 0);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "removexattr", ino);
+        }
+    }
+}

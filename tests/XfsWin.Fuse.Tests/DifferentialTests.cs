@@ -1,0 +1,413 @@
+using System.Runtime.InteropServices;
+using System.Security.Cryptography;
+using System.Text;
+using XfsWin.TestSupport;
+using Xunit.Abstractions;
+
+namespace XfsWin.Fuse.Tests;
+
+/// <summary>The kinds of VFS operation the differential harness draws from.</summary>
+public enum VfsOp
+{
+    // The setattr family and fsync, plus reads: what the engine serves today.
+    Chmod, Chown, Utime, TruncateUp, Fsync, Read,
+    // The rest of the write API.
+    Truncate, Create, Write, Mkdir, Rmdir, Unlink, Link, Symlink,
+    Rename, RenameNoReplace, RenameExchange, RenameWhiteout,
+    SetXattr, RemoveXattr, Fallocate,
+    OpenHeld, WriteHeld, ReadHeld, CloseHeld,
+}
+
+/// <summary>
+/// Differential harness: one seeded random sequence of VFS operations (system calls through libc)
+/// is applied to identical copies of a kernel-made volume, one mounted by the kernel's XFS, the
+/// other by <c>xfswin mount -o rw</c>. Every result (return value or errno, bytes read, the
+/// attributes of the paths touched) must be equal; then the two trees (every stat field but times
+/// and inode numbers, contents, link targets, xattrs, names) must be equal; then both images are
+/// unmounted, mounted again by the kernel and compared again (block counts too), and xfs_repair -n
+/// (6.1 and 6.13) finds nothing in ours.
+/// The operation kinds are a parameter: <see cref="Today"/> is what the engine serves now; the
+/// full set is run as its own cases.
+/// </summary>
+public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
+{
+    /// <summary>What the engine serves now: setattr (chmod, chown, utimes, size up), fsync, and reads.</summary>
+    public static readonly VfsOp[] Today = [VfsOp.Chmod, VfsOp.Chown, VfsOp.Utime, VfsOp.TruncateUp, VfsOp.Fsync, VfsOp.Read];
+
+    public static readonly VfsOp[] All = Enum.GetValues<VfsOp>();
+
+    private const int Operations = 300;
+
+    private readonly string _tmp = Shell.MakeTempDirectory("xfswin-diff");
+
+    public void Dispose() => Directory.Delete(_tmp, recursive: true);
+
+    [Theory]
+    [InlineData(1)]
+    [InlineData(2)]
+    [InlineData(3)]
+    public void Setattr_family_and_fsync_match_the_kernel(int seed) => Run(seed, Today, "6.1");
+
+    [Theory]
+    [InlineData(11, "6.1")]
+    [InlineData(12, "6.1")]
+    [InlineData(13, "6.13")]
+    public void Every_operation_kind_matches_the_kernel(int seed, string xfsprogs) => Run(seed, All, xfsprogs);
+
+    [Theory]
+    [InlineData(21, VfsOp.Create, VfsOp.Write, VfsOp.Truncate, VfsOp.Fsync, VfsOp.Read, VfsOp.Fallocate)]
+    [InlineData(22, VfsOp.Mkdir, VfsOp.Rmdir, VfsOp.Create, VfsOp.Unlink, VfsOp.Link, VfsOp.Symlink, VfsOp.Rename, VfsOp.RenameNoReplace, VfsOp.RenameExchange, VfsOp.RenameWhiteout)]
+    [InlineData(23, VfsOp.SetXattr, VfsOp.RemoveXattr, VfsOp.Chmod, VfsOp.Read)]
+    [InlineData(24, VfsOp.Create, VfsOp.OpenHeld, VfsOp.WriteHeld, VfsOp.ReadHeld, VfsOp.CloseHeld, VfsOp.Unlink, VfsOp.Rename, VfsOp.Write)]
+    public void Operation_groups_match_the_kernel(int seed, params VfsOp[] kinds) => Run(seed, kinds, "6.1");
+
+    /// <summary>Runs the harness: <paramref name="kinds"/> is the set of operations drawn from (the lead widens it as the engine grows).</summary>
+    internal void Run(int seed, IReadOnlyList<VfsOp> kinds, string xfsprogs, Action<ReadWriteMount>? mounted = null)
+    {
+        var baseImage = KernelMadeImages.Make(_tmp, xfsprogs, "base.img");
+        var kernelImage = Path.Combine(_tmp, "kernel.img");
+        var ourImage = Path.Combine(_tmp, "xfswin.img");
+        XfsWin.TestSupport.Shell.RunChecked("cp", "--sparse=always", baseImage, kernelImage);
+        XfsWin.TestSupport.Shell.RunChecked("cp", "--sparse=always", baseImage, ourImage);
+
+        var log = new List<string>();
+        using (var kernel = LoopMount.Mount(kernelImage, readOnly: false))
+        using (var ours = new ReadWriteMount(ourImage))
+        {
+            mounted?.Invoke(ours);
+            var runner = new Sequence(seed, kinds, kernel.MountPoint, ours.MountPoint);
+            try
+            {
+                for (var i = 0; i < Operations; i++)
+                {
+                    var (description, expected, actual) = runner.Step();
+                    log.Add($"{i}: {description} -> {expected}");
+                    if (expected != actual)
+                        Assert.Fail($"seed {seed}, operation {i}: {description}\n  kernel: {expected}\n  xfswin: {actual}\nlast operations:\n{string.Join('\n', log.TakeLast(25))}");
+                }
+            }
+            finally
+            {
+                runner.CloseHeld();
+            }
+            output.WriteLine($"seed {seed}: {Operations} operations, {log.Count(l => l.Contains("-> = ", StringComparison.Ordinal) || l.Contains("-> ok", StringComparison.Ordinal))} succeeded");
+            AssertSameTrees(ManifestComparison.Take(kernel.MountPoint), ManifestComparison.Take(ours.MountPoint), withBlocks: false, "live mounts");
+            ours.Unmount();
+        }
+
+        KernelManifest expectedTree, ourTree;
+        using (var k = LoopMount.Mount(kernelImage, readOnly: true))
+            expectedTree = ManifestComparison.Take(k.MountPoint);
+        using (var k = LoopMount.Mount(ourImage, readOnly: true))
+            ourTree = ManifestComparison.Take(k.MountPoint);
+        AssertSameTrees(expectedTree, ourTree, withBlocks: true, "both images mounted by the kernel");
+        var problems = KernelMadeImages.RepairProblems(ourImage, xfsprogs);
+        Assert.True(problems.Count == 0, string.Join("\n", problems));
+    }
+
+    /// <summary>Every manifest field but times and inode numbers; directory entries by name (sorted).</summary>
+    internal static void AssertSameTrees(KernelManifest expected, KernelManifest actual, bool withBlocks, string what)
+    {
+        var diffs = new List<string>();
+        static string Hex(byte[]? b) => b is null ? "(none)" : Convert.ToHexString(b);
+        string Describe(ManifestEntry e) =>
+            $"{e.Type} mode {Convert.ToString(e.Mode, 8)} nlink {e.Nlink} uid {e.Uid} gid {e.Gid} size {e.Size} rdev {e.RdevMajor}:{e.RdevMinor}" +
+            (withBlocks ? $" blocks {e.Blocks}" : "") + $" sha256 {e.Sha256} target {Hex(e.Target)} xattrs " +
+            string.Join(' ', e.Xattrs.OrderBy(x => x.Key, StringComparer.Ordinal).Select(x => $"{x.Key}={Hex(x.Value)}")) +
+            (e.Children is null ? "" : " entries " + string.Join(' ', e.Children.Select(c => Hex(c.Name)).Order(StringComparer.Ordinal)));
+        foreach (var e in expected.Entries)
+        {
+            var a = actual.Find(e.Path);
+            if (a is null)
+                diffs.Add($"{e.Printable}: missing");
+            else if (Describe(e) != Describe(a))
+                diffs.Add($"{e.Printable}:\n  kernel {Describe(e)}\n  xfswin {Describe(a)}");
+        }
+        foreach (var a in actual.Entries)
+        {
+            if (expected.Find(a.Path) is null)
+                diffs.Add($"{a.Printable}: only on xfswin");
+        }
+        Assert.True(diffs.Count == 0, $"{what}: {diffs.Count} difference(s):\n{string.Join('\n', diffs.Take(30))}");
+    }
+
+    /// <summary>
+    /// The operation sequence: drawn from a seeded generator, each operation applied to the kernel's
+    /// tree, then to ours, with what each returned and the attributes of the paths it named.
+    /// </summary>
+    private sealed unsafe class Sequence(int seed, IReadOnlyList<VfsOp> kinds, string kernelRoot, string ourRoot)
+    {
+        private readonly Random _random = new(seed);
+        private readonly int[] _kernelFds = [-1, -1, -1];
+        private readonly int[] _ourFds = [-1, -1, -1];
+
+        private static readonly string[] Directories = ["", "d", "d/e", "n", "n/m"];
+        private static readonly string[] Names = ["a", "b", "big", "s", "c", "d", "h", "f", "g", "n", "e", "m"];
+        private static readonly uint[] Modes = [0x1A4 /*0644*/, 0x180 /*0600*/, 0x1ED /*0755*/, 0x9ED /*04755*/, 0x5ED /*02755*/, 0x3FF /*01777*/, 0, 0x124 /*0444*/];
+        private static readonly uint[] Ids = [0, 1, 1000, 65534, 4_000_000_000];
+        private static readonly int[] Lengths = [1, 100, 511, 512, 4095, 4096, 4097, 10000, 65536, 70000];
+        private static readonly int[] XattrSizes = [0, 1, 37, 100, 255, 256, 1000, 3000, 4096, 10000, 65536];
+        private static readonly string[] XattrNames = ["user.a", "user.b", "user." + new string('x', 200), "trusted.t", "trusted.u"];
+        private static readonly int[] FallocateModes = [0, 1, 3, 0x10, 0x11];
+
+        private T Pick<T>(IReadOnlyList<T> items) => items[_random.Next(items.Count)];
+
+        /// <summary>
+        /// Two times in three a path that exists in the kernel's tree now (sorted walk, so the draw
+        /// depends only on the seed and the tree), else one from a fixed pool of names, which may or
+        /// may not exist: both sides then get the same misses and conflicts.
+        /// </summary>
+        private string PickPath()
+        {
+            if (_random.Next(3) != 0)
+            {
+                var existing = Directory.EnumerateFileSystemEntries(kernelRoot, "*", new EnumerationOptions { RecurseSubdirectories = true, AttributesToSkip = 0 })
+                    .Select(e => Path.GetRelativePath(kernelRoot, e)).Order(StringComparer.Ordinal).ToList();
+                if (existing.Count > 0)
+                    return Pick(existing);
+            }
+            var dir = Pick(Directories);
+            var name = Pick(Names);
+            return dir.Length == 0 ? name : dir + "/" + name;
+        }
+
+        /// <summary>An offset near a block boundary (most of the time) or anywhere in the first 300 KB.</summary>
+        private long PickOffset() => _random.Next(3) switch
+        {
+            0 => Math.Max(0, _random.Next(80) * 4096L + _random.Next(-1, 2)),
+            1 => _random.Next(5) * 65536L,
+            _ => _random.Next(300_000),
+        };
+
+        private byte[] Data(int length)
+        {
+            var data = new byte[length];
+            _random.NextBytes(data);
+            return data;
+        }
+
+        public (string Description, string Expected, string Actual) Step()
+        {
+            var op = Pick(kinds);
+            var p = PickPath();
+            var q = PickPath();
+            var slot = _random.Next(_kernelFds.Length);
+            // Every argument is drawn here, before either side runs, so both get exactly the same call.
+            var mode = Pick(Modes);
+            var uid = Pick(Ids);
+            var gid = Pick(Ids);
+            var offset = PickOffset();
+            var length = Pick(Lengths);
+            var data = Data(length);
+            var xattr = Pick(XattrNames);
+            var xattrValue = Data(Pick(XattrSizes));
+            var xattrFlags = _random.Next(3);
+            var fallocateMode = Pick(FallocateModes);
+            var createFlags = Libc.O_CREAT | Libc.O_WRONLY | (_random.Next(3) == 0 ? Libc.O_EXCL : 0) | (_random.Next(4) == 0 ? Libc.O_TRUNC : 0);
+            var times = new Libc.Timespec[2];
+            for (var i = 0; i < 2; i++)
+            {
+                times[i] = _random.Next(4) switch
+                {
+                    0 => new Libc.Timespec { Nanoseconds = Libc.UTIME_NOW },
+                    1 => new Libc.Timespec { Nanoseconds = Libc.UTIME_OMIT },
+                    _ => new Libc.Timespec { Seconds = _random.NextInt64(-2_000_000_000, 4_000_000_000), Nanoseconds = _random.Next(1_000_000_000) },
+                };
+            }
+            var grow = Pick(new long[] { 0, 1, 4095, 4096, 4097, 65536, 1 << 20 });
+            var size = Pick(new long[] { 0, 1, 4095, 4096, 4097, 8205, 100_000, 300_000 });
+            var target = _random.Next(2) == 0 ? Pick(Names) : new string('t', _random.Next(1, 1024));
+
+            string description = op switch
+            {
+                VfsOp.Chmod => $"chmod {p} {Convert.ToString(mode, 8)}",
+                VfsOp.Chown => $"lchown {p} {uid}:{gid}",
+                VfsOp.Utime => $"utimensat {p} {T(times[0])} {T(times[1])}",
+                VfsOp.TruncateUp => $"truncate {p} (size + {grow})",
+                VfsOp.Truncate => $"truncate {p} {size}",
+                VfsOp.Fsync => $"fsync {p}",
+                VfsOp.Read => $"pread {p} {length} at {offset}",
+                VfsOp.Create => $"open {p} 0x{createFlags:x} {Convert.ToString(mode, 8)}",
+                VfsOp.Write => $"pwrite {p} {length} at {offset}",
+                VfsOp.Mkdir => $"mkdir {p} {Convert.ToString(mode, 8)}",
+                VfsOp.Rmdir => $"rmdir {p}",
+                VfsOp.Unlink => $"unlink {p}",
+                VfsOp.Link => $"link {p} {q}",
+                VfsOp.Symlink => $"symlink {target.Length}-byte target at {q}",
+                VfsOp.Rename => $"rename {p} {q}",
+                VfsOp.RenameNoReplace => $"renameat2 {p} {q} NOREPLACE",
+                VfsOp.RenameExchange => $"renameat2 {p} {q} EXCHANGE",
+                VfsOp.RenameWhiteout => $"renameat2 {p} {q} WHITEOUT",
+                VfsOp.SetXattr => $"lsetxattr {p} {xattr[..Math.Min(12, xattr.Length)]} {xattrValue.Length} bytes flags {xattrFlags}",
+                VfsOp.RemoveXattr => $"lremovexattr {p} {xattr[..Math.Min(12, xattr.Length)]}",
+                VfsOp.Fallocate => $"fallocate {p} mode 0x{fallocateMode:x} {offset}+{length}",
+                VfsOp.OpenHeld => $"open [{slot}] {p} O_RDWR",
+                VfsOp.WriteHeld => $"pwrite [{slot}] {length} at {offset}",
+                VfsOp.ReadHeld => $"pread [{slot}] {length} at {offset}",
+                VfsOp.CloseHeld => $"close [{slot}]",
+                _ => throw new ArgumentOutOfRangeException(nameof(kinds), op, null),
+            };
+
+            string Apply(string root, int[] fds)
+            {
+                string P(string r) => Path.Combine(root, r);
+                var r = op switch
+                {
+                    VfsOp.Chmod => Libc.Result(Libc.chmod(P(p), mode)),
+                    VfsOp.Chown => Libc.Result(Libc.lchown(P(p), uid, gid)),
+                    VfsOp.Utime => Utime(P(p), times),
+                    VfsOp.TruncateUp => TruncateUp(P(p), grow),
+                    VfsOp.Truncate => Libc.Result(Libc.truncate(P(p), size)),
+                    VfsOp.Fsync => WithFile(P(p), Libc.O_RDONLY, 0, fd => Libc.Result(Libc.fsync(fd))),
+                    VfsOp.Read => WithFile(P(p), Libc.O_RDONLY, 0, fd => Read(fd, length, offset)),
+                    VfsOp.Create => WithFile(P(p), createFlags, mode, _ => "ok"),
+                    VfsOp.Write => WithFile(P(p), Libc.O_WRONLY, 0, fd => Write(fd, data, offset)),
+                    VfsOp.Mkdir => Libc.Result(Libc.mkdir(P(p), mode)),
+                    VfsOp.Rmdir => Libc.Result(Libc.rmdir(P(p))),
+                    VfsOp.Unlink => Libc.Result(Libc.unlink(P(p))),
+                    VfsOp.Link => Libc.Result(Libc.link(P(p), P(q))),
+                    VfsOp.Symlink => Libc.Result(Libc.symlink(target, P(q))),
+                    VfsOp.Rename => Libc.Result(Libc.renameat2(Libc.AT_FDCWD, P(p), Libc.AT_FDCWD, P(q), 0)),
+                    VfsOp.RenameNoReplace => Libc.Result(Libc.renameat2(Libc.AT_FDCWD, P(p), Libc.AT_FDCWD, P(q), 1)),
+                    VfsOp.RenameExchange => Libc.Result(Libc.renameat2(Libc.AT_FDCWD, P(p), Libc.AT_FDCWD, P(q), 2)),
+                    VfsOp.RenameWhiteout => Libc.Result(Libc.renameat2(Libc.AT_FDCWD, P(p), Libc.AT_FDCWD, P(q), 4)),
+                    VfsOp.SetXattr => SetXattr(P(p), xattr, xattrValue, xattrFlags),
+                    VfsOp.RemoveXattr => Libc.Result(Libc.lremovexattr(P(p), xattr)),
+                    VfsOp.Fallocate => WithFile(P(p), Libc.O_RDWR, 0, fd => Libc.Result(Libc.fallocate(fd, fallocateMode, offset, length))),
+                    VfsOp.OpenHeld => OpenHeld(fds, slot, P(p)),
+                    VfsOp.WriteHeld => fds[slot] < 0 ? "no file" : Write(fds[slot], data, offset),
+                    VfsOp.ReadHeld => fds[slot] < 0 ? "no file" : Read(fds[slot], length, offset),
+                    VfsOp.CloseHeld => CloseHeld(fds, slot),
+                    _ => throw new ArgumentOutOfRangeException(nameof(kinds), op, null),
+                };
+                // What the paths named now look like (also checks the kernel's cached copies of ours).
+                var touched = op is VfsOp.Link or VfsOp.Symlink or VfsOp.Rename or VfsOp.RenameNoReplace or VfsOp.RenameExchange or VfsOp.RenameWhiteout
+                    ? new[] { p, q } : [p];
+                var sb = new StringBuilder(r);
+                foreach (var t in touched)
+                    sb.Append(" | ").Append(t).Append(": ").Append(Libc.Stat(P(t), withBlocks: false));
+                if (op is VfsOp.SetXattr or VfsOp.RemoveXattr)
+                    sb.Append(" | xattrs ").Append(Libc.ListXattrs(P(p))).Append(" value ").Append(Libc.GetXattr(P(p), xattr));
+                var parent = Path.GetDirectoryName(p) ?? "";
+                if (op is VfsOp.Mkdir or VfsOp.Rmdir or VfsOp.Unlink or VfsOp.Create or VfsOp.RenameWhiteout or VfsOp.Rename)
+                    sb.Append(" | parent ").Append(Libc.Stat(P(parent.Length == 0 ? "." : parent), withBlocks: false));
+                return sb.ToString();
+            }
+
+            return (description, Apply(kernelRoot, _kernelFds), Apply(ourRoot, _ourFds));
+        }
+
+        private static string T(Libc.Timespec t) => t.Nanoseconds == Libc.UTIME_NOW ? "NOW" : t.Nanoseconds == Libc.UTIME_OMIT ? "OMIT" : $"{t.Seconds}.{t.Nanoseconds:D9}";
+
+        private static string Utime(string path, Libc.Timespec[] times)
+        {
+            fixed (Libc.Timespec* t = times)
+                return Libc.Result(Libc.utimensat(Libc.AT_FDCWD, path, t, Libc.AT_SYMLINK_NOFOLLOW));
+        }
+
+        /// <summary>Truncates to the current size plus <paramref name="grow"/> (never shrinks).</summary>
+        private static string TruncateUp(string path, long grow)
+        {
+            var buffer = stackalloc byte[256];
+            if (Libc.statx(Libc.AT_FDCWD, path, 0, 0x200, buffer) != 0)
+                return "stat errno " + Marshal.GetLastPInvokeError();
+            var size = *(long*)(buffer + 40);
+            return Libc.Result(Libc.truncate(path, size + grow));
+        }
+
+        private static string WithFile(string path, int flags, uint mode, Func<int, string> action)
+        {
+            var fd = Libc.open(path, flags, mode);
+            if (fd < 0)
+                return "open errno " + Marshal.GetLastPInvokeError();
+            try
+            {
+                return action(fd);
+            }
+            finally
+            {
+                Libc.close(fd);
+            }
+        }
+
+        private static string Read(int fd, int length, long offset)
+        {
+            var buffer = new byte[length];
+            nint n;
+            fixed (byte* b = buffer)
+                n = Libc.pread(fd, b, length, offset);
+            return n < 0 ? Libc.Result(n) : $"= {n} sha256 {Convert.ToHexString(SHA256.HashData(buffer.AsSpan(0, (int)n)))[..16]}";
+        }
+
+        private static string Write(int fd, byte[] data, long offset)
+        {
+            fixed (byte* b = data)
+                return Libc.Result(Libc.pwrite(fd, b, data.Length, offset));
+        }
+
+        private static string SetXattr(string path, string name, byte[] value, int flags)
+        {
+            fixed (byte* v = value)
+                return Libc.Result(Libc.lsetxattr(path, name, v, value.Length, flags));
+        }
+
+        private static string OpenHeld(int[] fds, int slot, string path)
+        {
+            if (fds[slot] >= 0)
+                Libc.close(fds[slot]);
+            fds[slot] = Libc.open(path, Libc.O_RDWR, 0);
+            return fds[slot] < 0 ? "open errno " + Marshal.GetLastPInvokeError() : "ok";
+        }
+
+        private static string CloseHeld(int[] fds, int slot)
+        {
+            if (fds[slot] < 0)
+                return "no file";
+            var r = Libc.Result(Libc.close(fds[slot]));
+            fds[slot] = -1;
+            return r;
+        }
+
+        public void CloseHeld()
+        {
+            foreach (var fds in new[] { _kernelFds, _ourFds })
+            {
+                for (var i = 0; i < fds.Length; i++)
+                {
+                    if (fds[i] >= 0)
+                        Libc.close(fds[i]);
+                    fds[i] = -1;
+                }
+            }
+        }
+    }
+}
+
+/// <summary>The read-write requests through FUSE over io_uring (the switch is machine-wide: run alone).</summary>
+[Collection(EnableUringCollection.Name)]
+public sealed class ReadWriteIoUringTests(ITestOutputHelper output)
+{
+    [Fact]
+    public void Setattr_family_and_fsync_through_io_uring_match_the_kernel()
+    {
+        using var on = IoUringMode.Set(true);
+        using var harness = new DifferentialTests(output);
+        harness.Run(4, DifferentialTests.Today, "6.1", m =>
+        {
+            _ = Directory.EnumerateFileSystemEntries(m.MountPoint).Any(); // waits for FUSE_INIT
+            IoUringMode.AssertServesThroughIoUring(m.ServerProcessId, "xfswin mount -o rw");
+        });
+    }
+
+    [Fact]
+    public void Every_operation_kind_through_io_uring_matches_the_kernel()
+    {
+        using var on = IoUringMode.Set(true);
+        using var harness = new DifferentialTests(output);
+        harness.Run(14, DifferentialTests.All, "6.1", m =>
+        {
+            _ = Directory.EnumerateFileSystemEntries(m.MountPoint).Any();
+            IoUringMode.AssertServesThroughIoUring(m.ServerProcessId, "xfswin mount -o rw");
+        });
+    }
+}

@@ -1,0 +1,148 @@
+using XfsWin.TestSupport;
+using Xunit.Abstractions;
+
+namespace XfsWin.Fuse.Tests;
+
+/// <summary>
+/// <c>xfswin mount -o rw</c> judged by the kernel: real tools change a kernel-made volume through the
+/// FUSE mount; after a clean unmount (or a SIGKILL of the server after fsync) the kernel's XFS mounts
+/// the image and shows exactly those changes, and xfs_repair -n finds nothing.
+/// </summary>
+public sealed class ReadWriteMountTests(ITestOutputHelper output) : IDisposable
+{
+    private readonly string _tmp = Shell.MakeTempDirectory("xfswin-rwtest");
+
+    public void Dispose() => Directory.Delete(_tmp, recursive: true);
+
+    private static string Q(string s) => MountCommandProcessTests.Quote(s);
+
+    private static string Stat(string path, string format) => Shell.Bash($"stat -c {Q(format)} {Q(path)}").Trim();
+
+    private void AssertRepairClean(string image, string xfsprogs)
+    {
+        var problems = KernelMadeImages.RepairProblems(image, xfsprogs);
+        Assert.True(problems.Count == 0, string.Join("\n", problems));
+    }
+
+    [Theory]
+    [InlineData("6.1")]
+    [InlineData("6.13")]
+    public void Chmod_chown_touch_truncate_and_fsync_through_the_mount_are_what_the_kernel_shows(string xfsprogs)
+    {
+        var image = KernelMadeImages.Make(_tmp, xfsprogs);
+        var before = DateTimeOffset.UtcNow.ToUnixTimeSeconds() - 2;
+        using (var m = new ReadWriteMount(image))
+        {
+            Assert.Contains("mounted read-write", m.Output, StringComparison.Ordinal);
+            Shell.Bash($"""
+                chmod 0751 {Q(m["a"])}
+                chown 1234:5678 {Q(m["a"])}
+                touch -a -d @1000000000.123456789 {Q(m["b"])}
+                touch -m -d @4000000000.000000005 {Q(m["b"])}
+                touch {Q(m["d/e"])}
+                truncate -s 1M {Q(m["d/c"])}
+                sync {Q(m["d/c"])}
+                """);
+            // The mount itself shows the changes at once (the kernel's cached attributes follow its requests).
+            Assert.Equal("751 1234 5678", Stat(m["a"], "%a %u %g"));
+            Assert.Equal("751 1234 5678", Stat(m["d/h"], "%a %u %g"));
+            Assert.Equal("1000000000 4000000000", Stat(m["b"], "%X %Y"));
+            Assert.Equal("1048576", Stat(m["d/c"], "%s"));
+            Assert.True(long.Parse(Stat(m["d/e"], "%Y"), System.Globalization.CultureInfo.InvariantCulture) >= before, "touch (UTIME_NOW) did not move the directory's mtime");
+            var mount = Shell.Bash($"stat -f -c '%b %f %c %d' {Q(m.MountPoint)}").Trim();
+            output.WriteLine($"statfs through the mount: {mount}");
+            m.Unmount();
+        }
+
+        // A read-only loop device: the kernel refuses to mount it if our unmount left the log dirty.
+        using (var k = LoopMount.Mount(image, readOnly: true))
+        {
+            string P(string r) => Path.Combine(k.MountPoint, r);
+            Assert.Equal("751 1234 5678", Stat(P("a"), "%a %u %g"));
+            Assert.Equal("alpha", File.ReadAllText(P("a")));
+            Assert.Equal("1000000000 4000000000", Stat(P("b"), "%X %Y"));
+            Assert.Equal("123456789", Stat(P("b"), "%x")[20..29]);
+            Assert.Equal("644 0 0", Stat(P("b"), "%a %u %g"));
+            Assert.True(long.Parse(Stat(P("d/e"), "%Y"), System.Globalization.CultureInfo.InvariantCulture) >= before);
+            Assert.Equal("644 1048576", Stat(P("d/c"), "%a %s"));
+            var c = File.ReadAllBytes(P("d/c"));
+            Assert.Equal("gamma"u8.ToArray(), c[..5]);
+            Assert.All(c[5..], x => Assert.Equal(0, x));
+            Assert.Equal("2", Stat(P("a"), "%h"));
+        }
+        AssertRepairClean(image, xfsprogs);
+    }
+
+    [Fact]
+    public void After_fsync_and_a_killed_server_the_kernel_replays_our_log_and_shows_the_change()
+    {
+        var image = KernelMadeImages.Make(_tmp, "6.1");
+        var m = new ReadWriteMount(image);
+        try
+        {
+            Shell.Bash($"""
+                chmod 0700 {Q(m["big"])}
+                chown 42:43 {Q(m["big"])}
+                python3 -c 'import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd); os.close(fd)' {Q(m["big"])}
+                """);
+            m.KillServer();
+        }
+        finally
+        {
+            m.Dispose();
+        }
+        // The image's log is dirty: the kernel replays it at mount.
+        using (var k = LoopMount.Mount(image, readOnly: false))
+        {
+            Assert.Equal("700 42 43 70000", Stat(Path.Combine(k.MountPoint, "big"), "%a %u %g %s"));
+            Assert.Equal(Enumerable.Range(0, 70000).Select(i => (byte)(i * 7)).ToArray(), File.ReadAllBytes(Path.Combine(k.MountPoint, "big")));
+        }
+        AssertRepairClean(image, "6.1");
+    }
+
+    /// <summary>
+    /// SIGTERM or SIGINT to the server unmounts and closes the volume cleanly: the kernel then mounts
+    /// it from a read-only loop device, which it refuses for a log that needs replaying.
+    /// </summary>
+    [Theory]
+    [InlineData("TERM")]
+    [InlineData("INT")]
+    public void A_signal_to_the_server_unmounts_and_leaves_the_log_clean(string signal)
+    {
+        var image = KernelMadeImages.Make(_tmp, "6.1");
+        var m = new ReadWriteMount(image);
+        try
+        {
+            Shell.Bash($"chmod 0600 {Q(m["a"])} && chown 7:8 {Q(m["d/c"])}");
+            Shell.Bash($"kill -{signal} {m.ServerProcessId}");
+            m.WaitForExit(TimeSpan.FromSeconds(120));
+            Assert.False(Shell.IsMounted(m.MountPoint, "fuse.xfswin"), $"SIG{signal} ended the server but left the mount");
+        }
+        finally
+        {
+            m.Dispose();
+        }
+        using (var k = LoopMount.Mount(image, readOnly: true))
+        {
+            Assert.Equal("600", Stat(Path.Combine(k.MountPoint, "a"), "%a"));
+            Assert.Equal("7 8", Stat(Path.Combine(k.MountPoint, "d/c"), "%u %g"));
+        }
+        AssertRepairClean(image, "6.1");
+    }
+
+    [Fact]
+    public void A_volume_opened_read_only_despite_rw_mounts_read_only_naming_why()
+    {
+        // Parent pointers (mkfs 6.13 -n parent=1) are a feature the write path does not maintain.
+        var image = Path.Combine(_tmp, "pptr.img");
+        XfsWin.TestSupport.Shell.RunChecked("truncate", "-s", "300M", image);
+        XfsWin.TestSupport.Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-f", "-q", "-n", "parent=1", image);
+        using var m = new ReadWriteMount(image);
+        Assert.Contains("mounting read-only although 'rw' was asked for", m.Output, StringComparison.Ordinal);
+        Assert.Contains("mounted read-only", m.Output, StringComparison.Ordinal);
+        var options = File.ReadLines("/proc/self/mountinfo").Single(l => l.Split(' ')[4] == m.MountPoint).Split(' ')[5].Split(',');
+        Assert.Equal("ro", options[0]);
+        var r = Shell.Run("touch", [m["new"]]);
+        Assert.Contains("Read-only file system", r.Stderr, StringComparison.Ordinal);
+    }
+}
