@@ -2,6 +2,8 @@ using XfsWin.Device;
 using XfsWin.Format;
 using XfsWin.Mkfs;
 
+using XfsWin.Cli.Output;
+
 namespace XfsWin.Cli.Commands;
 
 /// <summary>
@@ -153,17 +155,18 @@ public static class MkfsCommand
         if (existing is not null && !o.Force) return Refuse(stderr, o.Target!, existing);
 
         using var target = new MkfsTarget(device, path, partitionStart, blockDevice);
-        var progress = new TerminalProgress(stderr, interactive && !o.Quiet);
+        using var bar = CliProgress.Start(stderr, interactive && !o.Quiet ? ProgressMode.Live : ProgressMode.Off, "mkfs");
+        var progress = bar.For<MkfsProgress>(v => (v.Stage, v.Done, v.Total));
         if (blockDevice && !o.NoDiscard)
         {
             long total = device.Length;
-            DeviceRangeOps.TryDiscard(path, partitionStart, total, done => progress.Report(new MkfsProgress("discarding blocks", done, total)));
+            DeviceRangeOps.TryDiscard(path, partitionStart, total, done => bar.Stage("discarding blocks", done, total));
         }
         if (existing is not null && o.Force) ZeroOldSecondaries(target);
 
         var layout = new MkfsLayout(geometry);
         MkfsWriter.Write(target, layout, DateTimeOffset.UtcNow, progress);
-        progress.Done();
+        bar.Finish();
         return ExitCodes.Ok;
     }
 
@@ -186,29 +189,6 @@ public static class MkfsCommand
             long at = agno * agBytes;
             if (at + old.SectorSize > target.Device.Length) break;
             target.ZeroRange(at, old.SectorSize);
-        }
-    }
-
-    /// <summary>One status line on a terminal ("mkfs: writing allocation groups 12/64"); silent otherwise.</summary>
-    private sealed class TerminalProgress(TextWriter writer, bool enabled) : IProgress<MkfsProgress>
-    {
-        private string _last = "";
-
-        public void Report(MkfsProgress value)
-        {
-            if (!enabled) return;
-            string line = value.Total > 1 ? $"mkfs: {value.Stage} {value.Done * 100 / Math.Max(1, value.Total)}%" : $"mkfs: {value.Stage}";
-            if (line == _last) return;
-            writer.Write("\r" + line.PadRight(Math.Max(line.Length, _last.Length)));
-            writer.Flush();
-            _last = line;
-        }
-
-        public void Done()
-        {
-            if (!enabled || _last.Length == 0) return;
-            writer.WriteLine();
-            writer.Flush();
         }
     }
 }
