@@ -91,8 +91,10 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
     private static long StatfsBlocks(string image)
     {
         using var m = XfsWin.TestSupport.LoopMount.Mount(image, readOnly: true);
-        return long.Parse(Shell.RunChecked("stat", "-f", "-c", "%b", m.MountPoint).StandardOutput.Trim());
+        return StatfsBlocksOf(m.MountPoint);
     }
+
+    private static long StatfsBlocksOf(string mountPoint) => long.Parse(Shell.RunChecked("stat", "-f", "-c", "%b", mountPoint).StandardOutput.Trim());
 
     /// <summary>The kernel grows a copy (mount, xfs_growfs -D, unmount): the oracle.</summary>
     private static void KernelGrow(string image, ulong blocks)
@@ -203,6 +205,9 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         KernelGrow(theirs, target);
 
         // The kernel replays the commit at mount and sees the new size.
+        long replayed;
+        using (var m = XfsWin.TestSupport.LoopMount.Mount(ours, readOnly: false)) replayed = StatfsBlocksOf(m.MountPoint);
+        Assert.Equal(StatfsBlocks(theirs), replayed);
         Assert.Equal(StatfsBlocks(theirs), StatfsBlocks(ours));
         var a = Sb(ours);
         Assert.Equal(target.ToString(), a["dblocks"]);

@@ -42,8 +42,9 @@ public sealed record GrowOptions
 /// mounted volume. Order, as the kernel's: new AG headers are written in place first (nothing reaches them until
 /// the superblock says so); then one logged transaction extends the old last AG (agf/agi length, the new space
 /// freed into its bnobt/cntbt, merged with a free extent at the old end) and changes the primary superblock
-/// (dblocks, agcount, fdblocks); the log is forced, written back and unmounted (a clean log); last, every
-/// secondary superblock is rewritten from the new primary. A crash before the commit leaves unused headers
+/// (dblocks, agcount, fdblocks) and, while they fit a quarter of the log, every secondary superblock; the log is
+/// forced, written back and unmounted (a clean log). Secondaries too many for the log are rewritten from the new
+/// primary after that, unlogged, as the kernel does. A crash before the commit leaves unused headers
 /// beyond the old end; after it, log recovery (the kernel's or <c>xfswin recover</c>) completes the grow.
 /// Free space has no reverse mapping, so the rmapbt does not change (OINFO_SKIP_UPDATE); new AGs carry the
 /// rmap records of their headers and roots.
@@ -160,8 +161,19 @@ public static class VolumeGrower
         w.AgCount = plan.NewAgCount;
         w.Fdblocks = (ulong)((long)freeBefore + fdDelta);
         w.StampCrc(sb.SectorSize);
-        var items = new List<JournalItem> { BufferLogItem.Create(0, sb.SectorSize >> LogArea.BBShift, BufType.Superblock, newPrimary, 0, SuperblockView.Size) };
+        int sectorBB = sb.SectorSize >> LogArea.BBShift;
+        var items = new List<JournalItem> { BufferLogItem.Create(0, sectorBB, BufType.Superblock, newPrimary, 0, SuperblockView.Size) };
         items.AddRange(buffers.Items());
+        // The secondary superblocks join the same transaction while they fit a quarter of the log: a crash then leaves
+        // them all agreeing with the primary, before the commit and after it (xfs_repair compares them). Beyond that
+        // they are rewritten after the commit, unlogged, as the kernel's xfs_update_secondary_sbs does.
+        long secondaryBytes = (plan.NewAgCount - 1L) * (sb.SectorSize + 256);
+        bool logSecondaries = secondaryBytes <= (area.Blocks << LogArea.BBShift) / 4;
+        if (logSecondaries)
+        {
+            for (uint agno = 1; agno < plan.NewAgCount; agno++)
+                items.Add(BufferLogItem.Create(sb.AgBlockToByte(agno, 0) >> LogArea.BBShift, sectorBB, BufType.Superblock, newPrimary, 0, SuperblockView.Size));
+        }
 
         progress?.Report(new GrowProgress("committing through the log", 0, 1));
         var log = MountedLog.Open(area, sb, new DeviceImageWriteback(device, sb));
@@ -177,7 +189,7 @@ public static class VolumeGrower
 
         log.Unmount();
         progress?.Report(new GrowProgress("committing through the log", 1, 1));
-        UpdateSecondarySuperblocks(device, sb, plan.NewAgCount, progress);
+        if (!logSecondaries) UpdateSecondarySuperblocks(device, sb, plan.NewAgCount, progress);
         return new GrowResult(plan, freeBefore, (ulong)((long)freeBefore + fdDelta), false);
     }
 
