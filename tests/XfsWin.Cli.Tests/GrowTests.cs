@@ -161,6 +161,29 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
     }
 
     [Fact]
+    public void Secondary_superblocks_rewritten_after_the_commit_as_the_kernel_does_are_right_too()
+    {
+        var (baseImage, manifest) = volumes.Get("6.1");
+        using var dir = new TempDir();
+        string ours = Copy(baseImage, dir.Path, "ours.img");
+        ulong target = 76801 + 50000;
+        Shell.RunChecked("truncate", "-s", ((long)target * 4096).ToString(), ours);
+        using (var access = WriteGate.Open(ours, null, null, WritePurpose.Grow))
+        {
+            var result = VolumeGrower.Run(access, target, options: new GrowOptions { SecondariesInLog = false });
+            Assert.Equal(target, result.Plan.NewDataBlocks);
+        }
+        var a = Sb(ours);
+        for (uint ag = 1; ag < uint.Parse(a["agcount"]); ag++)
+        {
+            var s = XfsDb.Fields(Db(ours, $"sb {ag}", "print"));
+            Assert.True(s["dblocks"] == a["dblocks"] && s["agcount"] == a["agcount"] && s["inprogress"] == "0", $"secondary superblock {ag}");
+        }
+        AssertRepairClean(ours);
+        AssertSameFiles(ours, manifest);
+    }
+
+    [Fact]
     public void A_hundredfold_grow_of_a_sparse_image_matches_the_kernel()
     {
         var (baseImage, _) = volumes.Get("6.13");
@@ -289,6 +312,20 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         var mounted = Xfswin.Run("grow", dir.Path);
         Assert.NotEqual(0, mounted.Code);
         Assert.Contains("online grow", mounted.Err, StringComparison.Ordinal);
+
+        // An image the kernel has mounted is refused, for grow and for label alike.
+        string busy = Copy(baseImage, dir.Path, "busy.img");
+        Shell.RunChecked("truncate", "-s", "400M", busy);
+        hash = Hash(busy);
+        using (var m = XfsWin.TestSupport.LoopMount.Mount(busy, readOnly: true))
+        {
+            var g = Xfswin.Run("grow", busy);
+            Assert.Equal(ExitCodes.Refused, g.Code);
+            Assert.Contains("is mounted at " + m.MountPoint, g.Err, StringComparison.Ordinal);
+            var lb = Xfswin.Run("label", busy, "nope");
+            Assert.Equal(ExitCodes.Refused, lb.Code);
+        }
+        Assert.Equal(hash, Hash(busy));
     }
 
     private static string Identity(string image, uint agcount)

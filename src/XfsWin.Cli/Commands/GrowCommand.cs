@@ -78,6 +78,11 @@ public static class GrowCommand
                 stderr.WriteLine($"xfswin grow: '{path}' does not exist");
                 return ExitCodes.NotFound;
             }
+            if (!dryRun && MountGuard.InUse(path) is { } busy)
+            {
+                stderr.WriteLine($"xfswin grow: {busy}. Nothing was written. (Growing a mounted volume is not possible yet.)");
+                return ExitCodes.Refused;
+            }
             using var access = dryRun
                 ? null
                 : WriteGate.Open(path, partition, logDevice, WritePurpose.Grow);

@@ -79,6 +79,11 @@ public static class IdentityCommands
                 stdout.WriteLine(command == "label" ? $"label = \"{sb.Label}\"" : $"UUID = {sb.Uuid}");
                 return ExitCodes.Ok;
             }
+            if (MountGuard.InUse(path) is { } busy)
+            {
+                stderr.WriteLine($"xfswin {command}: {busy}. Nothing was written.");
+                return ExitCodes.Refused;
+            }
             if (command == "label")
             {
                 string label = value is "--" ? "" : value!;

@@ -35,6 +35,12 @@ public sealed record GrowOptions
     /// then what a crash at that instant leaves: the kernel's log recovery finishes the grow.
     /// </summary>
     public bool StopAfterLogCommit { get; init; }
+
+    /// <summary>
+    /// Whether the secondary superblocks go into the grow transaction (true) or are rewritten after it, unlogged, as
+    /// the kernel does (false). Null: logged while they fit a quarter of the log.
+    /// </summary>
+    public bool? SecondariesInLog { get; init; }
 }
 
 /// <summary>
@@ -168,7 +174,7 @@ public static class VolumeGrower
         // them all agreeing with the primary, before the commit and after it (xfs_repair compares them). Beyond that
         // they are rewritten after the commit, unlogged, as the kernel's xfs_update_secondary_sbs does.
         long secondaryBytes = (plan.NewAgCount - 1L) * (sb.SectorSize + 256);
-        bool logSecondaries = secondaryBytes <= (area.Blocks << LogArea.BBShift) / 4;
+        bool logSecondaries = options.SecondariesInLog ?? secondaryBytes <= (area.Blocks << LogArea.BBShift) / 4;
         if (logSecondaries)
         {
             for (uint agno = 1; agno < plan.NewAgCount; agno++)
