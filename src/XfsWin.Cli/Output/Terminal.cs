@@ -31,6 +31,8 @@ public sealed class CliProgress : IDisposable
     private readonly long _total;
     private readonly Stopwatch _clock = Stopwatch.StartNew();
     private long _done, _items;
+    // A transfer shows once something was added to it (or it has a known total): staged work has no transfer line.
+    private volatile bool _transfer;
     // Stages in the order they started: name, done, total, finished.
     private readonly List<StageState> _stages = [];
     private Thread? _renderer;
@@ -49,6 +51,7 @@ public sealed class CliProgress : IDisposable
         _mode = writer is null ? ProgressMode.Off : mode;
         _label = label;
         _total = totalBytes;
+        _transfer = totalBytes > 0;
         if (_mode == ProgressMode.Live) StartRenderer();
     }
 
@@ -79,6 +82,7 @@ public sealed class CliProgress : IDisposable
     {
         Interlocked.Add(ref _done, bytes);
         if (items != 0) Interlocked.Add(ref _items, items);
+        _transfer = true;
     }
 
     /// <summary>Stage <paramref name="stage"/> is at <paramref name="done"/> of <paramref name="total"/> (total 0: unknown). A new stage ends the one before.</summary>
@@ -135,7 +139,7 @@ public sealed class CliProgress : IDisposable
         }
         _finished = true;
         _renderer?.Join();
-        if (_mode == ProgressMode.Plain && (_stages.Count == 0 || _done > 0))
+        if (_mode == ProgressMode.Plain && _transfer)
         {
             _writer!.WriteLine(TransferLine(final: true));
             _writer.Flush();
@@ -208,7 +212,7 @@ public sealed class CliProgress : IDisposable
                             }
                         }
                     }
-                    if (_stages.Count == 0 || BytesDone > 0)
+                    if (_transfer)
                     {
                         transfer ??= ctx.AddTask(Markup.Escape(_label), autoStart: true, maxValue: Math.Max(1, _total));
                         transfer.Description = Markup.Escape(TransferLine(final: false));
