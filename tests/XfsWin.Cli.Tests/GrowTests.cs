@@ -66,9 +66,23 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         return Shell.RunChecked(OracleImages.Tool("xfs_db", "6.13"), args).StandardOutput;
     }
 
-    /// <summary>xfs_db's print of a structure without its CRC and LSN (which differ by when each was written).</summary>
-    private static string Header(string image, string what) =>
-        string.Join('\n', Db(image, what, "print").Split('\n').Where(l => !l.StartsWith("crc", StringComparison.Ordinal) && !l.StartsWith("lsn", StringComparison.Ordinal)));
+    /// <summary>AGF and AGI of AGs [first, end) as xfs_db prints them, without CRCs and LSNs, in one xfs_db run.</summary>
+    private static string AgHeaders(string image, uint first, uint end)
+    {
+        var commands = new List<string>();
+        for (uint ag = first; ag < end; ag++) commands.AddRange([$"agf {ag}", "print", $"agi {ag}", "print"]);
+        return string.Join('\n', Db(image, [.. commands]).Split('\n')
+            .Where(l => !l.StartsWith("crc", StringComparison.Ordinal) && !l.StartsWith("lsn", StringComparison.Ordinal)));
+    }
+
+    private static void AssertSameAgHeaders(string theirs, string ours, uint first, uint end)
+    {
+        var t = AgHeaders(theirs, first, end).Split('\n');
+        var o = AgHeaders(ours, first, end).Split('\n');
+        Assert.Equal(t.Length, o.Length);
+        for (int i = 0; i < t.Length; i++)
+            Assert.True(t[i] == o[i], $"AG headers {first}..{end - 1}, line {i}: the kernel's '{t[i]}', ours '{o[i]}'");
+    }
 
     private static Dictionary<string, string> Sb(string image) => XfsDb.Fields(Db(image, "sb 0", "print"));
 
@@ -145,11 +159,7 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         var b = Sb(theirs);
         foreach (var f in SbFields) Assert.True(a[f] == b[f], $"sb {f}: ours {a[f]}, the kernel's {b[f]}");
         uint oldCount = uint.Parse(before["agcount"]), newCount = uint.Parse(a["agcount"]);
-        for (uint ag = oldCount - 1; ag < newCount; ag++)
-        {
-            Assert.Equal(Header(theirs, $"agf {ag}"), Header(ours, $"agf {ag}"));
-            Assert.Equal(Header(theirs, $"agi {ag}"), Header(ours, $"agi {ag}"));
-        }
+        AssertSameAgHeaders(theirs, ours, oldCount - 1, newCount);
         for (uint ag = 1; ag < newCount; ag++)
         {
             var s = XfsDb.Fields(Db(ours, $"sb {ag}", "print"));
@@ -158,6 +168,8 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         AssertRepairClean(ours);
         Assert.Equal(StatfsBlocks(theirs), StatfsBlocks(ours));
         AssertSameFiles(ours, manifest);
+        var check = Xfswin.Run("check", "--no-progress", ours);
+        Assert.True(check.Code == 0, check.ToString());
     }
 
     [Fact]
@@ -184,6 +196,34 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
     }
 
     [Fact]
+    public void A_full_volume_grows_as_the_kernel_grows_it()
+    {
+        var (baseImage, _) = volumes.Get("6.13");
+        using var dir = new TempDir();
+        string ours = Copy(baseImage, dir.Path, "ours.img");
+        using (var m = XfsWin.TestSupport.LoopMount.Mount(ours, readOnly: false))
+        {
+            // Fill it until the kernel says it is full (its per-AG reservations keep the rest).
+            Shell.Run("dd", "if=/dev/zero", $"of={m.MountPoint}/fill", "bs=1M", "status=none");
+            for (int i = 0; i < 64; i++) Shell.Run("dd", "if=/dev/zero", $"of={m.MountPoint}/small{i}", "bs=4k", "count=1", "status=none");
+        }
+        string theirs = Copy(ours, dir.Path, "theirs.img");
+        var before = Sb(ours);
+        ulong target = ulong.Parse(before["dblocks"]) + 25000;
+        foreach (var f in new[] { ours, theirs }) Shell.RunChecked("truncate", "-s", ((long)target * 4096).ToString(), f);
+        var r = Xfswin.Run("grow", ours);
+        Assert.True(r.Code == 0, r.ToString());
+        KernelGrow(theirs, target);
+        var a = Sb(ours);
+        var b = Sb(theirs);
+        foreach (var f in SbFields) Assert.True(a[f] == b[f], $"sb {f}: ours {a[f]}, the kernel's {b[f]}");
+        AssertSameAgHeaders(theirs, ours, 3, uint.Parse(a["agcount"]));
+        Assert.Equal(Db(theirs, "agf 3", "freesp -s"), Db(ours, "agf 3", "freesp -s"));
+        AssertRepairClean(ours);
+        Assert.Equal(StatfsBlocks(theirs), StatfsBlocks(ours));
+    }
+
+    [Fact]
     public void A_hundredfold_grow_of_a_sparse_image_matches_the_kernel()
     {
         var (baseImage, _) = volumes.Get("6.13");
@@ -198,11 +238,7 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         var b = Sb(theirs);
         foreach (var f in SbFields) Assert.True(a[f] == b[f], $"sb {f}: ours {a[f]}, the kernel's {b[f]}");
         Assert.Equal("400", a["agcount"]);
-        foreach (var ag in new[] { 3, 4, 200, 399 })
-        {
-            Assert.Equal(Header(theirs, $"agf {ag}"), Header(ours, $"agf {ag}"));
-            Assert.Equal(Header(theirs, $"agi {ag}"), Header(ours, $"agi {ag}"));
-        }
+        AssertSameAgHeaders(theirs, ours, 3, 400);
         AssertRepairClean(ours);
         Assert.Equal(StatfsBlocks(theirs), StatfsBlocks(ours));
     }
@@ -254,8 +290,7 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         var a = Sb(ours);
         var b = Sb(theirs);
         foreach (var f in SbFields) Assert.True(a[f] == b[f], $"sb {f}: ours {a[f]}, the kernel's {b[f]}");
-        Assert.Equal(Header(theirs, "agf 3"), Header(ours, "agf 3"));
-        Assert.Equal(Header(theirs, "agi 3"), Header(ours, "agi 3"));
+        AssertSameAgHeaders(theirs, ours, 3, 4);
         AssertRepairClean(ours);
 
         // Removing an AG, or more than its free tail, is refused by name and writes nothing.
