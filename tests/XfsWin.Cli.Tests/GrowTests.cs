@@ -303,6 +303,22 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         Assert.NotEqual(0, tooMuch.Code);
         Assert.Contains("smallest size is", tooMuch.Err, StringComparison.Ordinal);
         Assert.Equal(hash, Hash(ours));
+
+        // The smallest size named is the kernel's own limit: its shrink takes exactly that and refuses a block more.
+        string edge = Copy(baseImage, dir.Path, "edge.img"), kernelEdge = Copy(baseImage, dir.Path, "kedge.img"), kernelBeyond = Copy(baseImage, dir.Path, "kbeyond.img");
+        var probe = Xfswin.Run("grow", edge, "-D", (3 * agblocks + 64).ToString());
+        Assert.NotEqual(0, probe.Code);
+        ulong smallest = ulong.Parse(System.Text.RegularExpressions.Regex.Match(probe.Err, @"smallest size is (\d+)").Groups[1].Value);
+        var atLimit = Xfswin.Run("grow", edge, "-D", smallest.ToString());
+        Assert.True(atLimit.Code == 0, atLimit.ToString());
+        KernelGrow(kernelEdge, smallest);
+        using (var m = XfsWin.TestSupport.LoopMount.Mount(kernelBeyond, readOnly: false))
+            Assert.NotEqual(0, Shell.Run(OracleImages.Tool("xfs_growfs", "6.13"), "-D", (smallest - 1).ToString(), m.MountPoint).ExitCode);
+        var e = Sb(edge);
+        var k = Sb(kernelEdge);
+        foreach (var f in SbFields) Assert.True(e[f] == k[f], $"sb {f} at the limit: ours {e[f]}, the kernel's {k[f]}");
+        AssertSameAgHeaders(kernelEdge, edge, 3, 4);
+        AssertRepairClean(edge);
     }
 
     private static string Hash(string file)

@@ -45,6 +45,12 @@ internal sealed class AgFreeSpace
     public uint AgiLength => U32(_agi, AgiView.OffLength);
     public uint InobtRoot => U32(_agi, AgiView.OffRoot);
     public int InobtLevels => (int)U32(_agi, AgiView.OffLevel);
+    public uint FinobtBlocks => U32(_agi, AgiView.OffFblocks);
+    public uint RmapBlocks => U32(_agf, AgfView.OffRmapBlocks);
+    public uint RefcountBlocks => U32(_agf, AgfView.OffRefcountBlocks);
+    public uint BnoLevels => U32(_agf, AgfView.OffBnoLevel);
+    public uint CntLevels => U32(_agf, AgfView.OffCntLevel);
+    public uint RmapLevels => U32(_agf, AgfView.OffRmapLevel);
 
     /// <summary>Sets agf_length and agi_length (a grow or shrink of the AG; the free space follows through the trees).</summary>
     public void SetLength(uint length)

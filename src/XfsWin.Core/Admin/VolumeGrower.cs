@@ -200,25 +200,38 @@ public static class VolumeGrower
     }
 
     /// <summary>
-    /// The tail shrink (xfs_ag_shrink_space): the removed blocks must be one free extent at the end of the last AG,
-    /// and no inode chunk may reach into them. Returns the change of sb_fdblocks.
+    /// The tail shrink (xfs_ag_shrink_space): the removed blocks must be one free extent at the end of the last AG
+    /// that the kernel's exact allocation could take (see <see cref="AgReservations"/>), the AG must keep its metadata
+    /// reservation, and no inode chunk may reach into them. Returns the change of sb_fdblocks.
     /// </summary>
     private static long ShrinkLastAg(Superblock sb, AgFreeSpace last, GrowPlan plan)
     {
+        uint agno = sb.AgCount - 1;
         uint remove = plan.OldLastAgLength - plan.NewLastAgLength;
         var tail = last.TailExtent();
-        uint tailFree = tail?.BlockCount ?? 0;
-        ulong lastAgStart = (ulong)(sb.AgCount - 1) * sb.AgBlocks;
-        if (tail is not { } t || tailFree < remove)
+        // What the kernel's exact allocation of the tail can take: the free extent at the end, no more than one
+        // allocation may take (m_ag_max_usable), leaving the free list its minimum.
+        ulong removable = tail?.BlockCount ?? 0;
+        removable = Math.Min(removable, AgReservations.MaxUsable(sb));
+        ulong spare = (ulong)last.FreeBlocks + last.FreeListCount;
+        uint need = AgReservations.MinFreelist(sb, last);
+        removable = Math.Min(removable, spare > need ? spare - need : 0);
+        // And the AG must still hold its metadata reservation at its new length (xfs_ag_resv_init).
+        while (removable > 0 && !AgReservations.Fits(sb, last, agno, (uint)(plan.OldLastAgLength - removable), last.FreeBlocks - removable))
+            removable--;
+        removable = Math.Min(removable, plan.OldLastAgLength - MinAgBlocks);
+        ulong lastAgStart = (ulong)agno * sb.AgBlocks;
+        if (tail is not { } t || removable < remove)
         {
-            ulong smallest = lastAgStart + Math.Max(MinAgBlocks, plan.OldLastAgLength - tailFree);
+            ulong smallest = lastAgStart + plan.OldLastAgLength - removable;
             throw new XfsException(XfsError.InvalidArgument,
-                $"only the free space at the end of the last AG can be removed: AG {sb.AgCount - 1} ends with {tailFree} free blocks, " +
+                $"only free space at the end of the last AG can be removed: AG {agno} ends with {tail?.BlockCount ?? 0} free blocks, of which " +
+                $"{removable} can go (the kernel's limits: one allocation's largest extent, the free list's minimum and the AG's metadata reservation), " +
                 $"so the smallest size is {smallest} blocks ({plan.RequestedBlocks} asked). Nothing was written.");
         }
         if (last.InodeChunkReaches(plan.NewLastAgLength))
             throw new XfsException(XfsError.InvalidArgument,
-                $"an inode chunk of AG {sb.AgCount - 1} reaches past block {plan.NewLastAgLength} of the AG; the volume cannot shrink to {plan.NewDataBlocks} blocks. Nothing was written.");
+                $"an inode chunk of AG {agno} reaches past block {plan.NewLastAgLength} of the AG; the volume cannot shrink to {plan.NewDataBlocks} blocks. Nothing was written.");
         last.TrimTail(t, remove);
         last.SetLength(plan.NewLastAgLength);
         return -(long)remove;
