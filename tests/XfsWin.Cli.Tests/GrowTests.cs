@@ -196,6 +196,88 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
     }
 
     [Fact]
+    public void A_volume_in_a_GPT_partition_grows_to_the_partition_and_nothing_else_changes()
+    {
+        var (baseImage, manifest) = volumes.Get("6.13");
+        using var dir = new TempDir();
+        string disk = Path.Combine(dir.Path, "disk.img");
+        Shell.RunChecked("truncate", "-s", "800M", disk);
+        Shell.RunChecked("sgdisk", "-n", "1:2048:+100M", "-n", "2:0:0", disk);
+        long start, length;
+        using (var d = XfsWin.Device.FileBlockDevice.Open(disk))
+        {
+            var p2 = XfsWin.Device.PartitionTable.Read(d).Get(2);
+            (start, length) = (p2.StartByte, p2.LengthBytes);
+        }
+        Shell.RunChecked("dd", $"if={baseImage}", $"of={disk}", "bs=1M", $"seek={start}", "oflag=seek_bytes", "conv=notrunc,sparse", "status=none");
+        string before = HashRange(disk, 0, start);
+
+        var r = Xfswin.Run("grow", disk + "@2");
+        Assert.True(r.Code == 0, r.ToString());
+        Assert.Equal(before, HashRange(disk, 0, start));
+        Assert.Contains("No problems found", Shell.RunChecked("sgdisk", "-v", disk).StandardOutput, StringComparison.Ordinal);
+
+        string ours = Path.Combine(dir.Path, "part2.img");
+        Shell.RunChecked("dd", $"if={disk}", $"of={ours}", "bs=1M", $"skip={start}", "iflag=skip_bytes", "conv=sparse", "status=none");
+        string theirs = Copy(baseImage, dir.Path, "theirs.img");
+        Shell.RunChecked("truncate", "-s", length.ToString(), theirs);
+        ulong target = VolumeGrower.DeviceBlocks(length, 4096);
+        KernelGrow(theirs, target);
+        var a = Sb(ours);
+        var b = Sb(theirs);
+        Assert.Equal(target.ToString(), a["dblocks"]);
+        foreach (var f in SbFields) Assert.True(a[f] == b[f], $"sb {f}: ours {a[f]}, the kernel's {b[f]}");
+        AssertSameAgHeaders(theirs, ours, 3, uint.Parse(a["agcount"]));
+        AssertRepairClean(ours);
+        AssertSameFiles(ours, manifest);
+    }
+
+    private static string HashRange(string file, long offset, long length)
+    {
+        using var s = File.OpenRead(file);
+        s.Position = offset;
+        using var sha = IncrementalHash.CreateHash(HashAlgorithmName.SHA256);
+        var buffer = new byte[1 << 20];
+        for (long left = length; left > 0;)
+        {
+            int n = s.Read(buffer, 0, (int)Math.Min(buffer.Length, left));
+            if (n == 0) break;
+            sha.AppendData(buffer, 0, n);
+            left -= n;
+        }
+        return Convert.ToHexString(sha.GetHashAndReset());
+    }
+
+    [Fact]
+    public void Sizes_are_blocks_or_suffixed_bytes_and_a_dry_run_writes_nothing()
+    {
+        Assert.Equal(1000UL, Commands.GrowCommand.ParseSize("1000", 4096));
+        Assert.Equal(2621440UL, Commands.GrowCommand.ParseSize("10g", 4096));
+        Assert.Equal(128UL, Commands.GrowCommand.ParseSize("512K", 4096));
+        Assert.Equal(1UL << 30, Commands.GrowCommand.ParseSize("4t", 4096));
+        Assert.Throws<FormatException>(() => Commands.GrowCommand.ParseSize("10x", 4096));
+        Assert.Throws<FormatException>(() => Commands.GrowCommand.ParseSize("-5", 4096));
+
+        var (baseImage, _) = volumes.Get("6.13");
+        using var dir = new TempDir();
+        string ours = Copy(baseImage, dir.Path, "ours.img");
+        Shell.RunChecked("truncate", "-s", "1G", ours);
+        string hash = Hash(ours);
+        var r = Xfswin.Run("grow", "-n", ours);
+        Assert.True(r.Code == 0, r.ToString());
+        Assert.Matches(@"(?m)^data blocks\s+76801\s+262144$", r.Out);
+        Assert.Matches(@"(?m)^allocation groups\s+4\s+14$", r.Out);
+        Assert.Contains("Dry run: nothing was written.", r.Out, StringComparison.Ordinal);
+        Assert.Equal(hash, Hash(ours));
+        var suffixed = Xfswin.Run("grow", ours, "-D", "800m");
+        Assert.True(suffixed.Code == 0, suffixed.ToString());
+        Assert.Contains("data blocks changed from 76801 to 204800", suffixed.Out, StringComparison.Ordinal);
+        var tooBig = Xfswin.Run("grow", ours, "-D", "2g");
+        Assert.NotEqual(0, tooBig.Code);
+        Assert.Contains("truncate -s", tooBig.Err, StringComparison.Ordinal);
+    }
+
+    [Fact]
     public void A_full_volume_grows_as_the_kernel_grows_it()
     {
         var (baseImage, _) = volumes.Get("6.13");
