@@ -97,6 +97,13 @@ public static class GrowCommand
                 stderr.WriteLine($"xfswin grow: a grow would be refused: {refusal.Message}");
 
             ulong requested = size is null ? VolumeGrower.DeviceBlocks(device.Length, sb.BlockSize) : ParseSize(size, sb.BlockSize);
+            if (size is null && requested < sb.DataBlocks)
+            {
+                // Only an explicit -D shrinks: a device smaller than its volume was cut short by mistake, not asked to shrink.
+                stderr.WriteLine($"xfswin grow: the device holds {requested} blocks but the volume has {sb.DataBlocks}: was the image or partition made smaller? " +
+                                 "Nothing was written. To shrink the volume, give the new size with -D.");
+                return ExitCodes.Usage;
+            }
             var plan = VolumeGrower.Plan(sb, requested);
             bool terminal = console.StdoutIsTerminal;
             if (dryRun)

@@ -118,6 +118,8 @@ public static class VolumeGrower
         if (sbView.InProgress != 0)
             throw new XfsException(XfsError.Unsupported, "the superblock says mkfs did not finish (sb_inprogress): make the volume again. Nothing was written.");
 
+        if (sb.LogStart == 0 && access.Log is null)
+            throw new XfsException(XfsError.InvalidArgument, "the volume has an external log: give its device (--log-device LOGDEV). Nothing was written.");
         var area = LogArea.For(device, access.Log, sb);
         if (MountedLog.NeedsReplay(area, sb))
             throw new XfsException(XfsError.ReadOnly, "the log is dirty: replay it first: xfswin recover (or mount the volume once with Linux). Nothing was written.");
@@ -128,7 +130,6 @@ public static class VolumeGrower
             throw new XfsException(XfsError.InvalidArgument,
                 $"the device holds {DeviceBlocks(device.Length, sb.BlockSize)} blocks of {sb.BlockSize} bytes; {plan.NewDataBlocks} do not fit " +
                 "(extend the image file first, e.g. truncate -s SIZE FILE, or give a smaller -D). Nothing was written.");
-        if (sb.LogStart == 0 && access.Log is null) throw new InvalidOperationException("external log device required");
 
         var buffers = new LoggedBuffers(device);
         uint lastOld = sb.AgCount - 1;
