@@ -345,6 +345,13 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         Assert.NotEqual(0, dirty.ExitCode);
         KernelGrow(theirs, target);
 
+        // xfswin's own recovery finishes it too.
+        string recovered = Copy(ours, dir.Path, "recovered.img");
+        var rec = Xfswin.Run("recover", recovered);
+        Assert.True(rec.Code == 0, rec.ToString());
+        Assert.Equal(target.ToString(), Sb(recovered)["dblocks"]);
+        AssertRepairClean(recovered);
+
         // The kernel replays the commit at mount and sees the new size.
         long replayed;
         using (var m = XfsWin.TestSupport.LoopMount.Mount(ours, readOnly: false)) replayed = StatfsBlocksOf(m.MountPoint);
