@@ -86,9 +86,9 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
 
     private static Dictionary<string, string> Sb(string image) => XfsDb.Fields(Db(image, "sb 0", "print"));
 
-    private static void AssertRepairClean(string image)
+    private static void AssertRepairClean(string image, params string[] versions)
     {
-        foreach (var version in new[] { "6.1", "6.13" })
+        foreach (var version in versions.Length > 0 ? versions : ["6.1", "6.13"])
         {
             var r = Shell.Run(OracleImages.Tool("xfs_repair", version), "-n", image);
             Assert.True(r.ExitCode == 0, $"xfs_repair -n ({version}) exit {r.ExitCode}:\n{r.StandardOutput}\n{r.StandardError}");
@@ -275,6 +275,26 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         var tooBig = Xfswin.Run("grow", ours, "-D", "2g");
         Assert.NotEqual(0, tooBig.Code);
         Assert.Contains("truncate -s", tooBig.Err, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void A_metadir_volume_with_parent_pointers_grows_as_the_kernel_grows_it()
+    {
+        // The mkfs613 oracle image: mkfs.xfs 6.13 -n parent=1 -i exchange=1 -m metadir=1, filled by the kernel.
+        var image = OracleImages.Ensure("mkfs613");
+        using var dir = new TempDir();
+        string ours = OracleImages.CopyTo(image, dir.Path, "ours.img"), theirs = OracleImages.CopyTo(image, dir.Path, "theirs.img");
+        foreach (var f in new[] { ours, theirs }) Shell.RunChecked("truncate", "-s", "1300M", f);
+        var before = Sb(ours);
+        var r = Xfswin.Run("grow", ours);
+        Assert.True(r.Code == 0, r.ToString());
+        KernelGrow(theirs, VolumeGrower.DeviceBlocks(1300L << 20, 4096));
+        var a = Sb(ours);
+        var b = Sb(theirs);
+        foreach (var f in SbFields) Assert.True(a[f] == b[f], $"sb {f}: ours {a[f]}, the kernel's {b[f]}");
+        AssertSameAgHeaders(theirs, ours, uint.Parse(before["agcount"]) - 1, uint.Parse(a["agcount"]));
+        AssertRepairClean(ours, "6.13"); // 6.1 does not know metadir
+        AssertSameFiles(ours, image.ManifestPath);
     }
 
     [Fact]
