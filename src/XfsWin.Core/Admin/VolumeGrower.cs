@@ -149,7 +149,8 @@ public static class VolumeGrower
             // The last sector of the new size must be there (the kernel reads it before anything else).
             var probe = new byte[Math.Max(512, device.SectorSize)];
             device.Read((long)plan.NewDataBlocks * sb.BlockSize - probe.Length, probe);
-            fdDelta = WriteNewAgs(device, sb, primary, plan, progress);
+            // The old last AG's extension first, in memory only: whatever refuses it refuses before a byte is written.
+            fdDelta = 0;
             uint extension = plan.NewAgCount > plan.OldAgCount ? sb.AgBlocks - plan.OldLastAgLength : plan.NewLastAgLength - plan.OldLastAgLength;
             if (extension > 0)
             {
@@ -159,6 +160,7 @@ public static class VolumeGrower
                 last.Free(oldLength, extension);
                 fdDelta += extension;
             }
+            fdDelta += WriteNewAgs(device, sb, primary, plan, progress);
         }
 
         // The primary superblock: the new geometry and free count, logged whole.
