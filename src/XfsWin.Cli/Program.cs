@@ -66,7 +66,7 @@ public static class Program
 
     public static RootCommand BuildRoot(CliConsole console, IReadOnlyList<CliCommandEntry> commands)
     {
-        var root = new RootCommand("xfswin: read XFS volumes (image files, disks, partitions) without Linux. Exit codes: docs/cli.md.");
+        var root = new RootCommand("xfswin: read XFS volumes (image files, disks, partitions) without Linux; make, recover, grow, label and check unmounted ones. Exit codes: docs/cli.md.");
         foreach (var entry in commands)
         {
             if (entry.Build is not null)
