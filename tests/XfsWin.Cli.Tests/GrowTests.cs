@@ -269,8 +269,11 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         Assert.Matches(@"(?m)^allocation groups\s+4\s+14$", r.Out);
         Assert.Contains("Dry run: nothing was written.", r.Out, StringComparison.Ordinal);
         Assert.Equal(hash, Hash(ours));
-        var suffixed = Xfswin.Run("grow", ours, "-D", "800m");
+        var suffixed = Xfswin.Run("grow", "--progress", ours, "-D", "800m");
         Assert.True(suffixed.Code == 0, suffixed.ToString());
+        // Forced onto a pipe, progress is plain: one line per finished stage, on stderr only.
+        Assert.Equal("grow: extending the last allocation group: done\ngrow: writing new allocation groups: done\ngrow: committing through the log: done\n",
+            suffixed.Err.Replace("\r\n", "\n"));
         Assert.Contains("data blocks changed from 76801 to 204800", suffixed.Out, StringComparison.Ordinal);
         var tooBig = Xfswin.Run("grow", ours, "-D", "2g");
         Assert.NotEqual(0, tooBig.Code);
