@@ -4,12 +4,15 @@ using XfsWin.Cli.Commands;
 namespace XfsWin.Cli;
 
 /// <summary>One row of the command table: either a System.CommandLine command or a raw-args command.</summary>
-public sealed record CliCommandEntry(string Name, string Description, Func<CliConsole, Command>? Build, Func<string[], int>? RunRaw)
+public sealed record CliCommandEntry(string Name, string Description, Func<CliConsole, Command>? Build, Func<string[], CliConsole, int>? RunRaw)
 {
     public static CliCommandEntry Parsed(string name, string description, Func<CliConsole, Command> build) => new(name, description, build, null);
 
     /// <summary>A command that parses its own arguments: every token after its name is passed through unchanged.</summary>
-    public static CliCommandEntry Raw(string name, string description, Func<string[], int> run) => new(name, description, null, run);
+    public static CliCommandEntry Raw(string name, string description, Func<string[], int> run) => new(name, description, null, (args, _) => run(args));
+
+    /// <summary>A command that parses its own arguments and writes to the console it is given.</summary>
+    public static CliCommandEntry Raw(string name, string description, Func<string[], CliConsole, int> run) => new(name, description, null, run);
 }
 
 public static class Program
@@ -25,6 +28,9 @@ public static class Program
         CliCommandEntry.Raw("mount", "Mount a volume (Linux: FUSE at a directory; Windows: WinFsp at a drive letter)", MountCommand.Run),
         CliCommandEntry.Raw("mkfs", MkfsCommand.Description, MkfsCommand.Run),
         CliCommandEntry.Parsed("check", CheckCommand.Description, CheckCommand.Build),
+        CliCommandEntry.Raw("grow", GrowCommand.Description, (Func<string[], CliConsole, int>)GrowCommand.Run),
+        CliCommandEntry.Raw("label", IdentityCommands.LabelDescription, (args, console) => IdentityCommands.Run("label", IdentityCommands.LabelUsage, args, console)),
+        CliCommandEntry.Raw("uuid", IdentityCommands.UuidDescription, (args, console) => IdentityCommands.Run("uuid", IdentityCommands.UuidUsage, args, console)),
         CliCommandEntry.Raw("recover", "Replay a dirty log onto the device and mark it clean (what Linux does at mount)", RecoverCommand.Run),
         CliCommandEntry.Raw("service", "Run the XfsWin service in the foreground: the control channel for listing, mounting and recovering volumes", ServiceCommand.Run),
         CliCommandEntry.Raw("manage", "Serve the management UI on 127.0.0.1 (prints its address with its token)", ManageCommand.Run),
@@ -47,7 +53,7 @@ public static class Program
             if (raw is not null)
             {
                 console.Out.Flush();
-                return raw.RunRaw!(args[1..]);
+                return raw.RunRaw!(args[1..], console);
             }
         }
         var root = BuildRoot(console, commands);
@@ -60,7 +66,7 @@ public static class Program
 
     public static RootCommand BuildRoot(CliConsole console, IReadOnlyList<CliCommandEntry> commands)
     {
-        var root = new RootCommand("xfswin: read XFS volumes (image files, disks, partitions) without Linux. Exit codes: docs/cli.md.");
+        var root = new RootCommand("xfswin: read XFS volumes (image files, disks, partitions) without Linux; make, recover, grow, label and check unmounted ones. Exit codes: docs/cli.md.");
         foreach (var entry in commands)
         {
             if (entry.Build is not null)
@@ -75,7 +81,7 @@ public static class Program
             passthrough.Arguments.Add(rest);
             var run = entry.RunRaw!;
             passthrough.SetAction(parse =>
-                run([.. parse.GetValue(rest) ?? [], .. parse.UnmatchedTokens]));
+                run([.. parse.GetValue(rest) ?? [], .. parse.UnmatchedTokens], console));
             root.Subcommands.Add(passthrough);
         }
         return root;

@@ -30,7 +30,7 @@ public static class CatCommand
                 throw new XfsException(XfsError.InvalidArgument, $"'{p}' is a {Formatting.TypeName(a.FileType)}, not a regular file: it has no contents to print");
             // Progress only makes sense when stdout goes to a file or pipe, not over the data on a terminal.
             bool show = CommandSupport.ProgressFlag(parse, progress, noProgress) ?? (console.StderrIsTerminal && !console.StdoutIsTerminal);
-            var bar = show ? new Progress(console.Error, p, a.Size) : Progress.Disabled;
+            var bar = CliProgress.Start(console.Error, show ? (console.StderrIsTerminal ? ProgressMode.Live : ProgressMode.Plain) : ProgressMode.Off, p, a.Size);
             console.Out.Flush();
             using var copy = new FileCopy();
             try

@@ -3,6 +3,8 @@ using System.Text.Json;
 using System.Text.Json.Serialization;
 using XfsWin.Check;
 
+using XfsWin.Cli.Output;
+
 namespace XfsWin.Cli.Commands;
 
 /// <summary>
@@ -34,10 +36,16 @@ public static class CheckCommand
 
     private static int Execute(CliConsole console, string source, int? partition, bool json, string? logDevice, bool? progressFlag)
     {
-        bool showProgress = progressFlag ?? console.StderrIsTerminal;
-        var reporter = showProgress ? new TerminalProgress(console.Error) : null;
-        var report = VolumeChecker.Check(source, new CheckOptions { Partition = partition, LogDevice = logDevice, Progress = reporter });
-        reporter?.Finish();
+        var bar = CliProgress.Start(console, progressFlag, "check");
+        CheckReport report;
+        try
+        {
+            report = VolumeChecker.Check(source, new CheckOptions { Partition = partition, LogDevice = logDevice, Progress = bar.Enabled ? bar.For<CheckProgress>(v => (v.Phase, v.Done, v.Total)) : null });
+        }
+        finally
+        {
+            bar.Finish();
+        }
         if (json)
         {
             console.Out.WriteLine(JsonSerializer.Serialize(ToJson(report), CheckJsonContext.Default.CheckJson));
@@ -79,38 +87,6 @@ public static class CheckCommand
         Notes = [.. r.Notes],
         Summary = r.Summary,
     };
-
-    /// <summary>One line on stderr, rewritten in place, per phase.</summary>
-    private sealed class TerminalProgress(TextWriter error) : IProgress<CheckProgress>
-    {
-        private readonly object _lock = new();
-        private string _phase = "";
-        private long _lastTicks;
-
-        public void Report(CheckProgress value)
-        {
-            lock (_lock)
-            {
-                long now = Environment.TickCount64;
-                bool newPhase = value.Phase != _phase;
-                if (!newPhase && now - _lastTicks < 200 && value.Done != value.Total) return;
-                _lastTicks = now;
-                if (newPhase && _phase.Length > 0) error.WriteLine();
-                _phase = value.Phase;
-                error.Write(value.Total > 0 ? $"\rchecking {value.Phase}: {value.Done}/{value.Total}   " : $"\rchecking {value.Phase}: {value.Done}   ");
-                error.Flush();
-            }
-        }
-
-        public void Finish()
-        {
-            lock (_lock)
-            {
-                if (_phase.Length > 0) error.WriteLine();
-                error.Flush();
-            }
-        }
-    }
 }
 
 /// <summary>

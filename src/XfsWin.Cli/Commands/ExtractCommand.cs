@@ -38,8 +38,7 @@ public static class ExtractCommand
             if (!OperatingSystem.IsLinux())
                 throw new XfsException(XfsError.Unsupported, "extract recreates POSIX metadata and runs on Linux for now; on Windows mount the volume instead");
             using var volume = CommandSupport.OpenVolume(parse.GetValue(source)!, parse.GetValue(partition));
-            bool show = Progress.ShouldShow(CommandSupport.ProgressFlag(parse, progress, noProgress), console);
-            var bar = show ? new Progress(console.Error, "extract", 0) : Progress.Disabled;
+            var bar = CliProgress.Start(console, CommandSupport.ProgressFlag(parse, progress, noProgress), "extract");
             var extractor = new Extractor(volume, console, bar);
             int code = extractor.Run(CommandSupport.NormalizeVolumePath(parse.GetValue(path)), parse.GetValue(dest)!);
             bar.Finish();
@@ -48,7 +47,7 @@ public static class ExtractCommand
         return command;
     }
 
-    private sealed class Extractor(XfsVolume volume, CliConsole console, Progress progress)
+    private sealed class Extractor(XfsVolume volume, CliConsole console, CliProgress progress)
     {
         private readonly bool _root = Posix.IsRoot;
         private readonly Dictionary<ulong, byte[]> _firstPathOfInode = [];

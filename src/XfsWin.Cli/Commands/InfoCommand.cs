@@ -115,7 +115,7 @@ public static class InfoCommand
     {
         var t = info.PartitionTable!;
         var o = console.Out;
-        o.WriteLine($"{info.Source}: {Progress.FormatBytes(info.DeviceBytes)} ({info.DeviceBytes} bytes), {t.Kind} partition table, {t.SectorSize}-byte sectors");
+        o.WriteLine($"{info.Source}: {Formatting.Bytes(info.DeviceBytes)} ({info.DeviceBytes} bytes), {t.Kind} partition table, {t.SectorSize}-byte sectors");
         if (t.DiskGuid is not null) o.WriteLine($"disk GUID: {t.DiskGuid}");
         foreach (var w in t.Warnings) o.WriteLine($"warning: {w}");
         o.WriteLine($"{"#",3}  {"start",14}  {"size",12}  {"type",-28}  {"xfs",-3}  label / name");
@@ -124,7 +124,7 @@ public static class InfoCommand
             string type = p.ExtendedContainer ? p.Type + " [container]" : p.Type;
             string xfs = p.HoldsXfs ? "yes" : "-";
             string name = string.Join("  ", new[] { p.Label is { Length: > 0 } ? $"label '{p.Label}'" : null, p.Name is { Length: > 0 } ? $"name '{p.Name}'" : null, p.Uuid is null ? null : $"fs uuid {p.Uuid}" }.Where(s => s is not null));
-            o.WriteLine($"{p.Number,3}  {p.StartByte,14}  {Progress.FormatBytes(p.LengthBytes),12}  {type,-28}  {xfs,-3}  {name}");
+            o.WriteLine($"{p.Number,3}  {p.StartByte,14}  {Formatting.Bytes(p.LengthBytes),12}  {type,-28}  {xfs,-3}  {name}");
             if (p.Problem is not null) o.WriteLine($"     problem: {p.Problem}");
         }
         var xfsParts = t.Partitions.Where(p => p.HoldsXfs).Select(p => p.Source).ToList();
@@ -141,8 +141,8 @@ public static class InfoCommand
         o.WriteLine($"label:            {(v.Label.Length == 0 ? "(none)" : v.Label)}");
         o.WriteLine($"uuid:             {v.Uuid}");
         o.WriteLine($"format:           XFS V{v.FormatVersion}");
-        o.WriteLine($"size:             {Progress.FormatBytes(dataBytes)} ({v.DataBlocks} blocks of {v.BlockSize} bytes)");
-        o.WriteLine($"free:             {Progress.FormatBytes(freeBytes)} ({v.FreeBlocks} blocks)");
+        o.WriteLine($"size:             {Formatting.Bytes(dataBytes)} ({v.DataBlocks} blocks of {v.BlockSize} bytes)");
+        o.WriteLine($"free:             {Formatting.Bytes(freeBytes)} ({v.FreeBlocks} blocks)");
         o.WriteLine($"inodes:           {v.InodeCount} allocated, {v.FreeInodes} free, {v.InodeSize} bytes each");
         o.WriteLine($"sector size:      {v.SectorSize}");
         o.WriteLine($"directory block:  {v.DirectoryBlockSize}");

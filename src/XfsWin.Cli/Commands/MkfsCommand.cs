@@ -1,5 +1,7 @@
 using XfsWin.Mkfs;
 
+using XfsWin.Cli.Output;
+
 namespace XfsWin.Cli.Commands;
 
 /// <summary>
@@ -86,40 +88,17 @@ public static class MkfsCommand
         stdout.Flush();
         if (o.DryRun) return ExitCodes.Ok;
 
-        var progress = new TerminalProgress(stderr, interactive && !o.Quiet);
+        using var bar = CliProgress.Start(stderr, interactive && !o.Quiet ? ProgressMode.Live : ProgressMode.Off, "mkfs");
         try
         {
-            MkfsRun.Write(plan, progress, DateTimeOffset.UtcNow);
+            MkfsRun.Write(plan, bar.For<MkfsProgress>(v => (v.Stage, v.Done, v.Total)), DateTimeOffset.UtcNow);
         }
         catch (MkfsRefusedException e)
         {
             stderr.WriteLine($"xfswin mkfs: {e.Target} holds {e.Found}; nothing was written. Use -f to overwrite it.");
             return ExitCodes.Refused;
         }
-        progress.Done();
+        bar.Finish();
         return ExitCodes.Ok;
-    }
-
-    /// <summary>One status line on a terminal ("mkfs: writing allocation groups 12/64"); silent otherwise.</summary>
-    private sealed class TerminalProgress(TextWriter writer, bool enabled) : IProgress<MkfsProgress>
-    {
-        private string _last = "";
-
-        public void Report(MkfsProgress value)
-        {
-            if (!enabled) return;
-            string line = value.Total > 1 ? $"mkfs: {value.Stage} {value.Done * 100 / Math.Max(1, value.Total)}%" : $"mkfs: {value.Stage}";
-            if (line == _last) return;
-            writer.Write("\r" + line.PadRight(Math.Max(line.Length, _last.Length)));
-            writer.Flush();
-            _last = line;
-        }
-
-        public void Done()
-        {
-            if (!enabled || _last.Length == 0) return;
-            writer.WriteLine();
-            writer.Flush();
-        }
     }
 }

@@ -5,6 +5,8 @@ using XfsWin.Journal;
 using XfsWin.Metadata;
 using XfsWin.Volume;
 
+using XfsWin.Cli.Output;
+
 namespace XfsWin.Cli.Commands;
 
 /// <summary>
@@ -160,14 +162,14 @@ public static class RecoverCommand
     private static LogRecoveryResult RunWithProgress(TextWriter stderr, string label, Func<IProgress<double>, LogRecoveryResult> recover)
     {
         bool interactive = ReferenceEquals(stderr, Console.Error) && !Console.IsErrorRedirected;
-        var progress = new ConsoleProgress(stderr, label, interactive);
+        var bar = CliProgress.Start(stderr, interactive ? ProgressMode.Live : ProgressMode.Off, "recover");
         try
         {
-            return recover(progress);
+            return recover(bar.ForFraction(label));
         }
         finally
         {
-            progress.Finish();
+            bar.Finish();
         }
     }
 
@@ -187,26 +189,5 @@ public static class RecoverCommand
                 o.WriteLine($"unlinked:      {r.UnlinkedInodes} inode(s) unlinked while open" + (r.UnlinkedInodesFreed > 0 ? $", {r.UnlinkedInodesFreed} freed" : ""));
         }
         foreach (var w in r.Warnings) o.WriteLine($"warning:       {w}");
-    }
-
-    /// <summary>Progress on stderr: one line rewritten in place on a terminal, a line per 10% otherwise (logs, pipes).</summary>
-    private sealed class ConsoleProgress(TextWriter writer, string label, bool interactive) : IProgress<double>
-    {
-        private int _last = -1;
-
-        public void Report(double value)
-        {
-            int percent = (int)Math.Clamp(value * 100, 0, 100);
-            if (!interactive) percent = percent / 10 * 10;
-            if (percent == _last) return;
-            _last = percent;
-            if (interactive) writer.Write($"\r{label}: {percent,3}%");
-            else writer.WriteLine($"{label}: {percent,3}%");
-        }
-
-        public void Finish()
-        {
-            if (_last >= 0 && interactive) writer.WriteLine();
-        }
     }
 }

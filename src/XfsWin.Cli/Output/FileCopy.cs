@@ -1,6 +1,8 @@
 using XfsWin.Device;
 using XfsWin.Volume;
 
+using XfsWin.Cli.Output;
+
 namespace XfsWin.Cli.Output;
 
 /// <summary>
@@ -14,7 +16,7 @@ public sealed class FileCopy : IDisposable
     private readonly AlignedBuffer[] _buffers = [new(ChunkSize), new(ChunkSize)];
 
     /// <summary>Copies all <paramref name="size"/> bytes of <paramref name="inode"/> to <paramref name="destination"/>.</summary>
-    public long Copy(XfsVolume volume, ulong inode, long size, Stream destination, Progress progress, CancellationToken cancellationToken = default)
+    public long Copy(XfsVolume volume, ulong inode, long size, Stream destination, CliProgress progress, CancellationToken cancellationToken = default)
     {
         if (size <= 0) return 0;
         long offset = 0;

@@ -6,6 +6,16 @@ namespace XfsWin.Cli.Output;
 
 public static class Formatting
 {
+    /// <summary>A byte count in binary units with one decimal ("12.0 MiB"; "512 B" below 1 KiB).</summary>
+    public static string Bytes(long bytes)
+    {
+        string[] units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+        double v = bytes;
+        int u = 0;
+        while (v >= 1024 && u < units.Length - 1) { v /= 1024; u++; }
+        return u == 0 ? $"{bytes} B" : $"{v:F1} {units[u]}";
+    }
+
     public static string Time(XfsTimestamp t)
     {
         try

@@ -12,6 +12,12 @@ public sealed record MountedLogOptions
     public long CheckpointThresholdBytes { get; init; }
     /// <summary>First checkpoint tid; later ones count up from it (0 = derived from the head LSN).</summary>
     public uint FirstTid { get; init; }
+    /// <summary>
+    /// The file system UUID the records written carry (h_fs_uuid); null = the superblock's. A UUID change
+    /// opens the log of the old UUID and appends its unmount record with the new one, so the head the kernel
+    /// finds at mount names the volume it mounts.
+    /// </summary>
+    public Guid? RecordUuid { get; init; }
 }
 
 /// <summary>Counters of what the log writer did.</summary>
@@ -69,9 +75,8 @@ public sealed class MountedLog
     {
         options ??= new MountedLogOptions();
         if (!sb.IsV5 && !sb.HasLogV2) throw new XfsException(XfsError.Unsupported, "writing a version 1 log is not supported; the volume stays read-only");
-        var reader = new LogReader(area, sb.Uuid);
-        var pos = LogScanner.Find(reader, v2: true, crcFilesystem: sb.IsV5);
-        if (!pos.Clean && pos.TailBlock != pos.HeadBlock)
+        var pos = Scan(area, sb);
+        if (IsDirty(pos))
             throw new XfsException(XfsError.Unsupported, "the log is dirty: replay it (mount with Linux, or xfswin recover) before writing to the volume");
         uint su = sb.LogStripeUnit > 1 ? sb.LogStripeUnit : 0;
         int roundoff = Math.Max(Math.Max((int)su, LogArea.BBSize), area.SectorBlocks << LogArea.BBShift);
@@ -79,9 +84,17 @@ public sealed class MountedLog
         recordSize = (recordSize + roundoff - 1) / roundoff * roundoff;
         long head = pos.Empty ? 0 : pos.HeadBlock;
         uint cycle = pos.Empty ? 1 : pos.HeadCycle;
-        var writer = new LogRecordWriter(area, sb.Uuid, recordSize, roundoff, head, cycle, pos.Empty ? -1 : pos.LastRecordBlock);
+        var writer = new LogRecordWriter(area, options.RecordUuid ?? sb.Uuid, recordSize, roundoff, head, cycle, pos.Empty ? -1 : pos.LastRecordBlock);
         return new MountedLog(area, writer, writeback, options);
     }
+
+    /// <summary>True when the log holds work only a replay finishes (what <see cref="Open"/> refuses). Reads only.</summary>
+    public static bool NeedsReplay(LogArea area, Superblock sb) => IsDirty(Scan(area, sb));
+
+    private static LogPosition Scan(LogArea area, Superblock sb) =>
+        LogScanner.Find(new LogReader(area, sb.Uuid), v2: true, crcFilesystem: sb.IsV5);
+
+    private static bool IsDirty(LogPosition pos) => !pos.Clean && pos.TailBlock != pos.HeadBlock;
 
     public LogArea Area => _area;
     public int RecordSize => _writer.RecordSize;

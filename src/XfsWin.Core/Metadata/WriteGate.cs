@@ -10,8 +10,15 @@ public enum WritePurpose
 {
     /// <summary>Replaying a log Linux left dirty onto the device (<c>xfswin recover</c>, <c>--replay=place</c>).</summary>
     LogRecovery,
-    /// <summary>Changing the file system: read-write opens, grow, label and UUID changes.</summary>
+    /// <summary>Changing the file system through read-write opens: every feature the write path touches must be maintained.</summary>
     Modify,
+    /// <summary>
+    /// Growing or shrinking the data section (<c>xfswin grow</c>): AG headers, free-space btrees and superblocks only,
+    /// so features kept in files, quotas or names (see <see cref="WriteGate.Unmaintained"/>) do not stop it.
+    /// </summary>
+    Grow,
+    /// <summary>Changing the label or UUID in every superblock (<c>xfswin label</c>, <c>xfswin uuid</c>): superblocks and the log head only.</summary>
+    Relabel,
 }
 
 /// <summary>A feature the volume carries that the write path does not maintain: writes would leave it inconsistent.</summary>

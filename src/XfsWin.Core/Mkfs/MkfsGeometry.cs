@@ -63,6 +63,44 @@ public sealed record MkfsGeometry
     public required Guid Uuid { get; init; }
     public required int MinLogBlocks { get; init; }
 
+    /// <summary>
+    /// The geometry of an existing volume, as far as its AG headers depend on it (sizes, root blocks, features),
+    /// with <paramref name="dataBlocks"/> and <paramref name="agCount"/> as a grow leaves them. <see cref="Uuid"/>
+    /// is the UUID metadata headers carry (sb_meta_uuid when the volume's UUID was changed).
+    /// </summary>
+    public static MkfsGeometry OfVolume(Format.Superblock sb, uint stripeUnit, uint stripeWidth, uint rtExtSize, ulong dataBlocks, uint agCount) => new()
+    {
+        BlockSize = (int)sb.BlockSize,
+        SectorSize = sb.SectorSize,
+        LogSectorSize = sb.LogSectorSize,
+        InodeSize = sb.InodeSize,
+        DirBlockSize = sb.DirectoryBlockSize,
+        DataBlocks = dataBlocks,
+        AgBlocks = sb.AgBlocks,
+        AgCount = agCount,
+        StripeUnit = stripeUnit,
+        StripeWidth = stripeWidth,
+        LogStripeUnitBlocks = sb.LogStripeUnit > 1 ? sb.LogStripeUnit / sb.BlockSize : 0,
+        LogBlocks = sb.LogBlocks,
+        LogStart = sb.LogStart,
+        LogAgNumber = sb.LogStart == 0 ? uint.MaxValue : (uint)(sb.LogStart >> sb.AgBlkLog),
+        ImaxPct = sb.ImaxPct,
+        RtExtSize = rtExtSize,
+        Finobt = sb.HasFinobt,
+        Rmapbt = sb.HasRmapbt,
+        Reflink = sb.HasReflink,
+        Bigtime = sb.HasBigtime,
+        InobtCount = (sb.RoCompat & Format.SuperblockFeatures.RoCompatInobtCount) != 0,
+        SparseInodes = sb.HasSparseInodes,
+        Nrext64 = sb.HasNrext64,
+        Exchange = (sb.Incompat & Format.SuperblockFeatures.IncompatExchangeRange) != 0,
+        Parent = sb.HasParentPointers,
+        Metadir = sb.HasMetadir,
+        Label = sb.Label,
+        Uuid = sb.MetaUuid,
+        MinLogBlocks = 0,
+    };
+
     public int BlockLog => BitOperations.Log2((uint)BlockSize);
     public int SectorLog => BitOperations.Log2((uint)SectorSize);
     public int InodeLog => BitOperations.Log2((uint)InodeSize);

@@ -61,14 +61,7 @@ public sealed class MkfsLayout
         {
             uint length = g.AgLength(agno);
             var free = new List<(uint Start, uint Len)>();
-            var rmaps = new List<(uint Start, uint Length, ulong Owner)>
-            {
-                (0, g.FirstRootBlock, RmapRecord.OwnFs),
-                (g.BnoRoot, 2, RmapRecord.OwnAg),
-            };
-            rmaps.Add((g.InoRoot, g.Finobt ? 2u : 1u, RmapRecord.OwnInobt));
-            if (g.Rmapbt) rmaps.Add((g.RmapRoot, 1, RmapRecord.OwnAg));
-            if (g.Reflink) rmaps.Add((g.RefcountRoot, 1, RmapRecord.OwnRefcount));
+            var rmaps = HeaderRmaps(g);
 
             uint prealloc = g.PreallocBlocks;
             if (agno == g.LogAgNumber)
@@ -148,6 +141,32 @@ public sealed class MkfsLayout
         }
         Ags = ags;
         Chunks = chunks;
+    }
+
+    /// <summary>The reverse mappings every AG starts with (xfs_rmaproot_init): headers, the free-space and inode btree roots, the rmapbt and refcountbt roots.</summary>
+    private static List<(uint Start, uint Length, ulong Owner)> HeaderRmaps(MkfsGeometry g)
+    {
+        var rmaps = new List<(uint Start, uint Length, ulong Owner)>
+        {
+            (0, g.FirstRootBlock, RmapRecord.OwnFs),
+            (g.BnoRoot, 2, RmapRecord.OwnAg),
+            (g.InoRoot, g.Finobt ? 2u : 1u, RmapRecord.OwnInobt),
+        };
+        if (g.Rmapbt) rmaps.Add((g.RmapRoot, 1, RmapRecord.OwnAg));
+        if (g.Reflink) rmaps.Add((g.RefcountRoot, 1, RmapRecord.OwnRefcount));
+        return rmaps;
+    }
+
+    /// <summary>
+    /// An AG a grow adds (xfs_ag_init_headers on a mounted volume): its headers and empty btree roots, one free
+    /// extent from the first block after the roots to its end, an empty free list and no inodes.
+    /// </summary>
+    public static AgLayout GrownAg(MkfsGeometry g, uint agno, uint length)
+    {
+        uint prealloc = g.PreallocBlocks;
+        if (length <= prealloc) throw new ArgumentOutOfRangeException(nameof(length), $"an AG of {length} blocks cannot hold its {prealloc} header and root blocks");
+        return new AgLayout(agno, length, [new AllocRecord(prealloc, length - prealloc)], [],
+            g.Rmapbt ? MergeRmaps(HeaderRmaps(g)) : [], null);
     }
 
     /// <summary>Sorted by start, adjacent extents of one non-inode owner merged (as xfs_rmap_map does).</summary>

@@ -49,6 +49,9 @@ public sealed class MkfsTarget(IBlockDevice device, string path, long baseOffset
 /// inodes, a clean log (one unmount record, cycle 1), the secondary superblocks, and last the
 /// primary superblock with in-progress cleared. Nothing else of the data area is written.
 /// </summary>
+/// <summary>Writes <paramref name="data"/> at device byte <paramref name="byteOffset"/>.</summary>
+public delegate void DeviceWrite(long byteOffset, ReadOnlySpan<byte> data);
+
 public static class MkfsWriter
 {
     private const ulong NullFsIno = ulong.MaxValue;
@@ -83,13 +86,7 @@ public static class MkfsWriter
                 EncodeSuperblock(sector, layout, primary: false, rootCopy);
                 target.Write(agByte, sector);
             }
-            EncodeAgf(sector, layout, ag);
-            target.Write(agByte + ss, sector);
-            EncodeAgi(sector, layout, ag);
-            target.Write(agByte + 2L * ss, sector);
-            EncodeAgfl(sector, g, ag);
-            target.Write(agByte + 3L * ss, sector);
-            WriteRoots(target, block, layout, ag, agByte);
+            WriteAgHeaders(target.Write, g, ag, layout.ChunkInodes);
             if (agno % 64 == 0 || agno == g.AgCount - 1)
                 progress?.Report(new MkfsProgress("writing allocation groups", agno + 1, g.AgCount));
         }
@@ -99,6 +96,25 @@ public static class MkfsWriter
         EncodeSuperblock(sector, layout, primary: true, rootCopy: true);
         target.Write(0, sector);
         target.Device.Flush();
+    }
+
+    /// <summary>
+    /// Writes one AG's AGF, AGI, AGFL and btree roots (not its superblock copy) as mkfs.xfs and the kernel's
+    /// xfs_ag_init_headers build them from <paramref name="ag"/>: the same code makes a new volume's AGs and the
+    /// AGs a grow adds. <paramref name="chunkInodes"/> is the size of an inode allocation (the AG's inode chunk, if any).
+    /// </summary>
+    public static void WriteAgHeaders(DeviceWrite write, MkfsGeometry g, AgLayout ag, int chunkInodes)
+    {
+        int ss = g.SectorSize;
+        long agByte = (long)ag.AgNumber * g.AgBlocks * g.BlockSize;
+        var sector = new byte[ss];
+        EncodeAgf(sector, g, ag);
+        write(agByte + ss, sector);
+        EncodeAgi(sector, g, ag, chunkInodes);
+        write(agByte + 2L * ss, sector);
+        EncodeAgfl(sector, g, ag);
+        write(agByte + 3L * ss, sector);
+        WriteRoots(write, new byte[g.BlockSize], g, ag, agByte, chunkInodes);
     }
 
     public static long FsbToByte(MkfsGeometry g, ulong fsb)
@@ -176,9 +192,8 @@ public static class MkfsWriter
         w.StampCrc(g.SectorSize);
     }
 
-    private static void EncodeAgf(Span<byte> sector, MkfsLayout layout, AgLayout ag)
+    private static void EncodeAgf(Span<byte> sector, MkfsGeometry g, AgLayout ag)
     {
-        var g = layout.Geometry;
         sector.Clear();
         var w = new AgfWriter(sector);
         w.Init(ag.AgNumber, ag.Length);
@@ -208,9 +223,8 @@ public static class MkfsWriter
         w.StampCrc(g.SectorSize);
     }
 
-    private static void EncodeAgi(Span<byte> sector, MkfsLayout layout, AgLayout ag)
+    private static void EncodeAgi(Span<byte> sector, MkfsGeometry g, AgLayout ag, int chunkInodes)
     {
-        var g = layout.Geometry;
         sector.Clear();
         var w = new AgiWriter(sector);
         w.Init(ag.AgNumber, ag.Length);
@@ -218,8 +232,8 @@ public static class MkfsWriter
         w.Level = 1;
         if (ag.Chunk is { } chunk)
         {
-            w.Count = (uint)layout.ChunkInodes;
-            w.FreeCount = (uint)(layout.ChunkInodes - chunk.UsedInodes);
+            w.Count = (uint)chunkInodes;
+            w.FreeCount = (uint)(chunkInodes - chunk.UsedInodes);
             w.NewIno = chunk.AgBlock << g.InoPBlog;
         }
         w.Uuid = g.Uuid;
@@ -245,16 +259,15 @@ public static class MkfsWriter
         w.StampCrc();
     }
 
-    private static void WriteRoots(MkfsTarget target, byte[] block, MkfsLayout layout, AgLayout ag, long agByte)
+    private static void WriteRoots(DeviceWrite write, byte[] block, MkfsGeometry g, AgLayout ag, long agByte, int chunkInodes)
     {
-        var g = layout.Geometry;
         int hdr = BtreeBlockView.ShortHeaderV5;
         void Emit(uint agbno, uint magic, int numRecs)
         {
             long at = agByte + (long)agbno * g.BlockSize;
             ShortBtreeBlockWriter.WriteHeader(block, magic, 0, (ushort)numRecs, at, g.Uuid, ag.AgNumber);
             ShortBtreeBlockWriter.StampCrc(block);
-            target.Write(at, block);
+            write(at, block);
         }
 
         // bnobt (by start) and cntbt (by length, then start) hold the same free extents.
@@ -271,7 +284,7 @@ public static class MkfsWriter
         if (ag.Chunk is { } chunk)
         {
             uint first = chunk.AgBlock << g.InoPBlog;
-            for (int r = 0; r < layout.ChunkInodes / 64; r++)
+            for (int r = 0; r < chunkInodes / 64; r++)
             {
                 int used = Math.Max(0, Math.Min(64, chunk.UsedInodes - r * 64));
                 ulong freeMask = used == 0 ? ulong.MaxValue : ulong.MaxValue << used;

@@ -578,7 +578,7 @@ public sealed partial class XfsVolume : IDisposable
         // A read-write open counts as it changes the volume (the in-core counters); a read-only one
         // reports what the AG headers said at open.
         var w = _write;
-        ulong freeBlocks = w is null ? _agSummary.FreeBlocks : (ulong)Math.Max(0, Volatile.Read(ref w.FreeBlocks));
+        ulong freeBlocks = w is null ? _agSummary.FreeBlocks : (ulong)Math.Max(0, w.FileSpace.Allocator.FreeBlocks);
         ulong inodes = w is null ? _agSummary.Inodes : (ulong)Math.Max(0, Volatile.Read(ref w.InodeCount));
         ulong freeInodes = w is null ? _agSummary.FreeInodes : (ulong)Math.Max(0, Volatile.Read(ref w.FreeInodes));
         ulong free = freeBlocks > setAside ? freeBlocks - setAside : 0;

@@ -32,6 +32,7 @@ public sealed partial class LayeringTests
         ["Volume"] = 11,      // the API hosts use; orchestration that needs every layer below
         ["Mkfs"] = 12,        // tools built on the engine
         ["Check"] = 12,
+        ["Admin"] = 13,       // grow, label and UUID changes: reuse mkfs's AG header writers
     };
 
     private static string CoreDirectory => Path.Combine(OracleImages.RepoRoot, "src", "XfsWin.Core");

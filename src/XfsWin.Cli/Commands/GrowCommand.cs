@@ -1,0 +1,189 @@
+using System.Globalization;
+using XfsWin.Admin;
+using XfsWin.Cli.Output;
+using XfsWin.Device;
+using XfsWin.Metadata;
+
+namespace XfsWin.Cli.Commands;
+
+/// <summary>
+/// <c>xfswin grow TARGET [-D SIZE] [-n]</c>: xfs_growfs for unmounted volumes. Grows the data section to the size
+/// of the device (an image file's current size) or to -D SIZE, or shrinks it within the free tail of the last AG.
+/// Exit codes (docs/cli.md): 0 done or nothing to do, 1 usage or a size that cannot be reached, 2 not found, 3 corrupt or needs repair, 4 refused, 5 I/O error.
+/// </summary>
+public static class GrowCommand
+{
+    public const string Description = "Grow (or shrink the free tail of) an unmounted volume's data section, as xfs_growfs does";
+
+    public const string Usage =
+        "usage: xfswin grow TARGET [-D SIZE] [-n] [--log-device LOGDEV] [--progress|--no-progress]\n" +
+        "  TARGET: an unmounted image file, block device or partition (disk.img@2). Extend an image file first\n" +
+        "          (truncate -s 20G disk.img); without -D the data section grows to the whole device.\n" +
+        "  -D SIZE   new size in file system blocks (as xfs_growfs), or with a suffix in bytes: 512k, 10g, 2t.\n" +
+        "            Smaller than now shrinks: only free space at the end of the last allocation group can go.\n" +
+        "  -n        print the geometry and what would change; write nothing\n" +
+        "  A mounted volume cannot be grown yet: unmount it first (xfswin has no read-write mounts).";
+
+    public static int Run(string[] args) => Run(args, CliConsole.FromProcess());
+
+    public static int Run(string[] args, CliConsole console)
+    {
+        var stdout = console.Out;
+        var stderr = console.Error;
+        string? target = null, logDevice = null, size = null;
+        bool dryRun = false;
+        bool? progressFlag = null;
+        for (int i = 0; i < args.Length; i++)
+        {
+            string a = args[i];
+            switch (a)
+            {
+                case "-D" when i + 1 < args.Length: size = args[++i]; break;
+                case "-n" or "--dry-run": dryRun = true; break;
+                case "--log-device" or "-l" when i + 1 < args.Length: logDevice = args[++i]; break;
+                case "--progress": progressFlag = true; break;
+                case "--no-progress": progressFlag = false; break;
+                case "-h" or "--help":
+                    stdout.WriteLine(Usage);
+                    return ExitCodes.Ok;
+                default:
+                    if (a.StartsWith("-D", StringComparison.Ordinal) && a.Length > 2) { size = a[2..]; break; }
+                    if (a.StartsWith('-') || target is not null)
+                    {
+                        stderr.WriteLine($"xfswin grow: unexpected argument '{a}'");
+                        stderr.WriteLine(Usage);
+                        return ExitCodes.Usage;
+                    }
+                    target = a;
+                    break;
+            }
+        }
+        if (target is null)
+        {
+            stderr.WriteLine(Usage);
+            return ExitCodes.Usage;
+        }
+        if (Directory.Exists(target))
+        {
+            stderr.WriteLine($"xfswin grow: {target} is a directory. Growing a mounted volume (online grow) is not possible yet: xfswin has no " +
+                             "read-write mounts. Unmount the volume and give its image file or device instead; for a volume Linux has mounted, use xfs_growfs there.");
+            return ExitCodes.Usage;
+        }
+
+        try
+        {
+            var (path, partition) = PartitionSpec.Parse(target);
+            if (!File.Exists(path) && !DeviceRangeOps.IsBlockDevice(path))
+            {
+                stderr.WriteLine($"xfswin grow: '{path}' does not exist");
+                return ExitCodes.NotFound;
+            }
+            if (!dryRun && MountGuard.InUse(path) is { } busy)
+            {
+                stderr.WriteLine($"xfswin grow: {busy}. Nothing was written. (Growing a mounted volume is not possible yet.)");
+                return ExitCodes.Refused;
+            }
+            using var access = dryRun
+                ? null
+                : WriteGate.Open(path, partition, logDevice, WritePurpose.Grow);
+            using var readOnly = dryRun ? PartitionSpec.Open(path, partition, writable: false) : null;
+            var device = access?.Data ?? readOnly!;
+            var sector = new byte[Math.Max(512, Math.Min(4096, device.SectorSize))];
+            device.Read(0, sector);
+            var verify = Format.Superblock.Verify(sector);
+            if (!verify.IsOk) throw new XfsCorruptionException("primary superblock", 0, verify.ToString());
+            var sb = access?.Superblock ?? Format.Superblock.Decode(sector);
+            if (dryRun && WriteGate.Check(sector, WritePurpose.Grow) is { } refusal)
+                stderr.WriteLine($"xfswin grow: a grow would be refused: {refusal.Message}");
+
+            ulong requested = size is null ? VolumeGrower.DeviceBlocks(device.Length, sb.BlockSize) : ParseSize(size, sb.BlockSize);
+            if (size is null && requested < sb.DataBlocks)
+            {
+                // Only an explicit -D shrinks: a device smaller than its volume was cut short by mistake, not asked to shrink.
+                stderr.WriteLine($"xfswin grow: the device holds {requested} blocks but the volume has {sb.DataBlocks}: was the image or partition made smaller? " +
+                                 "Nothing was written. To shrink the volume, give the new size with -D.");
+                return ExitCodes.Usage;
+            }
+            var plan = VolumeGrower.Plan(sb, requested);
+            bool terminal = console.StdoutIsTerminal;
+            if (dryRun)
+            {
+                PrintPlan(stdout, terminal, plan, null);
+                stdout.WriteLine(plan.Changes ? "Dry run: nothing was written." : "Nothing to do: the volume already has this size.");
+                return ExitCodes.Ok;
+            }
+            if (!plan.Changes)
+            {
+                PrintPlan(stdout, terminal, plan, null);
+                stdout.WriteLine(requested > sb.DataBlocks
+                    ? $"Nothing to do: {requested - sb.DataBlocks} more blocks would make an allocation group of fewer than {VolumeGrower.MinAgBlocks} blocks."
+                    : "Nothing to do: the volume already has this size.");
+                return ExitCodes.Ok;
+            }
+            GrowResult result;
+            using (var bar = CliProgress.Start(console, progressFlag, "grow"))
+            {
+                result = VolumeGrower.Run(access!, requested, bar.Enabled ? bar.For<GrowProgress>(p => (p.Stage, p.Done, p.Total)) : null);
+                bar.Finish();
+            }
+            PrintPlan(stdout, terminal, result.Plan, result);
+            stdout.WriteLine(result.Plan.Shrinks
+                ? $"data blocks changed from {result.Plan.OldDataBlocks} to {result.Plan.NewDataBlocks} (shrunk)"
+                : $"data blocks changed from {result.Plan.OldDataBlocks} to {result.Plan.NewDataBlocks}");
+            return ExitCodes.Ok;
+        }
+        catch (FormatException e)
+        {
+            stderr.WriteLine($"xfswin grow: {e.Message}");
+            return ExitCodes.Usage;
+        }
+        catch (XfsException e)
+        {
+            stderr.WriteLine($"xfswin grow: {e.Message}");
+            return ExitCodes.FromError(e.Error);
+        }
+        catch (UnauthorizedAccessException e)
+        {
+            stderr.WriteLine($"xfswin grow: {e.Message} (growing writes to the device: run as administrator/root)");
+            return ExitCodes.Refused;
+        }
+        catch (IOException e)
+        {
+            stderr.WriteLine($"xfswin grow: {e.Message}");
+            return ExitCodes.IoError;
+        }
+    }
+
+    /// <summary>-D: a plain number is file system blocks (xfs_growfs); k, m, g, t, p, e suffixes (powers of 1024) are bytes.</summary>
+    public static ulong ParseSize(string text, uint blockSize)
+    {
+        string t = text.Trim().ToLowerInvariant();
+        int shift = 0;
+        if (t.Length > 1 && "kmgtpe".IndexOf(t[^1]) is int u and >= 0)
+        {
+            shift = 10 * (u + 1);
+            t = t[..^1];
+        }
+        if (!ulong.TryParse(t, NumberStyles.None, CultureInfo.InvariantCulture, out ulong n))
+            throw new FormatException($"-D needs a size in blocks or with a k/m/g/t suffix, not '{text}'");
+        if (shift == 0) return n;
+        if (n > ulong.MaxValue >> shift) throw new FormatException($"-D {text} is too large");
+        return (n << shift) / blockSize;
+    }
+
+    private static void PrintPlan(TextWriter o, bool terminal, GrowPlan p, GrowResult? r)
+    {
+        var rows = new List<IReadOnlyList<string>>
+        {
+            new[] { "data blocks", p.OldDataBlocks.ToString(CultureInfo.InvariantCulture), p.NewDataBlocks.ToString(CultureInfo.InvariantCulture) },
+            new[] { "size", Formatting.Bytes((long)(p.OldDataBlocks * p.BlockSize)), Formatting.Bytes((long)(p.NewDataBlocks * p.BlockSize)) },
+            new[] { "allocation groups", p.OldAgCount.ToString(CultureInfo.InvariantCulture), p.NewAgCount.ToString(CultureInfo.InvariantCulture) },
+            new[] { "agsize (blocks)", p.AgBlocks.ToString(CultureInfo.InvariantCulture), p.AgBlocks.ToString(CultureInfo.InvariantCulture) },
+            new[] { "last AG (blocks)", p.OldLastAgLength.ToString(CultureInfo.InvariantCulture), p.NewLastAgLength.ToString(CultureInfo.InvariantCulture) },
+            new[] { "inode limit (imaxpct " + p.ImaxPct + ")", "", p.MaxInodes.ToString(CultureInfo.InvariantCulture) },
+        };
+        if (r is not null)
+            rows.Add(new[] { "free blocks", r.FreeBlocksBefore.ToString(CultureInfo.InvariantCulture), r.FreeBlocksAfter.ToString(CultureInfo.InvariantCulture) });
+        CliTable.Write(o, terminal, ["", "before", "after"], rows);
+    }
+}
