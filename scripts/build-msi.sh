@@ -29,7 +29,7 @@ rm -rf "$work/publish" "$work/payload"
 # out of the source tree's bin/ and obj/ (a win-x64 restore there would change later Linux builds).
 publish() {
   echo "build-msi: publishing $1 (win-x64, self-contained)"
-  dotnet publish "$1" -c Release -r win-x64 --self-contained true --nologo -v quiet \
+  dotnet publish "$1" -c Release -r win-x64 --self-contained true --nologo -v quiet --disable-build-servers \
     --artifacts-path "$work/build" -o "$work/publish/$2" -p:DebugType=none -p:GenerateDocumentationFile=false >/dev/null
 }
 publish driver/XfsWin.Service service

@@ -223,9 +223,9 @@ internal sealed unsafe class TrayWindow : IDisposable
         {
             return ((TrayWindow)GCHandle.FromIntPtr(user).Target!).Handle(msg, wParam, lParam);
         }
-        catch (Exception e) when (e is InvalidOperationException or ArgumentException or IOException)
+        catch (Exception)
         {
-            // No exception may cross back into user32: the icon keeps working.
+            // No exception may cross back into user32 (it would end the process): the icon keeps working.
             return 0;
         }
     }
