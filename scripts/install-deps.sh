@@ -14,6 +14,9 @@ command -v gcc >/dev/null || need+=(gcc)
 command -v sfdisk >/dev/null || need+=(fdisk)
 command -v sgdisk >/dev/null || need+=(gdisk)
 command -v zstd >/dev/null || need+=(zstd)
+# The MSI (scripts/build-msi.sh) is built with wixl and checked with msiinfo and msiextract.
+command -v wixl >/dev/null || need+=(wixl)
+command -v msiextract >/dev/null || need+=(msitools)
 # The management UI's browser tests drive Debian's chromium (Playwright never downloads a browser).
 [ -x /usr/bin/chromium ] || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then

@@ -9,7 +9,8 @@ public readonly record struct LauncherValue(string Name, RegistryValueKind Kind,
 /// <summary>
 /// The WinFsp Launcher entry that lets <c>launchctl-x64 start xfswin INSTANCE SOURCE X: [options]</c>
 /// run <c>xfswin-service launch SOURCE X: [options]</c> as LocalSystem, in a job the launcher stops
-/// with Ctrl+Break. The values are computed here (tested on any OS) and written by <see cref="Register"/>.
+/// with Ctrl+Break. The values are computed here (tested on any OS) and written by <see cref="Register"/>;
+/// the MSI (installer/XfsWin.wxs) writes the same key and values, which MsiTests compares with these.
 /// </summary>
 public static class LauncherRegistration
 {
@@ -37,7 +38,8 @@ public static class LauncherRegistration
         [
             new("Executable", RegistryValueKind.String, executablePath),
             new("CommandLine", RegistryValueKind.String, CommandLine),
-            new("WorkDirectory", RegistryValueKind.String, Path.GetDirectoryName(executablePath)!),
+            // Ends in a separator, as the MSI's [INSTALLDIR] does (installer/XfsWin.wxs writes the same values).
+            new("WorkDirectory", RegistryValueKind.String, Path.GetDirectoryName(executablePath)! + Path.DirectorySeparatorChar),
             new("Security", RegistryValueKind.String, security),
             new("JobControl", RegistryValueKind.DWord, 1),
         ];

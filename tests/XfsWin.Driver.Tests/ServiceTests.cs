@@ -14,7 +14,7 @@ public unsafe class ServiceTests
         Assert.Equal(@"SOFTWARE\WOW6432Node\WinFsp\Services\xfswin", LauncherRegistration.KeyPath);
         Assert.Equal((RegistryValueKind.String, (object)exe), (values["Executable"].Kind, values["Executable"].Value));
         Assert.Equal("launch %1 %2 %3 %4 %5 %6 %7 %8 %9", values["CommandLine"].Value);
-        Assert.Equal(Path.GetDirectoryName(exe), values["WorkDirectory"].Value);
+        Assert.Equal(Path.GetDirectoryName(exe) + Path.DirectorySeparatorChar, values["WorkDirectory"].Value);
         Assert.Equal((RegistryValueKind.DWord, (object)1), (values["JobControl"].Kind, values["JobControl"].Value));
         Assert.Equal("D:P(A;;RPWPLC;;;SY)(A;;RPWPLC;;;BA)", values["Security"].Value);
         Assert.Throws<ArgumentException>(() => LauncherRegistration.Values("xfswin-service.exe"));
