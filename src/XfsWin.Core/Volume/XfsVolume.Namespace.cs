@@ -347,8 +347,6 @@ public sealed partial class XfsVolume
         ValidateName(newName);
         if ((flags & RenameFlags.Exchange) != 0 && (flags & (RenameFlags.NoReplace | RenameFlags.Whiteout)) != 0)
             throw new XfsException(XfsError.InvalidArgument, "RENAME_EXCHANGE cannot be combined with RENAME_NOREPLACE or RENAME_WHITEOUT");
-        if ((flags & RenameFlags.Whiteout) != 0)
-            throw new XfsException(XfsError.Unsupported, "RENAME_WHITEOUT is not supported by this build; nothing was changed");
         var w = Writer();
         lock (w.Lock)
         {
@@ -362,6 +360,8 @@ public sealed partial class XfsVolume
             var src = _inodes.Get(source);
             Inode? dst = targetExists ? _inodes.Get(target) : null;
             bool exchange = (flags & RenameFlags.Exchange) != 0;
+            bool whiteout = (flags & RenameFlags.Whiteout) != 0;
+            var fromDirInode = fromDir;
             if (src.IsDirectory && parent != newParent && IsAncestor(source, newParent))
                 throw new XfsException(XfsError.WouldLoop, "a directory cannot be moved under itself");
             if (exchange && dst!.IsDirectory && parent != newParent && IsAncestor(target, parent))
@@ -370,7 +370,8 @@ public sealed partial class XfsVolume
             {
                 if (src.IsDirectory && !dst.IsDirectory) throw new XfsException(XfsError.NotADirectory, $"\"{Show(newName)}\" is not a directory");
                 if (!src.IsDirectory && dst.IsDirectory) throw new XfsException(XfsError.IsADirectory, $"\"{Show(newName)}\" is a directory");
-                if (dst.IsDirectory && !IsEmptyDirectory(dst)) throw new XfsException(XfsError.NotEmpty, $"directory \"{Show(newName)}\" is not empty");
+                // XFS answers EEXIST (not ENOTEMPTY) for a rename over a directory that has entries.
+                if (dst.IsDirectory && !IsEmptyDirectory(dst)) throw new XfsException(XfsError.Exists, $"directory \"{Show(newName)}\" is not empty");
                 if (dst.Attributes.LinkCount <= 1 && dst.IsRegular && !IsHeld(target)) ShrinkInSteps(w, target, 0);
             }
 
@@ -434,7 +435,25 @@ public sealed partial class XfsVolume
                 {
                     toEditor.AddEntry(newName, source, src.FileType);
                 }
-                fromEditor.RemoveEntry(name);
+                if (whiteout)
+                {
+                    // RENAME_WHITEOUT: the source name now names a whiteout (a 0:0 character device, mode 0).
+                    var (wIno, wNew) = w.AllocateInode(tx, parent, directory: false);
+                    var white = NewInode(wIno, 0x2000, 0, 0, fromDirInode, now);
+                    white.DataFormat = ForkFormat.Device;
+                    BinaryPrimitives.WriteUInt32BigEndian(white.DataFork, 0);
+                    fromEditor.ReplaceEntry(name, wIno, XfsFileType.CharacterDevice);
+                    white.Log(tx, _inodes);
+                    tx.OnCommit(() =>
+                    {
+                        w.InodeCount += wNew;
+                        w.FreeInodes += wNew - 1;
+                    });
+                }
+                else
+                {
+                    fromEditor.RemoveEntry(name);
+                }
                 if (src.IsDirectory && parent != newParent)
                 {
                     RepointDotDot(tx, w, srcUpdate, newParent);
@@ -607,6 +626,33 @@ public sealed partial class XfsVolume
                     if (end == (long)current.Size) endWhole = (ulong)((end + sb.BlockSize - 1) >> sb.BlockLog);
                     if (endWhole > firstWhole) UnmapInSteps(w, inode, firstWhole, endWhole - firstWhole);
                     TouchModified(w, inode);
+                    return;
+                }
+                case FallocateMode.ZeroRange:
+                {
+                    // As the kernel: whole blocks are punched out, partial ones zeroed in place, then the whole
+                    // block-rounded range is preallocated (unwritten, reading as zeros); the size grows to cover it.
+                    long end = offset + length;
+                    long inside = Math.Min(end, (long)current.Size);
+                    if (inside > offset)
+                    {
+                        ZeroPartialBlocks(w, current, offset, inside);
+                        ulong firstWhole = (ulong)((offset + sb.BlockSize - 1) >> sb.BlockLog);
+                        ulong endWhole = (ulong)(inside >> sb.BlockLog);
+                        if (inside == (long)current.Size) endWhole = (ulong)((inside + sb.BlockSize - 1) >> sb.BlockLog);
+                        if (endWhole > firstWhole) UnmapInSteps(w, inode, firstWhole, endWhole - firstWhole);
+                    }
+                    using var tx = Begin(w, TransactionKind.Write);
+                    var update = new InodeUpdate(_inodes.Get(inode), sb);
+                    var editor = new ExtentMapEditor(tx, update, w.FileSpace);
+                    ulong first = (ulong)offset >> sb.BlockLog, last = (ulong)(end - 1) >> sb.BlockLog;
+                    editor.AllocateHoles(first, last - first + 1, unwritten: true);
+                    editor.Save();
+                    if (end > (long)update.Size) update.Size = (ulong)end;
+                    update.Touch(Now(), modified: true);
+                    update.Log(tx, _inodes);
+                    tx.Commit();
+                    AfterCommit(w);
                     return;
                 }
                 default:
