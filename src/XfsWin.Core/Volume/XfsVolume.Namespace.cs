@@ -548,29 +548,37 @@ public sealed partial class XfsVolume
             var editor = new ExtentMapEditor(tx, update, w.FileSpace);
             var fresh = editor.AllocateHoles(first, last - first + 1, unwritten: false);
             // Data goes to its blocks before the transaction that maps them commits: no crash exposes stale blocks.
-            var block = GC.AllocateUninitializedArray<byte>(blockSize);
-            for (ulong fb = first; fb <= last; fb++)
+            byte[]? block = null;
+            for (ulong fb = first; fb <= last;)
             {
                 if (!editor.TryMap(fb, out var extent)) throw new InvalidOperationException($"inode {inode}: block {fb} unmapped after allocation");
                 long disk = sb.FsbToByte(extent.StartBlock + (fb - extent.FileOffset));
                 long blockStart = (long)(fb << sb.BlockLog);
                 int from = (int)Math.Max(0, offset - blockStart);
+                if (from == 0)
+                {
+                    // Whole blocks of this extent in one device write.
+                    ulong run = Math.Min(extent.FileEnd, last + 1) - fb;
+                    long runBytes = Math.Min((long)run << sb.BlockLog, offset + data.Length - blockStart) & ~((long)blockSize - 1);
+                    if (runBytes > 0)
+                    {
+                        w.Access.Data.Write(disk, data.Slice((int)(blockStart - offset), (int)runBytes));
+                        fb += (ulong)(runBytes >> sb.BlockLog);
+                        continue;
+                    }
+                }
                 int to = (int)Math.Min(blockSize, offset + data.Length - blockStart);
                 var piece = data.Slice((int)(blockStart + from - offset), to - from);
-                bool whole = from == 0 && to == blockSize;
                 bool isNew = extent.Unwritten || fresh.Any(e => fb >= e.FileOffset && fb < e.FileEnd);
-                if (whole)
-                {
-                    w.Access.Data.Write(disk, piece);
-                    continue;
-                }
                 // Part of a block: what is not written reads as before (zeros for a new or unwritten block).
+                block ??= GC.AllocateUninitializedArray<byte>(blockSize);
                 if (isNew || blockStart >= (long)current.Size) Array.Clear(block);
                 else w.Access.Data.Read(disk, block);
                 if (!isNew && blockStart < (long)current.Size && blockStart + blockSize > (long)current.Size)
                     Array.Clear(block, (int)((long)current.Size - blockStart), blockSize - (int)((long)current.Size - blockStart));
                 piece.CopyTo(block.AsSpan(from));
                 w.Access.Data.Write(disk, block);
+                fb++;
             }
             editor.MarkWritten(first, last - first + 1);
             editor.Save();
