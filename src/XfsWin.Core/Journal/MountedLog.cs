@@ -157,7 +157,9 @@ public sealed class MountedLog
             // Grant only while the reserve head stays behind the tail by a whole log.
             while (WriteHead + _outstandingBlocks + blocks >= Absolute(CurrentTailLsn()) + _area.Blocks)
             {
-                if (!MakeSpace(blocks)) throw new XfsException(XfsError.IoError, $"the log cannot free {blocks} blocks for a transaction");
+                bool freed = false;
+                Guarded(() => freed = MakeSpace(blocks));
+                if (!freed) throw new XfsException(XfsError.IoError, $"the log cannot free {blocks} blocks for a transaction");
             }
             _outstandingBlocks += blocks;
         }
@@ -203,7 +205,7 @@ public sealed class MountedLog
             if (items.Count > 0) _cil.Commit(items, usedBlocks);
             else _outstandingBlocks -= usedBlocks;
             _transactions++;
-            if (_cil.FormattedBytes >= _thresholdBytes) WriteCheckpoint();
+            if (_cil.FormattedBytes >= _thresholdBytes) Guarded(WriteCheckpoint);
             return sequence;
         }
     }
@@ -220,7 +222,7 @@ public sealed class MountedLog
         {
             ThrowIfUnmounted();
             _forces++;
-            if (!_cil.IsEmpty) WriteCheckpoint();
+            if (!_cil.IsEmpty) Guarded(WriteCheckpoint);
         }
     }
 
@@ -230,8 +232,11 @@ public sealed class MountedLog
         lock (_lock)
         {
             ThrowIfUnmounted();
-            if (!_cil.IsEmpty) WriteCheckpoint();
-            PushAil(long.MaxValue);
+            Guarded(() =>
+            {
+                if (!_cil.IsEmpty) WriteCheckpoint();
+                PushAil(long.MaxValue);
+            });
         }
     }
 
@@ -241,14 +246,17 @@ public sealed class MountedLog
         lock (_lock)
         {
             ThrowIfUnmounted();
-            if (!_cil.IsEmpty) WriteCheckpoint();
-            PushAil(long.MaxValue);
-            EnsureSpace(_writer.BlocksFor(UnmountRecord.Size));
-            var payload = _writer.AppendOp(UnmountRecord.Tid, UnmountRecord.PayloadSize, LogOpHeader.ClientLog, LogOpHeader.FlagUnmount);
-            payload.Clear();
-            BinaryPrimitives.WriteUInt16LittleEndian(payload, UnmountRecord.Magic);
-            _writer.Submit(_writer.HeadLsn);
-            _area.Device.Flush();
+            Guarded(() =>
+            {
+                if (!_cil.IsEmpty) WriteCheckpoint();
+                PushAil(long.MaxValue);
+                EnsureSpace(_writer.BlocksFor(UnmountRecord.Size));
+                var payload = _writer.AppendOp(UnmountRecord.Tid, UnmountRecord.PayloadSize, LogOpHeader.ClientLog, LogOpHeader.FlagUnmount);
+                payload.Clear();
+                BinaryPrimitives.WriteUInt16LittleEndian(payload, UnmountRecord.Magic);
+                _writer.Submit(_writer.HeadLsn);
+                _area.Device.Flush();
+            });
             _unmounted = true;
         }
     }
@@ -256,6 +264,33 @@ public sealed class MountedLog
     private void ThrowIfUnmounted()
     {
         if (_unmounted) throw new ObjectDisposedException(nameof(MountedLog), "the log was unmounted");
+        if (_shutdown is not null)
+            throw new XfsException(XfsError.IoError,
+                $"the volume was shut down after the device failed a log or metadata write ({_shutdown.Message}); nothing more is written. " +
+                "Unmount it; Linux (or xfswin) replays its log at the next mount.");
+    }
+
+    private Exception? _shutdown;
+
+    /// <summary>Why the log shut down (a device write or flush failed), or null while it runs.</summary>
+    public Exception? ShutdownReason { get { lock (_lock) return _shutdown; } }
+
+    /// <summary>
+    /// Runs log or writeback I/O; a failure shuts the log down as the kernel's xfs_force_shutdown does: what is on
+    /// disk is whatever the log covers, and no further transaction or writeback happens.
+    /// </summary>
+    private void Guarded(Action io)
+    {
+        try
+        {
+            io();
+        }
+        catch (Exception e) when (e is not XfsCorruptionException and not InvalidOperationException)
+        {
+            _shutdown ??= e;
+            ThrowIfUnmounted();
+            throw;
+        }
     }
 
     /// <summary>

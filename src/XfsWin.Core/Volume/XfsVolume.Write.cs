@@ -242,7 +242,8 @@ public sealed partial class XfsVolume
             w.Unmounted = true;
             try
             {
-                if (_mount.Health.IsHealthy)
+                // A log shut down by a failed device write is left as it is: its replay is what the disk holds.
+                if (_mount.Health.IsHealthy && w.Log.ShutdownReason is null)
                 {
                     LogSuperblockCounters(w);
                     w.Access.Data.Flush();

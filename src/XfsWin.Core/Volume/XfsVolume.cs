@@ -156,7 +156,7 @@ public sealed partial class XfsVolume : IDisposable
     public ulong RootInode => _mount.Superblock.RootIno;
 
     /// <summary>True when this open cannot write: opened read-only, or a read-write open that found corruption.</summary>
-    public bool IsReadOnly => _write is null || _write.Unmounted || !_mount.Health.IsHealthy;
+    public bool IsReadOnly => _write is null || _write.Unmounted || !_mount.Health.IsHealthy || _write.Log.ShutdownReason is not null;
 
     /// <summary>False once any corruption was found; the volume then stays read-only.</summary>
     public bool IsHealthy => _mount.Health.IsHealthy;
