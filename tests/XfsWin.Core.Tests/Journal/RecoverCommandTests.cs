@@ -34,7 +34,8 @@ public sealed class RecoverCommandTests : IDisposable
         var real = Run(img);
         Assert.True(real.Code == 0, real.Out + real.Err);
         Assert.Contains("ReplayedInPlace", real.Out);
-        Assert.Contains("recovering: 100%", real.Err);
+        // Progress is drawn only on a terminal; on a pipe the output is the report alone.
+        Assert.DoesNotContain("%", real.Err);
         var repair = Shell.Run(OracleImages.Tool("xfs_repair"), "-n", img);
         Assert.True(repair.ExitCode == 0, repair.StandardOutput + repair.StandardError);
 
