@@ -372,7 +372,11 @@ public sealed partial class XfsVolume
                 if (!src.IsDirectory && dst.IsDirectory) throw new XfsException(XfsError.IsADirectory, $"\"{Show(newName)}\" is a directory");
                 // XFS answers EEXIST (not ENOTEMPTY) for a rename over a directory that has entries.
                 if (dst.IsDirectory && !IsEmptyDirectory(dst)) throw new XfsException(XfsError.Exists, $"directory \"{Show(newName)}\" is not empty");
-                if (dst.Attributes.LinkCount <= 1 && dst.IsRegular && !IsHeld(target)) ShrinkInSteps(w, target, 0);
+                if (dst.Attributes.LinkCount <= 1 && dst.IsRegular && !IsHeld(target))
+                {
+                    ShrinkInSteps(w, target, 0);
+                    dst = _inodes.Get(target); // its extents changed
+                }
             }
 
             using var tx = Begin(w, TransactionKind.Rename);

@@ -235,4 +235,27 @@ public sealed class NamespaceKernelTests(ITestOutputHelper output) : IDisposable
             AssertSame(expected, KernelTree(mount.MountPoint));
         AssertRepairClean(crashed, "6.13");
     }
+
+    [Fact]
+    public void Our_replay_of_our_log_gives_what_the_kernels_replay_gives()
+    {
+        string image = Make("6.13", "");
+        string forKernel = Path.Combine(_tmp, "for-kernel.img"), forUs = Path.Combine(_tmp, "for-us.img");
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            Workload(v, seed: 5);
+            v.Sync();
+            File.Copy(image, forKernel);
+            File.Copy(image, forUs);
+            if (Environment.GetEnvironmentVariable("XFSWIN_KEEP") is { } keep) File.Copy(image, keep, true);
+        }
+        // Our in-place replay of the crashed image, then the kernel reads both.
+        using (var replayed = XfsVolume.Open(forUs, new VolumeOpenOptions { Replay = XfsWin.Journal.LogReplayMode.InPlace }))
+            Assert.Equal(XfsWin.Journal.LogState.ReplayedInPlace, replayed.Info.LogState);
+        AssertRepairClean(forUs, "6.13");
+        Expected kernelView, ourView;
+        using (var mount = LoopMount.Mount(forKernel, readOnly: false)) kernelView = KernelTree(mount.MountPoint);
+        using (var mount = LoopMount.Mount(forUs, readOnly: true)) ourView = KernelTree(mount.MountPoint);
+        AssertSame(kernelView, ourView);
+    }
 }
