@@ -37,6 +37,9 @@ umount_xfswin() {
 }
 
 now() { date +%s.%N; }
+# Everything durable: syncfs for the kernel's XFS, and an fsync of the root directory, which FUSE passes on
+# (the kernel does not send syncfs to FUSE servers; fsync forces xfswin's log and flushes the device).
+settle() { sync -f "$mnt"; python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)' "$mnt"; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 # Each workload runs in a mounted $mnt and prints nothing.
@@ -52,9 +55,9 @@ for i in range(20000):
     os.write(fd, data)
     os.close(fd)
 PY
-  sync -f "$mnt"
+  settle
 }
-unlinks() { find "$mnt" -name 'file-*' -delete; sync -f "$mnt"; }
+unlinks() { find "$mnt" -name 'file-*' -delete; settle; }
 renames() {
   python3 - "$mnt" <<'PY'
 import os, sys
@@ -62,7 +65,7 @@ root = sys.argv[1]
 for i in range(20000):
     os.rename(os.path.join(root, f"d{i % 20}", f"file-{i:05d}"), os.path.join(root, f"d{(i + 7) % 20}", f"moved-{i:05d}"))
 PY
-  sync -f "$mnt"
+  settle
 }
 
 # measure NAME SETUP WORK: best time of $runs for WORK after SETUP, on kernel and xfswin.
