@@ -245,6 +245,13 @@ public sealed partial class XfsVolume
                 // A log shut down by a failed device write is left as it is: its replay is what the disk holds.
                 if (_mount.Health.IsHealthy && w.Log.ShutdownReason is null)
                 {
+                    // Holds left at unmount are released: inodes unlinked while held are freed now.
+                    lock (w.Holds) w.Holds.Clear();
+                    foreach (ulong orphan in w.Orphans.ToList())
+                    {
+                        w.Orphans.Remove(orphan);
+                        FreeOrphan(w, orphan);
+                    }
                     LogSuperblockCounters(w);
                     w.Access.Data.Flush();
                     w.Log.Unmount();

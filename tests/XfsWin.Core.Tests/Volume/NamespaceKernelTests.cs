@@ -258,4 +258,35 @@ public sealed class NamespaceKernelTests(ITestOutputHelper output) : IDisposable
         using (var mount = LoopMount.Mount(forUs, readOnly: true)) ourView = KernelTree(mount.MountPoint);
         AssertSame(kernelView, ourView);
     }
+
+    [Fact]
+    public void A_file_unlinked_while_held_lives_until_released_or_unmount()
+    {
+        string image = Make("6.13", "");
+        var data = new byte[300_000];
+        new Random(3).NextBytes(data);
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            ulong root = v.RootInode;
+            ulong held = v.CreateNode(root, "held"u8, 0x81A4, 0, 0).Inode;
+            ulong released = v.CreateNode(root, "released"u8, 0x81A4, 0, 0).Inode;
+            v.Write(held, 0, data);
+            v.Write(released, 0, data);
+            v.Retain(held);
+            v.Retain(released);
+            v.Unlink(root, "held"u8);
+            v.Unlink(root, "released"u8);
+            // Still readable through the hold, as an open file is.
+            var back = new byte[data.Length];
+            Assert.Equal(data.Length, v.Read(held, 0, back));
+            Assert.Equal(data, back);
+            Assert.Equal(0u, v.GetAttributes(held).LinkCount);
+            long freeBefore = (long)v.GetStats().FreeBlocks;
+            v.Release(released);
+            Assert.True((long)v.GetStats().FreeBlocks > freeBefore, "releasing the last hold of an unlinked file freed nothing");
+        }
+        AssertRepairClean(image, "6.13");
+        using var mount = LoopMount.Mount(image, readOnly: true);
+        Assert.Equal("kernel-dir kernel-file", string.Join(" ", Directory.GetFileSystemEntries(mount.MountPoint).Select(p => Path.GetFileName(p)).Order()));
+    }
 }
