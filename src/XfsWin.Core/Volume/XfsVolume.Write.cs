@@ -244,6 +244,11 @@ public sealed partial class XfsVolume
             {
                 if (_mount.Health.IsHealthy)
                 {
+                    // Inodes unlinked while a host held them exist only in memory (they are on no AGI unlinked
+                    // list): the holds end with the mount, so they are freed now, as the kernel inactivates every
+                    // evicted inode at unmount. Left behind they would be in-use inodes with no link.
+                    foreach (var orphan in w.Orphans.ToArray()) FreeOrphan(w, orphan);
+                    w.Orphans.Clear();
                     LogSuperblockCounters(w);
                     w.Access.Data.Flush();
                     w.Log.Unmount();
