@@ -200,18 +200,14 @@ public static class GrowCommand
     /// <summary>-D: a plain number is file system blocks (xfs_growfs); k, m, g, t, p, e suffixes (powers of 1024) are bytes.</summary>
     public static ulong ParseSize(string text, uint blockSize)
     {
-        string t = text.Trim().ToLowerInvariant();
-        int shift = 0;
-        if (t.Length > 1 && "kmgtpe".IndexOf(t[^1]) is int u and >= 0)
+        try
         {
-            shift = 10 * (u + 1);
-            t = t[..^1];
+            return VolumeGrower.ParseSize(text, blockSize);
         }
-        if (!ulong.TryParse(t, NumberStyles.None, CultureInfo.InvariantCulture, out ulong n))
-            throw new FormatException($"-D needs a size in blocks or with a k/m/g/t suffix, not '{text}'");
-        if (shift == 0) return n;
-        if (n > ulong.MaxValue >> shift) throw new FormatException($"-D {text} is too large");
-        return (n << shift) / blockSize;
+        catch (FormatException e)
+        {
+            throw new FormatException("-D: " + e.Message, e);
+        }
     }
 
     private static void PrintPlan(TextWriter o, bool terminal, GrowPlan p, GrowResult? r)

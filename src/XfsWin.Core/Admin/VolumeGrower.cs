@@ -264,6 +264,58 @@ public static class VolumeGrower
     }
 
     /// <summary>
+    /// The free extent at the end of the last AG and how many of its blocks a shrink can remove: what the kernel's
+    /// exact allocation of the tail can take (no more than one allocation may take, m_ag_max_usable, leaving the
+    /// free list its minimum), while the AG keeps its metadata reservation at its new length (xfs_ag_resv_init) and
+    /// at least <see cref="MinAgBlocks"/> blocks.
+    /// </summary>
+    private static (AllocRecord? Tail, ulong Removable) RemovableTail(Superblock sb, AgFreeSpace last, uint lastLength)
+    {
+        uint agno = sb.AgCount - 1;
+        var tail = last.TailExtent();
+        ulong removable = tail?.BlockCount ?? 0;
+        removable = Math.Min(removable, AgReservations.MaxUsable(sb));
+        ulong spare = (ulong)last.FreeBlocks + last.FreeListCount;
+        uint need = AgReservations.MinFreelist(sb, last);
+        removable = Math.Min(removable, spare > need ? spare - need : 0);
+        while (removable > 0 && !AgReservations.Fits(sb, last, agno, (uint)(lastLength - removable), last.FreeBlocks - removable))
+            removable--;
+        removable = Math.Min(removable, lastLength - MinAgBlocks);
+        return (tail, removable);
+    }
+
+    /// <summary>
+    /// The smallest size (in blocks) the unmounted volume on <paramref name="device"/> can shrink to: its size less
+    /// what <see cref="RemovableTail"/> allows at the end of the last AG. Reads, writes nothing.
+    /// </summary>
+    public static ulong SmallestSize(IBlockDevice device, Superblock sb)
+    {
+        ArgumentNullException.ThrowIfNull(device);
+        ArgumentNullException.ThrowIfNull(sb);
+        uint lastLength = (uint)(sb.DataBlocks - (ulong)(sb.AgCount - 1) * sb.AgBlocks);
+        var last = new AgFreeSpace(new LoggedBuffers(device), sb, sb.AgCount - 1);
+        return sb.DataBlocks - RemovableTail(sb, last, lastLength).Removable;
+    }
+
+    /// <summary>A size as xfs_growfs -D takes it: a plain number is file system blocks; k, m, g, t, p, e suffixes (powers of 1024) are bytes.</summary>
+    public static ulong ParseSize(string text, uint blockSize)
+    {
+        ArgumentNullException.ThrowIfNull(text);
+        string t = text.Trim().ToLowerInvariant();
+        int shift = 0;
+        if (t.Length > 1 && "kmgtpe".IndexOf(t[^1]) is int u and >= 0)
+        {
+            shift = 10 * (u + 1);
+            t = t[..^1];
+        }
+        if (!ulong.TryParse(t, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out ulong n))
+            throw new FormatException($"a size is blocks or bytes with a k/m/g/t suffix, not '{text}'");
+        if (shift == 0) return n;
+        if (n > ulong.MaxValue >> shift) throw new FormatException($"the size {text} is too large");
+        return (n << shift) / blockSize;
+    }
+
+    /// <summary>
     /// The tail shrink (xfs_ag_shrink_space): the removed blocks must be one free extent at the end of the last AG
     /// that the kernel's exact allocation could take (see <see cref="AgReservations"/>), the AG must keep its metadata
     /// reservation, and no inode chunk may reach into them. Returns the change of sb_fdblocks.
@@ -272,18 +324,7 @@ public static class VolumeGrower
     {
         uint agno = sb.AgCount - 1;
         uint remove = plan.OldLastAgLength - plan.NewLastAgLength;
-        var tail = last.TailExtent();
-        // What the kernel's exact allocation of the tail can take: the free extent at the end, no more than one
-        // allocation may take (m_ag_max_usable), leaving the free list its minimum.
-        ulong removable = tail?.BlockCount ?? 0;
-        removable = Math.Min(removable, AgReservations.MaxUsable(sb));
-        ulong spare = (ulong)last.FreeBlocks + last.FreeListCount;
-        uint need = AgReservations.MinFreelist(sb, last);
-        removable = Math.Min(removable, spare > need ? spare - need : 0);
-        // And the AG must still hold its metadata reservation at its new length (xfs_ag_resv_init).
-        while (removable > 0 && !AgReservations.Fits(sb, last, agno, (uint)(plan.OldLastAgLength - removable), last.FreeBlocks - removable))
-            removable--;
-        removable = Math.Min(removable, plan.OldLastAgLength - MinAgBlocks);
+        var (tail, removable) = RemovableTail(sb, last, plan.OldLastAgLength);
         ulong lastAgStart = (ulong)agno * sb.AgBlocks;
         if (tail is not { } t || removable < remove)
         {

@@ -374,6 +374,16 @@ public sealed partial class XfsVolume
     }
 
     /// <summary>
+    /// The size of the device the volume is on, in bytes; with <paramref name="refresh"/> asked of the file or disk
+    /// again (an image file extended since the open counts: what an online grow can grow into).
+    /// </summary>
+    public long DeviceLength(bool refresh)
+    {
+        ThrowIfDisposed();
+        return refresh ? _device.RefreshLength() : _device.Length;
+    }
+
+    /// <summary>
     /// Every committed change written in place and made durable, the log's tail at its head, and every cached buffer
     /// that can be dropped dropped (so later reads see what a change made on the device). Under <see cref="VolumeWriteState.Lock"/>.
     /// </summary>
