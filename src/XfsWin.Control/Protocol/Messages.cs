@@ -188,6 +188,8 @@ public sealed class HelloResult
     public required string MountPointKind { get; init; }
     /// <summary>Mount points to offer: free drive letters on Windows, a directory under /mnt/xfswin on Linux.</summary>
     public required IReadOnlyList<string> SuggestedMountPoints { get; init; }
+    /// <summary>Whether mount takes readOnly=false here (version 3; the FUSE host writes, WinFsp mounts are read-only).</summary>
+    public bool ReadWriteMounts { get; init; }
 }
 
 public sealed class ListResult

@@ -85,6 +85,7 @@ public sealed class VolumeManager : IDisposable
         Operations = Operations.AcceptedIn(version),
         MountPointKind = _backend?.MountPointKind ?? "none",
         SuggestedMountPoints = _backend?.SuggestMountPoints(null) ?? [],
+        ReadWriteMounts = version >= 3 && _backend is { ServesWrites: true },
     };
 
     /// <summary>The key a source is known by: full path, and "@N" for a partition.</summary>
@@ -232,7 +233,7 @@ public sealed class VolumeManager : IDisposable
             LogState = mountPoint is null && info.LogState == LogState.ReplayedInMemory ? "dirty" : LogStateName(info.LogState),
             Health = volume.IsHealthy ? Health.Healthy : Health.Corrupt,
             Problem = volume.FirstCorruption?.Message,
-            MountPoint = mountPoint, ReadOnly = true,
+            MountPoint = mountPoint, ReadOnly = mountPoint is null || volume.IsReadOnly,
         };
     }
 
