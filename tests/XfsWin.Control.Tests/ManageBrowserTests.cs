@@ -8,7 +8,8 @@ namespace XfsWin.Control.Tests;
 
 /// <summary>
 /// The management UI in a real browser (Debian's chromium driven by Playwright) against volumes
-/// made by mkfs.xfs: list, mount through FUSE and unmount, recover a log the kernel left dirty;
+/// made by mkfs.xfs: list, mount through FUSE (read-only and read-write) and unmount, recover a log the
+/// kernel left dirty, grow offline and while mounted read-write;
 /// and every request without the token refused. Screenshots of each screen go to
 /// $XFSWIN_SCREENSHOTS (docs/images when refreshed by hand), or the test's temp directory.
 /// </summary>
@@ -101,7 +102,7 @@ public sealed class ManageBrowserTests : IAsyncLifetime
         Assert.Equal("dirty", (await Row(page, _dirty).Locator("td").Nth(5).InnerTextAsync()).Trim());
         // Only operations the service accepts are offered.
         var ops = await plain.Locator("button").EvaluateAllAsync<string[]>("b => b.map(x => x.dataset.op)");
-        Assert.Equal(["info", "mount", "recover", "check", "format"], ops);
+        Assert.Equal(["info", "mount", "recover", "check", "grow", "format"], ops);
         // What holds no XFS volume is offered for formatting as a whole.
         Assert.Equal(1, await page.Locator($".disk[data-disk=\"{_scratch}\"] .disk-head button[data-op=format]").CountAsync());
         Assert.Equal(0, await page.Locator($".disk[data-disk=\"{_plain}\"] .disk-head button[data-op=format]").CountAsync());
@@ -132,6 +133,65 @@ public sealed class ManageBrowserTests : IAsyncLifetime
         await page.WaitForFunctionAsync($"() => document.querySelector('tr[data-source=\"{_plain}\"] button[data-op=mount]') !== null");
         Assert.False(TestVolumes.IsMountPoint(mountPoint));
         await page.WaitForSelectorAsync("#events li[data-kind=unmounted]");
+    }
+
+    [Fact]
+    public async Task Grows_a_volume_offline_then_while_mounted_read_write()
+    {
+        // The image file grows first (as a disk or partition would), to 480 MiB; the volume is 320 MiB.
+        using (var f = new FileStream(_plain, FileMode.Open)) f.SetLength(480L << 20);
+        var page = await Open();
+        await Row(page, _plain).Locator("button[data-op=grow]").ClickAsync();
+        await page.WaitForSelectorAsync("#grow-dialog[open]");
+        Assert.Contains("320.0 MiB (81920 blocks)", await page.InnerTextAsync("#grow-current"));
+        Assert.Contains("480.0 MiB (122880 blocks)", await page.InnerTextAsync("#grow-device"));
+        // The shrink limit: the free tail of the last AG can go, down to what the CLI's refusal names.
+        var smallest = ulong.Parse(System.Text.RegularExpressions.Regex.Match(await page.InnerTextAsync("#grow-smallest"), @"\((\d+) blocks\)").Groups[1].Value);
+        var cliErr = new StringWriter();
+        int cliCode = XfsWin.Cli.Program.Run(["grow", "--no-progress", "-D", (smallest - 1).ToString(), _plain],
+            new XfsWin.Cli.CliConsole { Out = new StringWriter(), Error = cliErr, StdoutStream = new MemoryStream() });
+        Assert.NotEqual(0, cliCode);
+        Assert.Contains($"the smallest size is {smallest} blocks", cliErr.ToString());
+        Assert.Contains("Not mounted", await page.InnerTextAsync("#grow-where"));
+        await page.FillAsync("#grow-size", "400m");
+        await Shot(page, "manage-grow-dialog.png");
+        await page.ClickAsync("#grow-confirm");
+        await page.WaitForFunctionAsync("() => document.getElementById('operation-stage').textContent === 'done'");
+        Assert.Contains("grown from 81920 to 102400 blocks", await page.InnerTextAsync("#operation-result"));
+        await page.WaitForSelectorAsync("#events li[data-kind=operation-finished]");
+        await Shot(page, "manage-grown.png");
+
+        // Mount read-write: the dialog's checkbox.
+        var mountPoint = Path.Combine(_dir, "mounted", "rw");
+        await Row(page, _plain).Locator("button[data-op=mount]").ClickAsync();
+        await page.FillAsync("#mount-point", mountPoint);
+        await page.CheckAsync("#mount-rw");
+        await Shot(page, "manage-mount-rw-dialog.png");
+        await page.ClickAsync("#mount-confirm");
+        await page.WaitForFunctionAsync("() => document.getElementById('operation-stage').textContent === 'done'");
+        Assert.Contains("Mounted read-write", await page.InnerTextAsync("#operation-result"));
+        File.WriteAllText(Path.Combine(mountPoint, "photos", "written.txt"), "written through the service's mount\n");
+
+        // Grow while mounted: to the whole device.
+        await Row(page, _plain).Locator("button[data-op=grow]").ClickAsync();
+        await page.WaitForSelectorAsync("#grow-dialog[open]");
+        Assert.Contains("Mounted read-write", await page.InnerTextAsync("#grow-where"));
+        Assert.Contains("400.0 MiB (102400 blocks)", await page.InnerTextAsync("#grow-current"));
+        await Shot(page, "manage-grow-online-dialog.png");
+        await page.ClickAsync("#grow-confirm");
+        await page.WaitForFunctionAsync("() => document.getElementById('operation-stage').textContent === 'done'");
+        Assert.Contains("grown from 102400 to 122880 blocks while mounted", await page.InnerTextAsync("#operation-result"));
+        await Shot(page, "manage-grown-online.png");
+        long statfs = long.Parse(Shell.RunChecked("stat", "-f", "-c", "%b", mountPoint).StandardOutput.Trim());
+
+        await Row(page, _plain).Locator("button[data-op=unmount]").ClickAsync();
+        await page.WaitForFunctionAsync($"() => document.querySelector('tr[data-source=\"{_plain}\"] button[data-op=mount]') !== null");
+        var repair = TestVolumes.Repair(_plain);
+        Assert.True(repair.ExitCode == 0, repair.StandardError + repair.StandardOutput);
+        using var kernel = LoopMount.Mount(_plain, readOnly: true);
+        Assert.Equal(statfs, long.Parse(Shell.RunChecked("stat", "-f", "-c", "%b", kernel.MountPoint).StandardOutput.Trim()));
+        Assert.Equal("written through the service's mount\n", File.ReadAllText(Path.Combine(kernel.MountPoint, "photos", "written.txt")));
+        Assert.Equal("served by xfswin\n", File.ReadAllText(Path.Combine(kernel.MountPoint, "photos", "readme.txt")));
     }
 
     [Fact]

@@ -92,13 +92,13 @@ public sealed class ProtocolTests : IAsyncLifetime
     {
         await using var client = await _server.Connect();
         var hello = (await client.CallAsync(new ControlRequest { Op = Operations.Hello })).Hello!;
-        Assert.Equal(2, hello.ProtocolVersion);
+        Assert.Equal(3, hello.ProtocolVersion);
         Assert.Equal("linux", hello.Platform);
         Assert.Equal("directory", hello.MountPointKind);
-        Assert.Equal(["hello", "list", "info", "mount", "unmount", "recover", "subscribe", "format", "check"], hello.Operations);
-        var grow = await client.SendAsync(new ControlRequest { Op = "grow", Source = "/nonexistent" });
-        Assert.False(grow.Ok);
-        Assert.Equal(ErrorCodes.UnknownOperation, grow.Error!.Code);
+        Assert.Equal(["hello", "list", "info", "mount", "unmount", "recover", "subscribe", "format", "check", "grow"], hello.Operations);
+        var shrink = await client.SendAsync(new ControlRequest { Op = "shrink", Source = "/nonexistent" });
+        Assert.False(shrink.Ok);
+        Assert.Equal(ErrorCodes.UnknownOperation, shrink.Error!.Code);
     }
 
     [Fact]

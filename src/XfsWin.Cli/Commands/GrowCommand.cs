@@ -13,16 +13,17 @@ namespace XfsWin.Cli.Commands;
 /// </summary>
 public static class GrowCommand
 {
-    public const string Description = "Grow (or shrink the free tail of) an unmounted volume's data section, as xfs_growfs does";
+    public const string Description = "Grow (or shrink the free tail of) a volume's data section, as xfs_growfs does (online on an xfswin rw mount)";
 
     public const string Usage =
         "usage: xfswin grow TARGET [-D SIZE] [-n] [--log-device LOGDEV] [--progress|--no-progress]\n" +
-        "  TARGET: an unmounted image file, block device or partition (disk.img@2). Extend an image file first\n" +
+        "  TARGET: an image file, block device or partition (disk.img@2). Extend an image file first\n" +
         "          (truncate -s 20G disk.img); without -D the data section grows to the whole device.\n" +
         "  -D SIZE   new size in file system blocks (as xfs_growfs), or with a suffix in bytes: 512k, 10g, 2t.\n" +
         "            Smaller than now shrinks: only free space at the end of the last allocation group can go.\n" +
         "  -n        print the geometry and what would change; write nothing\n" +
-        "  A mounted volume cannot be grown yet: unmount it first (xfswin has no read-write mounts).";
+        "  TARGET may also be the mount point of a volume xfswin mounted read-write (xfswin mount -o rw):\n" +
+        "  it then grows while in use (it cannot shrink while mounted).";
 
     public static int Run(string[] args) => Run(args, CliConsole.FromProcess());
 
@@ -64,11 +65,7 @@ public static class GrowCommand
             return ExitCodes.Usage;
         }
         if (Directory.Exists(target))
-        {
-            stderr.WriteLine($"xfswin grow: {target} is a directory. Growing a mounted volume (online grow) is not possible yet: xfswin has no " +
-                             "read-write mounts. Unmount the volume and give its image file or device instead; for a volume Linux has mounted, use xfs_growfs there.");
-            return ExitCodes.Usage;
-        }
+            return GrowMounted(target, size, dryRun, progressFlag, console);
 
         try
         {
@@ -80,7 +77,7 @@ public static class GrowCommand
             }
             if (!dryRun && MountGuard.InUse(path) is { } busy)
             {
-                stderr.WriteLine($"xfswin grow: {busy}. Nothing was written. (Growing a mounted volume is not possible yet.)");
+                stderr.WriteLine($"xfswin grow: {busy}. Nothing was written. (A volume xfswin mounted read-write grows through its mount point: xfswin grow MOUNTPOINT.)");
                 return ExitCodes.Refused;
             }
             using var access = dryRun
@@ -154,21 +151,63 @@ public static class GrowCommand
         }
     }
 
+    /// <summary>
+    /// Online grow: <paramref name="mountPoint"/> must be served read-write by an xfswin mount server, which grows the
+    /// volume it holds open (see <see cref="MountControl"/>).
+    /// </summary>
+    private static int GrowMounted(string mountPoint, string? size, bool dryRun, bool? progressFlag, CliConsole console)
+    {
+        var stderr = console.Error;
+        if (dryRun)
+        {
+            stderr.WriteLine($"xfswin grow: -n needs the volume's image file or device, not a mount point ({mountPoint}). Nothing was written.");
+            return ExitCodes.Usage;
+        }
+        try
+        {
+            (GrowResult? Result, int ExitCode, string? Error)? answer;
+            using (var bar = CliProgress.Start(console, progressFlag, "grow"))
+            {
+                answer = MountControl.Grow(mountPoint, size, bar.Enabled ? bar.For<GrowProgress>(p => (p.Stage, p.Done, p.Total)) : null);
+                bar.Finish();
+            }
+            if (answer is null)
+            {
+                stderr.WriteLine($"xfswin grow: {mountPoint} is a directory, but no read-write xfswin mount serves it. Mount the volume with " +
+                                 "xfswin mount -o rw SOURCE DIR and grow it through DIR, or give an unmounted image file or device; " +
+                                 "for a volume Linux mounted, use xfs_growfs.");
+                return ExitCodes.Usage;
+            }
+            var (result, code, error) = answer.Value;
+            if (result is null)
+            {
+                stderr.WriteLine($"xfswin grow: {error}");
+                return code;
+            }
+            PrintPlan(console.Out, console.StdoutIsTerminal, result.Plan, result);
+            console.Out.WriteLine(result.Plan.Changes
+                ? $"data blocks changed from {result.Plan.OldDataBlocks} to {result.Plan.NewDataBlocks} (online)"
+                : "Nothing to do: the volume already has this size.");
+            return ExitCodes.Ok;
+        }
+        catch (Exception e) when (e is IOException or System.Net.Sockets.SocketException or FormatException)
+        {
+            stderr.WriteLine($"xfswin grow: talking to the mount server of {mountPoint} failed: {e.Message}");
+            return ExitCodes.IoError;
+        }
+    }
+
     /// <summary>-D: a plain number is file system blocks (xfs_growfs); k, m, g, t, p, e suffixes (powers of 1024) are bytes.</summary>
     public static ulong ParseSize(string text, uint blockSize)
     {
-        string t = text.Trim().ToLowerInvariant();
-        int shift = 0;
-        if (t.Length > 1 && "kmgtpe".IndexOf(t[^1]) is int u and >= 0)
+        try
         {
-            shift = 10 * (u + 1);
-            t = t[..^1];
+            return VolumeGrower.ParseSize(text, blockSize);
         }
-        if (!ulong.TryParse(t, NumberStyles.None, CultureInfo.InvariantCulture, out ulong n))
-            throw new FormatException($"-D needs a size in blocks or with a k/m/g/t suffix, not '{text}'");
-        if (shift == 0) return n;
-        if (n > ulong.MaxValue >> shift) throw new FormatException($"-D {text} is too large");
-        return (n << shift) / blockSize;
+        catch (FormatException e)
+        {
+            throw new FormatException("-D: " + e.Message, e);
+        }
     }
 
     private static void PrintPlan(TextWriter o, bool terminal, GrowPlan p, GrowResult? r)

@@ -177,6 +177,21 @@ public static class MountCommand
                 return 1;
             }
 
+            // A read-write mount takes control requests (xfswin grow MOUNTPOINT) on a socket named after its mount point.
+            IDisposable? control = null;
+            if (writable)
+            {
+                try
+                {
+                    control = MountControl.Serve(parsed.MountPoint, volume, Console.Error);
+                }
+                catch (Exception e) when (e is IOException or UnauthorizedAccessException or System.Net.Sockets.SocketException)
+                {
+                    Console.Error.WriteLine($"xfswin mount: warning: no control socket ({e.Message}): xfswin grow cannot reach this mount");
+                }
+            }
+            using var controlScope = control;
+
             void Stop(PosixSignalContext context)
             {
                 context.Cancel = true;

@@ -15,6 +15,8 @@ public sealed class FuseMountBackend(TextWriter log) : IMountBackend
 
     public string MountPointKind => "directory";
 
+    public bool ServesWrites => true;
+
     public IReadOnlyList<string> SuggestMountPoints(string? label) =>
         [Path.Combine("/mnt/xfswin", string.IsNullOrWhiteSpace(label) ? "volume" : Sanitize(label))];
 
@@ -32,7 +34,12 @@ public sealed class FuseMountBackend(TextWriter log) : IMountBackend
     {
         if (hostOptions.Count > 0)
             throw new IOException($"FUSE mounts of the service take no options (got '{string.Join(' ', hostOptions)}')");
-        var host = new FuseHost(volume, new FuseMountOptions { AllowOther = true, DefaultPermissions = true }, log);
+        // A read-write mount keeps no page or listing caches and short attribute timeouts (as xfswin mount -o rw).
+        bool writable = !volume.IsReadOnly;
+        var options = writable
+            ? new FuseMountOptions { AllowOther = true, DefaultPermissions = true, ReadOnly = false, AttributeTimeout = 1, EntryTimeout = 1 }
+            : new FuseMountOptions { AllowOther = true, DefaultPermissions = true };
+        var host = new FuseHost(volume, options, log);
         try
         {
             FuseHost.EnsureAvailable();

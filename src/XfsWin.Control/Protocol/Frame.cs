@@ -35,9 +35,9 @@ public static class Frame
     /// every version from <see cref="OldestVersion"/> to this one and answers each request in the
     /// version it was asked in, offering that version's operations only (<see cref="Operations"/>);
     /// other versions are answered with an error. Version 1: hello, list, info, mount, unmount,
-    /// recover, subscribe. Version 2: format and check.
+    /// recover, subscribe. Version 2: format and check. Version 3: grow, and mount's readOnly.
     /// </summary>
-    public const byte CurrentVersion = 2;
+    public const byte CurrentVersion = 3;
 
     /// <summary>The oldest version a server still serves.</summary>
     public const byte OldestVersion = 1;

@@ -31,12 +31,19 @@ public static class Operations
     public const string Format = "format";
     /// <summary>Check a volume's metadata like <c>xfs_repair -n</c>; progress is streamed. Version 2.</summary>
     public const string Check = "check";
+    /// <summary>
+    /// Grow a volume's data section (or shrink the free tail of an unmounted one's last AG), as xfs_growfs does:
+    /// offline when it is not mounted, online when this server has it mounted read-write; with dryRun, report the
+    /// current size, the device's size and the shrink limit. Progress is streamed. Version 3.
+    /// </summary>
+    public const string Grow = "grow";
 
     /// <summary>Every operation with the protocol version it joined in, in the order hello lists them.</summary>
     private static readonly (string Name, byte Since)[] All =
     [
         (Hello, 1), (List, 1), (Info, 1), (Mount, 1), (Unmount, 1), (Recover, 1), (Subscribe, 1),
         (Format, 2), (Check, 2),
+        (Grow, 3),
     ];
 
     /// <summary>The operations of the current version.</summary>
@@ -99,6 +106,10 @@ public sealed class ControlRequest
     public bool DryRun { get; set; }
     /// <summary>format: mkfs options (version 2).</summary>
     public FormatOptions? Format { get; set; }
+    /// <summary>mount: false mounts read-write (version 3; absent or true: read-only, as versions 1 and 2 always did).</summary>
+    public bool? ReadOnly { get; set; }
+    /// <summary>grow: the new size as xfs_growfs -D takes it (blocks, or bytes with k/m/g/t); absent: the whole device (version 3).</summary>
+    public string? Size { get; set; }
 }
 
 /// <summary>
@@ -160,6 +171,7 @@ public sealed class ControlResponse
     public RecoverResult? Recover { get; set; }
     public FormatResult? Format { get; set; }
     public CheckResult? Check { get; set; }
+    public GrowResultInfo? Grow { get; set; }
 
     public static ControlResponse Fail(long id, string code, string message) =>
         new() { Id = id, Ok = false, Error = new ControlError { Code = code, Message = message } };
@@ -176,6 +188,8 @@ public sealed class HelloResult
     public required string MountPointKind { get; init; }
     /// <summary>Mount points to offer: free drive letters on Windows, a directory under /mnt/xfswin on Linux.</summary>
     public required IReadOnlyList<string> SuggestedMountPoints { get; init; }
+    /// <summary>Whether mount takes readOnly=false here (version 3; the FUSE host writes, WinFsp mounts are read-only).</summary>
+    public bool ReadWriteMounts { get; init; }
 }
 
 public sealed class ListResult
@@ -344,6 +358,30 @@ public sealed class CheckResult
     public required string Message { get; init; }
 }
 
+/// <summary>What grow did (or, in a dry run, would do), in file system blocks of <see cref="BlockSize"/> bytes.</summary>
+public sealed class GrowResultInfo
+{
+    public required string Source { get; init; }
+    public bool DryRun { get; init; }
+    /// <summary>True when the volume was mounted read-write by this server and grew while in use.</summary>
+    public bool Online { get; init; }
+    /// <summary>True when the volume changed size.</summary>
+    public bool Written { get; init; }
+    public int BlockSize { get; init; }
+    public ulong OldDataBlocks { get; init; }
+    public ulong NewDataBlocks { get; init; }
+    public uint OldAgCount { get; init; }
+    public uint NewAgCount { get; init; }
+    public uint AgBlocks { get; init; }
+    /// <summary>What the device holds now (the size grow goes to when none is given).</summary>
+    public ulong DeviceBlocks { get; init; }
+    /// <summary>The smallest size a shrink can reach (only free space at the end of the last AG can go); the current size while mounted.</summary>
+    public ulong SmallestBlocks { get; init; }
+    public ulong FreeBlocksBefore { get; init; }
+    public ulong FreeBlocksAfter { get; init; }
+    public required string Message { get; init; }
+}
+
 /// <summary>Progress of a long operation, sent before its response; <see cref="Fraction"/> runs 0..1.</summary>
 public sealed class ProgressMessage
 {
@@ -361,7 +399,7 @@ public static class EventKinds
     public const string Unmounted = "unmounted";
     /// <summary>A mounted volume found corruption: it stays mounted read-only and refuses writes.</summary>
     public const string VolumeReadOnly = "volume-read-only";
-    /// <summary>A long operation (recover, format, check) finished, successfully or not; <see cref="ControlEvent.Op"/> names it.</summary>
+    /// <summary>A long operation (recover, format, check, grow) finished, successfully or not; <see cref="ControlEvent.Op"/> names it.</summary>
     public const string OperationFinished = "operation-finished";
 }
 

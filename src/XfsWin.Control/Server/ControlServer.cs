@@ -240,7 +240,7 @@ public sealed class ControlServer : IAsyncDisposable
             case Operations.Mount:
                 if (string.IsNullOrEmpty(request.MountPoint))
                     throw new ControlException(ErrorCodes.BadRequest, "mount needs a mountPoint (a directory on Linux; a drive letter like X: or a folder on Windows)");
-                return new ControlResponse { Id = request.Id, Ok = true, Mount = _volumes.Mount(Source(), request.MountPoint) };
+                return new ControlResponse { Id = request.Id, Ok = true, Mount = _volumes.Mount(Source(), request.MountPoint, readOnly: request.ReadOnly ?? true) };
             case Operations.Unmount:
                 return new ControlResponse { Id = request.Id, Ok = true, Mount = _volumes.Unmount(request.Source, request.MountPoint) };
             case Operations.Recover:
@@ -263,6 +263,14 @@ public sealed class ControlServer : IAsyncDisposable
                     Id = request.Id, Ok = true,
                     Check = _volumes.Check(Source(), new Progress<CheckProgress>(p =>
                         checkProgress.Report(p.Phase, p.Total > 0 ? (double)p.Done / p.Total : 0))),
+                };
+            case Operations.Grow:
+                var growProgress = new ProgressSender(connection, request.Id, Operations.Grow, version);
+                return new ControlResponse
+                {
+                    Id = request.Id, Ok = true,
+                    Grow = _volumes.Grow(Source(), request.Size, request.DryRun, new Progress<XfsWin.Admin.GrowProgress>(p =>
+                        growProgress.Report(p.Stage, p.Total > 0 ? (double)p.Done / p.Total : 0))),
                 };
             case null or "":
                 throw new ControlException(ErrorCodes.BadRequest, "the request names no op");

@@ -15,6 +15,12 @@ public interface IMountBackend
     /// <summary>"directory" or "drive-letter-or-folder" (see <see cref="Protocol.HelloResult.MountPointKind"/>).</summary>
     string MountPointKind { get; }
 
+    /// <summary>
+    /// Whether the host serves writes: a volume opened read-write is then mounted read-write. A host that
+    /// cannot (false) gets read-only volumes only; a read-write mount request is refused.
+    /// </summary>
+    bool ServesWrites => false;
+
     /// <summary>Mount points to offer a user for a volume with this label (free drive letters, a directory).</summary>
     IReadOnlyList<string> SuggestMountPoints(string? label);
 
@@ -22,7 +28,8 @@ public interface IMountBackend
     string? CheckMountPoint(string mountPoint);
 
     /// <summary>
-    /// Mounts <paramref name="volume"/>; throws <see cref="IOException"/> or <see cref="XfsException"/> saying why not.
+    /// Mounts <paramref name="volume"/>, read-write when it was opened so (<see cref="XfsVolume.IsReadOnly"/> false,
+    /// only for a host that <see cref="ServesWrites"/>); throws <see cref="IOException"/> or <see cref="XfsException"/> saying why not.
     /// <paramref name="hostOptions"/> are the host's own option words from a configured mount (the
     /// driver's options on Windows); mounts asked for over the channel pass none.
     /// </summary>

@@ -85,6 +85,7 @@ public sealed class VolumeManager : IDisposable
         Operations = Operations.AcceptedIn(version),
         MountPointKind = _backend?.MountPointKind ?? "none",
         SuggestedMountPoints = _backend?.SuggestMountPoints(null) ?? [],
+        ReadWriteMounts = version >= 3 && _backend is { ServesWrites: true },
     };
 
     /// <summary>The key a source is known by: full path, and "@N" for a partition.</summary>
@@ -232,7 +233,7 @@ public sealed class VolumeManager : IDisposable
             LogState = mountPoint is null && info.LogState == LogState.ReplayedInMemory ? "dirty" : LogStateName(info.LogState),
             Health = volume.IsHealthy ? Health.Healthy : Health.Corrupt,
             Problem = volume.FirstCorruption?.Message,
-            MountPoint = mountPoint, ReadOnly = true,
+            MountPoint = mountPoint, ReadOnly = mountPoint is null || volume.IsReadOnly,
         };
     }
 
@@ -322,13 +323,18 @@ public sealed class VolumeManager : IDisposable
     }
 
     /// <summary>
-    /// Opens <paramref name="source"/> read-only and mounts it. <paramref name="open"/> and
-    /// <paramref name="hostOptions"/> come from configured mounts (the service's mount table);
-    /// channel requests use the defaults (log replayed in memory, default host options).
+    /// Opens <paramref name="source"/> and mounts it: read-only (the default), or with
+    /// <paramref name="readOnly"/> false read-write (a dirty log is then replayed onto the device first, as Linux
+    /// does; a volume with a feature the write path does not keep opens read-only and the result says so).
+    /// <paramref name="open"/> and <paramref name="hostOptions"/> come from configured mounts (the service's mount
+    /// table); channel requests use the defaults (log replayed in memory, default host options).
     /// </summary>
-    public MountResult Mount(string source, string mountPoint, VolumeOpenOptions? open = null, IReadOnlyList<string>? hostOptions = null)
+    public MountResult Mount(string source, string mountPoint, VolumeOpenOptions? open = null, IReadOnlyList<string>? hostOptions = null, bool readOnly = true)
     {
         if (_backend is null) throw new ControlException(ErrorCodes.Unavailable, "this server has no mount host (FUSE or WinFsp) available");
+        if (!readOnly && !_backend.ServesWrites)
+            throw new ControlException(ErrorCodes.Unavailable, $"{_backend.Name} mounts of this server are read-only; mount without read-write");
+        if (!readOnly) open = (open ?? new VolumeOpenOptions()) with { Writable = true, Replay = LogReplayMode.InPlace };
         string key = Normalize(source);
         if (string.IsNullOrWhiteSpace(mountPoint)) throw new ControlException(ErrorCodes.BadMountPoint, "give a mount point");
         lock (_gate)
@@ -366,8 +372,10 @@ public sealed class VolumeManager : IDisposable
             var active = new ActiveMount { Key = key, Source = source, Volume = volume, Host = host, CreatedDirectory = created };
             lock (_gate) _mounts[key] = active;
             host.Stopped.ContinueWith(_ => HostStopped(active), TaskScheduler.Default);
-            Raise(EventKinds.Mounted, key, host.MountPoint, $"{key} mounted read-only at {host.MountPoint}");
-            return new MountResult { Source = key, MountPoint = host.MountPoint, Host = _backend.Name, ReadOnly = true, Warnings = volume.Info.Warnings };
+            bool ro = volume.IsReadOnly;
+            Raise(EventKinds.Mounted, key, host.MountPoint, $"{key} mounted {(ro ? "read-only" : "read-write")} at {host.MountPoint}");
+            var warnings = !readOnly && ro ? [.. volume.Info.Warnings, .. volume.Info.ReadOnlyReasons] : volume.Info.Warnings;
+            return new MountResult { Source = key, MountPoint = host.MountPoint, Host = _backend.Name, ReadOnly = ro, Warnings = warnings };
         }
         finally
         {
@@ -479,7 +487,8 @@ public sealed class VolumeManager : IDisposable
     // ---- device operations: recover, format, check ---------------------------------------------
     // Each works on an unmounted device, alone: RunExclusive claims the source, refuses it while this
     // server or the kernel has it (or an overlapping partition or whole disk) mounted, and raises
-    // operation-finished. Grow joins here as one more method over RunExclusive.
+    // operation-finished. Grow runs here too when the volume is not mounted; on a volume this server
+    // has mounted read-write it grows online (GrowMounted), claiming the mount instead.
 
     /// <summary>
     /// Runs <paramref name="work"/> on <paramref name="key"/> with no other operation or mount on it.
@@ -507,6 +516,127 @@ public sealed class VolumeManager : IDisposable
             Release(key);
         }
     }
+
+    /// <summary>
+    /// Grows <paramref name="source"/> to <paramref name="size"/> (as xfs_growfs -D takes it; null: the whole
+    /// device), or shrinks the free tail of its last AG, as <c>xfswin grow</c> does: offline when nothing has it
+    /// mounted, online when this server has it mounted read-write (then only larger). A dry run reports the current
+    /// size, the device's, and the smallest size a shrink can reach, and writes nothing.
+    /// </summary>
+    public GrowResultInfo Grow(string source, string? size, bool dryRun, IProgress<Admin.GrowProgress>? progress)
+    {
+        string key = Normalize(source);
+        ActiveMount? mounted;
+        lock (_gate) mounted = _mounts.GetValueOrDefault(key);
+        if (mounted is not null) return GrowMounted(key, size, dryRun, progress);
+        return RunExclusive(key, Operations.Grow, () => GrowOffline(key, size, dryRun, progress), r => r.DryRun ? null : r.Message);
+    }
+
+    private static ulong ParseGrowSize(string? size, ulong deviceBlocks, uint blockSize)
+    {
+        try
+        {
+            return size is null ? deviceBlocks : Admin.VolumeGrower.ParseSize(size, blockSize);
+        }
+        catch (FormatException e)
+        {
+            throw new ControlException(ErrorCodes.BadRequest, e.Message);
+        }
+    }
+
+    private static GrowResultInfo GrowOffline(string key, string? size, bool dryRun, IProgress<Admin.GrowProgress>? progress)
+    {
+        var (path, partition) = PartitionSpec.Parse(key);
+        if (dryRun)
+        {
+            using var device = PartitionSpec.Open(path, partition, writable: false);
+            var sector = new byte[Math.Max(512, Math.Min(4096, device.SectorSize))];
+            device.Read(0, sector);
+            var verify = Superblock.Verify(sector);
+            if (!verify.IsOk) throw new XfsCorruptionException("primary superblock", 0, verify.ToString());
+            var sb = Superblock.Decode(sector);
+            ulong deviceBlocks = Admin.VolumeGrower.DeviceBlocks(device.Length, sb.BlockSize);
+            ulong smallest = Admin.VolumeGrower.SmallestSize(device, sb);
+            var plan = Admin.VolumeGrower.Plan(sb, Math.Max(ParseGrowSize(size, deviceBlocks, sb.BlockSize), size is null ? sb.DataBlocks : 0));
+            return GrowInfo(key, plan, deviceBlocks, smallest, sb.Fdblocks, sb.Fdblocks, dryRun: true, online: false,
+                plan.Changes ? $"{key} would change from {plan.OldDataBlocks} to {plan.NewDataBlocks} blocks (dry run: nothing was written)" : $"{key} already has this size");
+        }
+        using var access = WriteGate.Open(path, partition, null, WritePurpose.Grow);
+        var asb = access.Superblock;
+        ulong devBlocks = Admin.VolumeGrower.DeviceBlocks(access.Data.Length, asb.BlockSize);
+        ulong requested = ParseGrowSize(size, devBlocks, asb.BlockSize);
+        if (size is null && requested < asb.DataBlocks)
+            throw new ControlException(ErrorCodes.BadRequest,
+                $"the device holds {requested} blocks but the volume has {asb.DataBlocks}: was the image or partition made smaller? Nothing was written. To shrink the volume, give the new size.");
+        var result = Admin.VolumeGrower.Run(access, requested, progress);
+        ulong smallestAfter = Admin.VolumeGrower.SmallestSize(access.Data, Reread(access.Data));
+        return GrowInfo(key, result.Plan, devBlocks, smallestAfter, result.FreeBlocksBefore, result.FreeBlocksAfter, dryRun: false, online: false,
+            result.Plan.Changes ? $"{key} {(result.Plan.Shrinks ? "shrunk" : "grown")} from {result.Plan.OldDataBlocks} to {result.Plan.NewDataBlocks} blocks" : $"{key} already has this size");
+    }
+
+    private static Superblock Reread(IBlockDevice device)
+    {
+        var sector = new byte[Math.Max(512, Math.Min(4096, device.SectorSize))];
+        device.Read(0, sector);
+        return Superblock.Decode(sector);
+    }
+
+    /// <summary>Online: the volume this server has mounted grows while in use (read-write mounts only).</summary>
+    private GrowResultInfo GrowMounted(string key, string? size, bool dryRun, IProgress<Admin.GrowProgress>? progress)
+    {
+        Claim(key, mustBeMounted: true);
+        try
+        {
+            ActiveMount active;
+            lock (_gate) active = _mounts[key];
+            var volume = active.Volume;
+            var info = volume.Info;
+            if (volume.IsReadOnly)
+                throw new ControlException(ErrorCodes.InUse,
+                    $"{key} is mounted read-only at {active.Host.MountPoint}: a mounted volume grows only when mounted read-write. Unmount it (or mount it read-write) first. Nothing was done.");
+            long deviceBytes = volume.DeviceLength(refresh: true);
+            ulong deviceBlocks = Admin.VolumeGrower.DeviceBlocks(deviceBytes, (uint)info.BlockSize);
+            var stats = volume.GetStats();
+            if (dryRun)
+            {
+                ulong requested = ParseGrowSize(size, deviceBlocks, (uint)info.BlockSize);
+                string what = requested > info.DataBlocks ? $"would grow from {info.DataBlocks} to about {requested} blocks" : "would not change (a mounted volume only grows)";
+                return new GrowResultInfo
+                {
+                    Source = key, DryRun = true, Online = true, BlockSize = info.BlockSize, OldDataBlocks = info.DataBlocks,
+                    NewDataBlocks = Math.Max(requested, info.DataBlocks), OldAgCount = info.AgCount, NewAgCount = info.AgCount, AgBlocks = info.AgBlocks,
+                    DeviceBlocks = deviceBlocks, SmallestBlocks = info.DataBlocks, FreeBlocksBefore = stats.FreeBlocks, FreeBlocksAfter = stats.FreeBlocks,
+                    Message = $"{key} (mounted read-write at {active.Host.MountPoint}) {what} (dry run: nothing was written)",
+                };
+            }
+            try
+            {
+                ulong? blocks = size is null ? null : ParseGrowSize(size, deviceBlocks, (uint)info.BlockSize);
+                var result = Admin.VolumeGrower.RunMounted(volume, blocks, progress);
+                var p = result.Plan;
+                string message = p.Changes ? $"{key} grown from {p.OldDataBlocks} to {p.NewDataBlocks} blocks while mounted at {active.Host.MountPoint}" : $"{key} already has this size";
+                if (p.Changes) Raise(EventKinds.OperationFinished, key, active.Host.MountPoint, message, Operations.Grow);
+                return GrowInfo(key, p, Admin.VolumeGrower.DeviceBlocks(volume.DeviceLength(refresh: false), (uint)info.BlockSize), p.NewDataBlocks,
+                    result.FreeBlocksBefore, result.FreeBlocksAfter, dryRun: false, online: true, message);
+            }
+            catch (Exception e) when (e is XfsException or IOException or UnauthorizedAccessException or ControlException)
+            {
+                Raise(EventKinds.OperationFinished, key, active.Host.MountPoint, $"{Operations.Grow} {key} failed: {e.Message}", Operations.Grow, ok: false);
+                throw;
+            }
+        }
+        finally
+        {
+            Release(key);
+        }
+    }
+
+    private static GrowResultInfo GrowInfo(string key, Admin.GrowPlan p, ulong deviceBlocks, ulong smallest, ulong freeBefore, ulong freeAfter, bool dryRun, bool online, string message) => new()
+    {
+        Source = key, DryRun = dryRun, Online = online, Written = !dryRun && p.Changes, BlockSize = (int)p.BlockSize,
+        OldDataBlocks = p.OldDataBlocks, NewDataBlocks = p.NewDataBlocks, OldAgCount = p.OldAgCount, NewAgCount = p.NewAgCount, AgBlocks = p.AgBlocks,
+        DeviceBlocks = deviceBlocks, SmallestBlocks = smallest, FreeBlocksBefore = freeBefore, FreeBlocksAfter = freeAfter, Message = message,
+    };
 
     /// <summary>
     /// Replays a dirty log onto the device and marks it clean (what Linux does at mount), or with

@@ -4,6 +4,7 @@ using XfsWin.Format;
 using XfsWin.Journal;
 using XfsWin.Metadata;
 using XfsWin.Mkfs;
+using XfsWin.Volume;
 
 namespace XfsWin.Admin;
 
@@ -126,6 +127,82 @@ public static class VolumeGrower
 
         var plan = Plan(sb, requestedBlocks);
         if (!plan.Changes) return new GrowResult(plan, sb.Fdblocks, sb.Fdblocks, false);
+        var (items, fdDelta, logSecondaries) = Prepare(device, sb, area, primary, plan, progress, options);
+        ulong freeBefore = sbView.Fdblocks;
+
+        progress?.Report(new GrowProgress("committing through the log", 0, 1));
+        var log = MountedLog.Open(area, sb, new DeviceImageWriteback(device, sb));
+        long reservation = 0;
+        foreach (var item in items) reservation += item.FormattedBytes + (long)item.RegionCount * LogOpHeader.Size;
+        using (var tx = log.Begin(checked((int)reservation)))
+        {
+            foreach (var item in items) tx.Log(item);
+            tx.Commit();
+        }
+        log.Force();
+        if (options.StopAfterLogCommit) return new GrowResult(plan, freeBefore, (ulong)((long)freeBefore + fdDelta), true);
+
+        log.Unmount();
+        progress?.Report(new GrowProgress("committing through the log", 1, 1));
+        if (!logSecondaries) UpdateSecondarySuperblocks(device, sb, plan.NewAgCount, progress);
+        return new GrowResult(plan, freeBefore, (ulong)((long)freeBefore + fdDelta), false);
+    }
+
+    /// <summary>
+    /// Grows a volume opened read-write and in use (xfs_growfs on a mounted volume) to <paramref name="requestedBlocks"/>
+    /// (see <see cref="Plan"/>; null: what the device holds now, re-read so an image file or disk extended since the
+    /// open counts). The same steps as <see cref="Run"/>, through the volume's own log, with every other change to the
+    /// volume held off while it runs (<see cref="XfsVolume.ChangeDataSection{T}"/>); afterwards the volume allocates
+    /// from the new space. Shrinking a mounted volume is refused (unmount it and run the offline grow).
+    /// </summary>
+    public static GrowResult RunMounted(XfsVolume volume, ulong? requestedBlocks, IProgress<GrowProgress>? progress = null)
+    {
+        ArgumentNullException.ThrowIfNull(volume);
+        return volume.ChangeDataSection(q =>
+        {
+            var device = q.Data;
+            var sb = q.Superblock;
+            device.RefreshLength();
+            ulong requested = requestedBlocks ?? DeviceBlocks(device.Length, sb.BlockSize);
+            var primary = new byte[sb.SectorSize];
+            device.Read(0, primary);
+            ulong freeBefore = new SuperblockView(primary).Fdblocks;
+            var plan = Plan(sb, requested);
+            if (!plan.Changes) return new DataSectionChange<GrowResult>(new GrowResult(plan, freeBefore, freeBefore, false), sb.DataBlocks, sb.AgCount);
+            if (plan.Shrinks)
+                throw new XfsException(XfsError.InvalidArgument,
+                    $"a mounted volume only grows ({plan.NewDataBlocks} blocks is smaller than its {plan.OldDataBlocks}): unmount it and run " +
+                    "xfswin grow -D SIZE on its device to shrink it. Nothing was written.");
+            var options = new GrowOptions();
+            var (items, fdDelta, logSecondaries) = Prepare(device, sb, q.Log.Area, primary, plan, progress, options);
+            progress?.Report(new GrowProgress("committing through the log", 0, 1));
+            long reservation = 0;
+            foreach (var item in items) reservation += item.FormattedBytes + (long)item.RegionCount * LogOpHeader.Size;
+            using (var tx = q.Log.Begin(checked((int)reservation)))
+            {
+                foreach (var item in items) tx.Log(item);
+                tx.Commit();
+            }
+            // Durable and written in place before anyone allocates from the new space (the volume's next quiesce
+            // writes it back too; the secondaries below read the new primary from the device).
+            q.Log.PushAll();
+            progress?.Report(new GrowProgress("committing through the log", 1, 1));
+            if (!logSecondaries) UpdateSecondarySuperblocks(device, sb, plan.NewAgCount, progress);
+            var result = new GrowResult(plan, freeBefore, (ulong)((long)freeBefore + fdDelta), false);
+            return new DataSectionChange<GrowResult>(result, plan.NewDataBlocks, plan.NewAgCount);
+        });
+    }
+
+    /// <summary>
+    /// Everything of a grow (or shrink) but its commit: the device-size check, the old last AG's change (in memory),
+    /// the new AGs' headers written in place, and the log items of the transaction (the primary superblock from
+    /// <paramref name="primary"/> with the new geometry and free count, the changed free-space buffers, and the
+    /// secondary superblocks while they fit a quarter of the log). Returns the items, the change of sb_fdblocks and
+    /// whether the secondaries are in the transaction.
+    /// </summary>
+    private static (List<JournalItem> Items, long FdDelta, bool LogSecondaries) Prepare(IBlockDevice device, Superblock sb, LogArea area, byte[] primary,
+        GrowPlan plan, IProgress<GrowProgress>? progress, GrowOptions options)
+    {
         if (plan.NewDataBlocks > DeviceBlocks(device.Length, sb.BlockSize))
             throw new XfsException(XfsError.InvalidArgument,
                 $"the device holds {DeviceBlocks(device.Length, sb.BlockSize)} blocks of {sb.BlockSize} bytes; {plan.NewDataBlocks} do not fit " +
@@ -138,7 +215,7 @@ public static class VolumeGrower
             throw new XfsCorruptionException($"AGF of AG {lastOld}", sb.AgBlockToByte(lastOld, 0) + sb.SectorSize,
                 $"the last AG is {last.Length} blocks long (AGI: {last.AgiLength}) but the superblock's {sb.DataBlocks} blocks make it {plan.OldLastAgLength}");
 
-        ulong freeBefore = sbView.Fdblocks;
+        ulong freeBefore = new SuperblockView(primary).Fdblocks;
         long fdDelta;
         if (plan.Shrinks)
         {
@@ -183,23 +260,59 @@ public static class VolumeGrower
             for (uint agno = 1; agno < plan.NewAgCount; agno++)
                 items.Add(BufferLogItem.Create(sb.AgBlockToByte(agno, 0) >> LogArea.BBShift, sectorBB, BufType.Superblock, newPrimary, 0, SuperblockView.Size));
         }
+        return (items, fdDelta, logSecondaries);
+    }
 
-        progress?.Report(new GrowProgress("committing through the log", 0, 1));
-        var log = MountedLog.Open(area, sb, new DeviceImageWriteback(device, sb));
-        long reservation = 0;
-        foreach (var item in items) reservation += item.FormattedBytes + (long)item.RegionCount * LogOpHeader.Size;
-        using (var tx = log.Begin(checked((int)reservation)))
+    /// <summary>
+    /// The free extent at the end of the last AG and how many of its blocks a shrink can remove: what the kernel's
+    /// exact allocation of the tail can take (no more than one allocation may take, m_ag_max_usable, leaving the
+    /// free list its minimum), while the AG keeps its metadata reservation at its new length (xfs_ag_resv_init) and
+    /// at least <see cref="MinAgBlocks"/> blocks.
+    /// </summary>
+    private static (AllocRecord? Tail, ulong Removable) RemovableTail(Superblock sb, AgFreeSpace last, uint lastLength)
+    {
+        uint agno = sb.AgCount - 1;
+        var tail = last.TailExtent();
+        ulong removable = tail?.BlockCount ?? 0;
+        removable = Math.Min(removable, AgReservations.MaxUsable(sb));
+        ulong spare = (ulong)last.FreeBlocks + last.FreeListCount;
+        uint need = AgReservations.MinFreelist(sb, last);
+        removable = Math.Min(removable, spare > need ? spare - need : 0);
+        while (removable > 0 && !AgReservations.Fits(sb, last, agno, (uint)(lastLength - removable), last.FreeBlocks - removable))
+            removable--;
+        removable = Math.Min(removable, lastLength - MinAgBlocks);
+        return (tail, removable);
+    }
+
+    /// <summary>
+    /// The smallest size (in blocks) the unmounted volume on <paramref name="device"/> can shrink to: its size less
+    /// what <see cref="RemovableTail"/> allows at the end of the last AG. Reads, writes nothing.
+    /// </summary>
+    public static ulong SmallestSize(IBlockDevice device, Superblock sb)
+    {
+        ArgumentNullException.ThrowIfNull(device);
+        ArgumentNullException.ThrowIfNull(sb);
+        uint lastLength = (uint)(sb.DataBlocks - (ulong)(sb.AgCount - 1) * sb.AgBlocks);
+        var last = new AgFreeSpace(new LoggedBuffers(device), sb, sb.AgCount - 1);
+        return sb.DataBlocks - RemovableTail(sb, last, lastLength).Removable;
+    }
+
+    /// <summary>A size as xfs_growfs -D takes it: a plain number is file system blocks; k, m, g, t, p, e suffixes (powers of 1024) are bytes.</summary>
+    public static ulong ParseSize(string text, uint blockSize)
+    {
+        ArgumentNullException.ThrowIfNull(text);
+        string t = text.Trim().ToLowerInvariant();
+        int shift = 0;
+        if (t.Length > 1 && "kmgtpe".IndexOf(t[^1]) is int u and >= 0)
         {
-            foreach (var item in items) tx.Log(item);
-            tx.Commit();
+            shift = 10 * (u + 1);
+            t = t[..^1];
         }
-        log.Force();
-        if (options.StopAfterLogCommit) return new GrowResult(plan, freeBefore, (ulong)((long)freeBefore + fdDelta), true);
-
-        log.Unmount();
-        progress?.Report(new GrowProgress("committing through the log", 1, 1));
-        if (!logSecondaries) UpdateSecondarySuperblocks(device, sb, plan.NewAgCount, progress);
-        return new GrowResult(plan, freeBefore, (ulong)((long)freeBefore + fdDelta), false);
+        if (!ulong.TryParse(t, System.Globalization.NumberStyles.None, System.Globalization.CultureInfo.InvariantCulture, out ulong n))
+            throw new FormatException($"a size is blocks or bytes with a k/m/g/t suffix, not '{text}'");
+        if (shift == 0) return n;
+        if (n > ulong.MaxValue >> shift) throw new FormatException($"the size {text} is too large");
+        return (n << shift) / blockSize;
     }
 
     /// <summary>
@@ -211,18 +324,7 @@ public static class VolumeGrower
     {
         uint agno = sb.AgCount - 1;
         uint remove = plan.OldLastAgLength - plan.NewLastAgLength;
-        var tail = last.TailExtent();
-        // What the kernel's exact allocation of the tail can take: the free extent at the end, no more than one
-        // allocation may take (m_ag_max_usable), leaving the free list its minimum.
-        ulong removable = tail?.BlockCount ?? 0;
-        removable = Math.Min(removable, AgReservations.MaxUsable(sb));
-        ulong spare = (ulong)last.FreeBlocks + last.FreeListCount;
-        uint need = AgReservations.MinFreelist(sb, last);
-        removable = Math.Min(removable, spare > need ? spare - need : 0);
-        // And the AG must still hold its metadata reservation at its new length (xfs_ag_resv_init).
-        while (removable > 0 && !AgReservations.Fits(sb, last, agno, (uint)(plan.OldLastAgLength - removable), last.FreeBlocks - removable))
-            removable--;
-        removable = Math.Min(removable, plan.OldLastAgLength - MinAgBlocks);
+        var (tail, removable) = RemovableTail(sb, last, plan.OldLastAgLength);
         ulong lastAgStart = (ulong)agno * sb.AgBlocks;
         if (tail is not { } t || removable < remove)
         {

@@ -33,7 +33,8 @@ public sealed class AgAllocator
     private readonly MountContext _mount;
     private readonly Superblock _sb;
     private readonly MountedLog _log;
-    private readonly AgState[] _ags;
+    // Replaced whole (never shrunk) by an online grow, before the superblock shows the new AG count.
+    private volatile AgState[] _ags;
     private readonly ConditionalWeakTable<Transaction, TxWork> _work = new();
     private readonly int _agflSlots;
     private readonly uint _firstUsable;
@@ -98,6 +99,37 @@ public sealed class AgAllocator
     }
 
     public Superblock Superblock => _sb;
+
+    /// <summary>
+    /// An online grow committed and wrote in place: the old last AG's AGF (longer, more free space) and the AGFs of
+    /// AGs <c>[old count, <paramref name="newAgCount"/>)</c>. Their committed state is read again from disk (the
+    /// caller dropped the cached headers), the new AGs join, and <see cref="FreeBlocks"/> moves by what they
+    /// bring. Called with every change to the volume excluded (no transaction joined any AG), before the superblock
+    /// shows the new count.
+    /// </summary>
+    internal void Grown(uint newAgCount)
+    {
+        var old = _ags;
+        if (newAgCount < old.Length) throw new InvalidOperationException("AGs are never removed while mounted");
+        var ags = new AgState[newAgCount];
+        Array.Copy(old, ags, old.Length);
+        long delta = 0;
+        for (uint ag = (uint)old.Length - 1; ag < newAgCount; ag++)
+        {
+            var s = ags[ag] ??= new AgState(ag);
+            var agf = ReadCommittedAgf(ag);
+            lock (s.Sync)
+            {
+                delta -= (long)s.FreeBlocks + s.FlCount + s.BtreeBlocks;
+                LoadCommitted(s, agf);
+                s.Length = U32(agf, AgfView.OffLength);
+                ComputeReservationAsks(s);
+                delta += (long)s.FreeBlocks + s.FlCount + s.BtreeBlocks;
+            }
+        }
+        _ags = ags;
+        Interlocked.Add(ref _freeBlocks, delta);
+    }
 
     /// <summary>The superblock's free block count (sb_fdblocks), exact: what the committed AGFs add up to.</summary>
     public long FreeBlocks => Interlocked.Read(ref _freeBlocks);

@@ -22,7 +22,7 @@ public sealed class FileBlockDevice : IBlockDevice
     private FileBlockDevice(SafeFileHandle handle, long length, int sectorSize, bool direct, bool writable, string ioMode)
     {
         _handle = handle;
-        Length = length;
+        _length = length;
         SectorSize = sectorSize;
         _direct = direct;
         CanWrite = writable;
@@ -30,7 +30,16 @@ public sealed class FileBlockDevice : IBlockDevice
         _bounce = new AlignedBufferPool(BounceSize, Environment.ProcessorCount * 2);
     }
 
-    public long Length { get; }
+    private long _length;
+    public long Length => Volatile.Read(ref _length);
+
+    /// <summary>The file's or disk's current size; a size that shrank below the open size is kept (the volume is not moved back).</summary>
+    public long RefreshLength()
+    {
+        long now = OperatingSystem.IsLinux() && LinuxNative.TryBlockDeviceSize((int)_handle.DangerousGetHandle(), out long disk) ? disk : RandomAccess.GetLength(_handle);
+        if (now > Volatile.Read(ref _length)) Volatile.Write(ref _length, now);
+        return Length;
+    }
     public int SectorSize { get; }
     public bool CanWrite { get; }
     public string IoMode { get; }
@@ -276,6 +285,9 @@ internal static partial class LinuxNative
             return size;
         return new FileInfo(path).Length;
     }
+
+    /// <summary>A block device's size (BLKGETSIZE64); false for a regular file.</summary>
+    public static bool TryBlockDeviceSize(int fd, out long size) => ioctl(fd, BLKGETSIZE64, out size) == 0;
 
     public static int GetLogicalSectorSize(int fd) => ioctl(fd, BLKSSZGET, out int sector) == 0 && sector >= 512 ? sector : 512;
 

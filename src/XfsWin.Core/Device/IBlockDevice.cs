@@ -11,6 +11,12 @@ public interface IBlockDevice : IDisposable
     /// <summary>Size of the device in bytes.</summary>
     long Length { get; }
 
+    /// <summary>
+    /// Asks the file or disk for its size again (it may have been extended since it was opened, as before an online
+    /// grow) and returns the new <see cref="Length"/>. Devices whose size cannot change return it unchanged.
+    /// </summary>
+    long RefreshLength() => Length;
+
     /// <summary>Logical sector size (512 or 4096): the unit of unbuffered I/O.</summary>
     int SectorSize { get; }
 

@@ -133,13 +133,18 @@ public readonly ref struct SuperblockView
 
 /// <summary>
 /// The decoded primary superblock with the geometry every layer derives addresses from.
-/// Immutable; produced by <see cref="Decode"/> only after <see cref="Verify"/> passed.
+/// Produced by <see cref="Decode"/> only after <see cref="Verify"/> passed. Immutable but for the data section's
+/// size (<see cref="DataBlocks"/>, <see cref="AgCount"/>), which an online grow moves once its transaction is
+/// committed and written in place (<see cref="Grown"/>): every layer holding this object then sees the new size.
 /// </summary>
 public sealed class Superblock
 {
+    private ulong _dataBlocks;
+    private uint _agCount;
+
     public required uint BlockSize { get; init; }
     public required int BlockLog { get; init; }
-    public required ulong DataBlocks { get; init; }
+    public required ulong DataBlocks { get => Volatile.Read(ref _dataBlocks); init => _dataBlocks = value; }
     public required ulong RtBlocks { get; init; }
     public required Guid Uuid { get; init; }
     /// <summary>The UUID stamped into metadata (differs from <see cref="Uuid"/> when meta_uuid is set).</summary>
@@ -151,7 +156,7 @@ public sealed class Superblock
     public required ulong RootIno { get; init; }
     public required ulong MetadirIno { get; init; }
     public required uint AgBlocks { get; init; }
-    public required uint AgCount { get; init; }
+    public required uint AgCount { get => Volatile.Read(ref _agCount); init => _agCount = value; }
     public required int AgBlkLog { get; init; }
     public required int SectorSize { get; init; }
     public required int InodeSize { get; init; }
@@ -173,6 +178,18 @@ public sealed class Superblock
     public required ulong Lsn { get; init; }
     /// <summary>Largest share of the data section (percent) inodes may take; 0 = no limit.</summary>
     public required int ImaxPct { get; init; }
+
+    /// <summary>
+    /// The data section grew to <paramref name="dataBlocks"/> in <paramref name="agCount"/> AGs (an online grow, after
+    /// its commit is on disk and the allocator knows the new AGs). The block count moves first: a reader that sees the
+    /// new AG count also sees the new size.
+    /// </summary>
+    internal void Grown(ulong dataBlocks, uint agCount)
+    {
+        if (dataBlocks < _dataBlocks || agCount < _agCount) throw new InvalidOperationException("the data section only grows while mounted");
+        Volatile.Write(ref _dataBlocks, dataBlocks);
+        Volatile.Write(ref _agCount, agCount);
+    }
 
     public bool IsV5 => (VersionNum & SuperblockFeatures.VersionNumberMask) == 5;
     public bool HasFtype => IsV5 ? (Incompat & SuperblockFeatures.IncompatFtype) != 0 : (Features2 & SuperblockFeatures.F2Ftype) != 0;

@@ -245,7 +245,8 @@ public sealed partial class XfsVolume
                 // A log shut down by a failed device write is left as it is: its replay is what the disk holds.
                 if (_mount.Health.IsHealthy && w.Log.ShutdownReason is null)
                 {
-                    // Holds left at unmount are released: inodes unlinked while held are freed now.
+                    // Inodes unlinked while a host held them are on no AGI unlinked list: the holds end with the
+                    // mount, so they are freed now, as the kernel inactivates every evicted inode at unmount.
                     lock (w.Holds) w.Holds.Clear();
                     foreach (ulong orphan in w.Orphans.ToList())
                     {
@@ -312,5 +313,90 @@ public sealed partial class XfsVolume
         ShrinkInSteps(w, current.Number, (ulong)(blockEnd >> sb.BlockLog));
         AfterCommit(w);
         return _inodes.Get(current.Number).Attributes;
+    }
+}
+
+/// <summary>
+/// What an online change of the data section's size works on, with every other change to the volume excluded and
+/// every committed change written in place (the device holds the current metadata; the cache holds no AG header,
+/// free-space tree block or superblock the change could make stale). Its transactions go through
+/// <see cref="Log"/>, the volume's own log.
+/// </summary>
+public sealed class QuiescedVolume
+{
+    internal QuiescedVolume(IBlockDevice data, IBlockDevice? log, Superblock superblock, MountedLog mountedLog)
+    {
+        Data = data;
+        LogDevice = log;
+        Superblock = superblock;
+        Log = mountedLog;
+    }
+
+    public IBlockDevice Data { get; }
+    public IBlockDevice? LogDevice { get; }
+    /// <summary>The in-core superblock: the geometry before the change.</summary>
+    public Superblock Superblock { get; }
+    public MountedLog Log { get; }
+}
+
+/// <summary>What <see cref="XfsVolume.ChangeDataSection{T}"/>'s change returns: its result and the new geometry.</summary>
+public readonly record struct DataSectionChange<T>(T Result, ulong DataBlocks, uint AgCount);
+
+public sealed partial class XfsVolume
+{
+    /// <summary>
+    /// Runs an online grow of the data section (xfs_growfs on a mounted volume): under the write lock, the in-core
+    /// counters go to the primary superblock and everything committed is written in place; then
+    /// <paramref name="change"/> writes the new AG headers and commits its transaction through this volume's log;
+    /// that is written in place too, the cached metadata it may have made stale is dropped, and the in-core geometry
+    /// follows: the allocator's per-AG state (the longer last AG, the new AGs, the free count), then the superblock's
+    /// size (which the allocator, inode allocator, statfs and the verifiers read), then <see cref="Info"/>.
+    /// A change that throws leaves the in-core geometry as it was (it must then have committed nothing).
+    /// </summary>
+    public T ChangeDataSection<T>(Func<QuiescedVolume, DataSectionChange<T>> change)
+    {
+        ArgumentNullException.ThrowIfNull(change);
+        var w = Writer();
+        lock (w.Lock)
+        {
+            if (w.Unmounted) throw new ObjectDisposedException(nameof(XfsVolume));
+            var sb = _mount.Superblock;
+            Quiesce(w, logCounters: true);
+            var outcome = change(new QuiescedVolume(w.Access.Data, w.Access.Log, sb, w.Log));
+            if (outcome.DataBlocks == sb.DataBlocks && outcome.AgCount == sb.AgCount) return outcome.Result;
+            Quiesce(w, logCounters: false);
+            w.FileSpace.Allocator.Grown(outcome.AgCount);
+            sb.Grown(outcome.DataBlocks, outcome.AgCount);
+            _info = _info with
+            {
+                DataBlocks = outcome.DataBlocks,
+                AgCount = outcome.AgCount,
+                FreeBlocks = (ulong)Math.Max(0, w.FileSpace.Allocator.FreeBlocks),
+            };
+            return outcome.Result;
+        }
+    }
+
+    /// <summary>
+    /// The size of the device the volume is on, in bytes; with <paramref name="refresh"/> asked of the file or disk
+    /// again (an image file extended since the open counts: what an online grow can grow into).
+    /// </summary>
+    public long DeviceLength(bool refresh)
+    {
+        ThrowIfDisposed();
+        return refresh ? _device.RefreshLength() : _device.Length;
+    }
+
+    /// <summary>
+    /// Every committed change written in place and made durable, the log's tail at its head, and every cached buffer
+    /// that can be dropped dropped (so later reads see what a change made on the device). Under <see cref="VolumeWriteState.Lock"/>.
+    /// </summary>
+    private void Quiesce(VolumeWriteState w, bool logCounters)
+    {
+        if (logCounters) LogSuperblockCounters(w);
+        w.Access.Data.Flush();
+        w.Log.PushAll();
+        w.Writeback.ReleaseCleanBuffers();
+        _mount.Buffers.Clear();
     }
 }

@@ -6,14 +6,16 @@
 const state = { hello: null, ops: new Set(), busy: false, running: false };
 
 // Actions offered per volume. An action shows only when the service accepts its operation
-// (hello.operations); grow joins this list when the service offers it.
+// (hello.operations). Grow works on an unmounted volume, or on one this service mounted read-write.
 const idle = v => !v.mountPoint && v.health !== 'busy';
+const growable = v => idle(v) || (!!v.mountPoint && !v.readOnly);
 const volumeActions = [
   { op: 'info', label: 'Info', show: v => true, run: v => showInfo(v.source) },
   { op: 'mount', label: 'Mount', show: idle, run: v => openMount(v) },
   { op: 'unmount', label: 'Unmount', show: v => !!v.mountPoint, run: v => unmount(v) },
   { op: 'recover', label: 'Recover', show: idle, run: v => openRecover(v) },
   { op: 'check', label: 'Check', show: idle, run: v => runCheck(v.source) },
+  { op: 'grow', label: 'Grow', show: growable, run: v => openGrow(v) },
   { op: 'format', label: 'Format', show: idle, run: v => openFormat(v.source) },
 ];
 
@@ -143,6 +145,9 @@ function openMount(v) {
   document.getElementById('mount-hint').textContent = state.hello.mountPointKind === 'directory'
     ? 'Give a directory; it is created if it does not exist.' : 'Give a free drive letter (X:) or an empty folder.';
   document.getElementById('mount-point').value = suggestions.length ? suggestions[0] : '';
+  // Offered where the service's host writes (FUSE; WinFsp mounts are read-only).
+  document.getElementById('mount-rw').checked = false;
+  document.getElementById('mount-rw-label').hidden = !state.hello.readWriteMounts;
   document.getElementById('mount-dialog').showModal();
 }
 
@@ -287,6 +292,60 @@ async function runFormat() {
   } finally { state.busy = false; }
 }
 
+// ---- grow -----------------------------------------------------------------------------------
+
+let growTarget = null;
+
+function blocks(n, blockSize) { return size(n * blockSize) + ' (' + n + ' blocks)'; }
+
+async function openGrow(v) {
+  growTarget = v;
+  document.getElementById('grow-source').textContent = v.source;
+  document.getElementById('grow-error').textContent = '';
+  document.getElementById('grow-size').value = '';
+  let d;
+  try {
+    d = (await call({ op: 'grow', source: v.source, dryRun: true })).grow;
+  } catch (e) {
+    document.getElementById('operation-section').hidden = false;
+    document.getElementById('operation-title').textContent = 'Grow ' + v.source;
+    document.getElementById('operation-stage').textContent = 'failed';
+    const result = document.getElementById('operation-result');
+    result.className = 'error';
+    result.textContent = e.message;
+    document.getElementById('operation-details').replaceChildren();
+    return;
+  }
+  document.getElementById('grow-where').textContent = d.online
+    ? 'Mounted read-write at ' + v.mountPoint + ': it grows while in use (it cannot shrink while mounted).'
+    : 'Not mounted: it grows (or shrinks) offline.';
+  document.getElementById('grow-current').textContent = blocks(d.oldDataBlocks, d.blockSize) + ', ' + d.oldAgCount + ' allocation groups of ' + d.agBlocks + ' blocks';
+  document.getElementById('grow-device').textContent = blocks(d.deviceBlocks, d.blockSize);
+  document.getElementById('grow-smallest').textContent = blocks(d.smallestBlocks, d.blockSize);
+  document.getElementById('grow-dialog').showModal();
+}
+
+function describeGrow(g) {
+  const lines = [g.message];
+  if (g.written) {
+    lines.push('Size: ' + blocks(g.oldDataBlocks, g.blockSize) + ' → ' + blocks(g.newDataBlocks, g.blockSize));
+    lines.push('Allocation groups: ' + g.oldAgCount + ' → ' + g.newAgCount);
+    lines.push('Free: ' + blocks(g.freeBlocksBefore, g.blockSize) + ' → ' + blocks(g.freeBlocksAfter, g.blockSize));
+  }
+  return lines.join('\n');
+}
+
+async function runGrow() {
+  document.getElementById('grow-dialog').close();
+  const v = growTarget, text = document.getElementById('grow-size').value.trim();
+  const request = { op: 'grow', source: v.source };
+  if (text) request.size = text;
+  state.busy = true;
+  try {
+    await runOperation('Grow ' + v.source, request, r => describeGrow(r.grow));
+  } finally { state.busy = false; }
+}
+
 async function unmount(v) {
   await runOperation('Unmount ' + v.source, { op: 'unmount', source: v.source }, r => 'Unmounted from ' + r.mount.mountPoint + '.');
 }
@@ -336,6 +395,8 @@ async function start() {
   document.getElementById('mount-cancel').addEventListener('click', () => document.getElementById('mount-dialog').close());
   document.getElementById('recover-cancel').addEventListener('click', () => document.getElementById('recover-dialog').close());
   document.getElementById('format-cancel').addEventListener('click', () => document.getElementById('format-dialog').close());
+  document.getElementById('grow-cancel').addEventListener('click', () => document.getElementById('grow-dialog').close());
+  document.getElementById('grow-form').addEventListener('submit', ev => { ev.preventDefault(); runGrow(); });
   document.getElementById('format-confirm-cancel').addEventListener('click', () => document.getElementById('format-confirm-dialog').close());
   document.getElementById('format-form').addEventListener('submit', ev => { ev.preventDefault(); confirmFormat(); });
   document.getElementById('format-confirm-form').addEventListener('submit', ev => { ev.preventDefault(); runFormat(); });
@@ -344,8 +405,11 @@ async function start() {
     document.getElementById('mount-dialog').close();
     const mountPoint = document.getElementById('mount-point').value.trim();
     const v = mountTarget;
-    await runOperation('Mount ' + v.source, { op: 'mount', source: v.source, mountPoint },
-      r => 'Mounted read-only at ' + r.mount.mountPoint + ' (' + r.mount.host + ').' + (r.mount.warnings.length ? '\n' + r.mount.warnings.join('\n') : ''));
+    const request = { op: 'mount', source: v.source, mountPoint };
+    if (document.getElementById('mount-rw').checked && !document.getElementById('mount-rw-label').hidden) request.readOnly = false;
+    await runOperation('Mount ' + v.source, request,
+      r => 'Mounted ' + (r.mount.readOnly ? 'read-only' : 'read-write') + ' at ' + r.mount.mountPoint + ' (' + r.mount.host + ').' +
+        (r.mount.warnings.length ? '\n' + r.mount.warnings.join('\n') : ''));
   });
   document.getElementById('recover-form').addEventListener('submit', async ev => {
     ev.preventDefault();

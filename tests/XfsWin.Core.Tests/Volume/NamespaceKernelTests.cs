@@ -289,4 +289,41 @@ public sealed class NamespaceKernelTests(ITestOutputHelper output) : IDisposable
         using var mount = LoopMount.Mount(image, readOnly: true);
         Assert.Equal("kernel-dir kernel-file", string.Join(" ", Directory.GetFileSystemEntries(mount.MountPoint).Select(p => Path.GetFileName(p)).Order()));
     }
+
+    [Fact]
+    public void Running_out_of_space_and_inodes_leaves_a_consistent_volume()
+    {
+        string image = Make("6.13", "-i maxpct=1", size: "300M");
+        var chunk = new byte[1 << 20];
+        new Random(9).NextBytes(chunk);
+        long written = 0;
+        int created = 0;
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            ulong root = v.RootInode;
+            ulong big = v.CreateNode(root, "big"u8, 0x81A4, 0, 0).Inode;
+            var full = Assert.Throws<XfsException>((Action)(() =>
+            {
+                for (; ; written += chunk.Length) v.Write(big, written, chunk);
+            }));
+            Assert.Equal(XfsError.NoSpace, full.Error);
+            Assert.Equal(written, v.GetAttributes(big).Size);
+            // Space comes back when the file shrinks; then inodes run out (imaxpct 1%).
+            v.SetAttributes(big, new AttributeChanges { Size = written / 2 });
+            var noInodes = Assert.Throws<XfsException>((Action)(() =>
+            {
+                for (; ; created++) v.CreateNode(root, Encoding.ASCII.GetBytes($"f{created:D6}"), 0x81A4, 0, 0);
+            }));
+            Assert.Equal(XfsError.NoSpace, noInodes.Error);
+            Assert.True(created > 1000, $"only {created} inodes before ENOSPC");
+            // The volume still works after both.
+            v.Unlink(root, "f000000"u8);
+            v.CreateNode(root, "after"u8, 0x81A4, 0, 0);
+        }
+        output.WriteLine($"{written >> 20} MiB written, {created} files created before ENOSPC");
+        AssertRepairClean(image, "6.13");
+        using var mount = LoopMount.Mount(image, readOnly: false);
+        Assert.Equal(written / 2, new FileInfo(Path.Combine(mount.MountPoint, "big")).Length);
+        File.WriteAllText(Path.Combine(mount.MountPoint, "kernel-after"), "ok");
+    }
 }

@@ -1,0 +1,220 @@
+using System.Globalization;
+using System.Net.Sockets;
+using System.Security.Cryptography;
+using System.Text;
+using XfsWin.Admin;
+using XfsWin.Cli.Native;
+using XfsWin.Volume;
+
+namespace XfsWin.Cli.Commands;
+
+/// <summary>
+/// The control socket of a read-write <c>xfswin mount</c> server: how <c>xfswin grow MOUNTPOINT</c> reaches the
+/// volume the server has open (only the process that holds the volume may change its geometry).
+/// <para>
+/// Where: a Unix socket named after the mount point's absolute path (a hash of it), in a directory only its owner
+/// can enter: <c>/run/xfswin</c> for root, else <c>$XDG_RUNTIME_DIR/xfswin</c>, else <c>/tmp/xfswin-UID</c>. The
+/// server creates it once the mount is up and removes it when it stops serving.
+/// </para>
+/// <para>
+/// What: one request per connection, one text line: <c>grow SIZE</c> (SIZE as <c>-D</c> takes it, or <c>-</c> for
+/// the device's current size). Replies are lines: <c>progress DONE TOTAL STAGE</c> any number of times, then either
+/// <c>ok</c> with the grow's numbers (<see cref="FormatResult"/>) or <c>error EXITCODE MESSAGE</c>.
+/// </para>
+/// </summary>
+internal static class MountControl
+{
+    public static string Directory()
+    {
+        if (OperatingSystem.IsLinux() && Posix.Geteuid() == 0) return "/run/xfswin";
+        var runtime = Environment.GetEnvironmentVariable("XDG_RUNTIME_DIR");
+        if (!string.IsNullOrEmpty(runtime) && System.IO.Directory.Exists(runtime)) return Path.Combine(runtime, "xfswin");
+        return Path.Combine(Path.GetTempPath(), "xfswin-" + (OperatingSystem.IsLinux() ? Posix.Geteuid() : 0).ToString(CultureInfo.InvariantCulture));
+    }
+
+    /// <summary>The socket of the server mounted on <paramref name="mountPoint"/> (any spelling of the same absolute path).</summary>
+    public static string SocketPath(string mountPoint)
+    {
+        var full = Path.TrimEndingDirectorySeparator(Path.GetFullPath(mountPoint));
+        var hash = Convert.ToHexStringLower(SHA256.HashData(Encoding.UTF8.GetBytes(full)))[..24];
+        return Path.Combine(Directory(), "mount-" + hash + ".sock");
+    }
+
+    /// <summary>Serves control requests for <paramref name="volume"/> on a background thread until disposed.</summary>
+    public static IDisposable Serve(string mountPoint, XfsVolume volume, TextWriter log)
+    {
+        var dir = Directory();
+        System.IO.Directory.CreateDirectory(dir);
+        if (!OperatingSystem.IsWindows())
+            File.SetUnixFileMode(dir, UnixFileMode.UserRead | UnixFileMode.UserWrite | UnixFileMode.UserExecute);
+        var path = SocketPath(mountPoint);
+        // A socket left by a server that did not stop cleanly: nobody answers it, so it may go.
+        if (File.Exists(path) && !Answers(path)) File.Delete(path);
+        var listener = new Socket(AddressFamily.Unix, SocketType.Stream, ProtocolType.Unspecified);
+        listener.Bind(new UnixDomainSocketEndPoint(path));
+        listener.Listen(4);
+        var server = new Server(listener, path, volume, log);
+        new Thread(server.Loop) { Name = "xfswin-mount-control", IsBackground = true }.Start();
+        return server;
+    }
+
+    private static bool Answers(string path)
+    {
+        try
+        {
+            using var s = new Socket(AddressFamily.Unix, SocketType.Stream, ProtocolType.Unspecified);
+            s.Connect(new UnixDomainSocketEndPoint(path));
+            return true;
+        }
+        catch (SocketException)
+        {
+            return false;
+        }
+    }
+
+    private sealed class Server(Socket listener, string path, XfsVolume volume, TextWriter log) : IDisposable
+    {
+        private int _disposed;
+
+        public void Loop()
+        {
+            while (Volatile.Read(ref _disposed) == 0)
+            {
+                Socket client;
+                try
+                {
+                    client = listener.Accept();
+                }
+                catch (Exception e) when (e is SocketException or ObjectDisposedException)
+                {
+                    return;
+                }
+                using (client)
+                {
+                    try
+                    {
+                        Handle(client);
+                    }
+                    catch (Exception e) when (e is IOException or SocketException)
+                    {
+                        log.WriteLine($"xfswin mount: a control request failed: {e.Message}");
+                    }
+                }
+            }
+        }
+
+        private void Handle(Socket client)
+        {
+            using var stream = new NetworkStream(client);
+            using var reader = new StreamReader(stream, Encoding.UTF8);
+            using var writer = new StreamWriter(stream, new UTF8Encoding(false)) { AutoFlush = true, NewLine = "\n" };
+            var line = reader.ReadLine() ?? "";
+            var parts = line.Split(' ', 2);
+            if (parts[0] != "grow" || parts.Length != 2)
+            {
+                writer.WriteLine($"error {ExitCodes.Usage} unknown request '{line}'");
+                return;
+            }
+            try
+            {
+                var sb = volume.Info;
+                ulong? blocks = parts[1] == "-" ? null : GrowCommand.ParseSize(parts[1], (uint)sb.BlockSize);
+                var progress = new LineProgress(writer);
+                var result = VolumeGrower.RunMounted(volume, blocks, progress);
+                writer.WriteLine("ok " + FormatResult(result));
+            }
+            catch (FormatException e)
+            {
+                writer.WriteLine($"error {ExitCodes.Usage} {OneLine(e.Message)}");
+            }
+            catch (XfsException e)
+            {
+                writer.WriteLine($"error {ExitCodes.FromError(e.Error)} {OneLine(e.Message)}");
+            }
+            catch (ObjectDisposedException)
+            {
+                writer.WriteLine($"error {ExitCodes.Refused} the volume is being unmounted");
+            }
+        }
+
+        public void Dispose()
+        {
+            if (Interlocked.Exchange(ref _disposed, 1) != 0) return;
+            listener.Dispose();
+            try
+            {
+                File.Delete(path);
+            }
+            catch (IOException)
+            {
+            }
+        }
+    }
+
+    /// <summary>Progress lines, written synchronously (the grow's thread reports; the reply stream is ordered).</summary>
+    private sealed class LineProgress(TextWriter writer) : IProgress<GrowProgress>
+    {
+        public void Report(GrowProgress value) =>
+            writer.WriteLine(string.Create(CultureInfo.InvariantCulture, $"progress {value.Done} {value.Total} {OneLine(value.Stage)}"));
+    }
+
+    private static string OneLine(string s) => s.ReplaceLineEndings(" ");
+
+    public static string FormatResult(GrowResult r)
+    {
+        var p = r.Plan;
+        return string.Join(' ', new ulong[]
+        {
+            p.RequestedBlocks, p.OldDataBlocks, p.NewDataBlocks, p.OldAgCount, p.NewAgCount, p.AgBlocks, p.BlockSize,
+            (ulong)p.ImaxPct, (ulong)p.InoPBlog, p.InodeChunkBlocks, r.FreeBlocksBefore, r.FreeBlocksAfter,
+        }.Select(n => n.ToString(CultureInfo.InvariantCulture)));
+    }
+
+    public static GrowResult ParseResult(string text)
+    {
+        var n = text.Split(' ').Select(s => ulong.Parse(s, CultureInfo.InvariantCulture)).ToArray();
+        if (n.Length != 12) throw new FormatException($"the mount server answered '{text}'");
+        var plan = new GrowPlan(n[0], n[1], n[2], (uint)n[3], (uint)n[4], (uint)n[5], (uint)n[6], (int)n[7], (int)n[8], (uint)n[9]);
+        return new GrowResult(plan, n[10], n[11], false);
+    }
+
+    /// <summary>
+    /// Sends a grow to the server mounted on <paramref name="mountPoint"/>; <paramref name="progress"/> sees its
+    /// stages. Null when no xfswin server answers for that mount point.
+    /// </summary>
+    public static (GrowResult? Result, int ExitCode, string? Error)? Grow(string mountPoint, string? size, IProgress<GrowProgress>? progress)
+    {
+        var path = SocketPath(mountPoint);
+        if (!File.Exists(path)) return null;
+        using var socket = new Socket(AddressFamily.Unix, SocketType.Stream, ProtocolType.Unspecified);
+        try
+        {
+            socket.Connect(new UnixDomainSocketEndPoint(path));
+        }
+        catch (SocketException)
+        {
+            return null;
+        }
+        using var stream = new NetworkStream(socket);
+        using var reader = new StreamReader(stream, Encoding.UTF8);
+        using var writer = new StreamWriter(stream, new UTF8Encoding(false)) { AutoFlush = true, NewLine = "\n" };
+        writer.WriteLine("grow " + (size ?? "-"));
+        string? line;
+        while ((line = reader.ReadLine()) is not null)
+        {
+            var parts = line.Split(' ', 4);
+            switch (parts[0])
+            {
+                case "progress" when parts.Length == 4:
+                    progress?.Report(new GrowProgress(parts[3], long.Parse(parts[1], CultureInfo.InvariantCulture), long.Parse(parts[2], CultureInfo.InvariantCulture)));
+                    break;
+                case "ok":
+                    return (ParseResult(line[3..]), ExitCodes.Ok, null);
+                case "error":
+                    var err = line.Split(' ', 3);
+                    return (null, int.Parse(err[1], CultureInfo.InvariantCulture), err.Length > 2 ? err[2] : "");
+            }
+        }
+        return (null, ExitCodes.IoError, "the mount server closed the connection without an answer (did it stop?)");
+    }
+}
