@@ -679,7 +679,10 @@ public sealed partial class XfsWindowsFileSystem
         ulong parent = file.Ancestors[^1];
         if (old.FileType == XfsFileType.Directory) _volume.RemoveDirectory(parent, file.Name);
         else _volume.Unlink(parent, file.Name);
-        ushort permissions = (ushort)(old.Mode & 0xFFF);
+        // A symlink's bits mean nothing (always 0777): what replaces one gets the create mask instead.
+        ushort permissions = old.FileType == XfsFileType.Symlink
+            ? (ushort)(type == 0x4000 ? DirectoryCreateMask : FileCreateMask)
+            : (ushort)(old.Mode & 0xFFF);
         var created = target is not null ? _volume.MakeSymlink(parent, file.Name, target, old.Uid, old.Gid)
             : type == 0x4000 ? _volume.MakeDirectory(parent, file.Name, permissions, old.Uid, old.Gid)
             : _volume.CreateNode(parent, file.Name, (ushort)(type | permissions), old.Uid, old.Gid,
