@@ -33,7 +33,9 @@ public sealed class WinFspMountBackend : IMountBackend
 
     public IMountedVolume Mount(XfsVolume volume, string source, string mountPoint, IReadOnlyList<string> hostOptions)
     {
+        // A volume the control server opened writable (mount with readOnly=false, or --rw in mounts.conf) is served read-write.
         var options = MountOptions.Parse(hostOptions);
+        if (!volume.IsReadOnly) options = options with { ReadWrite = true };
         return new Mounted(WindowsMount.Host(volume, source, mountPoint, options));
     }
 

@@ -32,7 +32,8 @@ public sealed class FuseMountBackend(TextWriter log) : IMountBackend
     {
         if (hostOptions.Count > 0)
             throw new IOException($"FUSE mounts of the service take no options (got '{string.Join(' ', hostOptions)}')");
-        var host = new FuseHost(volume, new FuseMountOptions { AllowOther = true, DefaultPermissions = true }, log);
+        // A volume the control server opened writable (mount with readOnly=false) is served read-write.
+        var host = new FuseHost(volume, new FuseMountOptions { AllowOther = true, DefaultPermissions = true, ReadOnly = volume.IsReadOnly }, log);
         try
         {
             FuseHost.EnsureAvailable();

@@ -97,6 +97,8 @@ public sealed class ControlRequest
     public string? MountPoint { get; set; }
     /// <summary>recover: replay in memory and report what would be written; nothing is written.</summary>
     public bool DryRun { get; set; }
+    /// <summary>mount: false mounts read-write (a dirty log is then replayed onto the device); absent or true, read-only.</summary>
+    public bool? ReadOnly { get; set; }
     /// <summary>format: mkfs options (version 2).</summary>
     public FormatOptions? Format { get; set; }
 }

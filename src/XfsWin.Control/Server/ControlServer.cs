@@ -6,6 +6,8 @@ using System.Threading.Channels;
 using XfsWin.Control.Protocol;
 using XfsWin.Control.Transport;
 
+using XfsWin.Volume;
+
 namespace XfsWin.Control.Server;
 
 /// <summary>
@@ -240,7 +242,8 @@ public sealed class ControlServer : IAsyncDisposable
             case Operations.Mount:
                 if (string.IsNullOrEmpty(request.MountPoint))
                     throw new ControlException(ErrorCodes.BadRequest, "mount needs a mountPoint (a directory on Linux; a drive letter like X: or a folder on Windows)");
-                return new ControlResponse { Id = request.Id, Ok = true, Mount = _volumes.Mount(Source(), request.MountPoint) };
+                return new ControlResponse { Id = request.Id, Ok = true, Mount = _volumes.Mount(Source(), request.MountPoint,
+                    request.ReadOnly == false ? new VolumeOpenOptions { Writable = true } : null) };
             case Operations.Unmount:
                 return new ControlResponse { Id = request.Id, Ok = true, Mount = _volumes.Unmount(request.Source, request.MountPoint) };
             case Operations.Recover:

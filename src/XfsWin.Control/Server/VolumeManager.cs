@@ -322,7 +322,7 @@ public sealed class VolumeManager : IDisposable
     }
 
     /// <summary>
-    /// Opens <paramref name="source"/> read-only and mounts it. <paramref name="open"/> and
+    /// Opens <paramref name="source"/> (read-only unless <paramref name="open"/> asks for a writable open) and mounts it. <paramref name="open"/> and
     /// <paramref name="hostOptions"/> come from configured mounts (the service's mount table);
     /// channel requests use the defaults (log replayed in memory, default host options).
     /// </summary>
@@ -366,8 +366,9 @@ public sealed class VolumeManager : IDisposable
             var active = new ActiveMount { Key = key, Source = source, Volume = volume, Host = host, CreatedDirectory = created };
             lock (_gate) _mounts[key] = active;
             host.Stopped.ContinueWith(_ => HostStopped(active), TaskScheduler.Default);
-            Raise(EventKinds.Mounted, key, host.MountPoint, $"{key} mounted read-only at {host.MountPoint}");
-            return new MountResult { Source = key, MountPoint = host.MountPoint, Host = _backend.Name, ReadOnly = true, Warnings = volume.Info.Warnings };
+            bool readOnly = volume.IsReadOnly;
+            Raise(EventKinds.Mounted, key, host.MountPoint, $"{key} mounted {(readOnly ? "read-only" : "read-write")} at {host.MountPoint}");
+            return new MountResult { Source = key, MountPoint = host.MountPoint, Host = _backend.Name, ReadOnly = readOnly, Warnings = volume.Info.Warnings };
         }
         finally
         {
