@@ -172,6 +172,10 @@ public sealed record MountOptions
         return o with { UidMap = uids, GidMap = gids };
     }
 
+    /// <summary>Whether an option (without "=value") takes the next word as its value.</summary>
+    public static bool TakesValue(string option) => option is "-o" or "--partition" or "--replay" or "--fs-name" or "--absolute-symlinks"
+        or "--id-map" or "--uid-map" or "--gid-map" or "--owner" or "--unc" or "--file-info-timeout" or "--uid" or "--gid" or "--id-map-file";
+
     private static uint ParseId(string text, string option) =>
         uint.TryParse(text, NumberStyles.None, CultureInfo.InvariantCulture, out uint id) && id != uint.MaxValue
             ? id : throw new ArgumentException($"{option} {text}: expected a number from 0 to 4294967294");

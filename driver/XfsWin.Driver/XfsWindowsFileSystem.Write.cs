@@ -20,8 +20,12 @@ public sealed partial class XfsWindowsFileSystem
 
     private const ushort TypeRegular = 0x8000, TypeFifo = 0x1000, TypeCharDevice = 0x2000, TypeBlockDevice = 0x6000, TypeSocket = 0xC000;
     private const ushort WriteBits = 0x92; // 0222
-    /// <summary>What new files and directories get at most (Samba's "create mask" and "directory mask").</summary>
-    private const uint FileCreateMask = 0x1A4, DirectoryCreateMask = 0x1ED; // 0644, 0755
+    /// <summary>
+    /// What new files and directories get at most from their DACL (Samba's "create mask" 0744 and "directory mask"
+    /// 0755: the owner keeps execute, so programs copied from Windows run), and what they get without one.
+    /// </summary>
+    private const uint FileCreateMask = 0x1E4, DirectoryCreateMask = 0x1ED; // 0744, 0755
+    private const uint FileDefaultMode = 0x1A4; // 0644
     private static readonly byte[] LxUid = "$LXUID"u8.ToArray(), LxGid = "$LXGID"u8.ToArray(), LxMod = "$LXMOD"u8.ToArray(), LxDev = "$LXDEV"u8.ToArray();
 
     private int ReadOnlyStatus => NtStatus.MediaWriteProtected;
@@ -77,7 +81,7 @@ public sealed partial class XfsWindowsFileSystem
     /// <summary>
     /// WinFsp's Create (and CreateEx): a new file, or a directory with FILE_DIRECTORY_FILE. The security descriptor's
     /// owner and group become uid and gid (through the identity map; the mounting user is <c>--uid</c>/<c>--gid</c>),
-    /// its DACL the permission bits (at most 0644 for files and 0755 for directories; 0644/0755 without a DACL);
+    /// its DACL the permission bits (at most 0744 for files and 0755 for directories; 0644/0755 without a DACL);
     /// FILE_ATTRIBUTE_READONLY removes the write bits; EAs become user.* xattrs. STATUS_OBJECT_NAME_COLLISION when
     /// the name exists (on case-insensitive mounts also in another case).
     /// </summary>
@@ -98,7 +102,7 @@ public sealed partial class XfsWindowsFileSystem
 
             bool directory = (createOptions & FileDirectoryFile) != 0;
             uint uid = _ids.CreatorUid, gid = _ids.CreatorGid;
-            uint mode = directory ? DirectoryCreateMask : FileCreateMask;
+            uint mode = directory ? DirectoryCreateMask : FileDefaultMode;
             if (!securityDescriptor.IsEmpty)
             {
                 var sd = ParseDescriptor(securityDescriptor);
@@ -106,7 +110,7 @@ public sealed partial class XfsWindowsFileSystem
                 if (sd.Owner is { } o) uid = _ids.UidOf(o) ?? uid;
                 if (sd.Group is { } g) gid = _ids.GidOf(g) ?? gid;
                 if ((sd.Control & SecurityDescriptors.SeDaclPresent) != 0)
-                    mode &= SecurityDescriptors.ModeFromDacl(sd.Dacl, sd.Owner ?? _ids.OwnerSid(uid), sd.Group ?? _ids.GroupSid(gid));
+                    mode = (directory ? DirectoryCreateMask : FileCreateMask) & SecurityDescriptors.ModeFromDacl(sd.Dacl, sd.Owner ?? _ids.OwnerSid(uid), sd.Group ?? _ids.GroupSid(gid));
             }
             if (!directory && (fileAttributes & FileAttributeReadOnly) != 0) mode &= ~(uint)WriteBits;
 
@@ -681,7 +685,7 @@ public sealed partial class XfsWindowsFileSystem
         else _volume.Unlink(parent, file.Name);
         // A symlink's bits mean nothing (always 0777): what replaces one gets the create mask instead.
         ushort permissions = old.FileType == XfsFileType.Symlink
-            ? (ushort)(type == 0x4000 ? DirectoryCreateMask : FileCreateMask)
+            ? (ushort)(type == 0x4000 ? DirectoryCreateMask : FileDefaultMode)
             : (ushort)(old.Mode & 0xFFF);
         var created = target is not null ? _volume.MakeSymlink(parent, file.Name, target, old.Uid, old.Gid)
             : type == 0x4000 ? _volume.MakeDirectory(parent, file.Name, permissions, old.Uid, old.Gid)

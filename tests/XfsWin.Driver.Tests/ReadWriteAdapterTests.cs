@@ -138,6 +138,14 @@ public sealed class ReadWriteAdapterTests : IDisposable
             var docs = Create(fs, @"\docs", directory: true, sd: SecurityDescriptors.Serialize(MountingUser, Sid.UnixGroup(100), dacl));
             Assert.True(docs.Information.IsDirectory);
             Close(fs, docs);
+            // A token's default DACL (owner, SYSTEM and Administrators with full control): the owner alone, execute kept.
+            var tokenDacl = new List<Ace>
+            {
+                new(AceType.AccessAllowed, (A)0x1F01FF, MountingUser),
+                new(AceType.AccessAllowed, (A)0x1F01FF, Sid.LocalSystem),
+                new(AceType.AccessAllowed, (A)0x1F01FF, Sid.Administrators),
+            };
+            Close(fs, Create(fs, @"\docs\tool.exe", sd: SecurityDescriptors.Serialize(MountingUser, Sid.UnixGroup(100), tokenDacl)));
 
             // Write, write to end of file, constrained (paging) writes that never move EOF.
             var a = Create(fs, @"\docs\a.txt");
@@ -327,7 +335,7 @@ public sealed class ReadWriteAdapterTests : IDisposable
             names.Sort(StringComparer.Ordinal);
             var expected = new List<string>
             {
-                "chr", "dirlink", "docs", "docs/abs", "docs/b.txt", "docs/big.bin", "docs/tree", "docs/tree/a.txt",
+                "chr", "dirlink", "docs", "docs/abs", "docs/b.txt", "docs/big.bin", "docs/tool.exe", "docs/tree", "docs/tree/a.txt",
                 "fifo", "keep.txt", "link", "old.txt", "unlinkme",
             };
             if (eaOutcome is not null) expected.Add("withea");
@@ -339,6 +347,7 @@ public sealed class ReadWriteAdapterTests : IDisposable
             Assert.Equal("hello WORLD", File.ReadAllText(Path.Combine(m, "docs/b.txt")));
             Assert.Equal($"{new DateTimeOffset(WriteTime).ToUnixTimeSeconds()} {new DateTimeOffset(AccessTime).ToUnixTimeSeconds()}", Stat("docs/b.txt", "%Y %X"));
             Assert.Equal($"regular file 644 {CreatorUid} {CreatorGid} 100000", Stat("docs/big.bin", "%F %a %u %g %s"));
+            Assert.Equal($"regular empty file 700 {CreatorUid} 100", Stat("docs/tool.exe", "%F %a %u %g"));
             Assert.Equal(pattern.AsSpan(0, 100_000).ToArray(), File.ReadAllBytes(Path.Combine(m, "docs/big.bin")));
             Assert.Equal("victim\n", File.ReadAllText(Path.Combine(m, "keep.txt")));
             Assert.Equal("superseded\n", File.ReadAllText(Path.Combine(m, "old.txt")));
