@@ -700,8 +700,8 @@ public sealed partial class XfsWindowsFileSystem
 
     /// <summary>
     /// The XFS target of an IO_REPARSE_TAG_SYMLINK buffer, or null when it has no form on this volume: relative
-    /// substitute names are unescaped component by component; absolute ones must lie under this volume's mount
-    /// point and become paths from the XFS root.
+    /// substitute names are unescaped component by component ("\\dir\\file", relative to the drive's root, becomes
+    /// "/dir/file"); absolute ones must lie under this volume's mount point and become paths from the XFS root.
     /// </summary>
     private byte[]? SymlinkTargetFromReparse(ReadOnlySpan<byte> buffer)
     {
@@ -711,6 +711,8 @@ public sealed partial class XfsWindowsFileSystem
         string path = parsed.substitute;
         bool relative = (parsed.flags & ReparseData.SymlinkFlagRelative) != 0;
         var result = new List<byte>(path.Length);
+        bool rooted = relative && path.StartsWith('\\'); // "\dir\file": from the root of this volume
+        if (rooted) result.Add((byte)'/');
         if (!relative)
         {
             string prefix = path.StartsWith(@"\??\", StringComparison.Ordinal) ? path[4..] : path;
@@ -724,14 +726,14 @@ public sealed partial class XfsWindowsFileSystem
         bool first = true;
         foreach (var part in path.Split('\\', StringSplitOptions.RemoveEmptyEntries))
         {
-            if (!first || (!relative && result.Count > 1)) result.Add((byte)'/');
+            if (!first) result.Add((byte)'/');
             first = false;
             if (part is "." or "..") { result.AddRange(Encoding.ASCII.GetBytes(part)); continue; }
             var bytes = WindowsNames.DecodeToBytes(part);
             if (bytes is null) return null;
             result.AddRange(bytes);
         }
-        if (result.Count == 0) return relative ? null : [(byte)'/'];
+        if (result.Count == 0) return null;
         return [.. result];
     }
 }

@@ -248,6 +248,9 @@ public sealed class ReadWriteAdapterTests : IDisposable
             var abs = Create(fs, @"\docs\abs");
             Assert.Equal(NtStatus.Success, fs.SetReparsePoint(abs, @"\docs\abs", Symlink(@"\??\X:\docs\big.bin", relative: false)));
             Close(fs, abs);
+            var rooted = Create(fs, @"\rooted");
+            Assert.Equal(NtStatus.Success, fs.SetReparsePoint(rooted, @"\rooted", Symlink(@"\docs\b.txt", relative: true)));
+            Close(fs, rooted);
             var outside = Create(fs, @"\outside");
             Assert.Equal(NtStatus.IoReparseDataInvalid, fs.SetReparsePoint(outside, @"\outside", Symlink(@"\??\C:\Windows", relative: false)));
             Close(fs, outside, delete: true);
@@ -336,7 +339,7 @@ public sealed class ReadWriteAdapterTests : IDisposable
             var expected = new List<string>
             {
                 "chr", "dirlink", "docs", "docs/abs", "docs/b.txt", "docs/big.bin", "docs/tool.exe", "docs/tree", "docs/tree/a.txt",
-                "fifo", "keep.txt", "link", "old.txt", "unlinkme",
+                "fifo", "keep.txt", "link", "old.txt", "rooted", "unlinkme",
             };
             if (eaOutcome is not null) expected.Add("withea");
             Assert.Equal(expected.Order(StringComparer.Ordinal), names);
@@ -357,6 +360,7 @@ public sealed class ReadWriteAdapterTests : IDisposable
             Assert.Equal("docs/b.txt", new FileInfo(Path.Combine(m, "link")).LinkTarget);
             Assert.Equal("docs", new FileInfo(Path.Combine(m, "dirlink")).LinkTarget);
             Assert.Equal("/docs/big.bin", new FileInfo(Path.Combine(m, "docs/abs")).LinkTarget);
+            Assert.Equal("/docs/b.txt", new FileInfo(Path.Combine(m, "rooted")).LinkTarget);
             Assert.Equal($"regular empty file 0 {CreatorUid} {CreatorGid}", Stat("unlinkme", "%F %s %u %g"));
             Assert.Equal("fifo 644", Stat("fifo", "%F %a"));
             Assert.Equal("character special file 640 1 3", Stat("chr", "%F %a %t %T"));
