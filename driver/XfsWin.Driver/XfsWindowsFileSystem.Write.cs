@@ -474,8 +474,7 @@ public sealed partial class XfsWindowsFileSystem
     /// <summary>
     /// WinFsp's SetSecurity: the owner and group SIDs become uid and gid (an owner that maps to no uid is
     /// STATUS_INVALID_OWNER; the SID a file already shows keeps its uid), the DACL the rwx bits of owner, group and
-    /// others (setuid, setgid and sticky are kept). A file with a POSIX ACL keeps its DACL (STATUS_NOT_SUPPORTED):
-    /// rewriting the ACL needs the engine's xattr writes.
+    /// others (setuid, setgid and sticky are kept); ACEs for other SIDs that map to ids become a POSIX access ACL.
     /// </summary>
     public int SetSecurity(OpenFile file, uint securityInformation, ReadOnlySpan<byte> modificationDescriptor)
     {
@@ -502,8 +501,9 @@ public sealed partial class XfsWindowsFileSystem
             ushort? mode = null;
             if ((securityInformation & SecurityDacl) != 0 && (sd.Control & SecurityDescriptors.SeDaclPresent) != 0)
             {
-                if (_volume.TryGetXattr(file.Inode, XattrNamespace.Trusted, AclAttributeName, out _)) return NtStatus.NotSupported;
                 uint bits = SecurityDescriptors.ModeFromDacl(sd.Dacl, ownerSid, groupSid);
+                int status = WriteAccessAcl(file.Inode, sd.Dacl, ownerSid, groupSid, ref bits);
+                if (status != NtStatus.Success) return status;
                 mode = (ushort)((a.Mode & 0xE00) | bits);
                 if (mode == (a.Mode & 0xFFF)) mode = null;
             }
@@ -516,6 +516,47 @@ public sealed partial class XfsWindowsFileSystem
         catch (Exception e)
         {
             return NtStatus.FromException(e);
+        }
+    }
+
+    /// <summary>
+    /// Named users and groups of a DACL (SIDs that map to a uid or gid) become the file's POSIX access ACL (trusted
+    /// SGI_ACL_FILE, as XFS stores system.posix_acl_access), with the group bits of the mode becoming its mask; a DACL
+    /// without them removes an ACL the file had. STATUS_NOT_SUPPORTED, with nothing changed, when the engine cannot
+    /// write xattrs. SIDs that map to no id (SYSTEM, Administrators under the default mapping) are not stored.
+    /// </summary>
+    private int WriteAccessAcl(ulong inode, IReadOnlyList<Ace>? dacl, Sid owner, Sid group, ref uint bits)
+    {
+        var users = new SortedDictionary<uint, ushort>();
+        var groups = new SortedDictionary<uint, ushort>();
+        foreach (var sid in SecurityDescriptors.NamedSids(dacl, owner, group))
+        {
+            ushort perm = (ushort)SecurityDescriptors.PermissionFor(dacl, sid);
+            if (_ids.UidOf(sid) is uint u && sid != _ids.MountingUser) users[u] = perm;
+            else if (_ids.GidOf(sid) is uint g) groups[g] = perm;
+        }
+        bool hadAcl = _volume.TryGetXattr(inode, XattrNamespace.Trusted, AclAttributeName, out _);
+        try
+        {
+            if (users.Count == 0 && groups.Count == 0)
+            {
+                if (hadAcl) _volume.RemoveXattr(inode, XattrNamespace.Trusted, AclAttributeName);
+                return NtStatus.Success;
+            }
+            uint groupPerm = (bits >> 3) & 7, mask = groupPerm;
+            var entries = new List<PosixAclEntry> { new(PosixAclTag.UserObj, PosixAcl.UndefinedId, (ushort)((bits >> 6) & 7)) };
+            foreach (var (id, perm) in users) { entries.Add(new(PosixAclTag.User, id, perm)); mask |= perm; }
+            entries.Add(new(PosixAclTag.GroupObj, PosixAcl.UndefinedId, (ushort)groupPerm));
+            foreach (var (id, perm) in groups) { entries.Add(new(PosixAclTag.Group, id, perm)); mask |= perm; }
+            entries.Add(new(PosixAclTag.Mask, PosixAcl.UndefinedId, (ushort)mask));
+            entries.Add(new(PosixAclTag.Other, PosixAcl.UndefinedId, (ushort)(bits & 7)));
+            _volume.SetXattr(inode, XattrNamespace.Trusted, AclAttributeName, new PosixAcl(entries).ToXfs());
+            bits = (bits & ~0x38u) | mask << 3; // with an ACL the mode's group bits are its mask
+            return NtStatus.Success;
+        }
+        catch (XfsException x) when (x.Error == XfsError.Unsupported)
+        {
+            return NtStatus.NotSupported;
         }
     }
 

@@ -271,8 +271,27 @@ public sealed class ReadWriteAdapterTests : IDisposable
             Assert.Equal(ReparseTags.LxCharDevice, chr.Information.ReparseTag);
             Close(fs, chr);
 
-            // SetSecurity: owner and group SIDs to uid/gid, the DACL to rw-r-----.
+            // SetSecurity: a named user becomes a POSIX ACL where the engine writes xattrs; otherwise nothing changes.
             var b = Open(fs, @"\docs\b.txt");
+            uint modeBefore = volume.GetAttributes(b.Inode).Mode;
+            var namedDacl = new List<Ace>
+            {
+                new(AceType.AccessAllowed, A.ReadData | A.WriteData, Sid.UnixUser(CreatorUid)),
+                new(AceType.AccessAllowed, A.ReadData, Sid.UnixUser(555)),
+                new(AceType.AccessAllowed, A.ReadData, Sid.UnixGroup(CreatorGid)),
+            };
+            int aclStatus = fs.SetSecurity(b, XfsWindowsFileSystem.SecurityDacl,
+                SecurityDescriptors.Serialize(Sid.UnixUser(CreatorUid), Sid.UnixGroup(CreatorGid), namedDacl));
+            if (aclStatus == NtStatus.Success)
+            {
+                Assert.True(volume.TryGetXattr(b.Inode, XfsWin.Attributes.XattrNamespace.Trusted, "SGI_ACL_FILE"u8, out _));
+            }
+            else
+            {
+                Assert.Equal(NtStatus.NotSupported, aclStatus);
+                Assert.Equal(modeBefore, volume.GetAttributes(b.Inode).Mode);
+            }
+            // Owner and group SIDs to uid/gid, the DACL to rw-r----- (an ACL set above goes again).
             var bDacl = new List<Ace>
             {
                 new(AceType.AccessAllowed, A.ReadData | A.WriteData | A.AppendData, Sid.UnixUser(4321)),

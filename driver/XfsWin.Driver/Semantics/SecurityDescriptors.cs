@@ -234,24 +234,36 @@ public static class SecurityDescriptors
     /// (Windows grants them to everybody), the owner's and group's only for their class. r = FILE_READ_DATA,
     /// w = FILE_WRITE_DATA, x = FILE_EXECUTE. A null DACL grants everything (0777).
     /// </summary>
-    public static uint ModeFromDacl(IReadOnlyList<Ace>? dacl, Sid owner, Sid group)
+    public static uint ModeFromDacl(IReadOnlyList<Ace>? dacl, Sid owner, Sid group) =>
+        PermissionFor(dacl, owner) << 6 | PermissionFor(dacl, group) << 3 | PermissionFor(dacl, Sid.World);
+
+    /// <summary>
+    /// The rwx a DACL gives <paramref name="sid"/>: its own ACEs and Everyone's, in order, an allow granting what no
+    /// earlier deny refused. A null DACL grants everything.
+    /// </summary>
+    public static uint PermissionFor(IReadOnlyList<Ace>? dacl, Sid sid)
     {
-        if (dacl is null) return 0x1FF;
-        Span<uint> allow = stackalloc uint[3], deny = stackalloc uint[3];
+        if (dacl is null) return 7;
+        uint allow = 0, deny = 0;
         foreach (var ace in dacl)
         {
-            if ((ace.Flags & InheritOnlyAce) != 0) continue;
+            if ((ace.Flags & InheritOnlyAce) != 0 || (ace.Sid != sid && ace.Sid != Sid.World)) continue;
             uint perm = AccessToPermission(ace.Mask);
-            bool world = ace.Sid == Sid.World;
-            for (int c = 0; c < 3; c++)
-            {
-                bool applies = world || (c == 0 ? ace.Sid == owner : c == 1 && ace.Sid == group);
-                if (!applies) continue;
-                if (ace.Type == AceType.AccessAllowed) allow[c] |= perm & ~deny[c];
-                else if (ace.Type == AceType.AccessDenied) deny[c] |= perm & ~allow[c];
-            }
+            if (ace.Type == AceType.AccessAllowed) allow |= perm & ~deny;
+            else if (ace.Type == AceType.AccessDenied) deny |= perm & ~allow;
         }
-        return allow[0] << 6 | allow[1] << 3 | allow[2];
+        return allow;
+    }
+
+    /// <summary>The SIDs a DACL names besides the owner, the group and Everyone (in order, once each; inherit-only ACEs skipped).</summary>
+    public static List<Sid> NamedSids(IReadOnlyList<Ace>? dacl, Sid owner, Sid group)
+    {
+        var named = new List<Sid>();
+        if (dacl is null) return named;
+        foreach (var ace in dacl)
+            if ((ace.Flags & InheritOnlyAce) == 0 && ace.Sid != owner && ace.Sid != group && ace.Sid != Sid.World && !named.Contains(ace.Sid))
+                named.Add(ace.Sid);
+        return named;
     }
 
     private const byte InheritOnlyAce = 0x08;
