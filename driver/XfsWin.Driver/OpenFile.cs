@@ -44,6 +44,9 @@ public sealed class OpenFile
     /// <summary>The Windows path it was opened by (or renamed to through this open).</summary>
     public string Path { get; internal set; }
 
+    /// <summary>Guards <see cref="Attributes"/> and <see cref="Information"/> while a read-write mount refreshes them (WinFsp may run a read, a write and a query on one open at once).</summary>
+    internal readonly Lock InfoGate = new();
+
     /// <summary>Whether this open holds its inode in the engine (read-write mounts: the inode outlives an unlink while open).</summary>
     internal bool Held;
 

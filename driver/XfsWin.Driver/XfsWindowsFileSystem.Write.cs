@@ -68,10 +68,13 @@ public sealed partial class XfsWindowsFileSystem
     private FileInformation Refresh(OpenFile file)
     {
         var a = _volume.GetAttributes(file.Inode);
-        file.Attributes = a;
-        bool dirLink = a.FileType == XfsFileType.Symlink && file.Information.IsDirectory;
-        file.Information = MakeFileInformation(a, file.Name, dirLink, file.Information.EaSize);
-        return file.Information;
+        lock (file.InfoGate)
+        {
+            file.Attributes = a;
+            bool dirLink = a.FileType == XfsFileType.Symlink && file.Information.IsDirectory;
+            file.Information = MakeFileInformation(a, file.Name, dirLink, file.Information.EaSize);
+            return file.Information;
+        }
     }
 
     // ---------------------------------------------------------------- create, overwrite
