@@ -54,6 +54,15 @@ public sealed record MountOptions
     /// <summary>UNC prefix (\server\share) to mount as a network drive instead of a disk.</summary>
     public string? UncPrefix { get; init; }
 
+    /// <summary>Mount read-write (<c>-o rw</c> or <c>--rw</c>); read-only otherwise.</summary>
+    public bool ReadWrite { get; init; }
+
+    /// <summary>The uid of what Windows creates, and what the mounting user's SID maps back to (<c>--uid</c>, default 1000).</summary>
+    public uint CreatorUid { get; init; } = 1000;
+
+    /// <summary>The gid of what Windows creates (<c>--gid</c>, default 1000).</summary>
+    public uint CreatorGid { get; init; } = 1000;
+
     /// <summary>How long WinFsp may cache file information (ms).</summary>
     public uint FileInfoTimeoutMs { get; init; } = 1000;
 
@@ -65,7 +74,11 @@ public sealed record MountOptions
         var user = MountingUserSid is null ? mountingUser : Sid.Parse(MountingUserSid);
         return new IdentityMap(IdMapping, user,
             users: UidMap.ToDictionary(kv => kv.Key, kv => Sid.Parse(kv.Value)),
-            groups: GidMap.ToDictionary(kv => kv.Key, kv => Sid.Parse(kv.Value)));
+            groups: GidMap.ToDictionary(kv => kv.Key, kv => Sid.Parse(kv.Value)))
+        {
+            CreatorUid = CreatorUid,
+            CreatorGid = CreatorGid,
+        };
     }
 
     /// <summary>
@@ -104,6 +117,20 @@ public sealed record MountOptions
                         var v => throw new ArgumentException($"--replay={v}: use memory (default), place or none"),
                     } };
                     break;
+                case "-o":
+                    foreach (var word in Next().Split(',', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries))
+                        o = word switch
+                        {
+                            "rw" => o with { ReadWrite = true },
+                            "ro" => o with { ReadWrite = false },
+                            _ => throw new ArgumentException($"-o {word}: the Windows mount takes -o rw or -o ro; other settings are --options"),
+                        };
+                    break;
+                case "--rw": o = o with { ReadWrite = true }; break;
+                case "--ro": o = o with { ReadWrite = false }; break;
+                case "--uid": o = o with { CreatorUid = ParseId(Next(), name) }; break;
+                case "--gid": o = o with { CreatorGid = ParseId(Next(), name) }; break;
+                case "--id-map-file": LoadMapFile(Next(), uids, gids); break;
                 case "--case-insensitive": o = o with { CaseInsensitive = true }; break;
                 case "--hide-dot-files": o = o with { HideDotFiles = true }; break;
                 case "--fs-name":
@@ -143,6 +170,42 @@ public sealed record MountOptions
             }
         }
         return o with { UidMap = uids, GidMap = gids };
+    }
+
+    /// <summary>Whether an option (without "=value") takes the next word as its value.</summary>
+    public static bool TakesValue(string option) => option is "-o" or "--partition" or "--replay" or "--fs-name" or "--absolute-symlinks"
+        or "--id-map" or "--uid-map" or "--gid-map" or "--owner" or "--unc" or "--file-info-timeout" or "--uid" or "--gid" or "--id-map-file";
+
+    private static uint ParseId(string text, string option) =>
+        uint.TryParse(text, NumberStyles.None, CultureInfo.InvariantCulture, out uint id) && id != uint.MaxValue
+            ? id : throw new ArgumentException($"{option} {text}: expected a number from 0 to 4294967294");
+
+    /// <summary>
+    /// Reads an identity map file: one mapping per line, <c>uid 1000 S-1-5-21-…-1001</c> or <c>gid 100 S-1-5-32-545</c>;
+    /// <c>#</c> starts a comment. Entries work both ways (uid → SID for what Windows shows, SID → uid when Windows sets an owner).
+    /// </summary>
+    public static void LoadMapFile(string path, Dictionary<uint, string> uids, Dictionary<uint, string> gids)
+    {
+        string[] lines;
+        try { lines = File.ReadAllLines(path); }
+        catch (IOException e) { throw new ArgumentException($"--id-map-file {path}: {e.Message}"); }
+        catch (UnauthorizedAccessException e) { throw new ArgumentException($"--id-map-file {path}: {e.Message}"); }
+        for (int n = 0; n < lines.Length; n++)
+        {
+            string line = lines[n];
+            int hash = line.IndexOf('#');
+            if (hash >= 0) line = line[..hash];
+            var words = line.Split((char[]?)null, StringSplitOptions.RemoveEmptyEntries);
+            if (words.Length == 0) continue;
+            string where = $"{path} line {n + 1}";
+            if (words.Length != 3 || words[0] is not ("uid" or "gid"))
+                throw new ArgumentException($"{where}: expected 'uid ID SID' or 'gid ID SID'");
+            uint id = ParseId(words[1], where);
+            string sid;
+            try { sid = Sid.Parse(words[2]).ToString(); }
+            catch (FormatException) { throw new ArgumentException($"{where}: '{words[2]}' is not a SID (S-1-…)"); }
+            (words[0] == "uid" ? uids : gids)[id] = sid;
+        }
     }
 
     private static void AddMap(Dictionary<uint, string> map, string option, string text)

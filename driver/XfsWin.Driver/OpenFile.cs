@@ -20,13 +20,17 @@ public sealed class OpenFile
         Path = path;
     }
 
-    public ulong Inode { get; }
+    /// <summary>The inode; a reparse point set or deleted on a read-write mount replaces it with a new one.</summary>
+    public ulong Inode { get; internal set; }
 
-    /// <summary>Attributes read at open. The volume is read-only, so they stay valid for this open.</summary>
-    public InodeAttributes Attributes { get; }
+    /// <summary>
+    /// Attributes read at open. On a read-only mount they stay valid for the open; on a read-write one every
+    /// change made through the adapter refreshes them.
+    /// </summary>
+    public InodeAttributes Attributes { get; internal set; }
 
-    /// <summary>The XFS bytes of the last path component (empty for the root).</summary>
-    public byte[] Name { get; }
+    /// <summary>The XFS bytes of the last path component (empty for the root); a rename through this open updates it.</summary>
+    public byte[] Name { get; internal set; }
 
     /// <summary>
     /// On case-insensitive mounts, the path with every component spelled as stored (WinFsp's
@@ -35,10 +39,22 @@ public sealed class OpenFile
     public string? NormalizedPath { get; init; }
 
     /// <summary>Inodes of the directories from the root down to this file's parent.</summary>
-    internal ulong[] Ancestors { get; }
+    internal ulong[] Ancestors { get; set; }
 
-    /// <summary>The Windows path it was opened by.</summary>
-    public string Path { get; }
+    /// <summary>The Windows path it was opened by (or renamed to through this open).</summary>
+    public string Path { get; internal set; }
+
+    /// <summary>Guards <see cref="Attributes"/> and <see cref="Information"/> while a read-write mount refreshes them (WinFsp may run a read, a write and a query on one open at once).</summary>
+    internal readonly Lock InfoGate = new();
+
+    /// <summary>Whether this open holds its inode in the engine (read-write mounts: the inode outlives an unlink while open).</summary>
+    internal bool Held;
+
+    /// <summary>The name was removed through this open (delete-on-close or POSIX delete done); later cleanups leave the directory alone.</summary>
+    internal bool Unlinked;
+
+    /// <summary>WSL's $LXDEV (major, minor) set as an EA before the LX_CHR/LX_BLK reparse point turns the file into a device.</summary>
+    internal (uint Major, uint Minor)? PendingDevice;
 
     /// <summary>FSP_FSCTL_FILE_INFO for this open, computed when it was opened.</summary>
     public Semantics.FileInformation Information { get; internal set; }

@@ -46,12 +46,13 @@ public static class WindowsMount
     public static bool IsDriveLetter(string mountPoint) =>
         mountPoint == "*" || (mountPoint.Length == 2 && char.IsAsciiLetter(mountPoint[0]) && mountPoint[1] == ':');
 
-    /// <summary>The volume open options a mount uses: read-only; a dirty log is replayed in memory unless --replay=place.</summary>
-    public static VolumeOpenOptions OpenOptions(MountOptions options) => new()
-    {
-        Writable = false,
-        Replay = options.Replay,
-    };
+    /// <summary>
+    /// The volume open options a mount uses: read-only unless <c>-o rw</c>; a read-only mount replays a dirty log in
+    /// memory unless --replay=place, a read-write one always replays it onto the device (as the kernel's mount does).
+    /// </summary>
+    public static VolumeOpenOptions OpenOptions(MountOptions options) => options.ReadWrite
+        ? new VolumeOpenOptions { Writable = true }
+        : new VolumeOpenOptions { Writable = false, Replay = options.Replay };
 
     /// <summary>Opens the source and mounts it; the caller disposes the session to unmount.</summary>
     [SupportedOSPlatform("windows")]
@@ -121,7 +122,7 @@ public static class WindowsMount
         using (session)
         {
             var info = session.Info;
-            Console.WriteLine($"Mounted {source} (XFS v{info.FormatVersion}, label '{info.Label}') at {session.MountPoint}, read-only.");
+            Console.WriteLine($"Mounted {source} (XFS v{info.FormatVersion}, label '{info.Label}') at {session.MountPoint}, {(o.ReadWrite ? "read-write" : "read-only")}.");
             foreach (var reason in info.ReadOnlyReasons) Console.WriteLine($"  read-only: {reason}");
             foreach (var warning in info.Warnings) Console.WriteLine($"  warning: {warning}");
             Console.WriteLine("Press Ctrl+C to unmount.");

@@ -39,7 +39,7 @@ public readonly ref struct DirectoryMarker
 /// translates between <see cref="XfsVolume"/> and Windows semantics; it holds no WinFsp types, so
 /// tests call it exactly as WinFsp would, on Linux. Thread-safe.
 /// </summary>
-public sealed class XfsWindowsFileSystem
+public sealed partial class XfsWindowsFileSystem
 {
     /// <summary>NextOffset of entries returned by <see cref="GetDirInfoByName"/>: resuming after them lists nothing more.</summary>
     public const ulong EndOfDirectoryOffset = ulong.MaxValue;
@@ -121,7 +121,8 @@ public sealed class XfsWindowsFileSystem
         }
     }
 
-    public int SetVolumeLabel(ReadOnlySpan<char> label) => NtStatus.MediaWriteProtected;
+    /// <summary>XFS changes its label only offline (<c>xfswin label</c>); a read-write mount answers STATUS_NOT_SUPPORTED.</summary>
+    public int SetVolumeLabel(ReadOnlySpan<char> label) => _options.ReadWrite ? NtStatus.NotSupported : NtStatus.MediaWriteProtected;
 
     // ---------------------------------------------------------------- names and paths
 
@@ -421,7 +422,6 @@ public sealed class XfsWindowsFileSystem
         }
     }
 
-    public int SetSecurity(OpenFile file, uint securityInformation, ReadOnlySpan<byte> modificationDescriptor) => NtStatus.MediaWriteProtected;
 
     // ---------------------------------------------------------------- open / close
 
@@ -446,9 +446,10 @@ public sealed class XfsWindowsFileSystem
             {
                 NormalizedPath = walk.Normalized is { Length: > 0 } n ? n.ToString() : walk.Normalized is not null ? "\\" : null,
             };
-            // The mount is read-only: what Windows asks about an open file is computed once, here.
+            // What Windows asks about an open file is computed here; a read-write mount refreshes it after each change.
             file.Information = InfoFor(file);
             info = file.Information;
+            Hold(file);
             return NtStatus.Success;
         }
         catch (Exception e)
@@ -456,30 +457,6 @@ public sealed class XfsWindowsFileSystem
             file = null;
             return NtStatus.FromException(e);
         }
-    }
-
-    public void Cleanup(OpenFile file, ReadOnlySpan<char> fileName, uint flags) { }
-
-    /// <summary>Nothing to release: an open holds no engine resources (the WinFsp layer frees its handle).</summary>
-    public void Close(OpenFile file) { }
-
-    public int Create(ReadOnlySpan<char> fileName, uint createOptions, uint grantedAccess, uint fileAttributes) => NtStatus.MediaWriteProtected;
-    public int Overwrite(OpenFile file, uint fileAttributes, bool replaceFileAttributes, ulong allocationSize) => NtStatus.MediaWriteProtected;
-    public int Write(OpenFile file, ReadOnlySpan<byte> buffer, ulong offset, bool writeToEndOfFile, bool constrainedIo) => NtStatus.MediaWriteProtected;
-    public int SetBasicInfo(OpenFile file, uint fileAttributes, ulong creationTime, ulong lastAccessTime, ulong lastWriteTime, ulong changeTime) => NtStatus.MediaWriteProtected;
-    public int SetFileSize(OpenFile file, ulong newSize, bool setAllocationSize) => NtStatus.MediaWriteProtected;
-    public int CanDelete(OpenFile file, ReadOnlySpan<char> fileName) => NtStatus.MediaWriteProtected;
-    public int SetDelete(OpenFile file, ReadOnlySpan<char> fileName, bool deleteFile) => NtStatus.MediaWriteProtected;
-    public int Rename(OpenFile file, ReadOnlySpan<char> fileName, ReadOnlySpan<char> newFileName, bool replaceIfExists) => NtStatus.MediaWriteProtected;
-    public int SetReparsePoint(OpenFile file, ReadOnlySpan<char> fileName, ReadOnlySpan<byte> buffer) => NtStatus.MediaWriteProtected;
-    public int DeleteReparsePoint(OpenFile file, ReadOnlySpan<char> fileName, ReadOnlySpan<byte> buffer) => NtStatus.MediaWriteProtected;
-    public int SetEa(OpenFile file, ReadOnlySpan<byte> ea) => NtStatus.MediaWriteProtected;
-
-    /// <summary>Nothing is ever dirty on a read-only mount.</summary>
-    public int Flush(OpenFile? file, out FileInformation info)
-    {
-        info = file?.Information ?? default;
-        return NtStatus.Success;
     }
 
     // ---------------------------------------------------------------- data
@@ -491,7 +468,9 @@ public sealed class XfsWindowsFileSystem
         try
         {
             if (file.IsDirectory) return NtStatus.InvalidDeviceRequest;
-            if (offset >= (ulong)Math.Max(0, file.Attributes.Size)) return NtStatus.EndOfFile;
+            // Read-write: another open may have moved EOF since this one last looked.
+            long size = _options.ReadWrite ? _volume.GetAttributes(file.Inode).Size : file.Attributes.Size;
+            if (offset >= (ulong)Math.Max(0, size)) return NtStatus.EndOfFile;
             bytesTransferred = _volume.Read(file.Inode, (long)offset, buffer);
             return NtStatus.Success;
         }
@@ -501,11 +480,27 @@ public sealed class XfsWindowsFileSystem
         }
     }
 
-    /// <summary>WinFsp's GetFileInfo: the information computed at open (the volume does not change under a read-only mount).</summary>
+    /// <summary>
+    /// WinFsp's GetFileInfo: on a read-only mount the information computed at open; on a read-write one the
+    /// inode's current attributes (another open may have changed them).
+    /// </summary>
     public int GetFileInfo(OpenFile file, out FileInformation info)
     {
-        info = file.Information;
-        return NtStatus.Success;
+        if (!_options.ReadWrite)
+        {
+            info = file.Information;
+            return NtStatus.Success;
+        }
+        try
+        {
+            info = Refresh(file);
+            return NtStatus.Success;
+        }
+        catch (Exception e)
+        {
+            info = file.Information;
+            return NtStatus.FromException(e);
+        }
     }
 
     // ---------------------------------------------------------------- directories

@@ -11,6 +11,9 @@ public sealed class WinFspMountBackend : IMountBackend
 {
     public string Name => "WinFsp";
 
+    /// <summary>The adapter serves every write path (docs/windows.md, "Read-write").</summary>
+    public bool ServesWrites => true;
+
     public string MountPointKind => "drive-letter-or-folder";
 
     public IReadOnlyList<string> SuggestMountPoints(string? label)
@@ -33,7 +36,9 @@ public sealed class WinFspMountBackend : IMountBackend
 
     public IMountedVolume Mount(XfsVolume volume, string source, string mountPoint, IReadOnlyList<string> hostOptions)
     {
+        // A volume the control server opened writable (mount with readOnly=false, or --rw in mounts.conf) is served read-write.
         var options = MountOptions.Parse(hostOptions);
+        if (!volume.IsReadOnly) options = options with { ReadWrite = true };
         return new Mounted(WindowsMount.Host(volume, source, mountPoint, options));
     }
 

@@ -110,6 +110,34 @@ public sealed class VolumeOperationTests : IDisposable
     }
 
     [Fact]
+    public async Task Mount_with_readOnly_false_serves_the_volume_read_write()
+    {
+        var image = TestVolumes.Make(_dir, "rw.img", "rwmount", m => File.WriteAllText(Path.Combine(m, "old.txt"), "old\n"));
+        var mountPoint = Path.Combine(_dir, "rwmnt");
+        await using var server = new TestServer([image]);
+        await using var client = await server.Connect();
+        var mounted = (await client.CallAsync(new ControlRequest { Op = Operations.Mount, Source = image, MountPoint = mountPoint, ReadOnly = false })).Mount!;
+        try
+        {
+            Assert.False(mounted.ReadOnly);
+            File.WriteAllText(Path.Combine(mountPoint, "new.txt"), "written through the service\n");
+            File.Delete(Path.Combine(mountPoint, "old.txt"));
+        }
+        finally
+        {
+            var unmounted = await client.SendAsync(new ControlRequest { Op = Operations.Unmount, MountPoint = mountPoint });
+            Assert.True(unmounted.Ok, unmounted.Error?.Message);
+        }
+        using (var kernel = LoopMount.Mount(image, readOnly: true))
+        {
+            Assert.Equal(["new.txt"], Directory.GetFileSystemEntries(kernel.MountPoint).Select(Path.GetFileName));
+            Assert.Equal("written through the service\n", File.ReadAllText(Path.Combine(kernel.MountPoint, "new.txt")));
+        }
+        var repair = Shell.Run("xfs_repair", "-n", image);
+        Assert.True(repair.ExitCode == 0, repair.StandardOutput + repair.StandardError);
+    }
+
+    [Fact]
     public async Task An_unmount_from_outside_is_noticed_and_reported()
     {
         var image = TestVolumes.Make(_dir, "o.img", "outside");

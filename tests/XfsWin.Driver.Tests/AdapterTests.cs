@@ -138,10 +138,10 @@ public class AdapterTests(DriverImage image)
         Assert.Equal(NtStatus.ObjectNameNotFound, _fs.Open(@"\hello.txt:stream", 0, 0, out _, out _));
         Assert.Equal(NtStatus.NotADirectory, _fs.Open(@"\hello.txt", XfsWindowsFileSystem.FileDirectoryFile, 0, out _, out _));
         Assert.Equal(NtStatus.FileIsADirectory, _fs.Open(@"\dir", XfsWindowsFileSystem.FileNonDirectoryFile, 0, out _, out _));
-        Assert.Equal(NtStatus.MediaWriteProtected, _fs.Create(@"\new", 0, 0, 0));
+        Assert.Equal(NtStatus.MediaWriteProtected, _fs.Create(@"\new", 0, 0, 0, default, 0, default, out _, out _));
         var file = Open(@"\hello.txt");
-        Assert.Equal(NtStatus.MediaWriteProtected, _fs.Write(file, [1], 0, false, false));
-        Assert.Equal(NtStatus.MediaWriteProtected, _fs.SetFileSize(file, 0, false));
+        Assert.Equal(NtStatus.MediaWriteProtected, _fs.Write(file, [1], 0, false, false, out _, out _));
+        Assert.Equal(NtStatus.MediaWriteProtected, _fs.SetFileSize(file, 0, false, out _));
         Assert.Equal(NtStatus.MediaWriteProtected, _fs.Rename(file, @"\hello.txt", @"\x", false));
         Assert.Equal(NtStatus.MediaWriteProtected, _fs.SetDelete(file, @"\hello.txt", true));
         Assert.Equal(NtStatus.MediaWriteProtected, _fs.SetVolumeLabel("x"));

@@ -43,6 +43,56 @@ public class MountOptionsTests
         Assert.Equal(Sid.UnixUser(7), ids.OwnerSid(7));
     }
 
+    [Fact]
+    public void ReadWriteReachesTheVolumeOpenAndTheVolumeParameters()
+    {
+        var ro = new MountOptions();
+        Assert.NotEqual(0u, (uint)(Interop.VolumeParameters.FlagsFor(ro) & Interop.VolumeFlags.ReadOnlyVolume));
+        Assert.Equal(0u, (uint)(Interop.VolumeParameters.FlagsFor(ro) & Interop.VolumeFlags.SupportsPosixUnlinkRename));
+        foreach (var args in new[] { new[] { "-o", "rw" }, ["--rw"], ["-o", "ro,rw"] })
+        {
+            var o = MountOptions.Parse(args);
+            Assert.True(o.ReadWrite);
+            Assert.True(WindowsMount.OpenOptions(o).Writable);
+            var flags = Interop.VolumeParameters.FlagsFor(o);
+            Assert.Equal(0u, (uint)(flags & Interop.VolumeFlags.ReadOnlyVolume));
+            Assert.NotEqual(0u, (uint)(flags & Interop.VolumeFlags.SupportsPosixUnlinkRename));
+        }
+        Assert.False(MountOptions.Parse(["-o", "rw,ro"]).ReadWrite);
+        Assert.Throws<ArgumentException>(() => MountOptions.Parse(["-o", "allow_other"]));
+    }
+
+    [Fact]
+    public void IdentityMapFileAndCreatorIdsMapBothWays()
+    {
+        string file = Path.Combine(Path.GetTempPath(), $"xfswin-idmap-{Guid.NewGuid():N}.txt");
+        File.WriteAllText(file, "# ids\nuid 1000 S-1-5-21-1-2-3-1001  # me\ngid 100 S-1-5-32-545\n\n");
+        try
+        {
+            var o = MountOptions.Parse(["--id-map-file", file, "--uid", "501", "--gid", "20"]);
+            var me = Sid.Parse("S-1-5-21-1-2-3-1001");
+            var ids = o.CreateIdentityMap(Sid.Parse("S-1-5-21-9-9-9-500"));
+            Assert.Equal(me, ids.OwnerSid(1000));
+            Assert.Equal(1000u, ids.UidOf(me));
+            Assert.Equal(100u, ids.GidOf(Sid.Parse("S-1-5-32-545")));
+            Assert.Equal(501u, ids.UidOf(Sid.Parse("S-1-5-21-9-9-9-500"))); // the mounting user owns what it creates
+            Assert.Equal(20u, ids.GidOf(Sid.Parse("S-1-5-21-9-9-9-500")));
+            Assert.Equal(77u, ids.UidOf(Sid.UnixUser(77)));
+            Assert.Equal(88u, ids.GidOf(Sid.UnixGroup(88)));
+            Assert.Null(ids.UidOf(Sid.Parse("S-1-5-21-4-4-4-4")));
+            File.WriteAllText(file, "uid x S-1-5-18\n");
+            var e = Assert.Throws<ArgumentException>(() => MountOptions.Parse(["--id-map-file", file]));
+            Assert.Contains("line 1", e.Message);
+        }
+        finally
+        {
+            File.Delete(file);
+        }
+        var posix = new Semantics.IdentityMap(IdMappingMode.WinFspPosix, Sid.Parse("S-1-5-21-1-2-3-1001"));
+        foreach (uint id in new uint[] { 0, 18, 544, 1000, 0x30000 + 1002, 0x60000 + 0x2000, 0x10000 + 0x100 + 0 })
+            Assert.Equal(id, posix.UidOf(posix.OwnerSid(id)));
+    }
+
     [Theory]
     [InlineData("--replay=later")]
     [InlineData("--partition=0")]

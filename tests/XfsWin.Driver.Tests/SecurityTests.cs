@@ -130,4 +130,38 @@ public class SecurityTests
         var unix = new IdentityMap(IdMappingMode.Unix, user);
         Assert.Equal(Sid.UnixUser(1000), unix.OwnerSid(1000));
     }
+
+    [Theory]
+    [InlineData(0x1EDu)] // 0755
+    [InlineData(0x1A4u)] // 0644
+    [InlineData(0x180u)] // 0600
+    [InlineData(0x1A0u)] // 0640
+    [InlineData(0x124u)] // 0444
+    [InlineData(0x047u)] // 0107: more for others than for the owner (deny ACEs)
+    [InlineData(0x000u)]
+    public void ModesSurviveTheDaclRoundTrip(uint mode)
+    {
+        var owner = Sid.UnixUser(1000);
+        var group = Sid.UnixGroup(100);
+        var sd = SecurityDescriptors.Parse(SecurityDescriptors.Build(owner, group, 0x8000 | mode));
+        Assert.Equal(mode, SecurityDescriptors.ModeFromDacl(sd.Dacl, owner, group));
+        Assert.Equal(SecurityDescriptors.Build(owner, group, mode).Length, SecurityDescriptors.SelfRelativeLength(SecurityDescriptors.Build(owner, group, mode)));
+    }
+
+    [Fact]
+    public void GenericRightsAndEveryoneCountForEveryClass()
+    {
+        var owner = Sid.UnixUser(1);
+        var group = Sid.UnixGroup(2);
+        var dacl = new List<Ace>
+        {
+            new(AceType.AccessDenied, AccessRights.WriteData, group),
+            new(AceType.AccessAllowed, (AccessRights)0x1000_0000, owner),           // GENERIC_ALL
+            new(AceType.AccessAllowed, (AccessRights)0xA000_0000, Sid.World),        // GENERIC_READ | GENERIC_EXECUTE
+            new(AceType.AccessAllowed, AccessRights.WriteData, Sid.World),
+            new(AceType.AccessAllowed, AccessRights.WriteData, owner, Flags: 0x08), // inherit-only: not for this file
+        };
+        Assert.Equal(0x1EFu, SecurityDescriptors.ModeFromDacl(dacl, owner, group)); // rwx r-x rwx
+        Assert.Equal(0x1FFu, SecurityDescriptors.ModeFromDacl(null, owner, group));
+    }
 }

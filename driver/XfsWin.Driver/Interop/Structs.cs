@@ -159,8 +159,8 @@ public unsafe struct FspFileSystemInterface
     public delegate* unmanaged[Stdcall]<FspFileSystem*, void*, char*, FspFsctlDirInfo*, int> GetDirInfoByName;
     public void* Control;
     public delegate* unmanaged[Stdcall]<FspFileSystem*, void*, char*, byte, int> SetDelete;
-    public void* CreateEx;
-    public void* OverwriteEx;
+    public delegate* unmanaged[Stdcall]<FspFileSystem*, char*, uint, uint, uint, void*, ulong, void*, uint, byte, void**, FileInformation*, int> CreateEx;
+    public delegate* unmanaged[Stdcall]<FspFileSystem*, void*, uint, byte, ulong, void*, uint, FileInformation*, int> OverwriteEx;
     public delegate* unmanaged[Stdcall]<FspFileSystem*, void*, void*, uint, uint*, int> GetEa;
     public delegate* unmanaged[Stdcall]<FspFileSystem*, void*, void*, uint, FileInformation*, int> SetEa;
     public void* Obsolete0;

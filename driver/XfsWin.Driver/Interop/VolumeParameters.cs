@@ -30,9 +30,12 @@ public static class VolumeParameters
     public static VolumeFlags FlagsFor(MountOptions options)
     {
         var f = VolumeFlags.CasePreservedNames | VolumeFlags.UnicodeOnDisk | VolumeFlags.PersistentAcls |
-                VolumeFlags.ReparsePoints | VolumeFlags.ReadOnlyVolume | VolumeFlags.PostCleanupWhenModifiedOnly |
+                VolumeFlags.ReparsePoints | VolumeFlags.PostCleanupWhenModifiedOnly |
                 VolumeFlags.PassQueryDirectoryFileName | VolumeFlags.UmFileContextIsUserContext2 |
                 VolumeFlags.CasePreservedExtendedAttributes;
+        // Read-write: POSIX unlink and rename (FILE_DISPOSITION_POSIX_SEMANTICS, FILE_RENAME_POSIX_SEMANTICS) map
+        // straight onto XFS, whose open files outlive their names.
+        f |= options.ReadWrite ? VolumeFlags.SupportsPosixUnlinkRename : VolumeFlags.ReadOnlyVolume;
         if (!options.CaseInsensitive) f |= VolumeFlags.CaseSensitiveSearch;
         if (options.ExtendedAttributes) f |= VolumeFlags.ExtendedAttributes;
         if (options.LxSpecialFiles) f |= VolumeFlags.WslFeatures;

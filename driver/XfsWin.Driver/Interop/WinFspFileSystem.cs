@@ -133,6 +133,8 @@ public sealed unsafe class WinFspFileSystem : IDisposable
             i->SetDelete = &SetDelete;
             i->GetEa = &GetEa;
             i->SetEa = &SetEa;
+            i->CreateEx = &CreateEx;
+            i->OverwriteEx = &OverwriteEx;
             i->DispatcherStopped = &DispatcherStopped;
         }
 
@@ -175,7 +177,49 @@ public sealed unsafe class WinFspFileSystem : IDisposable
         }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
-        private static int SetVolumeLabel(FspFileSystem* fs, char* label, FspFsctlVolumeInfo* vi) => NtStatus.MediaWriteProtected;
+        private static int SetVolumeLabel(FspFileSystem* fs, char* label, FspFsctlVolumeInfo* vi)
+        {
+            try { return Adapter(fs).SetVolumeLabel(Str(label)); }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
+
+        /// <summary>A self-relative security descriptor WinFsp passes by pointer: its length comes from its own offsets.</summary>
+        private static ReadOnlySpan<byte> Descriptor(void* sd)
+        {
+            if (sd == null) return default;
+            byte* p = (byte*)sd;
+            if (p[0] != 1 || (*(ushort*)(p + 2) & SecurityDescriptors.SeSelfRelative) == 0) return default;
+            int end = SecurityDescriptors.HeaderSize;
+            for (int field = 4; field <= 8; field += 4)
+            {
+                int offset = *(int*)(p + field);
+                if (offset > 0) end = Math.Max(end, offset + 8 + 4 * p[offset + 1]);
+            }
+            for (int field = 12; field <= 16; field += 4)
+            {
+                int offset = *(int*)(p + field);
+                if (offset > 0) end = Math.Max(end, offset + *(ushort*)(p + offset + 2));
+            }
+            return new ReadOnlySpan<byte>(p, end);
+        }
+
+        private static int Opened(OpenFile file, in FileInformation info, void** context, FileInformation* fi)
+        {
+            *context = (void*)GCHandle.ToIntPtr(GCHandle.Alloc(file));
+            *fi = info;
+            // On case-insensitive volumes FileInfo is the head of an FSP_FSCTL_OPEN_FILE_INFO whose
+            // NormalizedName buffer receives the stored spelling of the path.
+            if (file.NormalizedPath is { } normalized)
+            {
+                var open = (FspFsctlOpenFileInfo*)fi;
+                if (open->NormalizedName != null && normalized.Length * 2 <= open->NormalizedNameSize)
+                {
+                    normalized.AsSpan().CopyTo(new Span<char>(open->NormalizedName, normalized.Length));
+                    open->NormalizedNameSize = (ushort)(normalized.Length * 2);
+                }
+            }
+            return NtStatus.Success;
+        }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
         private static int GetSecurityByName(FspFileSystem* fs, char* fileName, uint* attributes, void* sd, nuint* sdSize)
@@ -192,8 +236,44 @@ public sealed unsafe class WinFspFileSystem : IDisposable
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
         private static int Create(FspFileSystem* fs, char* fileName, uint createOptions, uint grantedAccess, uint fileAttributes,
-            void* sd, ulong allocationSize, void** context, FileInformation* fi) =>
-            NtStatus.MediaWriteProtected;
+            void* sd, ulong allocationSize, void** context, FileInformation* fi)
+        {
+            try
+            {
+                int status = Adapter(fs).Create(Str(fileName), createOptions, grantedAccess, fileAttributes, Descriptor(sd), allocationSize,
+                    default, out var file, out var info);
+                return status < 0 || file is null ? status : Opened(file, info, context, fi);
+            }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
+
+        /// <summary>CreateEx: Create with EAs (or, for a reparse point, its data) in the extra buffer.</summary>
+        [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
+        private static int CreateEx(FspFileSystem* fs, char* fileName, uint createOptions, uint grantedAccess, uint fileAttributes,
+            void* sd, ulong allocationSize, void* extra, uint extraLength, byte extraIsReparsePoint, void** context, FileInformation* fi)
+        {
+            try
+            {
+                var adapter = Adapter(fs);
+                var extraData = extra == null ? default : new ReadOnlySpan<byte>(extra, checked((int)extraLength));
+                int status = adapter.Create(Str(fileName), createOptions, grantedAccess, fileAttributes, Descriptor(sd), allocationSize,
+                    extraIsReparsePoint != 0 ? default : extraData, out var file, out var info);
+                if (status < 0 || file is null) return status;
+                if (extraIsReparsePoint != 0 && !extraData.IsEmpty)
+                {
+                    status = adapter.SetReparsePoint(file, Str(fileName), extraData);
+                    if (status < 0)
+                    {
+                        adapter.Cleanup(file, Str(fileName), XfsWindowsFileSystem.CleanupDelete);
+                        adapter.Close(file);
+                        return status;
+                    }
+                    adapter.GetFileInfo(file, out info);
+                }
+                return Opened(file, info, context, fi);
+            }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
         private static int Open(FspFileSystem* fs, char* fileName, uint createOptions, uint grantedAccess, void** context, FileInformation* fi)
@@ -202,27 +282,36 @@ public sealed unsafe class WinFspFileSystem : IDisposable
             {
                 int status = Adapter(fs).Open(Str(fileName), createOptions, grantedAccess, out var file, out var info);
                 if (status < 0 || file is null) return status;
-                *context = (void*)GCHandle.ToIntPtr(GCHandle.Alloc(file));
-                *fi = info;
-                // On case-insensitive volumes FileInfo is the head of an FSP_FSCTL_OPEN_FILE_INFO whose
-                // NormalizedName buffer receives the stored spelling of the path.
-                if (file.NormalizedPath is { } normalized)
-                {
-                    var open = (FspFsctlOpenFileInfo*)fi;
-                    if (open->NormalizedName != null && normalized.Length * 2 <= open->NormalizedNameSize)
-                    {
-                        normalized.AsSpan().CopyTo(new Span<char>(open->NormalizedName, normalized.Length));
-                        open->NormalizedNameSize = (ushort)(normalized.Length * 2);
-                    }
-                }
-                return NtStatus.Success;
+                return Opened(file, info, context, fi);
             }
             catch (Exception e) { return NtStatus.FromException(e); }
         }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
-        private static int Overwrite(FspFileSystem* fs, void* context, uint fileAttributes, byte replace, ulong allocationSize, FileInformation* fi) =>
-            NtStatus.MediaWriteProtected;
+        private static int Overwrite(FspFileSystem* fs, void* context, uint fileAttributes, byte replace, ulong allocationSize, FileInformation* fi)
+        {
+            try
+            {
+                int status = Adapter(fs).Overwrite(File(context), fileAttributes, replace != 0, allocationSize, default, out var info);
+                if (status >= 0) *fi = info;
+                return status;
+            }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
+
+        [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
+        private static int OverwriteEx(FspFileSystem* fs, void* context, uint fileAttributes, byte replace, ulong allocationSize,
+            void* ea, uint eaLength, FileInformation* fi)
+        {
+            try
+            {
+                var eas = ea == null ? default : new ReadOnlySpan<byte>(ea, checked((int)eaLength));
+                int status = Adapter(fs).Overwrite(File(context), fileAttributes, replace != 0, allocationSize, eas, out var info);
+                if (status >= 0) *fi = info;
+                return status;
+            }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
         private static void Cleanup(FspFileSystem* fs, void* context, char* fileName, uint flags)
@@ -257,7 +346,18 @@ public sealed unsafe class WinFspFileSystem : IDisposable
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
         private static int Write(FspFileSystem* fs, void* context, void* buffer, ulong offset, uint length, byte toEnd, byte constrained,
-            uint* transferred, FileInformation* fi) => NtStatus.MediaWriteProtected;
+            uint* transferred, FileInformation* fi)
+        {
+            try
+            {
+                int status = Adapter(fs).Write(File(context), new ReadOnlySpan<byte>(buffer, checked((int)length)), offset, toEnd != 0,
+                    constrained != 0, out int n, out var info);
+                *transferred = (uint)n;
+                if (status >= 0) *fi = info;
+                return status;
+            }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
         private static int Flush(FspFileSystem* fs, void* context, FileInformation* fi)
@@ -284,19 +384,42 @@ public sealed unsafe class WinFspFileSystem : IDisposable
         }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
-        private static int SetBasicInfo(FspFileSystem* fs, void* context, uint attributes, ulong c, ulong a, ulong w, ulong ch, FileInformation* fi) =>
-            NtStatus.MediaWriteProtected;
+        private static int SetBasicInfo(FspFileSystem* fs, void* context, uint attributes, ulong c, ulong a, ulong w, ulong ch, FileInformation* fi)
+        {
+            try
+            {
+                int status = Adapter(fs).SetBasicInfo(File(context), attributes, c, a, w, ch, out var info);
+                if (status >= 0) *fi = info;
+                return status;
+            }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
-        private static int SetFileSize(FspFileSystem* fs, void* context, ulong size, byte allocation, FileInformation* fi) =>
-            NtStatus.MediaWriteProtected;
+        private static int SetFileSize(FspFileSystem* fs, void* context, ulong size, byte allocation, FileInformation* fi)
+        {
+            try
+            {
+                int status = Adapter(fs).SetFileSize(File(context), size, allocation != 0, out var info);
+                if (status >= 0) *fi = info;
+                return status;
+            }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
-        private static int CanDelete(FspFileSystem* fs, void* context, char* fileName) => NtStatus.MediaWriteProtected;
+        private static int CanDelete(FspFileSystem* fs, void* context, char* fileName)
+        {
+            try { return Adapter(fs).CanDelete(File(context), Str(fileName)); }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
-        private static int Rename(FspFileSystem* fs, void* context, char* fileName, char* newFileName, byte replace) =>
-            NtStatus.MediaWriteProtected;
+        private static int Rename(FspFileSystem* fs, void* context, char* fileName, char* newFileName, byte replace)
+        {
+            try { return Adapter(fs).Rename(File(context), Str(fileName), Str(newFileName), replace != 0); }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
         private static int GetSecurity(FspFileSystem* fs, void* context, void* sd, nuint* sdSize)
@@ -310,7 +433,11 @@ public sealed unsafe class WinFspFileSystem : IDisposable
         }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
-        private static int SetSecurity(FspFileSystem* fs, void* context, uint information, void* sd) => NtStatus.MediaWriteProtected;
+        private static int SetSecurity(FspFileSystem* fs, void* context, uint information, void* sd)
+        {
+            try { return Adapter(fs).SetSecurity(File(context), information, Descriptor(sd)); }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
 
         /// <summary>Hands entries to FspFileSystemAddDirInfo, which packs them into the kernel's buffer.</summary>
         private struct NativeDirSink(void* buffer, uint length) : IDirInfoSink
@@ -391,12 +518,18 @@ public sealed unsafe class WinFspFileSystem : IDisposable
         }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
-        private static int SetReparsePoint(FspFileSystem* fs, void* context, char* fileName, void* buffer, nuint size) =>
-            NtStatus.MediaWriteProtected;
+        private static int SetReparsePoint(FspFileSystem* fs, void* context, char* fileName, void* buffer, nuint size)
+        {
+            try { return Adapter(fs).SetReparsePoint(File(context), Str(fileName), new ReadOnlySpan<byte>(buffer, checked((int)size))); }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
-        private static int DeleteReparsePoint(FspFileSystem* fs, void* context, char* fileName, void* buffer, nuint size) =>
-            NtStatus.MediaWriteProtected;
+        private static int DeleteReparsePoint(FspFileSystem* fs, void* context, char* fileName, void* buffer, nuint size)
+        {
+            try { return Adapter(fs).DeleteReparsePoint(File(context), Str(fileName), new ReadOnlySpan<byte>(buffer, checked((int)size))); }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
         private static int GetDirInfoByName(FspFileSystem* fs, void* context, char* fileName, FspFsctlDirInfo* dirInfo)
@@ -414,7 +547,11 @@ public sealed unsafe class WinFspFileSystem : IDisposable
         }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
-        private static int SetDelete(FspFileSystem* fs, void* context, char* fileName, byte delete) => NtStatus.MediaWriteProtected;
+        private static int SetDelete(FspFileSystem* fs, void* context, char* fileName, byte delete)
+        {
+            try { return Adapter(fs).SetDelete(File(context), Str(fileName), delete != 0); }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
         private static int GetEa(FspFileSystem* fs, void* context, void* ea, uint length, uint* transferred)
@@ -429,7 +566,16 @@ public sealed unsafe class WinFspFileSystem : IDisposable
         }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
-        private static int SetEa(FspFileSystem* fs, void* context, void* ea, uint length, FileInformation* fi) => NtStatus.MediaWriteProtected;
+        private static int SetEa(FspFileSystem* fs, void* context, void* ea, uint length, FileInformation* fi)
+        {
+            try
+            {
+                int status = Adapter(fs).SetEa(File(context), new ReadOnlySpan<byte>(ea, checked((int)length)), out var info);
+                if (status >= 0) *fi = info;
+                return status;
+            }
+            catch (Exception e) { return NtStatus.FromException(e); }
+        }
 
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
         private static void DispatcherStopped(FspFileSystem* fs, byte normally)

@@ -64,6 +64,56 @@ public sealed class IdentityMap
             _ => Sid.UnixGroup(id),
         }, this);
 
+    /// <summary>The uid new files get, and what the mounting user's SID maps back to (<c>--uid</c>; default 1000).</summary>
+    public uint CreatorUid { get; init; } = 1000;
+
+    /// <summary>The gid new files get (<c>--gid</c>; default 1000).</summary>
+    public uint CreatorGid { get; init; } = 1000;
+
+    /// <summary>
+    /// The uid a SID stands for when Windows sets an owner: an explicit map entry, S-1-22-1-uid, the mounting
+    /// user (<see cref="CreatorUid"/>), or in <see cref="IdMappingMode.WinFspPosix"/> the inverse of that mapping.
+    /// Null when no uid maps to it.
+    /// </summary>
+    public uint? UidOf(Sid sid)
+    {
+        foreach (var (id, mapped) in _users) if (mapped == sid) return id;
+        if (sid.Authority == 22 && sid.SubAuthorityCount == 2 && sid.SubAuthority(0) == 1) return sid.SubAuthority(1);
+        if (sid == MountingUser) return CreatorUid;
+        return Mode == IdMappingMode.WinFspPosix ? PosixId(sid) : null;
+    }
+
+    /// <summary>The gid a SID stands for: an explicit map entry, S-1-22-2-gid, or the inverse POSIX mapping. Null when none.</summary>
+    public uint? GidOf(Sid sid)
+    {
+        foreach (var (id, mapped) in _groups) if (mapped == sid) return id;
+        if (sid.Authority == 22 && sid.SubAuthorityCount == 2 && sid.SubAuthority(0) == 2) return sid.SubAuthority(1);
+        if (sid == MountingUser) return CreatorGid;
+        return Mode == IdMappingMode.WinFspPosix ? PosixId(sid) : null;
+    }
+
+    private uint? PosixId(Sid sid)
+    {
+        int n = sid.SubAuthorityCount;
+        if (sid.Authority == 5 && n == 1 && (sid.SubAuthority(0) < 0x200 || sid.SubAuthority(0) == 1000)) return sid.SubAuthority(0);
+        if (sid.Authority == 5 && n == 2 && sid.SubAuthority(0) == 32 && sid.SubAuthority(1) is >= 0x200 and < 1000) return sid.SubAuthority(1);
+        if (n >= 1 && AccountDomain is { } d && IsIn(sid, d) && sid.SubAuthority(n - 1) < 0x10000) return 0x30000 + sid.SubAuthority(n - 1);
+        if (n >= 1 && PrimaryDomain is { } p && IsIn(sid, p)) return 0x100000 + sid.SubAuthority(n - 1);
+        if (sid.Authority == 16 && n == 1 && sid.SubAuthority(0) < 0x10000) return 0x60000 + sid.SubAuthority(0);
+        if (sid.Authority == 5 && n == 2 && sid.SubAuthority(0) is > 0 and < 0x100 && sid.SubAuthority(1) < 0x1000)
+            return sid.SubAuthority(0) << 12 | sid.SubAuthority(1);
+        if (sid.Authority < 0x100 && n == 1 && sid.SubAuthority(0) < 0x100 && sid.Authority != 5 && sid.Authority != 16)
+            return 0x10000 + ((uint)sid.Authority << 8) + sid.SubAuthority(0);
+        return null;
+    }
+
+    private static bool IsIn(Sid sid, Sid domain)
+    {
+        if (sid.Authority != domain.Authority || sid.SubAuthorityCount != domain.SubAuthorityCount + 1) return false;
+        for (int i = 0; i < domain.SubAuthorityCount; i++) if (sid.SubAuthority(i) != domain.SubAuthority(i)) return false;
+        return true;
+    }
+
     /// <summary>The domain part (S-1-5-21-X-Y-Z) of an account SID S-1-5-21-X-Y-Z-RID, or null.</summary>
     public static Sid? DomainOf(Sid account) =>
         account.Authority == 5 && account.SubAuthorityCount == 5 && account.SubAuthority(0) == 21

@@ -40,6 +40,12 @@ public static class NtStatus
     public const int DirectoryNotEmpty = unchecked((int)0xC0000101);
     public const int TooManyLinks = unchecked((int)0xC0000265);
     public const int FileTooLarge = unchecked((int)0xC0000904);
+    public const int InvalidOwner = unchecked((int)0xC000005A);
+    public const int InvalidPrimaryGroup = unchecked((int)0xC000005B);
+    public const int CannotDelete = unchecked((int)0xC0000121);
+    public const int IoReparseTagMismatch = unchecked((int)0xC0000277);
+    public const int IoReparseDataInvalid = unchecked((int)0xC0000278);
+    public const int InvalidSecurityDescriptor = unchecked((int)0xC0000079);
 
     public static bool IsSuccess(int status) => status >= 0;
 

@@ -202,6 +202,84 @@ public static class SecurityDescriptors
         return new ParsedSecurityDescriptor(control, owner, group, dacl);
     }
 
+    /// <summary>
+    /// The byte length of a self-relative descriptor: the furthest end of its owner, group, SACL and DACL
+    /// (WinFsp hands descriptors over as a pointer without a size). -1 when the header is not self-relative.
+    /// </summary>
+    public static int SelfRelativeLength(ReadOnlySpan<byte> sd)
+    {
+        if (sd.Length < HeaderSize || sd[0] != 1) return -1;
+        if ((BinaryPrimitives.ReadUInt16LittleEndian(sd[2..]) & SeSelfRelative) == 0) return -1;
+        int end = HeaderSize;
+        for (int field = 4; field <= 8; field += 4)
+        {
+            int offset = BinaryPrimitives.ReadInt32LittleEndian(sd[field..]);
+            if (offset == 0) continue;
+            if (offset < HeaderSize || offset + 8 > sd.Length) return -1;
+            end = Math.Max(end, offset + 8 + 4 * sd[offset + 1]);
+        }
+        for (int field = 12; field <= 16; field += 4)
+        {
+            int offset = BinaryPrimitives.ReadInt32LittleEndian(sd[field..]);
+            if (offset == 0) continue;
+            if (offset < HeaderSize || offset + AclHeaderSize > sd.Length) return -1;
+            end = Math.Max(end, offset + BinaryPrimitives.ReadUInt16LittleEndian(sd[(offset + 2)..]));
+        }
+        return end;
+    }
+
+    /// <summary>
+    /// The rwx bits a DACL gives the owner, the group and everyone else: ACEs are taken in order, an allow ACE
+    /// granting what no earlier deny ACE for the same class refused; Everyone's ACEs count for all three classes
+    /// (Windows grants them to everybody), the owner's and group's only for their class. r = FILE_READ_DATA,
+    /// w = FILE_WRITE_DATA, x = FILE_EXECUTE. A null DACL grants everything (0777).
+    /// </summary>
+    public static uint ModeFromDacl(IReadOnlyList<Ace>? dacl, Sid owner, Sid group) =>
+        PermissionFor(dacl, owner) << 6 | PermissionFor(dacl, group) << 3 | PermissionFor(dacl, Sid.World);
+
+    /// <summary>
+    /// The rwx a DACL gives <paramref name="sid"/>: its own ACEs and Everyone's, in order, an allow granting what no
+    /// earlier deny refused. A null DACL grants everything.
+    /// </summary>
+    public static uint PermissionFor(IReadOnlyList<Ace>? dacl, Sid sid)
+    {
+        if (dacl is null) return 7;
+        uint allow = 0, deny = 0;
+        foreach (var ace in dacl)
+        {
+            if ((ace.Flags & InheritOnlyAce) != 0 || (ace.Sid != sid && ace.Sid != Sid.World)) continue;
+            uint perm = AccessToPermission(ace.Mask);
+            if (ace.Type == AceType.AccessAllowed) allow |= perm & ~deny;
+            else if (ace.Type == AceType.AccessDenied) deny |= perm & ~allow;
+        }
+        return allow;
+    }
+
+    /// <summary>The SIDs a DACL names besides the owner, the group and Everyone (in order, once each; inherit-only ACEs skipped).</summary>
+    public static List<Sid> NamedSids(IReadOnlyList<Ace>? dacl, Sid owner, Sid group)
+    {
+        var named = new List<Sid>();
+        if (dacl is null) return named;
+        foreach (var ace in dacl)
+            if ((ace.Flags & InheritOnlyAce) == 0 && ace.Sid != owner && ace.Sid != group && ace.Sid != Sid.World && !named.Contains(ace.Sid))
+                named.Add(ace.Sid);
+        return named;
+    }
+
+    private const byte InheritOnlyAce = 0x08;
+    private const uint GenericAll = 0x1000_0000, GenericExecute = 0x2000_0000, GenericWrite = 0x4000_0000, GenericRead = 0x8000_0000;
+
+    /// <summary>An access mask as rwx (generic rights count as the file rights they map to).</summary>
+    public static uint AccessToPermission(AccessRights mask)
+    {
+        uint m = (uint)mask;
+        uint perm = 0;
+        if ((m & ((uint)AccessRights.ReadData | GenericRead | GenericAll)) != 0) perm |= 4;
+        if ((m & ((uint)AccessRights.WriteData | GenericWrite | GenericAll)) != 0) perm |= 2;
+        if ((m & ((uint)AccessRights.Execute | GenericExecute | GenericAll)) != 0) perm |= 1;
+        return perm;
+    }
+
     private static ReadOnlySpan<byte> Slice(ReadOnlySpan<byte> sd, int offset) =>
         offset < HeaderSize || offset >= sd.Length ? throw new FormatException($"offset {offset} outside the descriptor") : sd[offset..];
 }

@@ -63,22 +63,38 @@ public static class MountCommand
           -h, --help            this text
         """;
 
+    /// <summary>
+    /// Where SOURCE and the drive letter stand in a Windows mount command line (options may come before and
+    /// after them: <c>-o rw IMG X:</c>), or null when the mount point is not a drive letter.
+    /// </summary>
+    public static int? WindowsPositionals(IReadOnlyList<string> args)
+    {
+        for (int i = 1; i < args.Count; i++)
+        {
+            if (!XfsWin.Driver.WindowsMount.IsDriveLetter(args[i]) || args[i - 1].StartsWith('-')) continue;
+            // The source must not be the value of an option ("-o rw" then "X:" is not a source).
+            if (i >= 2 && !args[i - 2].Contains('=') && XfsWin.Driver.MountOptions.TakesValue(args[i - 2])) continue;
+            return i - 1;
+        }
+        return null;
+    }
+
     public static int Run(string[] args)
     {
-        // Windows: `xfswin mount SOURCE X: [driver options]` goes to the WinFsp host.
-        if (OperatingSystem.IsWindows() && args.Length >= 2 && XfsWin.Driver.WindowsMount.IsDriveLetter(args[1]))
+        // Windows: `xfswin mount [-o rw] SOURCE X: [driver options]` goes to the WinFsp host.
+        if (OperatingSystem.IsWindows() && WindowsPositionals(args) is int at)
         {
             XfsWin.Driver.MountOptions options;
             try
             {
-                options = XfsWin.Driver.MountOptions.Parse(args[2..]);
+                options = XfsWin.Driver.MountOptions.Parse([.. args[..at], .. args[(at + 2)..]]);
             }
             catch (ArgumentException e)
             {
                 Console.Error.WriteLine($"xfswin mount: {e.Message}");
                 return 2;
             }
-            return XfsWin.Driver.WindowsMount.Run(args[0], args[1], options);
+            return XfsWin.Driver.WindowsMount.Run(args[at], args[at + 1], options);
         }
 
         MountArguments parsed;

@@ -6,6 +6,8 @@ using System.Threading.Channels;
 using XfsWin.Control.Protocol;
 using XfsWin.Control.Transport;
 
+using XfsWin.Volume;
+
 namespace XfsWin.Control.Server;
 
 /// <summary>
