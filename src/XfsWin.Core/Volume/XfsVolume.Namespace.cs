@@ -371,7 +371,12 @@ public sealed partial class XfsVolume
                 if (src.IsDirectory && !dst.IsDirectory) throw new XfsException(XfsError.NotADirectory, $"\"{Show(newName)}\" is not a directory");
                 if (!src.IsDirectory && dst.IsDirectory) throw new XfsException(XfsError.IsADirectory, $"\"{Show(newName)}\" is a directory");
                 if (dst.IsDirectory && !IsEmptyDirectory(dst)) throw new XfsException(XfsError.NotEmpty, $"directory \"{Show(newName)}\" is not empty");
-                if (dst.Attributes.LinkCount <= 1 && dst.IsRegular && !IsHeld(target)) ShrinkInSteps(w, target, 0);
+                if (dst.Attributes.LinkCount <= 1 && dst.IsRegular && !IsHeld(target))
+                {
+                    ShrinkInSteps(w, target, 0);
+                    // The shrink committed its own transactions: the inode no longer maps the blocks it freed.
+                    dst = _inodes.Get(target);
+                }
             }
 
             using var tx = Begin(w, TransactionKind.Rename);

@@ -73,47 +73,56 @@ public sealed partial class XfsVolume
         try
         {
             logDevice = options.LogDevice is null ? null : PartitionSpec.Open(options.LogDevice, null, writable: true);
-            var sector = ReadSuperblockSector(data);
-            var unmaintained = WriteGate.Unmaintained(sector);
-            // The gate's hard refusals (needsrepair, unknown features, V4) throw here, before anything is written.
-            var probe = WriteGate.Admit(data, logDevice, WritePurpose.LogRecovery);
-            if (unmaintained.Count > 0)
-            {
-                logDevice?.Dispose();
-                logDevice = null;
-                var reasons = unmaintained.Select(f => $"it uses {f.Name}, which XfsWin cannot keep consistent when it writes ({f.Why})").ToList();
-                var readOnly = Open(data, options with { Writable = false, Replay = LogReplayMode.Memory }, ownsDevice: true);
-                readOnly._extraReadOnlyReasons = reasons;
-                readOnly._info = readOnly._info with { ReadOnlyReasons = [.. reasons, .. readOnly._info.ReadOnlyReasons] };
-                return readOnly;
-            }
-            // A log Linux left dirty is replayed onto the device first, as the kernel's mount does.
-            var recovery = InPlaceRecovery.Run(probe);
-            var access = WriteGate.Admit(data, logDevice, WritePurpose.Modify, ownsDevices: true);
-            try
-            {
-                var volume = Open(data, options with { Replay = LogReplayMode.None, LogDevice = null }, ownsDevice: false);
-                try
-                {
-                    volume.StartWriting(access, recovery);
-                    return volume;
-                }
-                catch
-                {
-                    volume.Dispose();
-                    throw;
-                }
-            }
-            catch
-            {
-                access.Dispose();
-                throw;
-            }
+            return OpenWritable(data, logDevice, options, ownsDevices: true);
         }
         catch
         {
             logDevice?.Dispose();
             data.Dispose();
+            throw;
+        }
+    }
+
+    /// <summary>
+    /// The read-write open on devices already opened for writing (see <see cref="OpenWritable(string, VolumeOpenOptions)"/>
+    /// for the order of gate, replay and log). With <paramref name="ownsDevices"/> the volume closes them when it is
+    /// disposed (and this method closes them when it throws); otherwise the caller keeps them.
+    /// </summary>
+    private static XfsVolume OpenWritable(IBlockDevice data, IBlockDevice? logDevice, VolumeOpenOptions options, bool ownsDevices)
+    {
+        var sector = ReadSuperblockSector(data);
+        var unmaintained = WriteGate.Unmaintained(sector);
+        // The gate's hard refusals (needsrepair, unknown features, V4) throw here, before anything is written.
+        var probe = WriteGate.Admit(data, logDevice, WritePurpose.LogRecovery);
+        if (unmaintained.Count > 0)
+        {
+            if (ownsDevices) logDevice?.Dispose();
+            var reasons = unmaintained.Select(f => $"it uses {f.Name}, which XfsWin cannot keep consistent when it writes ({f.Why})").ToList();
+            var readOnly = OpenDevice(data, options with { Writable = false, Replay = LogReplayMode.Memory, LogDevice = null }, ownsDevice: ownsDevices);
+            readOnly._extraReadOnlyReasons = reasons;
+            readOnly._info = readOnly._info with { ReadOnlyReasons = [.. reasons, .. readOnly._info.ReadOnlyReasons] };
+            return readOnly;
+        }
+        // A log Linux left dirty is replayed onto the device first, as the kernel's mount does.
+        var recovery = InPlaceRecovery.Run(probe);
+        var access = WriteGate.Admit(data, logDevice, WritePurpose.Modify, ownsDevices: ownsDevices);
+        try
+        {
+            var volume = OpenDevice(data, options with { Replay = LogReplayMode.None, LogDevice = null }, ownsDevice: false);
+            try
+            {
+                volume.StartWriting(access, recovery);
+                return volume;
+            }
+            catch
+            {
+                volume.Dispose();
+                throw;
+            }
+        }
+        catch
+        {
+            access.Dispose();
             throw;
         }
     }
