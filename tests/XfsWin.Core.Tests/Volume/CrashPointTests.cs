@@ -416,6 +416,19 @@ public sealed class CrashPointTests(ITestOutputHelper output) : IDisposable
                     File.Copy(crashImage, Path.Combine(keep, $"{name}-{crash.Point}-{crash.Subset}-{crash.Seed}.img"), overwrite: true);
                 }
             }
+            if (w == 0)
+            {
+                // The judge must be able to fail: an image that lost the writes the first fsync flushed (a disk that
+                // ignored that flush) is wrong about a file the fsync made durable.
+                int fsyncEnd = model.Files.Values.SelectMany(t => t.Fsyncs).Min(f => f.Event);
+                int before = CrashImage.LastFlushBefore(events, fsyncEnd - 1);
+                var lossy = Enumerable.Range(0, fsyncEnd).Where(i => !events[i].IsFlush && (i < before || i > fsyncEnd - 1)).ToList();
+                File.Delete(crashImage);
+                CrashImage.Build(baseImage, events, lossy, crashImage);
+                string? caught = Judge(crashImage, model, events, new CrashPoint(fsyncEnd, CrashSubset.All, 0));
+                output.WriteLine($"{name}: control with the first fsync's writes lost: {caught ?? "(nothing found)"}");
+                Assert.NotNull(caught);
+            }
             output.WriteLine($"{name}: judged in {sw.Elapsed.TotalSeconds:F1} s");
             File.Delete(work);
         }
