@@ -33,6 +33,8 @@ public sealed class Transaction : IDisposable
         public BufType Type = type;
         public readonly bool InodeCluster = inodeCluster;
         public readonly uint[] Map = new uint[(chunks + 31) / 32];
+        /// <summary>Chunks of an inode cluster holding di_next_unlinked changes (logged as an INODE_BUF buffer item).</summary>
+        public uint[]? UnlinkedMap;
         public bool Logged;
         public bool Invalidated;
     }
@@ -101,6 +103,23 @@ public sealed class Transaction : IDisposable
         for (int chunk = first / MetadataBuffer.DirtyChunkSize, end = last / MetadataBuffer.DirtyChunkSize; chunk <= end; chunk++)
             joined.Map[chunk >> 5] |= 1u << (chunk & 31);
         joined.Logged = true;
+    }
+
+    /// <summary>
+    /// The di_next_unlinked field at [<paramref name="first"/>, <paramref name="last"/>] of an inode cluster joined with
+    /// <see cref="JoinInodeCluster"/> changed. Inode items do not carry that field through recovery, so it is logged as
+    /// the kernel's xfs_iunlink_log_dinode does: a buffer item of the cluster flagged INODE_BUF, from which recovery
+    /// copies only the di_next_unlinked fields inside the logged chunks (and recomputes those inodes' CRCs).
+    /// </summary>
+    public void LogInodeUnlinkedField(MetadataBuffer cluster, int first, int last)
+    {
+        CheckOpen();
+        if (!_joined.TryGetValue(cluster, out var joined) || !joined.InodeCluster)
+            throw new InvalidOperationException($"buffer at {cluster.Offset} (+{cluster.Length}) is not an inode cluster of this transaction");
+        cluster.LogRange(first, last);
+        joined.UnlinkedMap ??= new uint[joined.Map.Length];
+        for (int chunk = first / MetadataBuffer.DirtyChunkSize, end = last / MetadataBuffer.DirtyChunkSize; chunk <= end; chunk++)
+            joined.UnlinkedMap[chunk >> 5] |= 1u << (chunk & 31);
     }
 
     /// <summary>The block at [<paramref name="byteOffset"/>, +<paramref name="length"/>) was freed: its buffer is dropped and recovery skips its older images.</summary>
@@ -173,6 +192,8 @@ public sealed class Transaction : IDisposable
                     _log.Log(BufferLogItem.Cancel(daddr, lengthBB));
                 else if (joined.Logged && !joined.InodeCluster)
                     _log.Log(BufferLogItem.Create(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map));
+                else if (joined.InodeCluster && joined.UnlinkedMap is { } unlinked)
+                    _log.Log(BufferLogItem.Create(daddr, lengthBB, BufType.Dinode, buffer.Contents, unlinked, BufLogFormat.FlagInodeBuf));
             }
             foreach (var item in _items) _log.Log(item);
         }

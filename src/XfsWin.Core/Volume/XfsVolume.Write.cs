@@ -38,6 +38,8 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     /// <summary>Blocks for files, directories, trees and inode chunks.</summary>
     public readonly VolumeSpace FileSpace = space;
     public readonly InodeAllocator InodeAllocator = inodes;
+    /// <summary>The AGI unlinked lists: every inode in <see cref="Orphans"/> is on them, so a crash leaves it for recovery to free.</summary>
+    public required UnlinkedList Unlinked { get; init; }
     public readonly object Lock = new();
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
@@ -146,6 +148,7 @@ public sealed partial class XfsVolume
         var space = new VolumeSpace(new Allocation.AgAllocator(_mount, log), sb);
         _write = new VolumeWriteState(access, log, writeback, space, new InodeAllocator(sb, _inodes, space))
         {
+            Unlinked = new UnlinkedList(sb, _inodes),
             InodeCount = (long)_agSummary.Inodes,
             FreeInodes = (long)_agSummary.FreeInodes,
         };
@@ -253,6 +256,9 @@ public sealed partial class XfsVolume
             {
                 if (_mount.Health.IsHealthy)
                 {
+                    // Holds end with the unmount: inodes unlinked while held are freed (and leave the unlinked lists).
+                    foreach (var orphan in w.Orphans.Order().ToList()) FreeOrphan(w, orphan);
+                    w.Orphans.Clear();
                     LogSuperblockCounters(w);
                     w.Access.Data.Flush();
                     w.Log.Unmount();
