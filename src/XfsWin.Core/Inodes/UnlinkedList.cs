@@ -92,7 +92,7 @@ public sealed class UnlinkedList(Superblock sb, InodeCache inodes)
         BinaryPrimitives.WriteUInt32BigEndian(slot[DinodeView.OffNextUnlinked..], next);
         if (sb.IsV5) XfsCrc.Stamp(slot, DinodeView.OffCrc);
         if (update is not null) BinaryPrimitives.WriteUInt32BigEndian(update.Image.AsSpan(DinodeView.OffNextUnlinked), next);
-        tx.LogInodeUnlinkedField(cluster, offset + DinodeView.OffNextUnlinked, offset + DinodeView.OffNextUnlinked + 3);
+        tx.LogInodeUnlinkedField(cluster, offset + DinodeView.OffNextUnlinked, InodeClusterLocation.Of(sb, ino));
         tx.OnCommit(() => inodes.Invalidate(ino));
     }
 }
