@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Crash consistency at many points: runs CrashPointTests with POINTS crash points per workload (four workloads;
+# Crash consistency at many points: runs CrashPointTests with POINTS crash points per workload (five workloads;
 # the CI sample uses 10). Every point is a crash image built from the recorded write stream (writes up to the last
 # flush, then none / all / a prefix / a random subset of the writes after it); the kernel mounts it (replaying our
 # log), every fsynced file is checked, and xfs_repair -n (6.13) runs after the kernel's unmount. Failing images are
 # kept in KEEP_DIR. Needs root (loop devices), xfsprogs 6.13 (scripts/install-deps.sh), the .NET SDK.
-# Usage: bench/crash-points.sh [POINTS] [KEEP_DIR]   (default: 260 points per workload, 1040 in all)
+# Usage: bench/crash-points.sh [POINTS] [KEEP_DIR]   (default: 210 points per workload, 1050 in all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-points=${1:-260}
+points=${1:-210}
 keep=${2:-/var/tmp/xfswin-crash-failures}
 [ "$(id -u)" -eq 0 ] || { echo "Run as root: crash images are mounted through loop devices." >&2; exit 1; }
 
