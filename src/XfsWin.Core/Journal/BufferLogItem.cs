@@ -178,7 +178,10 @@ public sealed class BufferLogItem : JournalItem
             _image = n._image;
             for (int i = 0; i < _map.Length; i++) _map[i] |= n._map[i];
             Type = n.Type;
-            Flags = n.Flags;
+            // INODE_BUF (replay only di_next_unlinked) stays only when both images are: merged with a whole-chunk image
+            // (a new inode chunk), every logged chunk is replayed whole from the newest image, which holds both changes.
+            ushort inodeBuf = (ushort)(Flags & n.Flags & BufLogFormat.FlagInodeBuf);
+            Flags = (ushort)((n.Flags & ~BufLogFormat.FlagInodeBuf) | inodeBuf);
         }
         _regions = _bytes = -1;
     }

@@ -103,6 +103,36 @@ public sealed class Transaction : IDisposable
         joined.Logged = true;
     }
 
+    /// <summary>
+    /// The di_next_unlinked field at [<paramref name="first"/>, <paramref name="last"/>] of an inode cluster joined with
+    /// <see cref="JoinInodeCluster"/> changed. Inode items do not carry that field through recovery, so it is logged as
+    /// the kernel's xfs_iunlink_log_dinode does: a buffer item of the cluster flagged INODE_BUF, from which recovery
+    /// copies only the di_next_unlinked fields inside the logged chunks (and recomputes those inodes' CRCs).
+    /// </summary>
+    /// <para>
+    /// The item covers <paramref name="logCluster"/>, the inode's cluster as the kernel maps it (the one its inode items
+    /// name), which may be a part of the cached buffer: recovery must never meet overlapping buffers of different sizes.
+    /// </para>
+    public void LogInodeUnlinkedField(MetadataBuffer cluster, int fieldOffset, InodeClusterLocation logCluster)
+    {
+        CheckOpen();
+        if (!_joined.TryGetValue(cluster, out var joined) || !joined.InodeCluster)
+            throw new InvalidOperationException($"buffer at {cluster.Offset} (+{cluster.Length}) is not an inode cluster of this transaction");
+        int start = checked((int)((logCluster.Daddr << LogArea.BBShift) - cluster.Offset));
+        int length = logCluster.LengthBB << LogArea.BBShift;
+        if (start < 0 || start + length > cluster.Length || fieldOffset < start || fieldOffset + 4 > start + length)
+            throw new InvalidOperationException($"inode cluster {logCluster} does not hold byte {fieldOffset} of buffer {cluster.Offset} (+{cluster.Length})");
+        cluster.LogRange(fieldOffset, fieldOffset + 3);
+        _unlinkedFields ??= new();
+        if (!_unlinkedFields.TryGetValue(logCluster.Daddr, out var entry))
+            _unlinkedFields[logCluster.Daddr] = entry = (cluster, start, logCluster.LengthBB, new uint[(length / MetadataBuffer.DirtyChunkSize + 31) / 32]);
+        int chunk = (fieldOffset - start) / MetadataBuffer.DirtyChunkSize;
+        entry.Map[chunk >> 5] |= 1u << (chunk & 31);
+    }
+
+    /// <summary>di_next_unlinked changes by the kernel's cluster daddr: the cached buffer, the cluster's offset in it, its length and dirty chunks.</summary>
+    private Dictionary<long, (MetadataBuffer Buffer, int Start, int LengthBB, uint[] Map)>? _unlinkedFields;
+
     /// <summary>The block at [<paramref name="byteOffset"/>, +<paramref name="length"/>) was freed: its buffer is dropped and recovery skips its older images.</summary>
     public void Invalidate(long byteOffset, int length)
     {
@@ -174,6 +204,10 @@ public sealed class Transaction : IDisposable
                 else if (joined.Logged && !joined.InodeCluster)
                     _log.Log(BufferLogItem.Create(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map));
             }
+            if (_unlinkedFields is not null)
+                foreach (var (clusterDaddr, (buffer, start, lengthBB, map)) in _unlinkedFields)
+                    _log.Log(BufferLogItem.Create(clusterDaddr, lengthBB, BufType.Dinode,
+                        buffer.Contents.AsSpan(start, lengthBB << LogArea.BBShift), map, BufLogFormat.FlagInodeBuf));
             foreach (var item in _items) _log.Log(item);
         }
         catch

@@ -294,7 +294,11 @@ public sealed partial class XfsVolume
             dirUpdate.Parts |= dirImage.LogParts;
             bool free = update.LinkCount == 0 && !IsHeld(ino);
             if (free) FreeInode(tx, w, update);
-            else if (update.LinkCount == 0) w.Orphans.Add(ino);
+            else if (update.LinkCount == 0)
+            {
+                w.Unlinked.Add(tx, update);
+                w.Orphans.Add(ino);
+            }
             update.Log(tx, _inodes);
             dirUpdate.Log(tx, _inodes);
             tx.Commit();
@@ -475,7 +479,11 @@ public sealed partial class XfsVolume
             }
             if (dstUpdate is not null && !exchange && dstUpdate.LinkCount == 0)
             {
-                if (IsHeld(target)) w.Orphans.Add(target);
+                if (IsHeld(target))
+                {
+                    w.Unlinked.Add(tx, dstUpdate);
+                    w.Orphans.Add(target);
+                }
                 else FreeInode(tx, w, dstUpdate);
             }
             srcUpdate.Log(tx, _inodes);
@@ -798,6 +806,7 @@ public sealed partial class XfsVolume
         if (current.IsRegular) ShrinkInSteps(w, inode, 0);
         using var tx = Begin(w, TransactionKind.Ifree);
         var update = new InodeUpdate(_inodes.Get(inode), _mount.Superblock);
+        w.Unlinked.Remove(tx, update);
         FreeInode(tx, w, update);
         update.Log(tx, _inodes);
         tx.Commit();

@@ -38,6 +38,8 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     /// <summary>Blocks for files, directories, trees and inode chunks.</summary>
     public readonly VolumeSpace FileSpace = space;
     public readonly InodeAllocator InodeAllocator = inodes;
+    /// <summary>The AGI unlinked lists: every inode in <see cref="Orphans"/> is on them, so a crash leaves it for recovery to free.</summary>
+    public required UnlinkedList Unlinked { get; init; }
     public readonly object Lock = new();
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
@@ -73,47 +75,56 @@ public sealed partial class XfsVolume
         try
         {
             logDevice = options.LogDevice is null ? null : PartitionSpec.Open(options.LogDevice, null, writable: true);
-            var sector = ReadSuperblockSector(data);
-            var unmaintained = WriteGate.Unmaintained(sector);
-            // The gate's hard refusals (needsrepair, unknown features, V4) throw here, before anything is written.
-            var probe = WriteGate.Admit(data, logDevice, WritePurpose.LogRecovery);
-            if (unmaintained.Count > 0)
-            {
-                logDevice?.Dispose();
-                logDevice = null;
-                var reasons = unmaintained.Select(f => $"it uses {f.Name}, which XfsWin cannot keep consistent when it writes ({f.Why})").ToList();
-                var readOnly = Open(data, options with { Writable = false, Replay = LogReplayMode.Memory }, ownsDevice: true);
-                readOnly._extraReadOnlyReasons = reasons;
-                readOnly._info = readOnly._info with { ReadOnlyReasons = [.. reasons, .. readOnly._info.ReadOnlyReasons] };
-                return readOnly;
-            }
-            // A log Linux left dirty is replayed onto the device first, as the kernel's mount does.
-            var recovery = InPlaceRecovery.Run(probe);
-            var access = WriteGate.Admit(data, logDevice, WritePurpose.Modify, ownsDevices: true);
-            try
-            {
-                var volume = Open(data, options with { Replay = LogReplayMode.None, LogDevice = null }, ownsDevice: false);
-                try
-                {
-                    volume.StartWriting(access, recovery);
-                    return volume;
-                }
-                catch
-                {
-                    volume.Dispose();
-                    throw;
-                }
-            }
-            catch
-            {
-                access.Dispose();
-                throw;
-            }
+            return OpenWritable(data, logDevice, options, ownsDevices: true);
         }
         catch
         {
             logDevice?.Dispose();
             data.Dispose();
+            throw;
+        }
+    }
+
+    /// <summary>
+    /// The read-write open on devices already opened for writing (see <see cref="OpenWritable(string, VolumeOpenOptions)"/>
+    /// for the order of gate, replay and log). With <paramref name="ownsDevices"/> the volume closes them when it is
+    /// disposed (and this method closes them when it throws); otherwise the caller keeps them.
+    /// </summary>
+    private static XfsVolume OpenWritable(IBlockDevice data, IBlockDevice? logDevice, VolumeOpenOptions options, bool ownsDevices)
+    {
+        var sector = ReadSuperblockSector(data);
+        var unmaintained = WriteGate.Unmaintained(sector);
+        // The gate's hard refusals (needsrepair, unknown features, V4) throw here, before anything is written.
+        var probe = WriteGate.Admit(data, logDevice, WritePurpose.LogRecovery);
+        if (unmaintained.Count > 0)
+        {
+            if (ownsDevices) logDevice?.Dispose();
+            var reasons = unmaintained.Select(f => $"it uses {f.Name}, which XfsWin cannot keep consistent when it writes ({f.Why})").ToList();
+            var readOnly = OpenDevice(data, options with { Writable = false, Replay = LogReplayMode.Memory, LogDevice = null }, ownsDevice: ownsDevices);
+            readOnly._extraReadOnlyReasons = reasons;
+            readOnly._info = readOnly._info with { ReadOnlyReasons = [.. reasons, .. readOnly._info.ReadOnlyReasons] };
+            return readOnly;
+        }
+        // A log Linux left dirty is replayed onto the device first, as the kernel's mount does.
+        var recovery = InPlaceRecovery.Run(probe);
+        var access = WriteGate.Admit(data, logDevice, WritePurpose.Modify, ownsDevices: ownsDevices);
+        try
+        {
+            var volume = OpenDevice(data, options with { Replay = LogReplayMode.None, LogDevice = null }, ownsDevice: false);
+            try
+            {
+                volume.StartWriting(access, recovery);
+                return volume;
+            }
+            catch
+            {
+                volume.Dispose();
+                throw;
+            }
+        }
+        catch
+        {
+            access.Dispose();
             throw;
         }
     }
@@ -137,6 +148,7 @@ public sealed partial class XfsVolume
         var space = new VolumeSpace(new Allocation.AgAllocator(_mount, log), sb);
         _write = new VolumeWriteState(access, log, writeback, space, new InodeAllocator(sb, _inodes, space))
         {
+            Unlinked = new UnlinkedList(sb, _inodes),
             InodeCount = (long)_agSummary.Inodes,
             FreeInodes = (long)_agSummary.FreeInodes,
         };
@@ -245,10 +257,9 @@ public sealed partial class XfsVolume
                 // A log shut down by a failed device write is left as it is: its replay is what the disk holds.
                 if (_mount.Health.IsHealthy && w.Log.ShutdownReason is null)
                 {
-                    // Inodes unlinked while a host held them are on no AGI unlinked list: the holds end with the
-                    // mount, so they are freed now, as the kernel inactivates every evicted inode at unmount.
+                    // Holds end with the unmount: inodes unlinked while held are freed (and leave the unlinked lists).
                     lock (w.Holds) w.Holds.Clear();
-                    foreach (ulong orphan in w.Orphans.ToList())
+                    foreach (ulong orphan in w.Orphans.Order().ToList())
                     {
                         w.Orphans.Remove(orphan);
                         FreeOrphan(w, orphan);

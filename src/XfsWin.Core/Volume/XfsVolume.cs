@@ -77,7 +77,7 @@ public sealed partial class XfsVolume : IDisposable
         var device = PartitionSpec.Open(source, options.Partition, writable: options.Replay == LogReplayMode.InPlace);
         try
         {
-            return Open(device, options, ownsDevice: true);
+            return OpenDevice(device, options, ownsDevice: true);
         }
         catch
         {
@@ -86,11 +86,36 @@ public sealed partial class XfsVolume : IDisposable
         }
     }
 
-    /// <summary>Opens a volume on a device the caller owns (it is disposed with the volume when <paramref name="ownsDevice"/>).</summary>
+    /// <summary>
+    /// Opens a volume on a device the caller made (it is disposed with the volume when <paramref name="ownsDevice"/>).
+    /// With <see cref="VolumeOpenOptions.Writable"/> the device must be writable and the open is the same read-write
+    /// open a path gets (write gate, in-place replay, our log); an external log is then named by
+    /// <see cref="VolumeOpenOptions.LogDevice"/> and always owned by the volume.
+    /// </summary>
     public static XfsVolume Open(IBlockDevice device, VolumeOpenOptions? options = null, bool ownsDevice = true)
     {
         ArgumentNullException.ThrowIfNull(device);
         options ??= new VolumeOpenOptions();
+        if (!options.Writable) return OpenDevice(device, options, ownsDevice);
+        IBlockDevice? logDevice = options.LogDevice is null ? null : PartitionSpec.Open(options.LogDevice, null, writable: true);
+        try
+        {
+            var volume = OpenWritable(device, logDevice, options, ownsDevices: ownsDevice);
+            // A caller-kept data device with an external log we opened: the volume closes the log with itself.
+            if (!ownsDevice && logDevice is not null) volume._ownedLogDevice = logDevice;
+            return volume;
+        }
+        catch
+        {
+            logDevice?.Dispose();
+            throw;
+        }
+    }
+
+    private IBlockDevice? _ownedLogDevice;
+
+    private static XfsVolume OpenDevice(IBlockDevice device, VolumeOpenOptions options, bool ownsDevice)
+    {
         if (device.Length < 512)
             throw new XfsException(XfsError.NotXfs, $"the source is only {device.Length} bytes: not an XFS volume");
         var sector = new byte[Math.Max(512, Math.Min(device.SectorSize, 4096))];
@@ -605,6 +630,7 @@ public sealed partial class XfsVolume : IDisposable
         WaitForReadAhead(TimeSpan.FromSeconds(10));
         _mount.Buffers.Dispose();
         if (_ownsDevice) _device.Dispose();
+        _ownedLogDevice?.Dispose();
         if (!ReferenceEquals(_mount.Device, _device)) _mount.Device.Dispose();
     }
 }

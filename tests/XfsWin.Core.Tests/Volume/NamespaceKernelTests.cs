@@ -326,4 +326,28 @@ public sealed class NamespaceKernelTests(ITestOutputHelper output) : IDisposable
         Assert.Equal(written / 2, new FileInfo(Path.Combine(mount.MountPoint, "big")).Length);
         File.WriteAllText(Path.Combine(mount.MountPoint, "kernel-after"), "ok");
     }
+
+    [Fact]
+    public void Renaming_over_a_file_with_blocks_frees_them_once()
+    {
+        string image = Make("6.13", "");
+        byte[] N(string s) => Encoding.UTF8.GetBytes(s);
+        var data = new byte[3000];
+        new Random(5).NextBytes(data);
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            var d = v.MakeDirectory(v.RootInode, N("d"), 0x1ED, 0, 0).Inode;
+            var e = v.MakeDirectory(v.RootInode, N("e"), 0x1ED, 0, 0).Inode;
+            var a = v.CreateNode(d, N("a"), 0x81A4, 0, 0).Inode;
+            v.Write(a, 0, data);
+            var b = v.CreateNode(e, N("b"), 0x81A4, 0, 0).Inode;
+            v.Write(b, 0, new byte[20000]);
+            // The replaced file's blocks go in transactions of their own before the rename's; the rename must not free them again.
+            v.Rename(d, N("a"), e, N("b"));
+        }
+        AssertRepairClean(image, "6.13");
+        using var mount = LoopMount.Mount(image, readOnly: true);
+        Assert.False(File.Exists(Path.Combine(mount.MountPoint, "d", "a")));
+        Assert.Equal(data, File.ReadAllBytes(Path.Combine(mount.MountPoint, "e", "b")));
+    }
 }
