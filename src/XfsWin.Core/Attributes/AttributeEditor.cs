@@ -55,8 +55,15 @@ public sealed class AttributeEditor
         public uint Hash;
     }
 
-    public AttributeEditor(Transaction tx, InodeUpdate inode, IFileSpace space)
+    private readonly Action<InodeUpdate>? _moveLocalData;
+
+    /// <param name="moveLocalData">
+    /// Moves data kept in the inode (a short-form directory, a short symbolic link) into blocks when a new attribute
+    /// fork leaves it no room (xfs_bmap_add_attrfork_local); null where the caller has no such inodes.
+    /// </param>
+    public AttributeEditor(Transaction tx, InodeUpdate inode, IFileSpace space, Action<InodeUpdate>? moveLocalData = null)
     {
+        _moveLocalData = moveLocalData;
         _tx = tx;
         _inode = inode;
         _space = space;
@@ -348,8 +355,13 @@ public sealed class AttributeEditor
     private void SetForkOffset(int forkoff)
     {
         if (forkoff == _inode.ForkOffset) return;
-        var oldData = _inode.DataFork.ToArray();
         int newDataSize = forkoff == 0 ? _inode.LiteralSize : forkoff * 8;
+        if (_inode.DataFormat == ForkFormat.Local && (long)_inode.Size > newDataSize && _moveLocalData is not null)
+        {
+            _moveLocalData(_inode);
+            if (_inode.DataFormat == ForkFormat.Local) throw new InvalidOperationException($"inode {_inode.Number}: its local data stayed in the inode");
+        }
+        var oldData = _inode.DataFork.ToArray();
         switch (_inode.DataFormat)
         {
             case ForkFormat.Local when (long)_inode.Size > newDataSize:

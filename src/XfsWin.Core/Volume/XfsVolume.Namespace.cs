@@ -693,7 +693,7 @@ public sealed partial class XfsVolume
             if (current.Attributes.LinkCount == 0 && !IsHeld(inode)) throw new XfsException(XfsError.NotFound, $"inode {inode} has been removed");
             using var tx = Begin(w, TransactionKind.AttrSetM, AttrReservation(w, current, value.Length));
             var update = new InodeUpdate(current, _mount.Superblock);
-            var editor = new AttributeEditor(tx, update, w.FileSpace);
+            var editor = new AttributeEditor(tx, update, w.FileSpace, inode => MoveLocalData(tx, w, inode));
             bool exists = editor.Contains(ns, name);
             if (mode == XattrSetMode.Create && exists) throw new XfsException(XfsError.Exists, $"attribute \"{XattrNames.ToLinuxName(ns, name)}\" exists already");
             if (mode == XattrSetMode.Replace && !exists) throw new XfsException(XfsError.NoAttribute, $"attribute \"{XattrNames.ToLinuxName(ns, name)}\" does not exist");
@@ -715,13 +715,39 @@ public sealed partial class XfsVolume
             var current = _inodes.Get(inode);
             using var tx = Begin(w, TransactionKind.AttrRm, AttrReservation(w, current, 0));
             var update = new InodeUpdate(current, _mount.Superblock);
-            var editor = new AttributeEditor(tx, update, w.FileSpace);
+            var editor = new AttributeEditor(tx, update, w.FileSpace, inode => MoveLocalData(tx, w, inode));
             if (!editor.Remove(ns, name)) throw new XfsException(XfsError.NoAttribute, $"attribute \"{XattrNames.ToLinuxName(ns, name)}\" does not exist");
             update.Touch(Now(), modified: false);
             update.Log(tx, _inodes);
             tx.Commit();
             AfterCommit(w);
         }
+    }
+
+    /// <summary>
+    /// xfs_bmap_add_attrfork_local: what a short-form directory or a short symlink keeps in the inode moves into a block
+    /// (a block directory; the target in a remote symlink block).
+    /// </summary>
+    private void MoveLocalData(Transaction tx, VolumeWriteState w, InodeUpdate inode)
+    {
+        if ((inode.Mode & TypeMask) == TypeDirectory)
+        {
+            var image = new DirectoryInodeImage(_mount.Superblock, inode.Number, inode.Image);
+            new DirectoryEditor(tx, image, w.DirectorySpace(tx, inode)).MoveOutOfInode();
+            inode.Parts |= image.LogParts | InodeLogParts.DataFork;
+            return;
+        }
+        if ((inode.Mode & TypeMask) == TypeSymlink)
+        {
+            var target = inode.DataFork[..checked((int)inode.Size)].ToArray();
+            inode.DataFork.Clear();
+            inode.DataFormat = ForkFormat.Extents;
+            inode.DataExtentCount = 0;
+            WriteRemoteSymlink(tx, inode, target);
+            inode.Parts |= InodeLogParts.DataFork;
+            return;
+        }
+        throw new InvalidOperationException($"inode {inode.Number}: local data in an inode of mode 0{Convert.ToString(inode.Mode, 8)}");
     }
 
     private static void ValidateXattr(XattrNamespace ns, ReadOnlySpan<byte> name)

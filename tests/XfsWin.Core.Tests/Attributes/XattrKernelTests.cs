@@ -77,6 +77,8 @@ public sealed class XattrKernelTests(ITestOutputHelper output) : IDisposable
         public readonly SortedDictionary<string, SortedDictionary<string, string>> Attrs = new(StringComparer.Ordinal);
         public readonly Dictionary<string, string> Acls = new();
         public readonly HashSet<string> Removed = new();
+        /// <summary>What else the kernel must show: file content (hex SHA-256), symlink targets, directory listings.</summary>
+        public readonly Dictionary<string, string> Content = new();
     }
 
     private static ulong LookupRoot(XfsVolume v, string name)
@@ -222,6 +224,34 @@ public sealed class XattrKernelTests(ITestOutputHelper output) : IDisposable
         // The directory's access ACL is its mode (0755).
         expected.Acls["/d-short2"] = "user::rwx\ngroup::r-x\nother::r-x\ndefault:user::rwx\ndefault:group::r-x\ndefault:other::---";
 
+        // Inodes the engine made without an attribute fork, whose data fork is too full for the default fork offset:
+        // an extent list that becomes a btree, a short-form directory that becomes a block directory, a symlink
+        // target that moves into a block.
+        ulong root = v.RootInode;
+        var eExtents = v.CreateNode(root, N("e-extents"), 0x81A4, 0, 0).Inode;
+        var data = new byte[15 * 8192];
+        for (int i = 0; i < 15; i++)
+        {
+            var piece = c.Value(4096);
+            v.Write(eExtents, i * 8192L, piece);
+            piece.CopyTo(data, i * 8192);
+        }
+        v.SetAttributes(eExtents, new AttributeChanges { Size = data.Length });
+        expected.Content["/e-extents"] = "f:" + Convert.ToHexString(System.Security.Cryptography.SHA256.HashData(data));
+        var eDir = v.MakeDirectory(root, N("e-dir"), 0x1ED, 0, 0).Inode;
+        var names = Enumerable.Range(0, 8).Select(i => $"entry-{i}-{new string('q', 14)}").ToList();
+        foreach (var name in names) v.CreateNode(eDir, N(name), 0x81A4, 0, 0);
+        expected.Content["/e-dir"] = "d:" + string.Join(',', names.Order(StringComparer.Ordinal));
+        string target = string.Join('/', Enumerable.Range(0, 25).Select(i => $"dir{i:D5}"));
+        var eSym = v.MakeSymlink(root, N("e-sym"), N(target), 0, 0).Inode;
+        expected.Content["/e-sym"] = "l:" + target;
+        c.Set("/e-extents", eExtents, XattrNamespace.User, "first", c.Value(300));
+        c.Set("/e-dir", eDir, XattrNamespace.User, "first", c.Value(300));
+        c.Set("/e-sym", eSym, XattrNamespace.Trusted, "first", c.Value(300));
+        c.Set("/e-sym", eSym, XattrNamespace.Secure, "small", c.Value(10));
+        // Removing the last one removes the fork; the data fork keeps its new form.
+        c.Remove("/e-extents", eExtents, "user.first");
+
         // Inodes with attributes in blocks (leaf, node, remote values) are unlinked and freed.
         c.Node("/f-unlink1", ino["f-unlink1"], count: 120, keep: 120);
         c.Set("/f-unlink2", ino["f-unlink2"], XattrNamespace.User, "big", c.Value(65536));
@@ -271,6 +301,17 @@ public sealed class XattrKernelTests(ITestOutputHelper output) : IDisposable
         {
             string got = Shell.RunChecked("getfacl", "--omit-header", "-p", "-n", mountPoint + path).StandardOutput.Trim();
             if (got != acl) problems.Add($"{path} ACL: expected\n{acl}\nkernel\n{got}");
+        }
+        foreach (var (path, want) in expected.Content)
+        {
+            string full = mountPoint + path;
+            string got = want[0] switch
+            {
+                'f' => "f:" + Convert.ToHexString(System.Security.Cryptography.SHA256.HashData(File.ReadAllBytes(full))),
+                'l' => "l:" + new FileInfo(full).LinkTarget,
+                _ => "d:" + string.Join(',', Directory.GetFileSystemEntries(full).Select(Path.GetFileName).Order(StringComparer.Ordinal)),
+            };
+            if (got != want) problems.Add($"{path}: expected {want}, kernel {got}");
         }
         foreach (var path in expected.Removed)
             if (File.Exists(mountPoint + path)) problems.Add($"{path}: still there");
