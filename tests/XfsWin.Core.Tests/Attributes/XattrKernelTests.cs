@@ -249,7 +249,7 @@ public sealed class XattrKernelTests(ITestOutputHelper output) : IDisposable
         c.Set("/e-dir", eDir, XattrNamespace.User, "first", c.Value(300));
         c.Set("/e-sym", eSym, XattrNamespace.Trusted, "first", c.Value(300));
         c.Set("/e-sym", eSym, XattrNamespace.Secure, "small", c.Value(10));
-        // Removing the last one removes the fork; the data fork keeps its new form.
+        // Removing the last one leaves an empty short-form fork (the data fork is a btree now).
         c.Remove("/e-extents", eExtents, "user.first");
 
         // Inodes with attributes in blocks (leaf, node, remote values) are unlinked and freed.
@@ -340,6 +340,7 @@ public sealed class XattrKernelTests(ITestOutputHelper output) : IDisposable
             }
         }
         AssertRepairClean(image, xfsprogs);
+        AssertForms(image, xfsprogs);
         using (var mount = LoopMount.Mount(image, readOnly: true))
             AssertKernelShows(expected, mount.MountPoint);
         // The kernel changes them further; repair still finds nothing.
@@ -355,6 +356,32 @@ public sealed class XattrKernelTests(ITestOutputHelper output) : IDisposable
             File.Delete(Path.Combine(mount.MountPoint, "f-node"));
         }
         AssertRepairClean(image, xfsprogs);
+    }
+
+    /// <summary>The forms the workload is built to end in (so the boundaries it claims to cross are crossed).</summary>
+    private static void AssertForms(string image, string xfsprogs)
+    {
+        string Number(string name) =>
+            XfsDb.Run(image, xfsprogs, "path /", "ls").Split('\n').First(l => l.TrimEnd().EndsWith($" {name} (good)", StringComparison.Ordinal))
+                .Split(' ', StringSplitOptions.RemoveEmptyEntries)[1];
+        Dictionary<string, string> Inode(string name) =>
+            XfsDb.Fields(XfsDb.Run(image, xfsprogs, $"inode {Number(name)}", "print core.format core.aformat core.forkoff core.naextents"));
+        // An extent list too long for the default fork offset became a btree; after its last attribute went, the fork
+        // stays as an empty short-form fork at the default offset (the kernel keeps it beside a btree data fork).
+        var e = Inode("e-extents");
+        Assert.Equal(3, XfsDb.Number(e["core.format"]));
+        Assert.Equal(24, XfsDb.Number(e["core.forkoff"]));
+        Assert.Equal(1, XfsDb.Number(e["core.aformat"]));
+        // The short-form directory became a block directory; the symlink target moved into a block.
+        Assert.Equal(2, XfsDb.Number(Inode("e-dir")["core.format"]));
+        Assert.Equal(2, XfsDb.Number(Inode("e-sym")["core.format"]));
+        // Node form (several attribute blocks, a da node at block 0), and short-form with an ACL.
+        var d = Inode("d-short");
+        Assert.Equal(2, XfsDb.Number(d["core.aformat"]));
+        Assert.True(XfsDb.Number(d["core.naextents"]) >= 1);
+        var root = XfsDb.Fields(XfsDb.Run(image, xfsprogs, $"inode {Number("d-short")}", "ablock 0", "print hdr.info.hdr.magic"));
+        Assert.Equal(0x3ebe, XfsDb.Number(root["hdr.info.hdr.magic"]));
+        Assert.Equal(1, XfsDb.Number(Inode("f-empty")["core.aformat"]));
     }
 
     [Fact]
