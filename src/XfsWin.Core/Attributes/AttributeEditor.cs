@@ -15,7 +15,7 @@ namespace XfsWin.Attributes;
 /// <item>short-form in the inode's attribute fork while every entry is small (name and value under 255 bytes) and the
 /// set fits the literal area; di_forkoff follows xfs_attr_shortform_bytesfit, and a new fork starts where
 /// xfs_bmap_add_attrfork puts it (moving the data fork's extents into a btree when the data fork shrinks below them,
-/// laying a btree root out again at the new size);</item>
+/// laying a btree root out again at the new size or moving it one level down into a block when it no longer fits);</item>
 /// <item>a leaf block at attribute block 0 once short-form does not fit (the fork becomes extents), values of at
 /// least three quarters of a block in remote blocks (one XARM header per block on V5) mapped at the first hole of
 /// the attribute fork;</item>
@@ -362,16 +362,9 @@ public sealed class AttributeEditor
             if (_inode.DataFormat == ForkFormat.Local) throw new InvalidOperationException($"inode {_inode.Number}: its local data stayed in the inode");
         }
         var oldData = _inode.DataFork.ToArray();
-        switch (_inode.DataFormat)
-        {
-            case ForkFormat.Local when (long)_inode.Size > newDataSize:
-                throw new XfsException(XfsError.Unsupported,
-                    $"inode {_inode.Number} keeps {_inode.Size} bytes in its inode (a short-form directory or a short symbolic link) where the attribute fork must go; " +
-                    "moving them into a block for an attribute fork is not supported by this build; nothing was changed");
-            case ForkFormat.Btree when ExtentMapEditor.RootSpace(new BmdrBlockView(oldData).NumRecs) > newDataSize:
-                throw new XfsException(XfsError.Unsupported,
-                    $"inode {_inode.Number}'s extent btree root does not fit beside an attribute fork; moving it into a block is not supported by this build; nothing was changed");
-        }
+        if (_inode.DataFormat == ForkFormat.Local && (long)_inode.Size > newDataSize)
+            throw new XfsException(XfsError.Unsupported,
+                $"inode {_inode.Number} keeps {_inode.Size} bytes in its inode where the attribute fork must go, and this kind of inode cannot move them into a block; nothing was changed");
         // The mapping is read at the fork's old size, then written at the new one; the attribute fork's bytes are
         // rewritten by the caller, the literal area past the data fork's content is cleared.
         var data = _inode.DataFormat is ForkFormat.Extents or ForkFormat.Btree ? new ExtentMapEditor(_tx, _inode, _space, ForkKind.Data) : null;

@@ -360,13 +360,59 @@ public sealed class ExtentMapEditor
             int oldMax = (oldRoot.Length - BmdrBlockView.HeaderSize) / 16;
             var fork = Fork;
             int newMax = (fork.Length - BmdrBlockView.HeaderSize) / 16;
-            if (n > newMax) throw new InvalidOperationException($"inode {_inode.Number}: a {n}-record btree root does not fit a {fork.Length}-byte fork");
             var copy = oldRoot.ToArray();
+            if (n > newMax)
+            {
+                PushRootIntoBlock(copy, oldMax);
+                return;
+            }
             fork.Clear();
             copy.AsSpan(0, BmdrBlockView.HeaderSize).CopyTo(fork);
             copy.AsSpan(BmdrBlockView.HeaderSize, n * 8).CopyTo(fork[BmdrBlockView.HeaderSize..]);
             copy.AsSpan(BmdrBlockView.HeaderSize + oldMax * 8, n * 8).CopyTo(fork[(BmdrBlockView.HeaderSize + newMax * 8)..]);
         }
+        _inode.Parts |= ForkPart;
+    }
+
+    /// <summary>
+    /// The root's records move into a new tree block one level down and the fork's root points at it alone (what
+    /// xfs_bmap_add_attrfork_btree does when the smaller fork cannot hold the root).
+    /// </summary>
+    private void PushRootIntoBlock(byte[] oldRoot, int oldMax)
+    {
+        var root = new BmdrBlockView(oldRoot);
+        int n = root.NumRecs, level = root.Level;
+        var space = TreeSpace();
+        ulong near = root.Pointer(0);
+        ulong child = space.Allocate(_tx, near);
+        int blockSize = (int)_sb.BlockSize;
+        long at = _sb.FsbToByte(child);
+        var buffer = _tx.GetNew(at, blockSize, unchecked((int)BtreeMagic.BmapV5), _inode.Number, new BmbtLeafWriteVerifier(_sb, _inode.Number), BufType.Btree);
+        var block = buffer.Contents.AsSpan();
+        int header = _sb.IsV5 ? BtreeBlockView.LongHeaderV5 : BtreeBlockView.LongHeaderV4;
+        int blockMax = (blockSize - header) / 16;
+        BinaryPrimitives.WriteUInt32BigEndian(block, _sb.IsV5 ? BtreeMagic.BmapV5 : BtreeMagic.BmapV4);
+        BinaryPrimitives.WriteUInt16BigEndian(block[BtreeBlockView.OffLevel..], (ushort)level);
+        BinaryPrimitives.WriteUInt16BigEndian(block[BtreeBlockView.OffNumrecs..], (ushort)n);
+        BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.OffLeftSib..], BtreeBlockView.NullLongPtr);
+        BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.LongOffRightSib..], BtreeBlockView.NullLongPtr);
+        if (_sb.IsV5)
+        {
+            BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.LongOffBlkno..], (ulong)(at >> 9));
+            _sb.MetaUuid.TryWriteBytes(block.Slice(BtreeBlockView.LongOffUuid, 16), bigEndian: true, out _);
+            BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.LongOffOwner..], _inode.Number);
+        }
+        oldRoot.AsSpan(BmdrBlockView.HeaderSize, n * 8).CopyTo(block[header..]);
+        oldRoot.AsSpan(BmdrBlockView.HeaderSize + oldMax * 8, n * 8).CopyTo(block[(header + blockMax * 8)..]);
+        _tx.LogRange(buffer, 0, blockSize - 1);
+
+        var fork = Fork;
+        fork.Clear();
+        int rootMax = (fork.Length - BmdrBlockView.HeaderSize) / 16;
+        BinaryPrimitives.WriteUInt16BigEndian(fork, (ushort)(level + 1));
+        BinaryPrimitives.WriteUInt16BigEndian(fork[2..], 1);
+        BinaryPrimitives.WriteUInt64BigEndian(fork[BmdrBlockView.HeaderSize..], root.Key(0));
+        BinaryPrimitives.WriteUInt64BigEndian(fork[(BmdrBlockView.HeaderSize + rootMax * 8)..], child);
         _inode.Parts |= ForkPart;
     }
 
@@ -497,7 +543,7 @@ public sealed class ExtentMapEditor
         }
     }
 
-    /// <summary>The write verifier of a new bmbt leaf (checks the block as the read cursor would, stamps LSN and CRC).</summary>
+    /// <summary>The write verifier of a new bmbt block (checks the block as the read cursor would, stamps LSN and CRC).</summary>
     private sealed class BmbtLeafWriteVerifier(Superblock sb, ulong ino) : Metadata.IBufferWriteVerifier
     {
         public string Structure => $"extent btree block of inode {ino}";

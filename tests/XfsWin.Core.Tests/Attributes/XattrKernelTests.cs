@@ -245,6 +245,17 @@ public sealed class XattrKernelTests(ITestOutputHelper output) : IDisposable
         string target = string.Join('/', Enumerable.Range(0, 25).Select(i => $"dir{i:D5}"));
         var eSym = v.MakeSymlink(root, N("e-sym"), N(target), 0, 0).Inode;
         expected.Content["/e-sym"] = "l:" + target;
+        // An extent btree whose root (more records than the default fork offset leaves room for) moves a level down.
+        var eTree = v.CreateNode(root, N("e-bigtree"), 0x81A4, 0, 0).Inode;
+        int blockSize = (int)v.Info.BlockSize;
+        int extents = 16 * ((blockSize - 72) / 16 / 2);
+        var piece4 = c.Value(blockSize);
+        for (int i = 0; i < extents; i++) v.Write(eTree, 2L * i * blockSize, piece4);
+        v.SetAttributes(eTree, new AttributeChanges { Size = 2L * extents * blockSize });
+        var treeData = new byte[2L * extents * blockSize];
+        for (int i = 0; i < extents; i++) piece4.CopyTo(treeData, 2L * i * blockSize);
+        expected.Content["/e-bigtree"] = "f:" + Convert.ToHexString(System.Security.Cryptography.SHA256.HashData(treeData));
+        c.Set("/e-bigtree", eTree, XattrNamespace.User, "first", c.Value(300));
         c.Set("/e-extents", eExtents, XattrNamespace.User, "first", c.Value(300));
         c.Set("/e-dir", eDir, XattrNamespace.User, "first", c.Value(300));
         c.Set("/e-sym", eSym, XattrNamespace.Trusted, "first", c.Value(300));
@@ -372,6 +383,11 @@ public sealed class XattrKernelTests(ITestOutputHelper output) : IDisposable
         Assert.Equal(3, XfsDb.Number(e["core.format"]));
         Assert.Equal(24, XfsDb.Number(e["core.forkoff"]));
         Assert.Equal(1, XfsDb.Number(e["core.aformat"]));
+        var t = XfsDb.Fields(XfsDb.Run(image, xfsprogs, $"inode {Number("e-bigtree")}", "print"));
+        Assert.Equal(3, XfsDb.Number(t["core.format"]));
+        Assert.Equal(24, XfsDb.Number(t["core.forkoff"]));
+        Assert.Equal(1, XfsDb.Number(t["u3.bmbt.numrecs"]));
+        Assert.True(XfsDb.Number(t["u3.bmbt.level"]) >= 2, $"root level {t["u3.bmbt.level"]}");
         // The short-form directory became a block directory; the symlink target moved into a block.
         Assert.Equal(2, XfsDb.Number(Inode("e-dir")["core.format"]));
         Assert.Equal(2, XfsDb.Number(Inode("e-sym")["core.format"]));
