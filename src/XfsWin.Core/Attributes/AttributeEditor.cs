@@ -42,6 +42,15 @@ public sealed class AttributeEditor
     private readonly int _bs;
     private readonly bool _v5;
     private readonly List<Entry> _entries = new();
+    /// <summary>The leaves of a block-form fork in hash order, with the node path to each (root first).</summary>
+    private readonly List<Leaf> _leaves = new();
+
+    private sealed class Leaf
+    {
+        public ulong Dablk;
+        public List<Entry> Entries = new();
+        public List<(ulong Node, int Index)> Path = new();
+    }
 
     private sealed class Entry
     {
@@ -101,8 +110,10 @@ public sealed class AttributeEditor
         byte flags = FlagsOf(ns);
         var entry = new Entry { Namespace = flags, Name = name.ToArray(), Value = value.ToArray(), ValueLength = value.Length, Hash = DaHash.Hash(name) };
         int i = IndexOf(flags, name);
+        var old = i >= 0 ? _entries[i] : null;
         if (i >= 0) _entries[i] = entry;
         else _entries.Add(entry);
+        if (HasBlocks && TryChangeOneLeaf(old, entry)) return;
         Write(removing: false);
     }
 
@@ -111,7 +122,9 @@ public sealed class AttributeEditor
     {
         int i = IndexOf(FlagsOf(ns), name);
         if (i < 0) return false;
+        var old = _entries[i];
         _entries.RemoveAt(i);
+        if (HasBlocks && !ShrinksOnRemoval() && TryChangeOneLeaf(old, null)) return true;
         Write(removing: true);
         return true;
     }
@@ -130,7 +143,7 @@ public sealed class AttributeEditor
                 if (_inode.AttrExtentCount == 0) return;
                 var map = new ExtentMapEditor(_tx, _inode, _space, ForkKind.Attr);
                 var seen = new HashSet<ulong>();
-                LoadTree(map, 0, 0, seen);
+                LoadTree(map, 0, 0, seen, new List<(ulong, int)>());
                 break;
             default:
                 throw Corrupt($"attribute fork format {_inode.AttrFormat}");
@@ -177,13 +190,22 @@ public sealed class AttributeEditor
     {
         if (!map.TryMap(dablk, out var ext)) throw Corrupt($"attribute block {dablk} is not mapped");
         long at = _sb.FsbToByte(ext.StartBlock + (dablk - ext.FileOffset));
-        ushort leaf = _v5 ? DaBlockInfoView.AttrLeafV5 : DaBlockInfoView.AttrLeafV4;
-        ushort node = _v5 ? DaBlockInfoView.DaNodeV5 : DaBlockInfoView.DaNodeV4;
-        var buffer = _tx.Read(at, _bs, _inode.Number, new DaTreeBlockVerifier(_sb, _inode.Number, leaf, node, node, "attribute leaf/node block", LeafVerifierKind), null, BufType.AttrLeaf);
-        return buffer.Contents;
+        return ReadBuffer(at).Contents;
     }
 
-    private void LoadTree(ExtentMapEditor map, ulong dablk, int depth, HashSet<ulong> seen)
+    private Metadata.MetadataBuffer ReadBuffer(long at)
+    {
+        ushort leaf = _v5 ? DaBlockInfoView.AttrLeafV5 : DaBlockInfoView.AttrLeafV4;
+        ushort node = _v5 ? DaBlockInfoView.DaNodeV5 : DaBlockInfoView.DaNodeV4;
+        var verifier = new DaTreeBlockVerifier(_sb, _inode.Number, leaf, node, node, "attribute leaf/node block", LeafVerifierKind);
+        var buffer = _tx.Read(at, _bs, _inode.Number, verifier, new DaBlockWriteVerifier(_sb, _inode.Number), BufType.AttrLeaf);
+        // The log item's buffer type tells recovery which verifier to run: a node must not go as a leaf.
+        if (new DaBlockInfoView(buffer.Contents).Magic == node)
+            buffer = _tx.Read(at, _bs, _inode.Number, verifier, new DaBlockWriteVerifier(_sb, _inode.Number), BufType.DaNode);
+        return buffer;
+    }
+
+    private void LoadTree(ExtentMapEditor map, ulong dablk, int depth, HashSet<ulong> seen, List<(ulong Node, int Index)> path)
     {
         if (depth > 8 || !seen.Add(dablk)) throw Corrupt($"attribute block {dablk} is reached twice or too deep (a loop?)");
         var block = ReadBlock(map, dablk);
@@ -195,9 +217,11 @@ public sealed class AttributeEditor
             if (count == 0 || count > node.MaxEntries) throw Corrupt($"attribute node at block {dablk} has {count} entries");
             var children = new uint[count];
             for (int i = 0; i < count; i++) children[i] = node.Before(i);
-            foreach (var child in children) LoadTree(map, child, depth + 1, seen);
+            for (int i = 0; i < count; i++) LoadTree(map, children[i], depth + 1, seen, [.. path, (dablk, i)]);
             return;
         }
+        var leafInfo = new Leaf { Dablk = dablk, Path = path };
+        _leaves.Add(leafInfo);
         var leaf = new AttrLeafView(block, _v5);
         int n = leaf.Count;
         int hdr = leaf.HeaderSize;
@@ -228,9 +252,17 @@ public sealed class AttributeEditor
                 e.Name = block.AsSpan(idx + 9, nameLen).ToArray();
             }
             // An incomplete entry is a set the kernel did not finish: it is dropped (its blocks are freed below).
-            if ((flags & AttrFlags.Incomplete) == 0) _entries.Add(e);
+            if ((flags & AttrFlags.Incomplete) == 0)
+            {
+                _entries.Add(e);
+                leafInfo.Entries.Add(e);
+            }
+            else _incomplete = true;
         }
     }
+
+    /// <summary>An incomplete entry was found: the next change lays the blocks out again (dropping it and its blocks).</summary>
+    private bool _incomplete;
 
     // ================================================================ sizes and fork offsets
 
@@ -637,7 +669,15 @@ public sealed class AttributeEditor
     private void WriteLeaf(ExtentMapEditor map, ulong dablk, List<Entry> entries, uint forw, uint back)
     {
         var b = NewDaBlock(map, dablk, _v5 ? DaBlockInfoView.AttrLeafV5 : DaBlockInfoView.AttrLeafV4, forw, back, out var buffer);
+        WriteLeafBody(b, entries);
+        _tx.LogRange(buffer, 0, _bs - 1);
+    }
+
+    /// <summary>Everything of a leaf after its block info: the header, the hash-sorted entries, the name areas.</summary>
+    private void WriteLeafBody(Span<byte> b, List<Entry> entries)
+    {
         int h = _v5 ? DaBlockInfoView.SizeV5 : DaBlockInfoView.SizeV4;
+        b[h..].Clear();
         int pos = _bs, used = 0;
         for (int i = 0; i < entries.Count; i++)
         {
@@ -673,7 +713,64 @@ public sealed class AttributeEditor
         b[h + 6] = 0; // holes
         BinaryPrimitives.WriteUInt16BigEndian(b[(h + 8)..], (ushort)firstFree);
         BinaryPrimitives.WriteUInt16BigEndian(b[(h + 10)..], (ushort)(pos - firstFree));
+    }
+
+    /// <summary>
+    /// Whether a removal changes the fork's form: everything fits short-form (xfs_attr_shortform_allfit), nothing is
+    /// left, or a node tree's entries fit one leaf (the kernel's node-to-leaf shrink).
+    /// </summary>
+    private bool ShrinksOnRemoval()
+    {
+        if (_entries.Count == 0) return true;
+        if (_entries.All(FitsShortformEntry) && BytesFit(ShortformBytes()) != 0) return true;
+        return _leaves.Count > 1 && PackLeaves(_entries.OrderBy(e => e.Hash).ToList()).Count == 1;
+    }
+
+    /// <summary>
+    /// The common change in block form (xfs_attr3_leaf_add / xfs_attr3_leaf_remove without a split or join): the one
+    /// leaf that holds <paramref name="old"/> (or where <paramref name="neu"/>'s hash goes) is written again in place,
+    /// remote value blocks are freed or written, and the hashes on the node path follow the leaf's last hash. False
+    /// when the leaf would overflow or empty (the caller lays the blocks out again).
+    /// </summary>
+    private bool TryChangeOneLeaf(Entry? old, Entry? neu)
+    {
+        if (_incomplete || _leaves.Count == 0) return false;
+        Leaf? leaf = old is not null ? _leaves.FirstOrDefault(l => l.Entries.Contains(old)) : null;
+        if (leaf is null && neu is not null)
+            leaf = _leaves.FirstOrDefault(l => l.Entries.Count > 0 && l.Entries[^1].Hash >= neu.Hash) ?? _leaves[^1];
+        if (leaf is null) return false;
+        var list = leaf.Entries.Where(e => !ReferenceEquals(e, old)).ToList();
+        if (neu is not null) list.Add(neu);
+        list = list.OrderBy(e => e.Hash).ToList();
+        if (list.Count == 0 || list.Sum(e => AttrLeafView.EntrySize + LeafEntrySize(e)) > _bs - LeafHeader) return false;
+
+        var map = new ExtentMapEditor(_tx, _inode, _space, ForkKind.Attr);
+        if (old is not null && old.Value is null)
+        {
+            ulong count = (ulong)RemoteBlocks(old.ValueLength);
+            for (ulong k = 0; k < count; k++) InvalidateBlock(map, old.RemoteBlock + k);
+            map.Unmap(old.RemoteBlock, count);
+        }
+        if (neu is not null && !IsLocal(neu)) WriteRemote(map, neu);
+        uint oldLast = leaf.Entries.Count > 0 ? leaf.Entries[^1].Hash : 0;
+        var buffer = ReadBuffer(ByteOf(map, leaf.Dablk));
+        WriteLeafBody(buffer.Contents, list);
         _tx.LogRange(buffer, 0, _bs - 1);
+        leaf.Entries = list;
+        uint newLast = list[^1].Hash;
+        // A node entry carries its child's largest hash: it changes up the path while the child is the node's last.
+        for (int k = leaf.Path.Count - 1; k >= 0 && newLast != oldLast; k--)
+        {
+            var (nodeBlk, index) = leaf.Path[k];
+            var node = ReadBuffer(ByteOf(map, nodeBlk));
+            int at = NodeHeader + index * 8;
+            BinaryPrimitives.WriteUInt32BigEndian(node.Contents.AsSpan(at), newLast);
+            _tx.LogRange(node, at, at + 3);
+            if (index != new DaNodeView(node.Contents, _v5).Count - 1) break;
+        }
+        map.Save();
+        _inode.Parts |= InodeLogParts.AttrFork;
+        return true;
     }
 
     /// <summary>A da btree over the leaves: node levels until one root, which goes to attribute block 0.</summary>

@@ -400,15 +400,17 @@ public sealed class XattrKernelTests(ITestOutputHelper output) : IDisposable
         Assert.Equal(1, XfsDb.Number(Inode("f-empty")["core.aformat"]));
     }
 
-    [Fact]
-    public void Attributes_forced_to_the_log_survive_a_crash()
+    [Theory]
+    [InlineData("", 9)]
+    [InlineData("-b size=1024", 13)]
+    public void Attributes_forced_to_the_log_survive_a_crash(string mkfsOptions, int seed)
     {
-        string image = Make("6.13", "");
+        string image = Make("6.13", mkfsOptions);
         string crashed = Path.Combine(_tmp, "crashed.img");
         Expected expected;
         using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
         {
-            expected = Workload(v, seed: 9);
+            expected = Workload(v, seed);
             v.Sync();
             File.Copy(image, crashed);
         }
