@@ -24,8 +24,9 @@ namespace XfsWin.Attributes;
 /// it (xfs_attr_shortform_allfit), and the fork removed with its last attribute (kept as an empty short-form fork when
 /// the data fork is a btree, as the kernel keeps it).</item>
 /// </list>
-/// The leaf and node blocks are laid out again on every change (hash-ordered, leaves filled in order); remote value
-/// blocks of attributes that stay are kept where they are. Freed blocks are invalidated so log recovery never replays
+/// A change that stays within one leaf rewrites that leaf in place and the hashes on its node path; one that overflows
+/// or empties a leaf, or changes the form, lays the leaf and node blocks out again (hash-ordered, leaves filled in
+/// order), keeping the remote value blocks of attributes that stay where they are. Freed blocks are invalidated so log recovery never replays
 /// an older image over their next owner. The caller logs the inode.
 /// </summary>
 public sealed class AttributeEditor
