@@ -281,9 +281,14 @@ public sealed class AttributeEditor
     private bool IsLocal(Entry e) => LocalEntrySize(e.Name.Length, e.ValueLength) < _bs * 3 / 4;
 
     private static int LocalEntrySize(int nameLen, int valueLen) => (3 + nameLen + valueLen + 3) & ~3;
-    private static int RemoteEntrySize(int nameLen) => (9 + nameLen + 3) & ~3;
+    /// <summary>
+    /// xfs_attr_leaf_entsize_remote: sizeof(xfs_attr_leaf_name_remote) is 12 (valueblk, valuelen, namelen, a one-byte
+    /// name array, padded to 4), less the one name byte, plus the name, rounded to 4. The fields themselves take 9 bytes.
+    /// </summary>
+    private static int RemoteEntrySize(int nameLen) => (11 + nameLen + 3) & ~3;
 
-    private int LeafEntrySize(Entry e) => IsLocal(e) ? LocalEntrySize(e.Name.Length, e.ValueLength) : RemoteEntrySize(e.Name.Length);
+    /// <summary>An entry's name area: local while its value is held here and small enough; remote otherwise (as it is or will be written).</summary>
+    private int LeafEntrySize(Entry e) => e.Value is not null && IsLocal(e) ? LocalEntrySize(e.Name.Length, e.ValueLength) : RemoteEntrySize(e.Name.Length);
 
     private int RemoteBlocks(int length) => Math.Max(1, (length + _bs - RemoteHeader - 1) / (_bs - RemoteHeader));
 
@@ -488,6 +493,8 @@ public sealed class AttributeEditor
             map.Unmap(start, count);
         }
         map.Save();
+        // What follows allocates (remote values, leaf and node blocks): the frees go first, AGs in ascending order.
+        _space.FreePending(_tx);
         if (_inode.AttrExtentCount == 0 && keep is null) _inode.AttrFormat = ForkFormat.Extents;
     }
 
@@ -751,6 +758,8 @@ public sealed class AttributeEditor
             ulong count = (ulong)RemoteBlocks(old.ValueLength);
             for (ulong k = 0; k < count; k++) InvalidateBlock(map, old.RemoteBlock + k);
             map.Unmap(old.RemoteBlock, count);
+            map.Save();
+            _space.FreePending(_tx);
         }
         if (neu is not null && !IsLocal(neu)) WriteRemote(map, neu);
         uint oldLast = leaf.Entries.Count > 0 ? leaf.Entries[^1].Hash : 0;

@@ -19,6 +19,13 @@ public interface IFileSpace
     /// <summary>Frees blocks the file no longer maps (freed extents are reused only once the free is on disk).</summary>
     void Free(Transaction tx, ulong ino, ulong fileBlock, ulong fsb, uint blocks, ForkKind fork = ForkKind.Data);
 
+    /// <summary>
+    /// Does the frees deferred so far in <paramref name="tx"/> now, in ascending AG order, for a change that frees and
+    /// then allocates in one transaction: its allocations then lock AGs no lower than the ones the frees locked
+    /// (AGFs are locked in ascending order). Frees made later are deferred again.
+    /// </summary>
+    void FreePending(Transaction tx);
+
     /// <summary>The block space of the file's extent btree.</summary>
     IBtreeSpace BtreeSpace(ulong ino, ForkKind fork = ForkKind.Data);
 }

@@ -79,6 +79,8 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileS
             allocator.Free(tx, fsb, blocks, owner);
     }
 
+    public void FreePending(Transaction tx) => FreeDeferred(tx);
+
     public IBtreeSpace BtreeSpace(ulong ino, ForkKind fork = ForkKind.Data) => new FileTreeSpace(this, ino, fork == ForkKind.Attr);
 
     /// <summary>A file's bmbt blocks: allocated near the asker (never below a locked AG), freed at the end of the transaction.</summary>

@@ -211,6 +211,9 @@ public sealed class XattrKernelTests(ITestOutputHelper output) : IDisposable
         c.Cross("/dev", ino["dev"], keep: 2);
         c.NoUser = false;
         c.Node("/f-node", ino["f-node"], count: 160, keep: 40);
+        // Many 64 KiB values in node form: replacing one frees blocks and allocates others in one transaction.
+        for (int i = 0; i < 60; i++) c.Set("/f-node", ino["f-node"], XattrNamespace.User, $"huge-{i % 40}", c.Value(i < 40 ? 65536 : 65000));
+        for (int i = 0; i < 40; i += 2) c.Remove("/f-node", ino["f-node"], $"user.huge-{i}");
         // The form each one ends in differs: a second round on some leaves them in leaf and node form.
         c.Cross("/f-extents", ino["f-extents"], keep: 14);
         c.Node("/d-short", ino["d-short"], count: 120, keep: 100);
