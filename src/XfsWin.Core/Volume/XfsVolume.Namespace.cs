@@ -759,14 +759,24 @@ public sealed partial class XfsVolume
     }
 
     /// <summary>
-    /// The log space an attribute change may use: the kernel's attribute-set reservation, plus every block the attribute
-    /// fork holds (leaf and node blocks are laid out again) and the new value's remote blocks.
+    /// The log space an attribute change may use: the kernel's attribute-set reservation, plus the leaf and node blocks
+    /// a change may lay out again (the entries' name areas, leaves counted half full, and their nodes) and the new
+    /// value's remote blocks.
     /// </summary>
     private int AttrReservation(VolumeWriteState w, Inode inode, int valueLength)
     {
         var sb = _mount.Superblock;
-        long blocks = (long)inode.Nblocks + 4 + (valueLength + sb.BlockSize - 1) / sb.BlockSize;
-        long bytes = w.Reservations[TransactionKind.AttrSetM].LogRes + blocks * (sb.BlockSize + 256);
+        int bs = (int)sb.BlockSize;
+        long nameAreas = 0;
+        if (inode.HasAttrFork && inode.AttrFormat is ForkFormat.Extents or ForkFormat.Btree)
+            foreach (var e in _attributes.List(inode, includeParentPointers: true))
+            {
+                int local = (3 + e.Name.Length + e.ValueLength + 3) & ~3;
+                nameAreas += 8 + (local < bs * 3 / 4 ? local : (11 + e.Name.Length + 3) & ~3);
+            }
+        long leaves = 2 * (nameAreas / (bs - 80) + 1);
+        long blocks = leaves + leaves / Math.Max(1, (bs - 64) / 8) + 4 + (valueLength + bs - 1) / bs;
+        long bytes = w.Reservations[TransactionKind.AttrSetM].LogRes + blocks * (bs + 256);
         return (int)Math.Min(bytes, int.MaxValue);
     }
 
