@@ -107,6 +107,17 @@ public sealed partial class DirectoryEditor
         }
     }
 
+    /// <summary>
+    /// A short-form directory becomes a block directory (xfs_dir2_sf_to_block), as when a new attribute fork leaves its
+    /// entries no room in the inode; other forms are left as they are.
+    /// </summary>
+    public void MoveOutOfInode()
+    {
+        if (Form != DirectoryForm.Shortform) return;
+        ShortformToBlock(ReadShortform());
+        LogChanges();
+    }
+
     /// <summary>The inode an entry names, or false when there is none.</summary>
     public bool TryLookup(ReadOnlySpan<byte> name, out ulong ino)
     {

@@ -14,22 +14,29 @@ public interface IFileSpace
     /// <paramref name="fileBlock"/> of <paramref name="ino"/>, preferably at <paramref name="nearFsb"/> (0: near the inode).
     /// Returns the first file system block and the count; throws <see cref="XfsError.NoSpace"/> when no run fits.
     /// </summary>
-    (ulong Fsb, uint Blocks) Allocate(Transaction tx, ulong ino, ulong fileBlock, ulong nearFsb, uint minBlocks, uint maxBlocks);
+    (ulong Fsb, uint Blocks) Allocate(Transaction tx, ulong ino, ulong fileBlock, ulong nearFsb, uint minBlocks, uint maxBlocks, ForkKind fork = ForkKind.Data);
 
     /// <summary>Frees blocks the file no longer maps (freed extents are reused only once the free is on disk).</summary>
-    void Free(Transaction tx, ulong ino, ulong fileBlock, ulong fsb, uint blocks);
+    void Free(Transaction tx, ulong ino, ulong fileBlock, ulong fsb, uint blocks, ForkKind fork = ForkKind.Data);
+
+    /// <summary>
+    /// Does the frees deferred so far in <paramref name="tx"/> now, in ascending AG order, for a change that frees and
+    /// then allocates in one transaction: its allocations then lock AGs no lower than the ones the frees locked
+    /// (AGFs are locked in ascending order). Frees made later are deferred again.
+    /// </summary>
+    void FreePending(Transaction tx);
 
     /// <summary>The block space of the file's extent btree.</summary>
-    IBtreeSpace BtreeSpace(ulong ino);
+    IBtreeSpace BtreeSpace(ulong ino, ForkKind fork = ForkKind.Data);
 }
 
 /// <summary>
-/// Changes one inode's data fork mapping inside a transaction, as the kernel's xfs_bmap.c does: the extents are kept
+/// Changes one inode fork's mapping (data or attribute fork) inside a transaction, as the kernel's xfs_bmap.c does: the extents are kept
 /// sorted and merged with their neighbours (same state, contiguous on disk and in the file, at most
 /// <see cref="BmbtRecord.MaxBlockCount"/> blocks); an extent list that outgrows the inode fork becomes an extent btree
 /// rooted in the fork (xfs_bmap_extents_to_btree), and a btree whose extents fit the fork again becomes a list
 /// (xfs_bmap_btree_to_extents). In btree form each change is a cursor update, insert or delete, so a transaction
-/// logs only the blocks it touches. di_nextents and di_nblocks follow; the caller logs the inode.
+/// logs only the blocks it touches. di_nextents (di_anextents) and di_nblocks follow; the caller logs the inode.
 /// </summary>
 public sealed class ExtentMapEditor
 {
@@ -38,29 +45,62 @@ public sealed class ExtentMapEditor
     private readonly IFileSpace _space;
     private readonly Superblock _sb;
     private readonly List<BmbtRecord> _extents;
+    private readonly ForkKind _fork;
 
-    public ExtentMapEditor(Transaction tx, InodeUpdate inode, IFileSpace space)
+    public ExtentMapEditor(Transaction tx, InodeUpdate inode, IFileSpace space, ForkKind fork = ForkKind.Data)
     {
         _tx = tx;
         _inode = inode;
         _space = space;
+        _fork = fork;
         _sb = tx.Mount.Superblock;
         _extents = Load();
     }
 
+    private bool IsAttr => _fork == ForkKind.Attr;
+
+    private Span<byte> Fork => IsAttr ? _inode.AttrFork : _inode.DataFork;
+
+    private ForkFormat Format
+    {
+        get => IsAttr ? _inode.AttrFormat : _inode.DataFormat;
+        set
+        {
+            if (IsAttr) _inode.AttrFormat = value;
+            else _inode.DataFormat = value;
+        }
+    }
+
+    private ulong ExtentCount
+    {
+        get => IsAttr ? _inode.AttrExtentCount : _inode.DataExtentCount;
+        set
+        {
+            if (IsAttr) _inode.AttrExtentCount = value;
+            else _inode.DataExtentCount = value;
+        }
+    }
+
+    private InodeLogParts ForkPart => IsAttr ? InodeLogParts.AttrFork : InodeLogParts.DataFork;
+
+    private IInodeRootHolder RootHolder => IsAttr ? _inode.AttrRoot : _inode;
+
     /// <summary>The mapping, sorted by file offset.</summary>
     public IReadOnlyList<BmbtRecord> Extents => _extents;
 
-    private int ListCapacity => _inode.DataFork.Length / BmbtRecord.Size;
+    private int ListCapacity => Fork.Length / BmbtRecord.Size;
+
+    /// <summary>Whether the mapping fits the fork as an extent list (after the fork's size changed).</summary>
+    public bool FitsAsList => _extents.Count <= ListCapacity;
 
     private List<BmbtRecord> Load()
     {
         var list = new List<BmbtRecord>();
-        switch (_inode.DataFormat)
+        switch (Format)
         {
             case ForkFormat.Extents:
-                var fork = _inode.DataFork;
-                int n = checked((int)_inode.DataExtentCount);
+                var fork = Fork;
+                int n = checked((int)ExtentCount);
                 if (n > ListCapacity) throw Corrupt($"{n} extents in a fork with room for {ListCapacity}");
                 for (int i = 0; i < n; i++) list.Add(BmbtRecord.Decode(fork[(i * BmbtRecord.Size)..]));
                 break;
@@ -70,7 +110,7 @@ public sealed class ExtentMapEditor
                     do list.Add(BmbtRecord.Decode(cursor.Record)); while (cursor.Increment());
                 break;
             default:
-                throw new InvalidOperationException($"inode {_inode.Number}: a {_inode.DataFormat} data fork has no extents");
+                throw new InvalidOperationException($"inode {_inode.Number}: a {Format} {_fork} fork has no extents");
         }
         ulong end = 0;
         foreach (var e in list)
@@ -79,18 +119,18 @@ public sealed class ExtentMapEditor
                 throw Corrupt($"extent at file block {e.FileOffset} ({e.BlockCount} blocks at {e.StartBlock}) is out of order or outside the volume");
             end = e.FileEnd;
         }
-        if ((ulong)list.Count != _inode.DataExtentCount)
-            throw Corrupt($"di_nextents is {_inode.DataExtentCount} but the fork holds {list.Count} extents");
+        if ((ulong)list.Count != ExtentCount)
+            throw Corrupt($"the fork's extent count is {ExtentCount} but it holds {list.Count} extents");
         return list;
     }
 
-    private XfsCorruptionException Corrupt(string problem) => _tx.Mount.Corrupt($"data fork of inode {_inode.Number}", _inode.ByteOffset, problem);
+    private XfsCorruptionException Corrupt(string problem) => _tx.Mount.Corrupt($"{(IsAttr ? "attribute" : "data")} fork of inode {_inode.Number}", _inode.ByteOffset, problem);
 
     private BtreeCursor<BmbtOps> Cursor() =>
-        new(TransactionBtreeStore.ForInodeRoot<BmbtOps>(_tx, _inode.Number, _inode, _inode.ByteOffset, TreeSpace()));
+        new(TransactionBtreeStore.ForInodeRoot<BmbtOps>(_tx, _inode.Number, RootHolder, _inode.ByteOffset, TreeSpace()));
 
     /// <summary>The extent btree's block space; every block it takes or gives back counts in di_nblocks.</summary>
-    private IBtreeSpace TreeSpace() => new CountingSpace(_space.BtreeSpace(_inode.Number), _inode);
+    private IBtreeSpace TreeSpace() => new CountingSpace(_space.BtreeSpace(_inode.Number, _fork), _inode);
 
     private sealed class CountingSpace(IBtreeSpace inner, InodeUpdate inode) : IBtreeSpace
     {
@@ -176,7 +216,7 @@ public sealed class ExtentMapEditor
             }
             ulong holeEnd = Math.Min(end, NextMapped(pos));
             uint want = (uint)Math.Min(holeEnd - pos, BmbtRecord.MaxBlockCount);
-            var (fsb, got) = _space.Allocate(_tx, _inode.Number, pos, ContinuationHint(pos), 1, want);
+            var (fsb, got) = _space.Allocate(_tx, _inode.Number, pos, ContinuationHint(pos), 1, want, _fork);
             var extent = new BmbtRecord(pos, fsb, got, unwritten);
             Add(extent);
             _inode.Nblocks += got;
@@ -232,7 +272,7 @@ public sealed class ExtentMapEditor
             if (e.FileOffset < pos) Add(e with { BlockCount = (uint)(pos - e.FileOffset) });
             if (stop < e.FileEnd) Add(new BmbtRecord(stop, e.StartBlock + (stop - e.FileOffset), (uint)(e.FileEnd - stop), e.Unwritten));
             uint n = (uint)(stop - pos);
-            _space.Free(_tx, _inode.Number, pos, e.StartBlock + (pos - e.FileOffset), n);
+            _space.Free(_tx, _inode.Number, pos, e.StartBlock + (pos - e.FileOffset), n, _fork);
             _inode.Nblocks -= n;
             freed += n;
             pos = stop;
@@ -288,7 +328,7 @@ public sealed class ExtentMapEditor
     {
         if (_pending.Count == 0) return;
         bool fits = _extents.Count <= ListCapacity;
-        if (_inode.DataFormat == ForkFormat.Btree)
+        if (Format == ForkFormat.Btree)
         {
             ApplyToTree();
             if (fits) BtreeToList();
@@ -302,16 +342,100 @@ public sealed class ExtentMapEditor
             ListToBtree();
         }
         _pending.Clear();
-        _inode.DataExtentCount = (ulong)_extents.Count;
-        _inode.Parts |= InodeLogParts.DataFork;
+        ExtentCount = (ulong)_extents.Count;
+        _inode.Parts |= ForkPart;
     }
+
+    /// <summary>
+    /// Lays the mapping out again after the fork's size changed (di_forkoff moved; <paramref name="oldRoot"/> is the
+    /// fork's previous bytes): an extent list is rewritten, or becomes a btree when it no longer fits
+    /// (xfs_bmap_add_attrfork_extents); a btree root is laid out for the new size (keys, then pointers at the new
+    /// maximum record count), as the kernel's xfs_bmbt_to_bmdr does when it writes the root back.
+    /// </summary>
+    public void FitFork(ReadOnlySpan<byte> oldRoot)
+    {
+        if (Format == ForkFormat.Extents)
+        {
+            if (FitsAsList) WriteList();
+            else ListToBtree();
+            ExtentCount = (ulong)_extents.Count;
+        }
+        else if (Format == ForkFormat.Btree)
+        {
+            var old = new BmdrBlockView(oldRoot);
+            int n = old.NumRecs;
+            int oldMax = (oldRoot.Length - BmdrBlockView.HeaderSize) / 16;
+            var fork = Fork;
+            int newMax = (fork.Length - BmdrBlockView.HeaderSize) / 16;
+            var copy = oldRoot.ToArray();
+            if (n > newMax)
+            {
+                PushRootIntoBlock(copy, oldMax);
+                return;
+            }
+            fork.Clear();
+            copy.AsSpan(0, BmdrBlockView.HeaderSize).CopyTo(fork);
+            copy.AsSpan(BmdrBlockView.HeaderSize, n * 8).CopyTo(fork[BmdrBlockView.HeaderSize..]);
+            copy.AsSpan(BmdrBlockView.HeaderSize + oldMax * 8, n * 8).CopyTo(fork[(BmdrBlockView.HeaderSize + newMax * 8)..]);
+        }
+        _inode.Parts |= ForkPart;
+    }
+
+    /// <summary>
+    /// The root's records move into a new tree block one level down and the fork's root points at it alone (what
+    /// xfs_bmap_add_attrfork_btree does when the smaller fork cannot hold the root).
+    /// </summary>
+    private void PushRootIntoBlock(byte[] oldRoot, int oldMax)
+    {
+        var root = new BmdrBlockView(oldRoot);
+        int n = root.NumRecs, level = root.Level;
+        var space = TreeSpace();
+        ulong near = root.Pointer(0);
+        ulong child = space.Allocate(_tx, near);
+        int blockSize = (int)_sb.BlockSize;
+        long at = _sb.FsbToByte(child);
+        var buffer = _tx.GetNew(at, blockSize, unchecked((int)BtreeMagic.BmapV5), _inode.Number, new BmbtLeafWriteVerifier(_sb, _inode.Number), BufType.Btree);
+        var block = buffer.Contents.AsSpan();
+        int header = _sb.IsV5 ? BtreeBlockView.LongHeaderV5 : BtreeBlockView.LongHeaderV4;
+        int blockMax = (blockSize - header) / 16;
+        BinaryPrimitives.WriteUInt32BigEndian(block, _sb.IsV5 ? BtreeMagic.BmapV5 : BtreeMagic.BmapV4);
+        BinaryPrimitives.WriteUInt16BigEndian(block[BtreeBlockView.OffLevel..], (ushort)level);
+        BinaryPrimitives.WriteUInt16BigEndian(block[BtreeBlockView.OffNumrecs..], (ushort)n);
+        BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.OffLeftSib..], BtreeBlockView.NullLongPtr);
+        BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.LongOffRightSib..], BtreeBlockView.NullLongPtr);
+        if (_sb.IsV5)
+        {
+            BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.LongOffBlkno..], (ulong)(at >> 9));
+            _sb.MetaUuid.TryWriteBytes(block.Slice(BtreeBlockView.LongOffUuid, 16), bigEndian: true, out _);
+            BinaryPrimitives.WriteUInt64BigEndian(block[BtreeBlockView.LongOffOwner..], _inode.Number);
+        }
+        oldRoot.AsSpan(BmdrBlockView.HeaderSize, n * 8).CopyTo(block[header..]);
+        oldRoot.AsSpan(BmdrBlockView.HeaderSize + oldMax * 8, n * 8).CopyTo(block[(header + blockMax * 8)..]);
+        _tx.LogRange(buffer, 0, blockSize - 1);
+
+        var fork = Fork;
+        fork.Clear();
+        int rootMax = (fork.Length - BmdrBlockView.HeaderSize) / 16;
+        BinaryPrimitives.WriteUInt16BigEndian(fork, (ushort)(level + 1));
+        BinaryPrimitives.WriteUInt16BigEndian(fork[2..], 1);
+        BinaryPrimitives.WriteUInt64BigEndian(fork[BmdrBlockView.HeaderSize..], root.Key(0));
+        BinaryPrimitives.WriteUInt64BigEndian(fork[(BmdrBlockView.HeaderSize + rootMax * 8)..], child);
+        _inode.Parts |= ForkPart;
+    }
+
+    /// <summary>Records a btree root with room for <paramref name="records"/> record pairs takes (xfs_bmdr_space_calc).</summary>
+    public static int RootSpace(int records) => BmdrBlockView.HeaderSize + records * 16;
+
+    /// <summary>The bytes the fork's current btree root needs (its header and records), or its extent list's bytes.</summary>
+    public int UsedForkBytes(ReadOnlySpan<byte> fork) =>
+        Format == ForkFormat.Btree ? RootSpace(new BmdrBlockView(fork).NumRecs) : _extents.Count * BmbtRecord.Size;
 
     private void WriteList()
     {
-        var fork = _inode.DataFork;
+        var fork = Fork;
         fork.Clear();
         for (int i = 0; i < _extents.Count; i++) _extents[i].Encode(fork[(i * BmbtRecord.Size)..]);
-        _inode.DataFormat = ForkFormat.Extents;
+        Format = ForkFormat.Extents;
     }
 
     /// <summary>Replays the pending removals and insertions on the tree (net of pairs that cancel out).</summary>
@@ -375,14 +499,14 @@ public sealed class ExtentMapEditor
         for (int i = 0; i < _extents.Count; i++) _extents[i].Encode(block[(header + i * BmbtRecord.Size)..]);
         _tx.LogRange(buffer, 0, blockSize - 1);
 
-        var fork = _inode.DataFork;
+        var fork = Fork;
         fork.Clear();
         int rootMax = (fork.Length - BmdrBlockView.HeaderSize) / 16;
         BinaryPrimitives.WriteUInt16BigEndian(fork, 1);
         BinaryPrimitives.WriteUInt16BigEndian(fork[2..], 1);
         BinaryPrimitives.WriteUInt64BigEndian(fork[BmdrBlockView.HeaderSize..], _extents.Count > 0 ? _extents[0].FileOffset : 0);
         BinaryPrimitives.WriteUInt64BigEndian(fork[(BmdrBlockView.HeaderSize + rootMax * 8)..], leaf);
-        _inode.DataFormat = ForkFormat.Btree;
+        Format = ForkFormat.Btree;
     }
 
     /// <summary>xfs_bmap_btree_to_extents: every tree block is freed, the extents go back into the fork.</summary>
@@ -402,12 +526,12 @@ public sealed class ExtentMapEditor
     /// <summary>Every block below the inode root, level by level.</summary>
     private void CollectTreeBlocks(List<ulong> blocks)
     {
-        var fork = _inode.DataFork;
+        var fork = Fork;
         var root = new BmdrBlockView(fork);
         var level = new List<ulong>();
         for (int i = 0; i < root.NumRecs; i++) level.Add(root.Pointer(i));
         int height = root.Level;
-        var reader = TransactionBtreeStore.ForInodeRoot<BmbtOps>(_tx, _inode.Number, _inode, _inode.ByteOffset, TreeSpace());
+        var reader = TransactionBtreeStore.ForInodeRoot<BmbtOps>(_tx, _inode.Number, RootHolder, _inode.ByteOffset, TreeSpace());
         uint magic = _sb.IsV5 ? BtreeMagic.BmapV5 : BtreeMagic.BmapV4;
         int header = _sb.IsV5 ? BtreeBlockView.LongHeaderV5 : BtreeBlockView.LongHeaderV4;
         for (int h = height - 1; h >= 0 && level.Count > 0; h--)
@@ -426,7 +550,7 @@ public sealed class ExtentMapEditor
         }
     }
 
-    /// <summary>The write verifier of a new bmbt leaf (checks the block as the read cursor would, stamps LSN and CRC).</summary>
+    /// <summary>The write verifier of a new bmbt block (checks the block as the read cursor would, stamps LSN and CRC).</summary>
     private sealed class BmbtLeafWriteVerifier(Superblock sb, ulong ino) : Metadata.IBufferWriteVerifier
     {
         public string Structure => $"extent btree block of inode {ino}";

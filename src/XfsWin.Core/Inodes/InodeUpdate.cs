@@ -87,6 +87,45 @@ public sealed class InodeUpdate : IInodeRootHolder
     /// <summary>The data fork's bytes in the literal area (up to the attribute fork, or the inode's end).</summary>
     public Span<byte> DataFork => Image.AsSpan(View.CoreSize, View.DataForkSize(Image.Length));
 
+    /// <summary>di_forkoff: where the attribute fork starts, in 8-byte units past the core (0: no attribute fork).</summary>
+    public byte ForkOffset { get => View.ForkOffset; set { var w = Writer; w.ForkOffset = value; } }
+
+    public ForkFormat AttrFormat { get => View.AttrFormat; set { var w = Writer; w.AttrFormat = value; } }
+
+    /// <summary>The bytes of the literal area (data and attribute forks together).</summary>
+    public int LiteralSize => Image.Length - View.CoreSize;
+
+    /// <summary>The attribute fork's bytes (empty when the inode has none).</summary>
+    public Span<byte> AttrFork => View.ForkOffset == 0 ? Span<byte>.Empty : Image.AsSpan(View.AttrForkOffset, View.AttrForkSize(Image.Length));
+
+    /// <summary>di_anextents (the 32-bit field of nrext64 inodes, else the 16-bit one).</summary>
+    public ulong AttrExtentCount
+    {
+        get => View.AttrExtentCount;
+        set
+        {
+            if (View.HasNrext64) BinaryPrimitives.WriteUInt32BigEndian(Image.AsSpan(DinodeView.OffBigAnextents), checked((uint)value));
+            else BinaryPrimitives.WriteUInt16BigEndian(Image.AsSpan(DinodeView.OffAnextents), checked((ushort)value));
+        }
+    }
+
+    /// <summary>The attribute fork as a bmbt root holder (its changes log the attribute fork).</summary>
+    public IInodeRootHolder AttrRoot => new AttrRootHolder(this);
+
+    private sealed class AttrRootHolder(InodeUpdate inode) : IInodeRootHolder
+    {
+        public ArraySegment<byte> Root
+        {
+            get
+            {
+                var v = inode.View;
+                return new(inode.Image, v.AttrForkOffset, v.AttrForkSize(inode.Image.Length));
+            }
+        }
+
+        public void RootChanged(int offset, int length) => inode.Parts |= InodeLogParts.AttrFork;
+    }
+
     public void SetAccessTime(long seconds, uint nanoseconds) { var w = Writer; w.AccessTime = DinodeWriter.EncodeTime(seconds, nanoseconds, Bigtime); }
     public void SetModifyTime(long seconds, uint nanoseconds) { var w = Writer; w.ModifyTime = DinodeWriter.EncodeTime(seconds, nanoseconds, Bigtime); }
     public void SetChangeTime(long seconds, uint nanoseconds) { var w = Writer; w.ChangeTime = DinodeWriter.EncodeTime(seconds, nanoseconds, Bigtime); }

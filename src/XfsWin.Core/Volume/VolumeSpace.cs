@@ -30,7 +30,7 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileS
         return target;
     }
 
-    public (ulong Fsb, uint Blocks) Allocate(Transaction tx, ulong ino, ulong fileBlock, ulong nearFsb, uint minBlocks, uint maxBlocks)
+    public (ulong Fsb, uint Blocks) Allocate(Transaction tx, ulong ino, ulong fileBlock, ulong nearFsb, uint minBlocks, uint maxBlocks, ForkKind fork = ForkKind.Data)
     {
         ulong near = nearFsb != 0 ? nearFsb : InodeBlock(ino);
         var got = allocator.Allocate(tx, new AllocationRequest
@@ -40,7 +40,7 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileS
             MaxLength = maxBlocks,
             Mode = AllocationMode.Near,
             Scope = AllocationScope.StartAg,
-            Owner = RmapOwner.InodeData(ino, fileBlock),
+            Owner = RmapOwner.InodeData(ino, fileBlock, attrFork: fork == ForkKind.Attr),
             // Room for the extent btree to grow by a split at every level in the same AG.
             MinLeft = 8,
         });
@@ -51,8 +51,8 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileS
     private ulong InodeBlock(ulong ino) =>
         ((ulong)sb.InoToAgno(ino) << sb.AgBlkLog) | (sb.InoToAgino(ino) >> sb.InoPBlog);
 
-    public void Free(Transaction tx, ulong ino, ulong fileBlock, ulong fsb, uint blocks) =>
-        Defer(tx, fsb, blocks, RmapOwner.InodeData(ino, fileBlock));
+    public void Free(Transaction tx, ulong ino, ulong fileBlock, ulong fsb, uint blocks, ForkKind fork = ForkKind.Data) =>
+        Defer(tx, fsb, blocks, RmapOwner.InodeData(ino, fileBlock, attrFork: fork == ForkKind.Attr));
 
     private void Defer(Transaction tx, ulong fsb, uint blocks, RmapOwner owner)
     {
@@ -79,10 +79,12 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileS
             allocator.Free(tx, fsb, blocks, owner);
     }
 
-    public IBtreeSpace BtreeSpace(ulong ino) => new FileTreeSpace(this, ino);
+    public void FreePending(Transaction tx) => FreeDeferred(tx);
+
+    public IBtreeSpace BtreeSpace(ulong ino, ForkKind fork = ForkKind.Data) => new FileTreeSpace(this, ino, fork == ForkKind.Attr);
 
     /// <summary>A file's bmbt blocks: allocated near the asker (never below a locked AG), freed at the end of the transaction.</summary>
-    private sealed class FileTreeSpace(VolumeSpace space, ulong ino) : IBtreeSpace
+    private sealed class FileTreeSpace(VolumeSpace space, ulong ino, bool attrFork) : IBtreeSpace
     {
         public ulong Allocate(Transaction tx, ulong near)
         {
@@ -93,12 +95,12 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileS
                 MaxLength = 1,
                 Mode = AllocationMode.Near,
                 Scope = AllocationScope.StartAg,
-                Owner = RmapOwner.InodeBmbt(ino),
+                Owner = RmapOwner.InodeBmbt(ino, attrFork),
             });
             return got.StartBlock;
         }
 
-        public void Free(Transaction tx, ulong pointer) => space.Defer(tx, pointer, 1, RmapOwner.InodeBmbt(ino));
+        public void Free(Transaction tx, ulong pointer) => space.Defer(tx, pointer, 1, RmapOwner.InodeBmbt(ino, attrFork));
     }
 
     public uint? AllocateChunk(Transaction tx, uint agno, uint blocks, uint alignment)

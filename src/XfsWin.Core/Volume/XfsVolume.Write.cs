@@ -183,6 +183,9 @@ public sealed partial class XfsVolume
     /// <summary>A transaction on the write log with the reservation of <paramref name="kind"/> (the kernel's sizing).</summary>
     private Transaction Begin(VolumeWriteState w, TransactionKind kind) => new(_mount, w.Log, w.Reservations[kind].LogRes);
 
+    private Transaction Begin(VolumeWriteState w, TransactionKind kind, int logReservationBytes) =>
+        new(_mount, w.Log, Math.Max(w.Reservations[kind].LogRes, logReservationBytes));
+
     /// <summary>
     /// chmod, chown, utimes and truncate (setattr): changes what <paramref name="changes"/> names and sets ctime, in one
     /// logged transaction. Growing the size only moves EOF; shrinking a file that has blocks past the new size is
