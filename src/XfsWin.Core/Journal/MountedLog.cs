@@ -408,9 +408,15 @@ public sealed class MountedLog
         }
 
         if (_writer.Remaining < LogOpHeader.Size) Next();
-        // The commit op goes last: the checkpoint's earlier records are durable before the record holding it is
-        // written, and that record is flushed, so a commit on disk always means the whole checkpoint is.
-        if (!simulate && recordsOfCheckpoint > 0) _area.Device.Flush();
+        // The commit op goes last, and the record holding it is written only after a flush (the kernel's
+        // REQ_PREFLUSH on the commit record): the checkpoint's earlier records, and file data written before the
+        // transactions that map it committed, are durable first; for an external log the data device is flushed
+        // too. That record is then flushed itself, so a commit on disk means the whole checkpoint and its data are.
+        if (!simulate)
+        {
+            if (_area.External) _writeback.Flush();
+            _area.Device.Flush();
+        }
         _writer.AppendOp(tid, 0, LogOpHeader.ClientTransaction, LogOpHeader.FlagCommit);
         if (simulate)
         {
