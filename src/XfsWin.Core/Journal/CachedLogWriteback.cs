@@ -43,13 +43,7 @@ public sealed class CachedLogWriteback : ILogWriteback
                     WriteBuffer(buf);
                     break;
                 case InodeLogItem inode:
-                    var disk = inode.DiskImage.ToArray();
-                    if (disk[DinodeView.OffVersion] >= 3)
-                    {
-                        BinaryPrimitives.WriteUInt64BigEndian(disk.AsSpan(DinodeView.OffLsn), inode.Lsn);
-                        XfsCrc.Stamp(disk, DinodeView.OffCrc);
-                    }
-                    _data.Write(inode.Cluster.InodeByte, disk);
+                    DeviceImageWriteback.WriteInode(_data, inode);
                     InodesWritten++;
                     break;
             }

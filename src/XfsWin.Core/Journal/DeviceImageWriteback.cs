@@ -37,13 +37,7 @@ public sealed class DeviceImageWriteback : ILogWriteback
                     BuffersWritten++;
                     break;
                 case InodeLogItem inode:
-                    var disk = inode.DiskImage.ToArray();
-                    if (disk[DinodeView.OffVersion] >= 3)
-                    {
-                        BinaryPrimitives.WriteUInt64BigEndian(disk.AsSpan(DinodeView.OffLsn), inode.Lsn);
-                        XfsCrc.Stamp(disk, DinodeView.OffCrc);
-                    }
-                    _data.Write(inode.Cluster.InodeByte, disk);
+                    WriteInode(_data, inode);
                     InodesWritten++;
                     break;
             }
@@ -51,4 +45,16 @@ public sealed class DeviceImageWriteback : ILogWriteback
     }
 
     public void Flush() => _data.Flush();
+
+    /// <summary>Writes an inode item's image in place with its LSN (di_lsn) and CRC stamped (V3 inodes).</summary>
+    internal static void WriteInode(IBlockDevice data, InodeLogItem inode)
+    {
+        var disk = inode.DiskImage.ToArray();
+        if (disk[DinodeView.OffVersion] >= 3)
+        {
+            BinaryPrimitives.WriteUInt64BigEndian(disk.AsSpan(DinodeView.OffLsn), inode.Lsn);
+            XfsCrc.Stamp(disk, DinodeView.OffCrc);
+        }
+        data.Write(inode.Cluster.InodeByte, disk);
+    }
 }
