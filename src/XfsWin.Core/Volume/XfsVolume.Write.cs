@@ -50,7 +50,21 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
 
     /// <summary>A free inode for a new file in <paramref name="parent"/> (see <see cref="InodeAllocator.Allocate"/>).</summary>
     public (ulong Ino, int NewInodes) AllocateInode(Transaction tx, ulong parent, bool directory) =>
-        InodeAllocator.Allocate(tx, parent, directory, FileSpace.HasRoomForChunk);
+        InodeAllocator.Allocate(tx, parent, directory, ag => InodeCount + InobtRecord.InodesPerChunk <= MaxInodes && FileSpace.HasRoomForChunk(ag));
+
+    /// <summary>
+    /// The most inodes the volume may have (the kernel's m_maxicount): sb_imax_pct percent of the data blocks, in whole
+    /// inode chunks; no limit when imax_pct is 0. A new chunk past it is ENOSPC, as on Linux.
+    /// </summary>
+    public readonly long MaxInodes = MaxInodesOf(access.Superblock);
+
+    private static long MaxInodesOf(Superblock sb)
+    {
+        if (sb.ImaxPct == 0) return long.MaxValue;
+        ulong chunkBlocks = Math.Max(1UL, (ulong)InobtRecord.InodesPerChunk >> sb.InoPBlog);
+        ulong blocks = sb.DataBlocks * (ulong)sb.ImaxPct / 100 / chunkBlocks * chunkBlocks;
+        return (long)(blocks << sb.InoPBlog);
+    }
     public readonly TransactionReservations Reservations = new(ReservationGeometry.From(access.Superblock));
     public long InodeCount, FreeInodes;
     /// <summary>Dirty metadata the cache may hold before a full writeback lets it go (bounded memory).</summary>
