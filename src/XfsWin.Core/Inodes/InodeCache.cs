@@ -172,7 +172,18 @@ public sealed class InodeCache
             {
                 cachedOffset = clusterOffset;
                 if (!_mount.Buffers.TryGetCached(clusterOffset, clusterLength, 0, ClusterVerifier.Kind, out cluster))
-                    cluster = null;
+                {
+                    // Its read-ahead did not leave it cached (the read was dropped, or the cluster evicted since): read
+                    // it here, on this background thread, so every child is decoded ahead whatever the timing.
+                    try
+                    {
+                        cluster = _mount.Buffers.Read(clusterOffset, clusterLength, 0, ClusterVerifier);
+                    }
+                    catch (XfsException)
+                    {
+                        cluster = null; // reported to whoever asks for these inodes
+                    }
+                }
             }
             if (cluster is null || Decode(ino, cluster, clusterOffset, out _) is not { } inode) continue;
             if (_inodes.TryAdd(ino, inode) && Interlocked.Increment(ref _count) > MaxEntries) Trim();
