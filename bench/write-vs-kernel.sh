@@ -32,7 +32,7 @@ umount_kernel() { umount "$mnt"; }
 mount_xfswin() { cp --sparse=always "$base" "$work/x.img"; "${xfswin[@]}" mount -o rw "$work/x.img" "$mnt" >/dev/null; }
 umount_xfswin() {
   fusermount3 -u "$mnt"
-  for _ in $(seq 100); do pgrep -f "mount -o rw $work/x.img" >/dev/null || break; sleep 0.1; done
+  for _ in $(seq 1200); do pgrep -f "mount -o rw $work/x.img" >/dev/null || break; sleep 0.1; done
   xfs_repair -n "$work/x.img" >/dev/null 2>&1 || { echo "xfs_repair -n found problems in xfswin's image" >&2; exit 1; }
 }
 
@@ -71,12 +71,12 @@ PY
 # measure NAME SETUP WORK: best time of $runs for WORK after SETUP, on kernel and xfswin.
 declare -A best
 measure() {
-  local name=$1 setup=$2 work=$3
+  local name=$1 setup=$2 job=$3
   for side in kernel xfswin; do
     local b=""
     for _ in $(seq "$runs"); do
       "mount_$side"; $setup; drop
-      local t0; t0=$(now); $work; local t1; t1=$(now)
+      local t0; t0=$(now); $job; local t1; t1=$(now)
       "umount_$side"
       local t; t=$(echo "$t1 - $t0" | bc)
       if [ -z "$b" ] || (( $(echo "$t < $b" | bc) )); then b=$t; fi

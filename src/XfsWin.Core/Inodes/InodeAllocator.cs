@@ -94,13 +94,13 @@ public sealed class InodeAllocator
         var agi = JoinAgi(tx, _sb, agno);
         if (Field(agi, AgiView.OffFreecount) == 0) return false;
         var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
-            CountingSpace(tx, agi, agno, freeInodeTree: false)));
+            InodeTreeSpace(tx, agi, agno, freeInodeTree: false)));
         InobtRecord rec;
         Span<byte> key = stackalloc byte[InobtRecord.KeySize];
         if (_sb.HasFinobt)
         {
             var finobt = new BtreeCursor<FinobtOps>(TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
-                CountingSpace(tx, agi, agno, freeInodeTree: true)));
+                InodeTreeSpace(tx, agi, agno, freeInodeTree: true)));
             if (!finobt.MoveToFirst() || !finobt.AtRecord)
                 throw tx.Mount.Corrupt($"free inode btree of AG {agno}", agi.Offset, "agi_freecount counts free inodes but the finobt is empty");
             rec = InobtRecord.Decode(finobt.Record, _sb.HasSparseInodes);
@@ -144,13 +144,13 @@ public sealed class InodeAllocator
         Span<byte> raw = stackalloc byte[InobtRecord.Size];
         Encode(updated, raw);
         var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
-            CountingSpace(tx, agi, agno, freeInodeTree: false)));
+            InodeTreeSpace(tx, agi, agno, freeInodeTree: false)));
         if (!inobt.Lookup(key, BtreeLookup.Equal))
             throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"no record for the chunk at AG inode {old.StartIno}");
         inobt.Update(raw);
         if (!_sb.HasFinobt) return;
         var finobt = new BtreeCursor<FinobtOps>(TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
-            CountingSpace(tx, agi, agno, freeInodeTree: true)));
+            InodeTreeSpace(tx, agi, agno, freeInodeTree: true)));
         bool present = finobt.Lookup(key, BtreeLookup.Equal);
         if (old.FreeCount > 0 && !present)
             throw tx.Mount.Corrupt($"free inode btree of AG {agno}", agi.Offset, $"the chunk at AG inode {old.StartIno} has free inodes but no finobt record");
@@ -224,13 +224,13 @@ public sealed class InodeAllocator
         Span<byte> raw = stackalloc byte[InobtRecord.Size];
         Encode(rec, raw);
         var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
-            CountingSpace(tx, agi, agno, freeInodeTree: false)));
+            InodeTreeSpace(tx, agi, agno, freeInodeTree: false)));
         if (!inobt.Insert(raw))
             throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"a record for the new chunk at AG inode {startAgino} exists already");
         if (_sb.HasFinobt && rec.FreeCount > 0)
         {
             var finobt = new BtreeCursor<FinobtOps>(TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
-                CountingSpace(tx, agi, agno, freeInodeTree: true)));
+                InodeTreeSpace(tx, agi, agno, freeInodeTree: true)));
             if (!finobt.Insert(raw))
                 throw tx.Mount.Corrupt($"free inode btree of AG {agno}", agi.Offset, $"a record for the new chunk at AG inode {startAgino} exists already");
         }
@@ -274,7 +274,7 @@ public sealed class InodeAllocator
         uint agino = _sb.InoToAgino(ino);
         var agi = JoinAgi(tx, _sb, agno);
         var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
-            CountingSpace(tx, agi, agno, freeInodeTree: false)));
+            InodeTreeSpace(tx, agi, agno, freeInodeTree: false)));
         Span<byte> key = stackalloc byte[InobtRecord.KeySize];
         BinaryPrimitives.WriteUInt32BigEndian(key, agino);
         if (!inobt.Lookup(key, BtreeLookup.LessOrEqual))
@@ -288,28 +288,6 @@ public sealed class InodeAllocator
         SetField(tx, agi, AgiView.OffFreecount, Field(agi, AgiView.OffFreecount) + 1);
     }
 
-    /// <summary>The inode tree's block space, with agi_iblocks / agi_fblocks kept where the volume counts them (inobtcount).</summary>
-    private IBtreeSpace CountingSpace(Transaction tx, MetadataBuffer agi, uint agno, bool freeInodeTree)
-    {
-        var inner = _space.TreeSpace(agno, freeInodeTree);
-        return (_sb.RoCompat & SuperblockFeatures.RoCompatInobtCount) != 0
-            ? new BlockCountingSpace(inner, agi, freeInodeTree ? AgiView.OffFblocks : AgiView.OffIblocks)
-            : inner;
-    }
-
-    private sealed class BlockCountingSpace(IBtreeSpace inner, MetadataBuffer agi, int counter) : IBtreeSpace
-    {
-        public ulong Allocate(Transaction tx, ulong near)
-        {
-            ulong block = inner.Allocate(tx, near);
-            SetField(tx, agi, counter, Field(agi, counter) + 1);
-            return block;
-        }
-
-        public void Free(Transaction tx, ulong pointer)
-        {
-            inner.Free(tx, pointer);
-            SetField(tx, agi, counter, Field(agi, counter) - 1);
-        }
-    }
+    /// <summary>The inode tree's block space (the allocator keeps agi_iblocks / agi_fblocks where the volume counts them).</summary>
+    private IBtreeSpace InodeTreeSpace(Transaction tx, MetadataBuffer agi, uint agno, bool freeInodeTree) => _space.TreeSpace(agno, freeInodeTree);
 }

@@ -351,4 +351,27 @@ public sealed class NamespaceKernelTests(ITestOutputHelper output) : IDisposable
         Assert.False(File.Exists(Path.Combine(mount.MountPoint, "d", "a")));
         Assert.Equal(data, File.ReadAllBytes(Path.Combine(mount.MountPoint, "e", "b")));
     }
+
+    [Fact]
+    public void Thousands_of_inodes_split_the_inode_trees_and_stay_consistent()
+    {
+        // 1 KiB blocks: an inobt leaf holds 60 chunk records, so 5,000 inodes split the inobt and the finobt.
+        string image = Make("6.13", "-b size=1024");
+        var data = new byte[1500];
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            var dirs = Enumerable.Range(0, 50).Select(d => v.MakeDirectory(v.RootInode, Encoding.ASCII.GetBytes($"d{d:D2}"), 0x1ED, 0, 0).Inode).ToArray();
+            for (int i = 0; i < 5000; i++)
+            {
+                ulong ino = v.CreateNode(dirs[i % dirs.Length], Encoding.ASCII.GetBytes($"f{i:D5}"), 0x81A4, 0, 0).Inode;
+                if (i % 7 == 0) v.Write(ino, 0, data);
+            }
+            // Free every third one again: the finobt gains records back.
+            for (int i = 0; i < 5000; i += 3) v.Unlink(dirs[i % dirs.Length], Encoding.ASCII.GetBytes($"f{i:D5}"));
+        }
+        AssertRepairClean(image, "6.13");
+        using var mount = LoopMount.Mount(image, readOnly: false);
+        Assert.Equal(5000 - 1667, Directory.EnumerateFiles(mount.MountPoint, "*", SearchOption.AllDirectories).Count() - 1);
+        File.WriteAllText(Path.Combine(mount.MountPoint, "d00", "kernel"), "after");
+    }
 }
