@@ -194,6 +194,7 @@ public sealed partial class XfsVolume : IDisposable
     public InodeAttributes GetAttributes(ulong inode)
     {
         ThrowIfDisposed();
+        using var readScope = new ReadScope(this);
         try
         {
             return _inodes.Get(inode).Attributes;
@@ -208,6 +209,7 @@ public sealed partial class XfsVolume : IDisposable
     public bool TryLookup(ulong directoryInode, ReadOnlySpan<byte> name, out ulong inode)
     {
         ThrowIfDisposed();
+        using var readScope = new ReadScope(this);
         if (name.Length > 255) throw new XfsException(XfsError.NameTooLong, "names are at most 255 bytes in XFS");
         try
         {
@@ -256,7 +258,9 @@ public sealed partial class XfsVolume : IDisposable
     /// </summary>
     private void StartChildrenReadAhead(Inode dir)
     {
-        if (!dir.IsDirectory || Volatile.Read(ref _disposed) != 0) return;
+        // Read-ahead plans from mappings read without the write lock: on a read-write open a change could free what it
+        // reads, so it runs on read-only opens only.
+        if (!dir.IsDirectory || Volatile.Read(ref _disposed) != 0 || _write is not null) return;
         Interlocked.Increment(ref _readAheadTasks);
         if (!_readAheadPlanner.TryQueue(PlanChildrenReadAhead)) Interlocked.Decrement(ref _readAheadTasks);
 
@@ -292,6 +296,7 @@ public sealed partial class XfsVolume : IDisposable
     public ulong ResolvePath(string path, bool followFinalSymlink = false)
     {
         ThrowIfDisposed();
+        using var readScope = new ReadScope(this);
         ArgumentNullException.ThrowIfNull(path);
         try
         {
@@ -350,6 +355,7 @@ public sealed partial class XfsVolume : IDisposable
         where TVisitor : IDirectoryVisitor
     {
         ThrowIfDisposed();
+        using var readScope = new ReadScope(this);
         try
         {
             _directories.Enumerate(_inodes.Get(directoryInode), cookie, ref visitor);
@@ -388,6 +394,7 @@ public sealed partial class XfsVolume : IDisposable
     public int Read(ulong inode, long offset, Span<byte> destination)
     {
         ThrowIfDisposed();
+        using var readScope = new ReadScope(this);
         try
         {
             return ReadCore(inode, offset, destination);
@@ -419,6 +426,8 @@ public sealed partial class XfsVolume : IDisposable
     public async ValueTask<int> ReadAsync(ulong inode, long offset, Memory<byte> destination, CancellationToken cancellationToken = default)
     {
         ThrowIfDisposed();
+        // A read-write open reads under the write lock (see ReadScope): synchronously, as a lock is not held across an await.
+        if (_write is not null) return Read(inode, offset, destination.Span);
         try
         {
             return await ReadAsyncCore(inode, offset, destination, cancellationToken).ConfigureAwait(false);
@@ -456,6 +465,7 @@ public sealed partial class XfsVolume : IDisposable
     public bool TrySeekDataOrHole(ulong inode, long offset, bool data, out long result)
     {
         ThrowIfDisposed();
+        using var readScope = new ReadScope(this);
         try
         {
             return TrySeekCore(inode, offset, data, out result);
@@ -536,6 +546,7 @@ public sealed partial class XfsVolume : IDisposable
     public byte[] ReadLink(ulong inode)
     {
         ThrowIfDisposed();
+        using var readScope = new ReadScope(this);
         try
         {
             return SymlinkReader.Read(_mount, _inodes.Get(inode));
@@ -550,6 +561,7 @@ public sealed partial class XfsVolume : IDisposable
     public IReadOnlyList<XattrEntry> ListXattrs(ulong inode, bool includeParentPointers = false)
     {
         ThrowIfDisposed();
+        using var readScope = new ReadScope(this);
         try
         {
             return _attributes.List(_inodes.Get(inode), includeParentPointers);
@@ -564,6 +576,7 @@ public sealed partial class XfsVolume : IDisposable
     public bool TryGetXattr(ulong inode, XattrNamespace ns, ReadOnlySpan<byte> name, out byte[] value)
     {
         ThrowIfDisposed();
+        using var readScope = new ReadScope(this);
         try
         {
             return _attributes.TryGet(_inodes.Get(inode), ns, name, out value);
@@ -585,6 +598,27 @@ public sealed partial class XfsVolume : IDisposable
     private static bool IsMalformedData(Exception e) =>
         e is IndexOutOfRangeException or ArgumentOutOfRangeException or OverflowException
             or ArgumentException and not ArgumentNullException;
+
+    /// <summary>
+    /// On a read-write open, reads take the volume's write lock for their duration: a reader that follows a mapping
+    /// (extent list, directory block, inode cluster) while a change frees or rewrites it would read a freed or
+    /// half-made block (the kernel's readers hold the inode lock for the same reason). Read-only opens take nothing.
+    /// </summary>
+    private readonly ref struct ReadScope
+    {
+        private readonly object? _lock;
+
+        public ReadScope(XfsVolume volume)
+        {
+            _lock = volume._write?.Lock;
+            if (_lock is not null) Monitor.Enter(_lock);
+        }
+
+        public void Dispose()
+        {
+            if (_lock is not null) Monitor.Exit(_lock);
+        }
+    }
 
     private void ThrowIfDisposed() => ObjectDisposedException.ThrowIf(Volatile.Read(ref _disposed) != 0, this);
 
