@@ -347,7 +347,7 @@ public sealed class ReadWriteAdapterTests : IDisposable
             var names = new List<string>();
             void Walk(string dir)
             {
-                foreach (var entry in new DirectoryInfo(dir).EnumerateFileSystemInfos("*", new EnumerationOptions { AttributesToSkip = 0 }))
+                foreach (var entry in new DirectoryInfo(dir).EnumerateFileSystemInfos("*", SearchOption.TopDirectoryOnly))
                 {
                     names.Add(Path.GetRelativePath(m, entry.FullName));
                     if (entry is DirectoryInfo && entry.LinkTarget is null) Walk(entry.FullName);

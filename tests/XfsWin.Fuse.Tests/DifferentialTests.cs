@@ -165,7 +165,7 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
         {
             if (_random.Next(3) != 0)
             {
-                var existing = Directory.EnumerateFileSystemEntries(kernelRoot, "*", new EnumerationOptions { RecurseSubdirectories = true, AttributesToSkip = 0 })
+                var existing = Directory.EnumerateFileSystemEntries(kernelRoot, "*", SearchOption.AllDirectories)
                     .Select(e => Path.GetRelativePath(kernelRoot, e)).Order(StringComparer.Ordinal).ToList();
                 if (existing.Count > 0)
                     return Pick(existing);

@@ -57,16 +57,7 @@ public sealed class PosixAcl
             var e = value.Slice(4 + i * XfsEntrySize, XfsEntrySize);
             var tag = (PosixAclTag)BinaryPrimitives.ReadUInt32BigEndian(e);
             ushort perm = BinaryPrimitives.ReadUInt16BigEndian(e[8..]);
-            if (tag is not (PosixAclTag.UserObj or PosixAclTag.User or PosixAclTag.GroupObj or PosixAclTag.Group or PosixAclTag.Mask or PosixAclTag.Other))
-            {
-                problem = $"entry {i} has unknown tag 0x{(uint)tag:x}";
-                return false;
-            }
-            if (perm > 7)
-            {
-                problem = $"entry {i} has permission bits 0x{perm:x} beyond rwx";
-                return false;
-            }
+            if (!ValidEntry(i, tag, perm, out problem)) return false;
             uint id = tag is PosixAclTag.User or PosixAclTag.Group ? BinaryPrimitives.ReadUInt32BigEndian(e[4..]) : UndefinedId;
             entries[i] = new PosixAclEntry(tag, id, perm);
         }
@@ -120,16 +111,7 @@ public sealed class PosixAcl
             var e = value.Slice(4 + i * LinuxEntrySize, LinuxEntrySize);
             var tag = (PosixAclTag)BinaryPrimitives.ReadUInt16LittleEndian(e);
             ushort perm = BinaryPrimitives.ReadUInt16LittleEndian(e[2..]);
-            if (tag is not (PosixAclTag.UserObj or PosixAclTag.User or PosixAclTag.GroupObj or PosixAclTag.Group or PosixAclTag.Mask or PosixAclTag.Other))
-            {
-                problem = $"entry {i} has unknown tag 0x{(uint)tag:x}";
-                return false;
-            }
-            if (perm > 7)
-            {
-                problem = $"entry {i} has permission bits 0x{perm:x} beyond rwx";
-                return false;
-            }
+            if (!ValidEntry(i, tag, perm, out problem)) return false;
             uint id = tag is PosixAclTag.User or PosixAclTag.Group ? BinaryPrimitives.ReadUInt32LittleEndian(e[4..]) : UndefinedId;
             entries[i] = new PosixAclEntry(tag, id, perm);
         }
@@ -183,4 +165,15 @@ public sealed class PosixAcl
             _ => $"other::{perm}",
         };
     }));
+
+    /// <summary>An entry's tag is one POSIX names and its permissions are at most rwx (both stored forms check the same).</summary>
+    private static bool ValidEntry(int index, PosixAclTag tag, ushort perm, out string problem)
+    {
+        problem = "";
+        if (tag is not (PosixAclTag.UserObj or PosixAclTag.User or PosixAclTag.GroupObj or PosixAclTag.Group or PosixAclTag.Mask or PosixAclTag.Other))
+            problem = $"entry {index} has unknown tag 0x{(uint)tag:x}";
+        else if (perm > 7)
+            problem = $"entry {index} has permission bits 0x{perm:x} beyond rwx";
+        return problem.Length == 0;
+    }
 }

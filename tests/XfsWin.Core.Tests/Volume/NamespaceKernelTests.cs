@@ -53,7 +53,7 @@ public sealed class NamespaceKernelTests(ITestOutputHelper output) : IDisposable
     private static Expected KernelTree(string mountPoint)
     {
         var e = new Expected();
-        foreach (var path in Directory.EnumerateFileSystemEntries(mountPoint, "*", new EnumerationOptions { RecurseSubdirectories = true, AttributesToSkip = 0 }))
+        foreach (var path in Directory.EnumerateFileSystemEntries(mountPoint, "*", SearchOption.AllDirectories))
         {
             string rel = "/" + Path.GetRelativePath(mountPoint, path);
             var info = new FileInfo(path);
