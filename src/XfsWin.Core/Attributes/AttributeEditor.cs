@@ -493,8 +493,6 @@ public sealed class AttributeEditor
             map.Unmap(start, count);
         }
         map.Save();
-        // What follows allocates (remote values, leaf and node blocks): the frees go first, AGs in ascending order.
-        _space.FreePending(_tx);
         if (_inode.AttrExtentCount == 0 && keep is null) _inode.AttrFormat = ForkFormat.Extents;
     }
 
@@ -759,7 +757,6 @@ public sealed class AttributeEditor
             for (ulong k = 0; k < count; k++) InvalidateBlock(map, old.RemoteBlock + k);
             map.Unmap(old.RemoteBlock, count);
             map.Save();
-            _space.FreePending(_tx);
         }
         if (neu is not null && !IsLocal(neu)) WriteRemote(map, neu);
         uint oldLast = leaf.Entries.Count > 0 ? leaf.Entries[^1].Hash : 0;

@@ -194,11 +194,15 @@ public sealed partial class XfsVolume
         return new XfsTimestamp(ticks / TimeSpan.TicksPerSecond, (uint)(ticks % TimeSpan.TicksPerSecond * 100));
     }
 
-    /// <summary>A transaction on the write log with the reservation of <paramref name="kind"/> (the kernel's sizing).</summary>
-    private Transaction Begin(VolumeWriteState w, TransactionKind kind) => new(_mount, w.Log, w.Reservations[kind].LogRes);
+    /// <summary>
+    /// A transaction on the write log with the reservation of <paramref name="kind"/> (the kernel's sizing: tr_logres for
+    /// each of tr_logcount parts, so that its deferred work rolls without waiting for log space).
+    /// </summary>
+    private Transaction Begin(VolumeWriteState w, TransactionKind kind) =>
+        new(_mount, w.Log, w.Reservations[kind].LogRes, Math.Max(1, w.Reservations[kind].LogCount));
 
     private Transaction Begin(VolumeWriteState w, TransactionKind kind, int logReservationBytes) =>
-        new(_mount, w.Log, Math.Max(w.Reservations[kind].LogRes, logReservationBytes));
+        new(_mount, w.Log, Math.Max(w.Reservations[kind].LogRes, logReservationBytes), Math.Max(1, w.Reservations[kind].LogCount));
 
     /// <summary>
     /// chmod, chown, utimes and truncate (setattr): changes what <paramref name="changes"/> names and sets ctime, in one

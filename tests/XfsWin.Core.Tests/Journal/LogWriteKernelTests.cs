@@ -294,15 +294,21 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
                     tx.Log(InodeLogItem.Create(ino, where, image, InodeLogParts.DataFork));
                     logged.Add((where.Daddr, where.LengthBB << LogArea.BBShift));
                 }
-                // An intent finished in the same checkpoint: recovery pairs them and has nothing to do.
+                // An intent checkpointed, its done item in the next checkpoint: recovery pairs them and has nothing to do.
                 tx.Log(IntentLogItem.ExtentFree(done: false, 0x51, [new IntentExtent(100, 1)]));
+                tx.Commit();
+            }
+            log.Force();
+            Assert.Equal(7, log.AilCount); // the intent holds the tail until its done item is checkpointed
+            using (var tx = log.Begin(4096))
+            {
                 tx.Log(IntentLogItem.ExtentFree(done: true, 0x51, [new IntentExtent(100, 1)]));
                 tx.Commit();
             }
             log.Force();
             var stats = log.Statistics;
-            Assert.Equal(3, stats.Transactions);
-            Assert.Equal(1, stats.Checkpoints);
+            Assert.Equal(4, stats.Transactions);
+            Assert.Equal(2, stats.Checkpoints);
             Assert.Equal(0, stats.AilPushes);
             Assert.Equal(6, log.AilCount); // superblock, AGF, four inodes: the EFD took its EFI out
             logged.Add((0, sb.SectorSize));
@@ -320,6 +326,7 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
         Assert.Contains("BUF", print);
         Assert.Contains("INODE", print);
         Assert.Contains("EFI", print);
+        Assert.Contains("EFD", print);
         var dirty = Shell.Run(OracleImages.Tool("xfs_repair"), "-n", v.Image);
         Assert.True(dirty.ExitCode != 0 && (dirty.StandardOutput + dirty.StandardError).Contains("log", StringComparison.Ordinal),
             $"xfs_repair -n did not find the dirty log ({dirty.ExitCode}):\n{dirty.StandardOutput}{dirty.StandardError}");
