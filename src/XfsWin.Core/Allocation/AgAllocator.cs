@@ -337,6 +337,24 @@ public sealed class AgAllocator
         }
     }
 
+    /// <summary>The copy-on-write staging extents of AG <paramref name="agno"/> (records of the refcount btree's CoW domain), read in <paramref name="tx"/>.</summary>
+    public List<(ulong StartBlock, uint Length)> CowStagingExtents(Transaction tx, uint agno)
+    {
+        var found = new List<(ulong, uint)>();
+        if (!_sb.HasReflink) return found;
+        var w = Join(tx, WorkOf(tx), agno);
+        var cur = new BtreeCursor<RefcountbtOps>(RefcountStore(tx, w));
+        Span<byte> key = stackalloc byte[RefcountRecord.KeySize];
+        BinaryPrimitives.WriteUInt32BigEndian(key, RefcountRecord.CowFlag);
+        for (bool ok = cur.Lookup(key, BtreeLookup.GreaterOrEqual); ok; ok = cur.Increment())
+        {
+            uint start = BinaryPrimitives.ReadUInt32BigEndian(cur.Record);
+            if ((start & RefcountRecord.CowFlag) == 0) continue;
+            found.Add((Fsb(agno, start & ~RefcountRecord.CowFlag), BinaryPrimitives.ReadUInt32BigEndian(cur.Record[4..])));
+        }
+        return found;
+    }
+
     /// <summary>Logs the primary superblock with the exact free block count (what unmount writes; the kernel's xfs_log_sb).</summary>
     public void LogSuperblockCounters(Transaction tx)
     {

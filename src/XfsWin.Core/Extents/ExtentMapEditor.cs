@@ -52,8 +52,8 @@ public interface IFileSpace
 /// </summary>
 public sealed class ExtentMapEditor
 {
-    private readonly Transaction _tx;
-    private readonly InodeUpdate _inode;
+    private Transaction _tx;
+    private InodeUpdate _inode;
     private readonly IFileSpace _space;
     private readonly Superblock _sb;
     private readonly List<BmbtRecord> _extents;
@@ -70,6 +70,28 @@ public sealed class ExtentMapEditor
     }
 
     private bool IsAttr => _fork == ForkKind.Attr;
+
+    /// <summary>
+    /// Goes on editing the same fork in another transaction (or another part of one) through <paramref name="inode"/>,
+    /// keeping the extents already loaded: true when <paramref name="inode"/> is this editor's inode or holds exactly
+    /// the fork and counts this editor last left; false (nothing changed) when the inode changed otherwise meanwhile.
+    /// </summary>
+    public bool TryRebind(Transaction tx, InodeUpdate inode)
+    {
+        if (_pending.Count != 0 || inode.Number != _inode.Number) return false;
+        if (!ReferenceEquals(inode, _inode))
+        {
+            var old = _inode;
+            var oldFork = IsAttr ? old.AttrFork : old.DataFork;
+            var newFork = IsAttr ? inode.AttrFork : inode.DataFork;
+            if (!oldFork.SequenceEqual(newFork) || old.Nblocks != inode.Nblocks || old.ForkOffset != inode.ForkOffset ||
+                (IsAttr ? old.AttrExtentCount != inode.AttrExtentCount : old.DataExtentCount != inode.DataExtentCount))
+                return false;
+        }
+        _tx = tx;
+        _inode = inode;
+        return true;
+    }
 
     private Span<byte> Fork => IsAttr ? _inode.AttrFork : _inode.DataFork;
 

@@ -22,7 +22,7 @@ public sealed record MountedLogOptions
 
 /// <summary>Counters of what the log writer did.</summary>
 public sealed record LogWriteStatistics(long Transactions, long Checkpoints, long Records, long BlocksWritten, long Wraps,
-    long AilPushes, long ItemsWrittenBack, long Forces);
+    long AilPushes, long ItemsWrittenBack, long Forces, long IntentsRelogged = 0, long Whiteouts = 0);
 
 /// <summary>
 /// The log of a mounted volume, written as the kernel writes it (delayed logging). Transactions reserve log space
@@ -146,7 +146,7 @@ public sealed class MountedLog
         {
             lock (_lock)
                 return new LogWriteStatistics(_transactions, _checkpoints, _writer.RecordsWritten, _writer.BlocksWritten, _writer.Wraps,
-                    _ailPushes, _itemsWrittenBack, _forces);
+                    _ailPushes, _itemsWrittenBack, _forces, _relogs, _cil.Whiteouts);
         }
     }
 
@@ -458,6 +458,13 @@ public sealed class MountedLog
     }
 
     private readonly HashSet<ulong> _reservedIds = new();
+    private long _relogs;
+
+    /// <summary>Counts an intent logged again to let the tail move (<see cref="LogWriteStatistics.IntentsRelogged"/>).</summary>
+    internal void NoteRelog()
+    {
+        lock (_lock) _relogs++;
+    }
 
     /// <summary>
     /// Writes the CIL as one checkpoint starting in a new record: START, the transaction header, every item's

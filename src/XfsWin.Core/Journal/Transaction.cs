@@ -318,6 +318,7 @@ public sealed class Transaction : IDisposable
             if (threshold is null) break;
             if (lsn.Value >= threshold.Value) continue;
             batch.Relog(this);
+            _mountedLog.NoteRelog();
             relogged = true;
         }
         return relogged;

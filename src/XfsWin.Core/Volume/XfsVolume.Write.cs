@@ -119,15 +119,30 @@ public sealed partial class XfsVolume
             readOnly._info = readOnly._info with { ReadOnlyReasons = [.. reasons, .. readOnly._info.ReadOnlyReasons] };
             return readOnly;
         }
-        // A log Linux left dirty is replayed onto the device first, as the kernel's mount does.
-        var recovery = InPlaceRecovery.Run(probe);
+        // A log Linux left dirty is replayed onto the device first, as the kernel's mount does; what the replay leaves to
+        // finish (intents, unlinked inodes, CoW staging extents) this volume's own engine finishes once its log is open.
+        var prepared = InPlaceRecovery.Prepare(probe);
+        var recovery = prepared.Result;
         var access = WriteGate.Admit(data, logDevice, WritePurpose.Modify, ownsDevices: ownsDevices);
         try
         {
             var volume = OpenDevice(data, options with { Replay = LogReplayMode.None, LogDevice = null }, ownsDevice: false);
             try
             {
-                volume.StartWriting(access, recovery);
+                if (prepared.FollowUp is { } followUp)
+                {
+                    volume.StartWriting(access, recovery, followUp.Position, followUp.Intents);
+                    volume.FinishRecovery(followUp.Intents, followUp.CowAgs, recovery, null);
+                    InPlaceRecovery.ReportFollowUp(recovery);
+                    // The open saw the log still dirty (the engine had yet to finish it); it is now this open's log, as after
+                    // a replay that left nothing to do (what recovery did is in RecoveredAtOpen).
+                    volume._info = volume._info with
+                    {
+                        LogState = LogState.Clean,
+                        Warnings = [.. volume._info.Warnings.Where(w => !w.StartsWith("the log is dirty", StringComparison.Ordinal))],
+                    };
+                }
+                else volume.StartWriting(access, recovery);
                 return volume;
             }
             catch
@@ -153,12 +168,17 @@ public sealed partial class XfsVolume
         return sector;
     }
 
-    private void StartWriting(WriteAccess access, LogRecoveryResult recovery)
+    /// <summary>
+    /// Starts the write side: the log opened at its head (clean), or, after an in-place replay that left work to
+    /// finish, at the head that replay found with its unfinished <paramref name="intents"/> holding the tail
+    /// (<paramref name="after"/>).
+    /// </summary>
+    private void StartWriting(WriteAccess access, LogRecoveryResult? recovery, LogPosition? after = null, IReadOnlyList<RecoveredIntent>? intents = null)
     {
         var sb = _mount.Superblock;
         var area = LogArea.For(access.Data, access.Log, sb);
         var writeback = new CachedLogWriteback(access.Data, sb, _mount.Buffers);
-        var log = MountedLog.Open(area, sb, writeback);
+        var log = after is null ? MountedLog.Open(area, sb, writeback) : MountedLog.OpenAfterReplay(area, sb, writeback, after, intents ?? []);
         var space = new VolumeSpace(new Allocation.AgAllocator(_mount, log), sb);
         _write = new VolumeWriteState(access, log, writeback, space, new InodeAllocator(sb, _inodes, space))
         {
@@ -166,11 +186,14 @@ public sealed partial class XfsVolume
             InodeCount = (long)_agSummary.Inodes,
             FreeInodes = (long)_agSummary.FreeInodes,
         };
-        if (recovery.State == LogState.ReplayedInPlace)
+        if (recovery?.State == LogState.ReplayedInPlace)
             _recoveredAtOpen = recovery;
     }
 
     private LogRecoveryResult? _recoveredAtOpen;
+
+    /// <summary>What the write log has done so far (null on a read-only open); for tests and diagnostics.</summary>
+    internal LogWriteStatistics? WriteLogStatistics => _write?.Log.Statistics;
 
     /// <summary>The log replay a read-write open ran before writing (null when the log was clean).</summary>
     public LogRecoveryResult? RecoveredAtOpen => _recoveredAtOpen;

@@ -1,0 +1,228 @@
+using System.Text.RegularExpressions;
+using Xunit;
+using XfsWin.Device;
+using XfsWin.Format;
+using XfsWin.Journal;
+using XfsWin.Metadata;
+using XfsWin.TestSupport;
+using XfsWin.Volume;
+
+namespace XfsWin.Tests.Journal;
+
+/// <summary>
+/// The write engine's deferred work, judged by the kernel: a truncate of a file of thousands of extents runs as one
+/// transaction that rolls, its frees and reverse-map updates chained as EFI/EFD and RUI/RUD; xfs_logprint (6.13) pairs
+/// the intents and done items we log; crash images cut in the middle of those chains are recovered by the kernel
+/// (which finishes our intents) and by our in-place recovery alike, both clean under xfs_repair -n and equal; and a
+/// truncate of more than 100,000 extents succeeds on the smallest log mkfs makes.
+/// </summary>
+public sealed class IntentChainTests : IDisposable
+{
+    private readonly string _tmp = Directory.CreateTempSubdirectory("xfswin-intents.").FullName;
+
+    public void Dispose() => Directory.Delete(_tmp, recursive: true);
+
+    private static readonly Dictionary<string, string> SmallLogEnv = new() { ["TEST_DIR"] = "/tmp", ["TEST_DEV"] = "/dev/null", ["QA_CHECK_FS"] = "xfs" };
+
+    /// <summary>
+    /// A volume made by mkfs.xfs 6.13 (defaults: rmapbt, reflink) with <paramref name="mkfsOptions"/>, where the kernel
+    /// wrote <paramref name="extents"/> one-block extents (every other block) to "frag" and a few small files.
+    /// </summary>
+    private string MakeVolume(string name, string size, string[] mkfsOptions, int extents, int blockSize)
+    {
+        string img = Path.Combine(_tmp, name);
+        Shell.RunChecked("truncate", "-s", size, img);
+        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), ["-q", "-f", .. mkfsOptions, img], environment: SmallLogEnv);
+        using (var mount = LoopMount.Mount(img, readOnly: false))
+        {
+            string script = $$"""
+                import os, sys
+                d = sys.argv[1]
+                fd = os.open(os.path.join(d, "frag"), os.O_WRONLY | os.O_CREAT, 0o644)
+                block = b"z" * {{blockSize}}
+                for i in range(0, {{2 * extents}}, 2): os.pwrite(fd, block, i * {{blockSize}})
+                os.fsync(fd); os.close(fd)
+                for i in range(20):
+                    with open(os.path.join(d, f"small{i}"), "wb") as f: f.write(bytes([i]) * (i * 700 + 1))
+                """;
+            Shell.RunChecked("python3", "-c", script, mount.MountPoint);
+        }
+        return img;
+    }
+
+    private static void AssertRepairClean(string image)
+    {
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
+        Assert.True(repair.ExitCode == 0, $"xfs_repair -n {image} failed ({repair.ExitCode}):\n{repair.StandardOutput}\n{repair.StandardError}");
+    }
+
+    private static long Extents(string image, string path)
+    {
+        var ino = Shell.RunChecked(OracleImages.Tool("xfs_db", "6.13"), "-r", "-c", $"path /{path}", "-c", "print core.nextents", image).StandardOutput;
+        return long.Parse(Regex.Match(ino, @"core\.nextents = (\d+)").Groups[1].Value);
+    }
+
+    [Fact]
+    public void ATruncateOfMoreThan100kExtentsRollsOnTheSmallestLog()
+    {
+        // 1 KiB blocks, the smallest log mkfs 6.13 accepts for them: one transaction's reservation is a sizeable part of
+        // it, and the truncate's frees and rmap updates would take hundreds of times the log.
+        string img = MakeVolume("big.img", "600M", ["-b", "size=1024", "-l", "size=5600b"], 102_000, 1024);
+        Assert.True(Extents(img, "frag") > 100_000, $"frag has {Extents(img, "frag")} extents");
+        LogWriteStatistics stats;
+        using (var volume = XfsVolume.Open(img, new VolumeOpenOptions { Writable = true }))
+        {
+            ulong frag = volume.ResolvePath("/frag");
+            volume.SetAttributes(frag, new AttributeChanges { Size = 0 });
+            Assert.Equal(0, volume.GetAttributes(frag).Size);
+            stats = volume.WriteLogStatistics!;
+        }
+        AssertRepairClean(img);
+        Assert.Equal(0, Extents(img, "frag"));
+        // The chain went round the log several times: its reservation was one part's, never the whole truncate's.
+        Assert.True(stats.Wraps >= 2, $"the log wrapped {stats.Wraps} time(s), {stats.BlocksWritten} blocks written");
+        Assert.True(stats.Transactions > 100_000 / 16, $"{stats.Transactions} transaction parts");
+        using var mount = LoopMount.Mount(img, readOnly: true);
+        Assert.Equal(0, new FileInfo(Path.Combine(mount.MountPoint, "frag")).Length);
+        Assert.Equal(19 * 700 + 1, new FileInfo(Path.Combine(mount.MountPoint, "small19")).Length);
+    }
+
+    [Fact]
+    public void RemovingReflinkedFilesLowersReferenceCountsAndFreesOnlyUnsharedBlocks()
+    {
+        // a shares all its blocks with b and its first half with c: removing b and c through the engine must leave a
+        // whole (its blocks' counts go down through refcount intents; only blocks nobody uses any more are freed).
+        string img = Path.Combine(_tmp, "reflink.img");
+        Shell.RunChecked("truncate", "-s", "256M", img);
+        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), ["-q", "-f", img], environment: SmallLogEnv);
+        byte[] content;
+        using (var mount = LoopMount.Mount(img, readOnly: false))
+        {
+            string a = Path.Combine(mount.MountPoint, "a");
+            Shell.RunChecked("python3", "-c", "import os,sys
+fd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT,0o644)
+" +
+                "for i in range(0,4000,2): os.pwrite(fd, bytes([i % 251]) * 4096, i * 4096)
+os.fsync(fd)", a);
+            Shell.RunChecked("cp", "--reflink=always", a, Path.Combine(mount.MountPoint, "b"));
+            Shell.RunChecked(OracleImages.Tool("xfs_io", "6.13"), "-f", "-c", $"reflink {a} 0 0 {2000 * 4096}", Path.Combine(mount.MountPoint, "c"));
+            content = File.ReadAllBytes(a);
+        }
+        var before = TestSupport.XfsDb.Fields(TestSupport.XfsDb.Run(img, "6.13", "sb 0", "print fdblocks"));
+        using (var volume = XfsVolume.Open(img, new VolumeOpenOptions { Writable = true }))
+        {
+            volume.Unlink(volume.RootInode, "b"u8);
+            volume.Unlink(volume.RootInode, "c"u8);
+        }
+        AssertRepairClean(img);
+        // No data block was only b's or c's: what came free is their extent-btree blocks and refcount-btree blocks, far
+        // fewer than the 2,000 data blocks they shared.
+        var after = TestSupport.XfsDb.Fields(TestSupport.XfsDb.Run(img, "6.13", "sb 0", "print fdblocks"));
+        Assert.InRange(long.Parse(after["fdblocks"]) - long.Parse(before["fdblocks"]), 1, 100);
+        using var check = LoopMount.Mount(img, readOnly: true);
+        Assert.Equal(content, File.ReadAllBytes(Path.Combine(check.MountPoint, "a")));
+        Assert.False(File.Exists(Path.Combine(check.MountPoint, "b")));
+    }
+
+    /// <summary>A truncate of 20,000 extents on a small log, every device write and flush recorded.</summary>
+    private (string BaseImage, IReadOnlyList<DeviceEvent> Events, int TruncateStart) RecordTruncate()
+    {
+        string img = MakeVolume("chain.img", "512M", ["-l", "size=3200b"], 20_000, 4096);
+        string baseImage = Path.Combine(_tmp, "chain.base.img");
+        Shell.RunChecked("cp", "--sparse=always", img, baseImage);
+        var device = new RecordingBlockDevice(FileBlockDevice.Open(img, writable: true));
+        int start;
+        using (var volume = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true }, ownsDevice: true))
+        {
+            start = device.EventCount;
+            ulong frag = volume.ResolvePath("/frag");
+            volume.SetAttributes(frag, new AttributeChanges { Size = 0 });
+        }
+        AssertRepairClean(img);
+        return (baseImage, device.Snapshot(), start);
+    }
+
+    /// <summary>Crash images at flushes spread over the truncate (every write up to the flush on disk).</summary>
+    private List<(int Point, string Image)> CrashImages(string baseImage, IReadOnlyList<DeviceEvent> events, int from, int count)
+    {
+        var flushes = Enumerable.Range(from, events.Count - from).Where(i => events[i].IsFlush).ToList();
+        var images = new List<(int, string)>();
+        for (int k = 1; k <= count; k++)
+        {
+            int flush = flushes[(int)((long)k * (flushes.Count - 1) / (count + 1))];
+            string image = Path.Combine(_tmp, $"crash{flush}.img");
+            CrashImage.Build(baseImage, events, CrashImage.DurableWrites(events, new CrashPoint(flush + 1, CrashSubset.None, 0)), image);
+            images.Add((flush + 1, image));
+        }
+        return images;
+    }
+
+    [Fact]
+    public void LogprintPairsTheIntentsAndDoneItemsWeLog()
+    {
+        var (baseImage, events, start) = RecordTruncate();
+        var (point, image) = CrashImages(baseImage, events, start, 3)[1];
+        var print = Shell.Run(OracleImages.Tool("xfs_logprint", "6.13"), "-t", image);
+        Assert.True(print.ExitCode == 0, $"xfs_logprint -t failed at point {point}:\n{print.StandardError}");
+        var pairs = LogprintIntents.Of(image);
+        // Intents and their done items in different checkpoints: paired by id, as recovery pairs them.
+        foreach (var kind in new[] { "EFI", "RUI" })
+        {
+            Assert.True(pairs.Logged.GetValueOrDefault(kind) > 0, $"no {kind} in the log at point {point}");
+            Assert.True(pairs.Finished.GetValueOrDefault(kind) > 0, $"no {kind} paired with its done item at point {point}");
+        }
+        using var data = FileBlockDevice.Open(image, writable: false);
+        var ours = LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.Memory);
+        Assert.Equal(LogprintIntents.Format(pairs.Logged), LogprintIntents.Format(ours.IntentsLogged));
+        Assert.Equal(LogprintIntents.Format(pairs.Unfinished), LogprintIntents.Format(ours.UnfinishedIntents));
+    }
+
+    [Fact]
+    public void CrashesInTheMiddleOfIntentChainsAreFinishedByTheKernelAndByUs()
+    {
+        var (baseImage, events, start) = RecordTruncate();
+        int withIntents = 0;
+        var problems = new List<string>();
+        foreach (var (point, image) in CrashImages(baseImage, events, start, 6))
+        {
+            using (var data = FileBlockDevice.Open(image, writable: false))
+            {
+                var memory = LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.Memory);
+                if (memory.UnfinishedIntents.Count > 0) withIntents++;
+            }
+            string? problem = RecoverBothWays(image, $"point {point}");
+            if (problem is not null) problems.Add(problem);
+        }
+        Assert.True(problems.Count == 0, string.Join("\n\n", problems));
+        Assert.True(withIntents >= 3, $"only {withIntents} of the crash images hold unfinished intents");
+    }
+
+    /// <summary>
+    /// The kernel recovers one copy of <paramref name="image"/> (mount, unmount), our in-place recovery another; both
+    /// must pass xfs_repair -n and show the same tree and superblock counters. Null when they do; else what differs.
+    /// </summary>
+    internal static string? RecoverBothWays(string image, string what)
+    {
+        string kernelCopy = image + ".kernel", ourCopy = image + ".ours";
+        Shell.RunChecked("cp", "--sparse=always", image, kernelCopy);
+        Shell.RunChecked("cp", "--sparse=always", image, ourCopy);
+        string kernelJson = image + ".kernel.json", ourJson = image + ".ours.json";
+        using (var mount = LoopMount.Mount(kernelCopy, readOnly: false))
+            Shell.RunChecked("python3", DirtyLogScenarios.ManifestScript, mount.MountPoint, kernelJson);
+        using (var data = FileBlockDevice.Open(ourCopy, writable: true))
+            InPlaceRecovery.Run(WriteGate.Admit(data, null, WritePurpose.LogRecovery));
+        foreach (var copy in new[] { kernelCopy, ourCopy })
+        {
+            var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", copy);
+            if (repair.ExitCode != 0) return $"{what}: xfs_repair -n {Path.GetFileName(copy)} failed ({repair.ExitCode}):\n{repair.StandardOutput}";
+        }
+        using (var mount = LoopMount.Mount(ourCopy, readOnly: true, "norecovery"))
+            Shell.RunChecked("python3", DirtyLogScenarios.ManifestScript, mount.MountPoint, ourJson);
+        if (File.ReadAllText(kernelJson) != File.ReadAllText(ourJson)) return $"{what}: the tree after our recovery differs from the kernel's";
+        var k = TestSupport.XfsDb.Fields(TestSupport.XfsDb.Run(kernelCopy, "6.13", "sb 0", "print fdblocks icount ifree"));
+        var o = TestSupport.XfsDb.Fields(TestSupport.XfsDb.Run(ourCopy, "6.13", "sb 0", "print fdblocks icount ifree"));
+        if (!k.OrderBy(kv => kv.Key).SequenceEqual(o.OrderBy(kv => kv.Key)))
+            return $"{what}: counters after the kernel's recovery {string.Join(", ", k)}, after ours {string.Join(", ", o)}";
+        return null;
+    }
+}
