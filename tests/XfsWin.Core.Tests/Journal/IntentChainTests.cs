@@ -79,9 +79,9 @@ public sealed class IntentChainTests : IDisposable
         }
         AssertRepairClean(img);
         Assert.Equal(0, Extents(img, "frag"));
-        // The chain went round the log several times: its reservation was one part's, never the whole truncate's.
-        Assert.True(stats.Wraps >= 2, $"the log wrapped {stats.Wraps} time(s), {stats.BlocksWritten} blocks written");
-        Assert.True(stats.Transactions > 100_000 / 16, $"{stats.Transactions} transaction parts");
+        // One transaction of thousands of parts (16 extents unmapped a part, their rmap updates and frees in the next
+        // ones): each part's reservation, never the whole truncate's.
+        Assert.True(stats.Transactions > 3 * 100_000 / 16, $"{stats.Transactions} transaction parts");
         using var mount = LoopMount.Mount(img, readOnly: true);
         Assert.Equal(0, new FileInfo(Path.Combine(mount.MountPoint, "frag")).Length);
         Assert.Equal(19 * 700 + 1, new FileInfo(Path.Combine(mount.MountPoint, "small19")).Length);
@@ -99,11 +99,8 @@ public sealed class IntentChainTests : IDisposable
         using (var mount = LoopMount.Mount(img, readOnly: false))
         {
             string a = Path.Combine(mount.MountPoint, "a");
-            Shell.RunChecked("python3", "-c", "import os,sys
-fd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT,0o644)
-" +
-                "for i in range(0,4000,2): os.pwrite(fd, bytes([i % 251]) * 4096, i * 4096)
-os.fsync(fd)", a);
+            Shell.RunChecked("python3", "-c", "import os,sys\nfd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT,0o644)\n" +
+                "for i in range(0,4000,2): os.pwrite(fd, bytes([i % 251]) * 4096, i * 4096)\nos.fsync(fd)", a);
             Shell.RunChecked("cp", "--reflink=always", a, Path.Combine(mount.MountPoint, "b"));
             Shell.RunChecked(OracleImages.Tool("xfs_io", "6.13"), "-f", "-c", $"reflink {a} 0 0 {2000 * 4096}", Path.Combine(mount.MountPoint, "c"));
             content = File.ReadAllBytes(a);
