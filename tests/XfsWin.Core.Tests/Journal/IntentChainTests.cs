@@ -1,7 +1,10 @@
 using System.Text.RegularExpressions;
 using Xunit;
+using XfsWin.Allocation;
 using XfsWin.Device;
+using XfsWin.Extents;
 using XfsWin.Format;
+using XfsWin.Inodes;
 using XfsWin.Journal;
 using XfsWin.Metadata;
 using XfsWin.TestSupport;
@@ -56,7 +59,7 @@ public sealed class IntentChainTests : IDisposable
         Assert.True(repair.ExitCode == 0, $"xfs_repair -n {image} failed ({repair.ExitCode}):\n{repair.StandardOutput}\n{repair.StandardError}");
     }
 
-    private static long Extents(string image, string path)
+    private static long ExtentCount(string image, string path)
     {
         var ino = Shell.RunChecked(OracleImages.Tool("xfs_db", "6.13"), "-r", "-c", $"path /{path}", "-c", "print core.nextents", image).StandardOutput;
         return long.Parse(Regex.Match(ino, @"core\.nextents = (\d+)").Groups[1].Value);
@@ -68,7 +71,7 @@ public sealed class IntentChainTests : IDisposable
         // 1 KiB blocks, the smallest log mkfs 6.13 accepts for them: one transaction's reservation is a sizeable part of
         // it, and the truncate's frees and rmap updates would take hundreds of times the log.
         string img = MakeVolume("big.img", "600M", ["-b", "size=1024", "-l", "size=5600b"], 102_000, 1024);
-        Assert.True(Extents(img, "frag") > 100_000, $"frag has {Extents(img, "frag")} extents");
+        Assert.True(ExtentCount(img, "frag") > 100_000, $"frag has {ExtentCount(img, "frag")} extents");
         LogWriteStatistics stats;
         using (var volume = XfsVolume.Open(img, new VolumeOpenOptions { Writable = true }))
         {
@@ -78,7 +81,7 @@ public sealed class IntentChainTests : IDisposable
             stats = volume.WriteLogStatistics!;
         }
         AssertRepairClean(img);
-        Assert.Equal(0, Extents(img, "frag"));
+        Assert.Equal(0, ExtentCount(img, "frag"));
         // One transaction of thousands of parts (16 extents unmapped a part, their rmap updates and frees in the next
         // ones): each part's reservation, never the whole truncate's.
         Assert.True(stats.Transactions > 3 * 100_000 / 16, $"{stats.Transactions} transaction parts");
@@ -119,6 +122,102 @@ public sealed class IntentChainTests : IDisposable
         using var check = LoopMount.Mount(img, readOnly: true);
         Assert.Equal(content, File.ReadAllBytes(Path.Combine(check.MountPoint, "a")));
         Assert.False(File.Exists(Path.Combine(check.MountPoint, "b")));
+    }
+
+    /// <summary>
+    /// Shares every written extent of /a with the empty /b as reflink would, through the deferred work kinds the framework
+    /// provides: a refcount increase (CUI) and a mapping into b (BUI, whose rmap update is an RUI) per extent, both
+    /// files flagged reflinked, b sized as a. Checkpoints are small, so intents and done items land apart.
+    /// </summary>
+    private static void ShareThroughIntents(IBlockDevice device)
+    {
+        var sector = new byte[4096];
+        device.Read(0, sector);
+        var sb = Superblock.Decode(sector);
+        var mount = new MountContext(device, sb, 64L << 20);
+        var log = MountedLog.Open(LogArea.For(device, null, sb), sb, new CachedLogWriteback(device, sb, mount.Buffers),
+            new MountedLogOptions { CheckpointThresholdBytes = 16 * 1024 });
+        var allocator = new AgAllocator(mount, log);
+        var space = new VolumeSpace(allocator, sb);
+        var inodes = new InodeCache(mount);
+        var bmaps = new BmapUpdateWork(inodes, space);
+        var volume = XfsVolume.Open(device, new VolumeOpenOptions { Replay = LogReplayMode.None }, ownsDevice: false);
+        ulong a = volume.ResolvePath("/a"), b = volume.ResolvePath("/b");
+        volume.Dispose();
+        var reservation = new TransactionReservations(ReservationGeometry.From(sb))[TransactionKind.Write];
+        using (var tx = new Transaction(mount, log, reservation.LogRes, reservation.LogCount))
+        {
+            var ia = InodeUpdate.Find(tx, inodes, a);
+            var ib = InodeUpdate.Find(tx, inodes, b);
+            ia.Flags2 |= DinodeView.Flag2Reflink;
+            ib.Flags2 |= DinodeView.Flag2Reflink;
+            ib.Size = ia.Size;
+            ia.Log(tx, inodes);
+            ib.Log(tx, inodes);
+            // Written extents only, as reflink shares them: unwritten ones are never shared (b reads zeros there anyway).
+            var extents = new ExtentMapEditor(tx, ia, space).Extents.Where(e => !e.Unwritten).ToList();
+            Assert.True(extents.Count > 100, $"a has {extents.Count} extents");
+            foreach (var e in extents)
+            {
+                tx.Defer(allocator.RefcountUpdates, new RefcountUpdate(RefcountUpdateKind.Increase, e.StartBlock, e.BlockCount));
+                tx.Defer(bmaps, new BmapUpdate(BmapUpdateKind.Map, b, ForkKind.Data, e));
+            }
+            tx.Commit();
+        }
+        using (var tx = new Transaction(mount, log, 64 * 1024))
+        {
+            allocator.LogSuperblockCounters(tx);
+            tx.Commit();
+        }
+        log.Unmount();
+    }
+
+    private string MakeSharingVolume()
+    {
+        string img = Path.Combine(_tmp, "share.img");
+        Shell.RunChecked("truncate", "-s", "256M", img);
+        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), ["-q", "-f", img], environment: SmallLogEnv);
+        using var mount = LoopMount.Mount(img, readOnly: false);
+        Shell.RunChecked("python3", "-c", "import os,sys\nfd=os.open(sys.argv[1],os.O_WRONLY|os.O_CREAT,0o644)\n" +
+            "for i in range(0,600,2): os.pwrite(fd, bytes([i % 251]) * 4096, i * 4096)\nos.fsync(fd)", Path.Combine(mount.MountPoint, "a"));
+        File.WriteAllBytes(Path.Combine(mount.MountPoint, "b"), []);
+        return img;
+    }
+
+    [Fact]
+    public void SharingThroughBmapAndRefcountIntentsIsWhatTheKernelReads()
+    {
+        string img = MakeSharingVolume();
+        using (var device = FileBlockDevice.Open(img, writable: true)) ShareThroughIntents(device);
+        AssertRepairClean(img); // refcounts against reverse mappings and mappings
+        using var mount = LoopMount.Mount(img, readOnly: true);
+        var a = File.ReadAllBytes(Path.Combine(mount.MountPoint, "a"));
+        Assert.Equal(600 * 4096 - 4096, a.Length);
+        Assert.Equal(a, File.ReadAllBytes(Path.Combine(mount.MountPoint, "b")));
+    }
+
+    [Fact]
+    public void CrashesInTheMiddleOfBmapRefcountAndRmapChainsAreFinishedByTheKernelAndByUs()
+    {
+        string img = MakeSharingVolume();
+        string baseImage = Path.Combine(_tmp, "share.base.img");
+        Shell.RunChecked("cp", "--sparse=always", img, baseImage);
+        var device = new RecordingBlockDevice(FileBlockDevice.Open(img, writable: true));
+        using (device) ShareThroughIntents(device);
+        var events = device.Snapshot();
+        var kinds = new HashSet<string>();
+        var problems = new List<string>();
+        foreach (var (point, image) in CrashImages(baseImage, events, 0, 5))
+        {
+            using (var data = FileBlockDevice.Open(image, writable: false))
+            {
+                var memory = LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.Memory);
+                kinds.UnionWith(memory.UnfinishedIntents.Keys);
+            }
+            if (RecoverBothWays(image, $"point {point}") is { } problem) problems.Add(problem);
+        }
+        Assert.True(problems.Count == 0, string.Join("\n\n", problems));
+        foreach (var kind in new[] { "BUI", "CUI" }) Assert.Contains(kind, kinds);
     }
 
     /// <summary>A truncate of 20,000 extents on a small log, every device write and flush recorded.</summary>
