@@ -84,6 +84,9 @@ public sealed class AttrIntentWork(InodeCache inodes, IFileSpace space, Action<T
                 editor.SetParent(o.NewName!, o.NewValue!);
                 break;
         }
+        // The kernel's attribute change sets the inode's ctime, also when recovery finishes it.
+        long ticks = DateTime.UtcNow.Ticks - DateTime.UnixEpoch.Ticks;
+        inode.Touch(new XfsTimestamp(ticks / TimeSpan.TicksPerSecond, (uint)(ticks % TimeSpan.TicksPerSecond * 100)), modified: false);
         inode.Log(tx, inodes);
         return null;
     }
