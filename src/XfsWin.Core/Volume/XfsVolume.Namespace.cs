@@ -907,7 +907,8 @@ public sealed partial class XfsVolume
     {
         var current = _inodes.Get(inode);
         if (current.Attributes.LinkCount != 0 || current.Mode == 0) return;
-        if (current.IsRegular) ShrinkInSteps(w, inode, 0);
+        // Nothing names it any more: its blocks go in a rolling transaction first (a directory's too), the inode after.
+        if (current.IsRegular || current.IsDirectory) ShrinkInSteps(w, inode, 0);
         using var tx = Begin(w, TransactionKind.Ifree);
         var update = new InodeUpdate(_inodes.Get(inode), _mount.Superblock);
         w.Unlinked.Remove(tx, update);

@@ -169,7 +169,8 @@ public sealed partial class XfsVolume
                     var inode = _inodes.Get(ino);
                     if (inode.Mode == 0 || inode.Attributes.LinkCount != 0)
                         throw _mount.Corrupt($"inode {ino} (on an unlinked list)", sb.InodeToByte(ino), inode.Mode == 0 ? "it is free" : $"it has {inode.Attributes.LinkCount} link(s)");
-                    if (inode.DataFormat is ForkFormat.Extents or ForkFormat.Btree && inode.IsRegular) ShrinkInSteps(w, ino, 0);
+                    // xfs_inactive_truncate: a file's (or a directory's) blocks go in a rolling transaction first.
+                    if (inode.DataFormat is ForkFormat.Extents or ForkFormat.Btree && (inode.IsRegular || inode.IsDirectory)) ShrinkInSteps(w, ino, 0);
                     using (var tx = Begin(w, TransactionKind.Ifree))
                     {
                         var update = new InodeUpdate(_inodes.Get(ino), sb);

@@ -312,6 +312,49 @@ public sealed class IntentChainTests : IDisposable
         Assert.True(problems.Count == 0, string.Join("\n\n", problems));
     }
 
+    [Fact]
+    public void CowStagingExtentsWeAddAreRemovedAlikeByTheKernelsRecoveryAndOurs()
+    {
+        // Staging extents as a copy-on-write write sets them up (xfs_refcount_alloc_cow_extent): blocks allocated with
+        // no reverse mapping of their own, then an OWN_COW mapping (RUI, alloc) and a CoW-domain record (CUI, alloc cow).
+        string img = Path.Combine(_tmp, "cow.img");
+        Shell.RunChecked("truncate", "-s", "256M", img);
+        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), ["-q", "-f", img], environment: SmallLogEnv);
+        using (var device = FileBlockDevice.Open(img, writable: true))
+        {
+            var sector = new byte[4096];
+            device.Read(0, sector);
+            var sb = Superblock.Decode(sector);
+            var mount = new MountContext(device, sb, 64L << 20);
+            var log = MountedLog.Open(LogArea.For(device, null, sb), sb, new CachedLogWriteback(device, sb, mount.Buffers));
+            var allocator = new AgAllocator(mount, log);
+            using (var tx = new Transaction(mount, log, 256 * 1024, 2))
+            {
+                for (int i = 0; i < 3; i++)
+                {
+                    var got = allocator.Allocate(tx, new AllocationRequest
+                    {
+                        Target = (ulong)(i + 1) << sb.AgBlkLog, MinLength = 8, MaxLength = 8, Scope = AllocationScope.ThisAg, Owner = RmapOwner.Null,
+                    });
+                    tx.Defer(allocator.RmapUpdates, new RmapUpdate(RmapUpdateKind.Alloc, got.StartBlock, got.Length, RmapOwner.Cow));
+                    tx.Defer(allocator.RefcountUpdates, new RefcountUpdate(RefcountUpdateKind.AllocCow, got.StartBlock, got.Length));
+                }
+                tx.Commit();
+            }
+            // A crash after the log force: the kernel removes leftover staging extents when it recovers a log.
+            log.Force();
+        }
+        using (var data = FileBlockDevice.Open(img, writable: false))
+        {
+            var memory = LogRecovery.Recover(data, null, DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.Memory);
+            Assert.Equal(3, RecoveryChecks.AgsWithLeftoverCow(memory.Device, LogRecovery.ReadReplayedSuperblock(memory.Device)).Count);
+        }
+        // Both recoveries find our CoW records and OWN_COW mappings consistent, remove them, and agree.
+        Assert.Null(RecoverBothWays(img, "staging extents"));
+        using var check = FileBlockDevice.Open(img + ".ours", writable: false);
+        Assert.Empty(RecoveryChecks.AgsWithLeftoverCow(check, DirtyLogScenarios.ReadSuperblock(check)));
+    }
+
     /// <summary>A truncate of 20,000 extents on a small log, every device write and flush recorded.</summary>
     private (string BaseImage, IReadOnlyList<DeviceEvent> Events, int TruncateStart) RecordTruncate()
     {
