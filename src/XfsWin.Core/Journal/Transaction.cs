@@ -80,9 +80,6 @@ public sealed class Transaction : IDisposable
     /// <summary>Parts committed by rolls so far.</summary>
     public int Rolls { get; private set; }
 
-    /// <summary>True when the current part changed something (a buffer range or an item was logged).</summary>
-    public bool IsDirty => _items.Count > 0 || _unlinkedFields is not null || _joined.Values.Any(j => j.Logged || j.Invalidated);
-
     /// <summary>Reads a verified buffer (through the cache), locks it for this transaction and joins it.</summary>
     public MetadataBuffer Read<TVerifier>(long byteOffset, int length, ulong owner, TVerifier verifier, IBufferWriteVerifier? writeVerifier, BufType type)
         where TVerifier : struct, IBufferVerifier
