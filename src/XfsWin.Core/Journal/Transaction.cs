@@ -207,7 +207,11 @@ public sealed class Transaction : IDisposable
     {
         CheckOpen();
         _items.Add(item);
+        if (item is InodeLogItem inode) (_inodesLogged ??= new()).Add(inode.Ino);
     }
+
+    // Inodes logged in the current part: a roll logs again only the joined inodes that were not.
+    private HashSet<ulong>? _inodesLogged;
 
     /// <summary>
     /// Joins an inode's working copy for the rest of the transaction, across rolls (see <see cref="IJoinedInode"/>);
@@ -396,7 +400,8 @@ public sealed class Transaction : IDisposable
     {
         CheckOpen();
         if (_inodes is not null)
-            foreach (var inode in _inodes.Values) inode.Relog(this);
+            foreach (var inode in _inodes.Values)
+                if (_inodesLogged is null || !_inodesLogged.Contains(inode.Number)) inode.Relog(this);
         var heldTypes = _held?.Select(b => _joined[b].Type).ToList();
         CommitPart(regrant: true);
         Rolls++;
@@ -464,6 +469,7 @@ public sealed class Transaction : IDisposable
         _joined.Clear();
         _unlinkedFields = null;
         _items.Clear();
+        _inodesLogged?.Clear();
         if (next is not null)
         {
             _log = next;
