@@ -250,6 +250,9 @@ public sealed partial class XfsVolume
         w.Log.Force();
     }
 
+    /// <summary>What the log writer did so far (benchmarks report log traffic per operation from it).</summary>
+    internal LogWriteStatistics LogStatistics => Writer().Log.Statistics;
+
     /// <summary>sync(2): everything committed is durable.</summary>
     public void Sync()
     {
