@@ -45,6 +45,16 @@ public sealed class InodeCache
     }
 
     /// <summary>
+    /// A transaction that logged <paramref name="inode"/> committed: its new state replaces the cached one (the cluster
+    /// buffer holds the same bytes, so a later miss decodes the same inode).
+    /// </summary>
+    public void Committed(Inode inode)
+    {
+        if (!_inodes.TryAdd(inode.Number, inode)) _inodes[inode.Number] = inode;
+        else if (Interlocked.Increment(ref _count) > MaxEntries) Trim();
+    }
+
+    /// <summary>
     /// Joins, for a change logged as buffer ranges, the cluster buffer that holds AG block <paramref name="agbno"/> of an
     /// inode chunk (the same buffer <see cref="Get"/> reads, so a new chunk's inodes are what readers see next); returns
     /// it and the block's byte offset inside it.

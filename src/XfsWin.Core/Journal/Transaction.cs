@@ -76,6 +76,29 @@ public sealed class Transaction : IDisposable
         return buffer;
     }
 
+    /// <summary>
+    /// An inode's new bytes for the cluster buffer <paramref name="cluster"/> (joined with <see cref="JoinInodeCluster"/>)
+    /// at <paramref name="offset"/>: copied in as the transaction commits, so a cancelled transaction leaves the cluster
+    /// untouched and a committed one never copies the whole cluster (see <see cref="MetadataBuffer.PatchAtCommit"/>).
+    /// The inode itself is logged by its <see cref="InodeLogItem"/>.
+    /// </summary>
+    public void PatchInodeCluster(MetadataBuffer cluster, int offset, byte[] inode)
+    {
+        CheckOpen();
+        if (!_joined.TryGetValue(cluster, out var joined))
+            throw new InvalidOperationException($"buffer at {cluster.Offset} (+{cluster.Length}) is not part of this transaction");
+        if (!joined.InodeCluster)
+        {
+            // Joined as a logged buffer in this transaction (a new chunk's clusters): the inode goes into its image too.
+            inode.CopyTo(cluster.Contents, offset);
+            LogRange(cluster, offset, offset + inode.Length - 1);
+            return;
+        }
+        (_clusterPatches ??= new()).Add((cluster, offset, inode));
+    }
+
+    private List<(MetadataBuffer Cluster, int Offset, byte[] Inode)>? _clusterPatches;
+
     private Joined Join(MetadataBuffer buffer, BufType type, bool inodeCluster)
     {
         CheckOpen();
@@ -193,8 +216,14 @@ public sealed class Transaction : IDisposable
             for (int i = 0; i < _onPrecommit.Count; i++) _onPrecommit[i]();
         }
         _finished = true;
+        List<(MetadataBuffer Cluster, int Offset, byte[] Inode)>? inPlace = null;
         try
         {
+            // Inode bytes go into the private copies first (buffer items formatted from those copies then carry them);
+            // a cluster this transaction made no copy of is patched in place once nothing can fail any more.
+            if (_clusterPatches is not null)
+                foreach (var patch in _clusterPatches)
+                    if (!patch.Cluster.TryPatchPrivate(patch.Offset, patch.Inode)) (inPlace ??= new()).Add(patch);
             foreach (var (buffer, joined) in _joined)
             {
                 long daddr = buffer.Offset >> LogArea.BBShift;
@@ -217,6 +246,8 @@ public sealed class Transaction : IDisposable
             RunCancelActions();
             throw;
         }
+        if (inPlace is not null)
+            foreach (var (cluster, offset, inode) in inPlace) cluster.PatchAtCommit(offset, inode);
         _changes.Commit();
         _log.Commit();
         if (_onCommit is not null)

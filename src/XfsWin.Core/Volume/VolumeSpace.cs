@@ -15,7 +15,7 @@ namespace XfsWin.Volume;
 /// one the transaction holds; and frees are deferred to the end of the transaction and done in ascending AG order
 /// (the kernel defers them as EFIs for the same reason).
 /// </summary>
-internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileSpace, IInodeSpace
+internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileDataCache data) : IFileSpace, IInodeSpace
 {
     private readonly Dictionary<Transaction, List<(ulong Fsb, uint Blocks, RmapOwner Owner)>> _deferred = new();
 
@@ -51,8 +51,12 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileS
     private ulong InodeBlock(ulong ino) =>
         ((ulong)sb.InoToAgno(ino) << sb.AgBlkLog) | (sb.InoToAgino(ino) >> sb.InoPBlog);
 
-    public void Free(Transaction tx, ulong ino, ulong fileBlock, ulong fsb, uint blocks, ForkKind fork = ForkKind.Data) =>
+    public void Free(Transaction tx, ulong ino, ulong fileBlock, ulong fsb, uint blocks, ForkKind fork = ForkKind.Data)
+    {
+        // File data still held for these blocks is dropped once the change that unmapped them commits.
+        if (fork == ForkKind.Data) tx.OnCommit(() => data.Discard(sb.FsbToByte(fsb), (long)blocks << sb.BlockLog));
         Defer(tx, fsb, blocks, RmapOwner.InodeData(ino, fileBlock, attrFork: fork == ForkKind.Attr));
+    }
 
     private void Defer(Transaction tx, ulong fsb, uint blocks, RmapOwner owner)
     {

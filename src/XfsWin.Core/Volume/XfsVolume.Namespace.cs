@@ -572,7 +572,7 @@ public sealed partial class XfsVolume
                     long runBytes = Math.Min((long)run << sb.BlockLog, offset + data.Length - blockStart) & ~((long)blockSize - 1);
                     if (runBytes > 0)
                     {
-                        w.Access.Data.Write(disk, data.Slice((int)(blockStart - offset), (int)runBytes));
+                        w.Data.Write(disk, data.Slice((int)(blockStart - offset), (int)runBytes));
                         fb += (ulong)(runBytes >> sb.BlockLog);
                         continue;
                     }
@@ -583,11 +583,11 @@ public sealed partial class XfsVolume
                 // Part of a block: what is not written reads as before (zeros for a new or unwritten block).
                 block ??= GC.AllocateUninitializedArray<byte>(blockSize);
                 if (isNew || blockStart >= (long)current.Size) Array.Clear(block);
-                else w.Access.Data.Read(disk, block);
+                else w.Data.Read(disk, block);
                 if (!isNew && blockStart < (long)current.Size && blockStart + blockSize > (long)current.Size)
                     Array.Clear(block, (int)((long)current.Size - blockStart), blockSize - (int)((long)current.Size - blockStart));
                 piece.CopyTo(block.AsSpan(from));
-                w.Access.Data.Write(disk, block);
+                w.Data.Write(disk, block);
                 fb++;
             }
             editor.MarkWritten(first, last - first + 1);
@@ -691,7 +691,9 @@ public sealed partial class XfsVolume
             ulong fb = (ulong)from >> sb.BlockLog;
             if (!map.TryFind(fb, out var e, out _) || e.Unwritten) return;
             long disk = sb.FsbToByte(e.StartBlock + (fb - e.FileOffset)) + (from & (bs - 1));
-            w.Access.Data.Write(disk, new byte[to - from]);
+            Span<byte> zeros = stackalloc byte[(int)(to - from)];
+            zeros.Clear();
+            w.Data.WritePartial(disk, zeros);
         }
         long firstEnd = Math.Min(end, (offset + bs - 1) / bs * bs);
         if (offset % bs != 0) Zero(offset, firstEnd);
