@@ -48,6 +48,9 @@ public sealed class CachedLogWriteback : ILogWriteback
                     _batch.Add(inode.Cluster.InodeByte, DeviceImageWriteback.PrepareInode(inode));
                     InodesWritten++;
                     break;
+                case IcreateLogItem chunk:
+                    _batch.Add(chunk.Daddr << LogArea.BBShift, chunk.ChunkImage(_sb));
+                    break;
             }
         }
         _batch.WriteOut(_data);

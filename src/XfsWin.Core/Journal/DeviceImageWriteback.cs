@@ -41,6 +41,9 @@ public sealed class DeviceImageWriteback : ILogWriteback
                     batch.Add(inode.Cluster.InodeByte, PrepareInode(inode));
                     InodesWritten++;
                     break;
+                case IcreateLogItem chunk:
+                    batch.Add(chunk.Daddr << LogArea.BBShift, chunk.ChunkImage(_sb));
+                    break;
             }
         }
         batch.WriteOut(_data);

@@ -65,6 +65,19 @@ public sealed class Transaction : IDisposable
     }
 
     /// <summary>
+    /// A new inode cluster buffer (a new chunk's, initialised by this transaction): locked, joined as an inode cluster
+    /// (see <see cref="JoinInodeCluster"/>), zeroed, nothing read. Its bytes are published at commit and logged by the
+    /// chunk's icreate item, not as a buffer item.
+    /// </summary>
+    public MetadataBuffer GetNewInodeCluster(long byteOffset, int length, int kind, ulong owner)
+    {
+        var buffer = _changes.GetNew(byteOffset, length, kind, owner, null);
+        var joined = Join(buffer, BufType.Dinode, inodeCluster: true);
+        joined.Invalidated = false;
+        return buffer;
+    }
+
+    /// <summary>
     /// Joins an inode cluster buffer whose inode bytes this transaction changes and logs through inode items: the
     /// bytes are published at commit, but no buffer image of them is logged.
     /// </summary>
