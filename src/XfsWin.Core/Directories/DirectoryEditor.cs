@@ -58,6 +58,7 @@ public sealed partial class DirectoryEditor
     private sealed class Joined(MetadataBuffer buffer, byte[]? before)
     {
         public readonly MetadataBuffer Buffer = buffer;
+        /// <summary>The block before the transaction (its published bytes: never written to), null for a new block.</summary>
         public readonly byte[]? Before = before;
     }
 
@@ -141,8 +142,14 @@ public sealed partial class DirectoryEditor
     /// <summary>Adds <paramref name="name"/> naming <paramref name="ino"/> of type <paramref name="type"/> (the caller keeps link counts).</summary>
     public void AddEntry(ReadOnlySpan<byte> name, ulong ino, XfsFileType type)
     {
+        if (!TryAddEntry(name, ino, type)) throw new XfsException(XfsError.InvalidArgument, $"directory {_dir.Number} already has an entry \"{Show(name)}\"");
+    }
+
+    /// <summary>As <see cref="AddEntry"/>, but false (and nothing changed) when <paramref name="name"/> exists already.</summary>
+    public bool TryAddEntry(ReadOnlySpan<byte> name, ulong ino, XfsFileType type)
+    {
         CheckName(name);
-        if (TryLookup(name, out _)) throw new XfsException(XfsError.InvalidArgument, $"directory {_dir.Number} already has an entry \"{Show(name)}\"");
+        if (TryLookup(name, out _)) return false;
         switch (Form)
         {
             case DirectoryForm.Shortform: ShortformAdd(name, ino, type); break;
@@ -151,6 +158,7 @@ public sealed partial class DirectoryEditor
             default: NodeAdd(name, ino, type); break;
         }
         LogChanges();
+        return true;
     }
 
     /// <summary>Removes <paramref name="name"/> and returns the inode it named.</summary>
@@ -504,6 +512,21 @@ public sealed partial class DirectoryEditor
         }
     }
 
+    private static uint EntHash(byte[] b, int start, int i) => BinaryPrimitives.ReadUInt32BigEndian(b.AsSpan(start + i * 8));
+    private static uint EntAddress(byte[] b, int start, int i) => BinaryPrimitives.ReadUInt32BigEndian(b.AsSpan(start + i * 8 + 4));
+
+    /// <summary>The first of <paramref name="count"/> hash entries at <paramref name="start"/> of a block whose hash is at least <paramref name="hash"/>.</summary>
+    private static int FirstAtOrAbove(byte[] b, int start, int count, uint hash)
+    {
+        int lo = 0, hi = count;
+        while (lo < hi)
+        {
+            int mid = (lo + hi) >> 1;
+            if (EntHash(b, start, mid) < hash) lo = mid + 1; else hi = mid;
+        }
+        return lo;
+    }
+
     private static int FirstAtOrAbove(List<(uint Hash, uint Address)> ents, uint hash)
     {
         int lo = 0, hi = ents.Count;
@@ -546,7 +569,8 @@ public sealed partial class DirectoryEditor
         long at = ByteOffsetOf(fileBlock);
         var verifier = new DirectoryAnyBlockVerifier(_sb, _dir.Number);
         var buffer = _tx.Read(at, _blk, _dir.Number, verifier, new DirectoryBlockWriteVerifier(_sb, _dir.Number), type);
-        if (!_joined.ContainsKey(at)) _joined[at] = new Joined(buffer, buffer.Contents.ToArray());
+        // The published bytes are the block as it was before this transaction (they change only when it commits).
+        if (!_joined.ContainsKey(at)) _joined[at] = new Joined(buffer, buffer.Published!.Data);
         return buffer.Contents;
     }
 
@@ -594,7 +618,10 @@ public sealed partial class DirectoryEditor
         _dir.Size = _space.LastBefore(_dir, fileBlock) << _sb.BlockLog;
     }
 
-    /// <summary>Logs what each joined block's operation changed: new blocks whole, others by the 128-byte chunks that differ.</summary>
+    /// <summary>
+    /// Logs what the joined blocks changed: new blocks whole, others by the 128-byte chunks that differ from the block
+    /// before this transaction (chunks an earlier operation of the editor changed are logged again, which is harmless).
+    /// </summary>
     private void LogChanges()
     {
         const int chunk = MetadataBuffer.DirtyChunkSize;
@@ -617,7 +644,6 @@ public sealed partial class DirectoryEditor
                     runStart = -1;
                 }
             }
-            now.CopyTo(j.Before, 0);
         }
     }
 
@@ -631,27 +657,30 @@ public sealed partial class DirectoryEditor
     {
         if (form == DirectoryForm.Node) return NodeLookup(Hash(name), name)?.Hit;
         uint hash = Hash(name);
-        List<(uint Hash, uint Address)> ents;
+        byte[] hashBlock;
+        int start, n;
         byte[]? block = null;
         if (form == DirectoryForm.Block)
         {
-            block = ReadBlock(0, BufType.DirBlock);
-            var (count, _) = Tail(block);
-            ents = ReadEntries(block, _blk - 8 - count * 8, count);
+            hashBlock = block = ReadBlock(0, BufType.DirBlock);
+            (n, _) = Tail(block);
+            start = _blk - 8 - n * 8;
         }
         else
         {
-            var leaf = ReadBlock(_leafFsb, BufType.DirLeaf1);
-            ents = ReadEntries(leaf, _leafHdr, LeafCount(leaf));
+            hashBlock = ReadBlock(_leafFsb, BufType.DirLeaf1);
+            n = LeafCount(hashBlock);
+            start = _leafHdr;
         }
-        for (int i = FirstAtOrAbove(ents, hash); i < ents.Count && ents[i].Hash == hash; i++)
+        for (int i = FirstAtOrAbove(hashBlock, start, n, hash); i < n && EntHash(hashBlock, start, i) == hash; i++)
         {
-            if (ents[i].Address == 0) continue;
-            long byteAddress = (long)ents[i].Address << 3;
+            uint address = EntAddress(hashBlock, start, i);
+            if (address == 0) continue;
+            long byteAddress = (long)address << 3;
             ulong fileBlock = (ulong)(byteAddress / _blk) * (ulong)_fsbPer;
             int off = (int)(byteAddress % _blk);
             var data = form == DirectoryForm.Block ? block! : ReadBlock(fileBlock, BufType.DirData);
-            if (off < _hdr || off + 12 > _blk) throw _tx.Mount.Corrupt($"directory hash entry of inode {_dir.Number}", _sb.InodeToByte(_dir.Number), $"address {ents[i].Address} outside its block");
+            if (off < _hdr || off + 12 > _blk) throw _tx.Mount.Corrupt($"directory hash entry of inode {_dir.Number}", _sb.InodeToByte(_dir.Number), $"address {address} outside its block");
             int len = data[off + 8];
             if (data.AsSpan(off + 9, len).SequenceEqual(name)) return new Hit(data, off, fileBlock, i);
         }

@@ -244,7 +244,11 @@ public sealed class Transaction : IDisposable
                 if (joined.Invalidated)
                     _log.Log(BufferLogItem.Cancel(daddr, lengthBB));
                 else if (joined.Logged && !joined.InodeCluster)
-                    _log.Log(BufferLogItem.Create(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map));
+                    // The item keeps the private copy, which becomes the published bytes and is never changed again
+                    // (the next change copies it); inode cluster bytes can be patched in place, so their item copies.
+                    _log.Log(joined.Type == BufType.Dinode
+                        ? BufferLogItem.Create(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map)
+                        : BufferLogItem.CreateShared(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map));
             }
             if (_unlinkedFields is not null)
                 foreach (var (clusterDaddr, (buffer, start, lengthBB, map)) in _unlinkedFields)

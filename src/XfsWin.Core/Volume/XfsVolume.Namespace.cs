@@ -150,14 +150,23 @@ public sealed partial class XfsVolume
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, parent, dirUpdate.Image);
             var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(tx, dirUpdate));
-            if (editor.TryLookup(name, out _))
+            ulong ino;
+            int newInodes;
+            try
+            {
+                (ino, newInodes) = w.AllocateInode(tx, parent, isDir);
+            }
+            catch (XfsException e) when (e.Error == XfsError.NoSpace && editor.TryLookup(name, out _))
+            {
+                // As the kernel's VFS answers: an existing name is EEXIST even on a volume out of inodes.
                 throw new XfsException(XfsError.Exists, $"\"{Show(name)}\" exists already");
-
-            var (ino, newInodes) = w.AllocateInode(tx, parent, isDir);
+            }
             var now = Now();
             var inode = NewInode(ino, mode, uid, gid, dir, now);
             shape(tx, inode);
-            editor.AddEntry(name, ino, Inode.FileTypeOf(mode));
+            // The name is looked up once, where it goes in; when it exists the transaction (inode allocation included) is cancelled.
+            if (!editor.TryAddEntry(name, ino, Inode.FileTypeOf(mode)))
+                throw new XfsException(XfsError.Exists, $"\"{Show(name)}\" exists already");
             if (isDir) dirUpdate.LinkCount += 1;
             dirUpdate.Touch(now, modified: true);
             dirUpdate.Parts |= dirImage.LogParts;
@@ -234,8 +243,7 @@ public sealed partial class XfsVolume
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, newParent, dirUpdate.Image);
             var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(tx, dirUpdate));
-            if (editor.TryLookup(newName, out _)) throw new XfsException(XfsError.Exists, $"\"{Show(newName)}\" exists already");
-            editor.AddEntry(newName, inode, target.FileType);
+            if (!editor.TryAddEntry(newName, inode, target.FileType)) throw new XfsException(XfsError.Exists, $"\"{Show(newName)}\" exists already");
             var now = Now();
             var update = new InodeUpdate(target, _mount.Superblock);
             update.LinkCount += 1;
