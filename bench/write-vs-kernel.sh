@@ -40,6 +40,8 @@ else
 fi
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')), kernel $(uname -r), $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+fuse_options="io_uring=no${XFSWIN_BENCH_FUSE_OPTIONS:+,$XFSWIN_BENCH_FUSE_OPTIONS}"
+echo "xfswin mount options: rw,$fuse_options"
 
 base=$work/base.img
 truncate -s 4G "$base"
@@ -51,11 +53,13 @@ tree_files=$(tar -tf "$tarball" | wc -l)
 mount_kernel() { cp --sparse=always "$base" "$work/k.img"; mount -o loop "$work/k.img" "$mnt"; }
 umount_kernel() { umount "$mnt"; rm -f "$work/k.img"; }
 # xfswin serves in the foreground of a background job, so that its messages (and the reason, should it stop) land
-# in $work/server.log.
+# in $work/server.log; with the JIT setting the background mode gives its server (every method compiled optimized at
+# once). The transport is /dev/fuse unless XFSWIN_BENCH_FUSE_OPTIONS says io_uring=yes (which needs
+# /sys/module/fuse/parameters/enable_uring on).
 server_pid=""
 mount_xfswin() {
   cp --sparse=always "$base" "$work/x.img"
-  "${xfswin[@]}" mount -f -o rw${XFSWIN_BENCH_FUSE_OPTIONS:+,$XFSWIN_BENCH_FUSE_OPTIONS} "$work/x.img" "$mnt" > "$work/server.log" 2>&1 &
+  DOTNET_TieredCompilation=0 "${xfswin[@]}" mount -f -o "rw,$fuse_options" "$work/x.img" "$mnt" > "$work/server.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 600); do mountpoint -q "$mnt" && return 0; kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
   echo "xfswin did not mount:" >&2; cat "$work/server.log" >&2; exit 1
