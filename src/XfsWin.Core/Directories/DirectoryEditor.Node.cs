@@ -142,7 +142,7 @@ public sealed partial class DirectoryEditor
         long at = _space.Allocate(_tx, _dir, fileBlock, _fsbPer);
         var buffer = _tx.GetNew(at, _blk, new DirectoryAnyBlockVerifier(_sb, _dir.Number).Kind, _dir.Number,
             new DirectoryBlockWriteVerifier(_sb, _dir.Number), BufType.DirFree);
-        _joined[at] = new Joined(buffer, null);
+        _joined[at] = new Joined(buffer, null, NewBlockLogging.Prefix);
         var b = buffer.Contents;
         BinaryPrimitives.WriteUInt32BigEndian(b, FreeMagic);
         if (_v5)

@@ -55,11 +55,32 @@ public sealed partial class DirectoryEditor
     private readonly byte[] _uuid = new byte[16];
     private readonly Dictionary<long, Joined> _joined = new();
 
-    private sealed class Joined(MetadataBuffer buffer, byte[]? before)
+    private sealed class Joined(MetadataBuffer buffer, byte[]? before, NewBlockLogging logging = NewBlockLogging.Whole)
     {
         public readonly MetadataBuffer Buffer = buffer;
         /// <summary>The block before the transaction (its published bytes: never written to), null for a new block.</summary>
         public readonly byte[]? Before = before;
+        public readonly NewBlockLogging Logging = logging;
+    }
+
+    /// <summary>
+    /// What of a new block (zeroed in memory, anything on disk) is logged, as the kernel logs only the parts it wrote:
+    /// what the structure reads must be logged, the rest may stay whatever the disk had after a replay.
+    /// </summary>
+    private enum NewBlockLogging
+    {
+        /// <summary>Every byte (block-form blocks, whose hash array and tail end the block).</summary>
+        Whole,
+        /// <summary>
+        /// The header and the entries in use (or the valid bests) from the start: hash-tree and free-index blocks, past
+        /// whose count nothing is read.
+        /// </summary>
+        Prefix,
+        /// <summary>
+        /// The 128-byte chunks that hold a non-zero byte: data blocks, whose every field the structure reads (entry
+        /// numbers, name lengths, free tags and lengths, tags) is non-zero, so a zero chunk is free space.
+        /// </summary>
+        NonZero,
     }
 
     public DirectoryEditor(Transaction tx, DirectoryInodeImage dir, IDirectorySpace space)
@@ -580,7 +601,7 @@ public sealed partial class DirectoryEditor
         byteOffset = _space.Allocate(_tx, _dir, fileBlock, _fsbPer);
         var buffer = _tx.GetNew(byteOffset, _blk, new DirectoryAnyBlockVerifier(_sb, _dir.Number).Kind, _dir.Number,
             new DirectoryBlockWriteVerifier(_sb, _dir.Number), block ? BufType.DirBlock : BufType.DirData);
-        _joined[byteOffset] = new Joined(buffer, null);
+        _joined[byteOffset] = new Joined(buffer, null, block ? NewBlockLogging.Whole : NewBlockLogging.NonZero);
         var b = buffer.Contents;
         uint magic = _v5 ? (block ? DirectoryDataBlock.BlockMagicV5 : DirectoryDataBlock.DataMagicV5)
             : (block ? DirectoryDataBlock.BlockMagicV4 : DirectoryDataBlock.DataMagicV4);
@@ -628,15 +649,20 @@ public sealed partial class DirectoryEditor
         foreach (var (_, j) in _joined)
         {
             var now = j.Buffer.Contents;
+            var logging = LoggingOf(now, j.Logging);
             if (j.Before is null)
             {
-                _tx.LogRange(j.Buffer, 0, now.Length - 1);
+                LogNew(j, now, logging);
                 continue;
             }
+            // Past a hash-tree or free-index block's last non-zero byte nothing is read: what a change zeroed there
+            // (entries moved out by a split) need not be logged, as the kernel logs only the entries it keeps.
+            int end = logging == NewBlockLogging.Prefix ? (UsedLength(now) + chunk - 1) / chunk : now.Length / chunk;
             int runStart = -1;
-            for (int c = 0; c <= now.Length / chunk; c++)
+            for (int c = 0; c <= end; c++)
             {
-                bool differs = c < now.Length / chunk && !now.AsSpan(c * chunk, chunk).SequenceEqual(j.Before.AsSpan(c * chunk, chunk));
+                bool differs = c < end && !now.AsSpan(c * chunk, chunk).SequenceEqual(j.Before.AsSpan(c * chunk, chunk)) &&
+                               (logging != NewBlockLogging.NonZero || now.AsSpan(c * chunk, chunk).IndexOfAnyExcept((byte)0) >= 0);
                 if (differs && runStart < 0) runStart = c;
                 else if (!differs && runStart >= 0)
                 {
@@ -644,6 +670,47 @@ public sealed partial class DirectoryEditor
                     runStart = -1;
                 }
             }
+        }
+    }
+
+    /// <summary>How a block's bytes are logged, from what it is now (its magic): see <see cref="NewBlockLogging"/>.</summary>
+    private NewBlockLogging LoggingOf(byte[] b, NewBlockLogging asCreated)
+    {
+        uint magic32 = BinaryPrimitives.ReadUInt32BigEndian(b);
+        if (magic32 is DirectoryDataBlock.DataMagicV5 or DirectoryDataBlock.DataMagicV4) return NewBlockLogging.NonZero;
+        if (magic32 == FreeMagic) return NewBlockLogging.Prefix;
+        ushort magic16 = U16(b, DaBlockInfoView.OffMagic);
+        if (magic16 == LeafNMagic || magic16 == NodeMagic) return NewBlockLogging.Prefix;
+        return magic32 is DirectoryDataBlock.BlockMagicV5 or DirectoryDataBlock.BlockMagicV4 ? NewBlockLogging.Whole : asCreated;
+    }
+
+    /// <summary>
+    /// The bytes a hash-tree or free-index block uses from its start: the header and its entries (leafN, node) or its
+    /// valid bests (free index); the rest is never read.
+    /// </summary>
+    private int UsedLength(byte[] b)
+    {
+        int used = BinaryPrimitives.ReadUInt32BigEndian(b) == FreeMagic
+            ? _freeHdr + 2 * (int)BinaryPrimitives.ReadUInt32BigEndian(b.AsSpan(FreeFields + 4))
+            : _leafHdr + 8 * DaCount(b);
+        return Math.Clamp(used, 1, b.Length);
+    }
+
+    private void LogNew(Joined j, byte[] now, NewBlockLogging logging)
+    {
+        const int chunk = MetadataBuffer.DirtyChunkSize;
+        switch (logging)
+        {
+            case NewBlockLogging.Prefix:
+                _tx.LogRange(j.Buffer, 0, UsedLength(now) - 1);
+                return;
+            case NewBlockLogging.NonZero:
+                for (int c = 0; c < now.Length / chunk; c++)
+                    if (now.AsSpan(c * chunk, chunk).IndexOfAnyExcept((byte)0) >= 0) _tx.LogRange(j.Buffer, c * chunk, c * chunk + chunk - 1);
+                return;
+            default:
+                _tx.LogRange(j.Buffer, 0, now.Length - 1);
+                return;
         }
     }
 
@@ -864,7 +931,7 @@ public sealed partial class DirectoryEditor
         long at = _space.Allocate(_tx, _dir, fileBlock, _fsbPer);
         var buffer = _tx.GetNew(at, _blk, new DirectoryAnyBlockVerifier(_sb, _dir.Number).Kind, _dir.Number,
             new DirectoryBlockWriteVerifier(_sb, _dir.Number), type);
-        _joined[at] = new Joined(buffer, null);
+        _joined[at] = new Joined(buffer, null, NewBlockLogging.Prefix);
         var b = buffer.Contents;
         SetU16(b, DaBlockInfoView.OffMagic, magic);
         if (_v5)
