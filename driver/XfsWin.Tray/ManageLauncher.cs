@@ -30,8 +30,11 @@ public sealed partial class ManageLauncher : IDisposable
     public static ManageLauncher Installed(string trayDirectory) =>
         new(Path.Combine(trayDirectory, OperatingSystem.IsWindows() ? "xfswin.exe" : "xfswin"), [], null);
 
-    [GeneratedRegex(@"^http://127\.0\.0\.1:\d+/[0-9a-f]+/$")]
+    [GeneratedRegex(@"^http://127\.0\.0\.1:\d{1,5}/[0-9a-f]{16,}/$")]
     private static partial Regex Address();
+
+    /// <summary>Whether <paramref name="url"/> is what <c>xfswin manage</c> prints: http://127.0.0.1:PORT/TOKEN/ (lower-case hex token).</summary>
+    public static bool IsAddress([System.Diagnostics.CodeAnalysis.NotNullWhen(true)] string? url) => url is not null && Address().IsMatch(url);
 
     /// <summary>The UI's address, starting <c>xfswin manage</c> when none runs; throws <see cref="IOException"/> saying why it could not.</summary>
     public async Task<string> UrlAsync(CancellationToken cancellationToken = default)
@@ -72,7 +75,7 @@ public sealed partial class ManageLauncher : IDisposable
                 Stop(process);
                 throw new IOException("xfswin manage printed no address within a minute");
             }
-            if (line is null || !Address().IsMatch(line))
+            if (!IsAddress(line))
             {
                 Stop(process);
                 var why = (await stderr.ConfigureAwait(false)).Trim();
