@@ -268,6 +268,16 @@ public sealed class TrayTests : IAsyncDisposable
     }
 
     [Fact]
+    public void The_installed_cli_is_found_where_the_msi_puts_it()
+    {
+        var tray = Directory.CreateDirectory(Path.Combine(_dir, "installed")).FullName;
+        Assert.Equal(Path.Combine(tray, "xfswin"), ManageLauncher.InstalledCli(tray));
+        Directory.CreateDirectory(Path.Combine(tray, "cli"));
+        File.WriteAllText(Path.Combine(tray, "cli", "xfswin"), "");
+        Assert.Equal(Path.Combine(tray, "cli", "xfswin"), ManageLauncher.InstalledCli(tray));
+    }
+
+    [Fact]
     public async Task A_missing_xfswin_manage_is_an_error_balloon()
     {
         var server = await Server();
