@@ -21,7 +21,7 @@ public sealed class ServiceWorker(ILogger<ServiceWorker> log, IHostApplicationLi
 
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
     {
-        var table = File.Exists(MountTable.DefaultPath) ? MountTable.Parse(File.ReadAllText(MountTable.DefaultPath)) : [];
+        var table = ReadMountTable();
         var configured = table.Select(e => new ConfiguredMount(e.Options.VolumeSource(e.Source), e.MountPoint, e.Options.ReadWrite, e.Line)
         {
             Open = WindowsMount.OpenOptions(e.Options),
@@ -69,6 +69,32 @@ public sealed class ServiceWorker(ILogger<ServiceWorker> log, IHostApplicationLi
         }
         catch (OperationCanceledException)
         {
+        }
+    }
+
+    /// <summary>
+    /// mounts.conf's entries, when only administrators can have written it (<see cref="MountTable.Untrusted"/>);
+    /// otherwise none, with the reason in the event log. A malformed file mounts nothing either.
+    /// </summary>
+    private IReadOnlyList<MountEntry> ReadMountTable()
+    {
+        var path = MountTable.DefaultPath;
+        if (!File.Exists(path)) return [];
+        try
+        {
+            byte[] sd = new FileInfo(path).GetAccessControl(System.Security.AccessControl.AccessControlSections.Owner | System.Security.AccessControl.AccessControlSections.Access)
+                .GetSecurityDescriptorBinaryForm();
+            if (MountTable.Untrusted(sd) is { } why)
+            {
+                log.LogError("{Path} is not used: {Why}. Only Administrators may write it (it decides what the service, running as LocalSystem, opens, and what every user may mount).", path, why);
+                return [];
+            }
+            return MountTable.Parse(File.ReadAllText(path));
+        }
+        catch (Exception e) when (e is FormatException or IOException or UnauthorizedAccessException)
+        {
+            log.LogError("{Path} is not used: {Message}", path, e.Message);
+            return [];
         }
     }
 
