@@ -75,6 +75,11 @@ public static class ServiceCommand
         {
             try
             {
+                // Its mount lines are what every local user may mount through the service (running as root): only its
+                // owner may change it.
+                var mode = OperatingSystem.IsWindows() ? UnixFileMode.None : File.GetUnixFileMode(file);
+                if ((mode & (UnixFileMode.GroupWrite | UnixFileMode.OtherWrite)) != 0)
+                    throw new IOException($"other users may change it (mode {Convert.ToString((int)mode, 8)}); make it writable by its owner only (chmod go-w)");
                 config = ServiceConfiguration.Parse(File.ReadAllText(file));
             }
             catch (Exception e) when (e is FormatException or IOException or UnauthorizedAccessException)
