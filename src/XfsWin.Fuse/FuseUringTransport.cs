@@ -29,8 +29,8 @@ public enum FuseTransport
 /// </para>
 /// <para>
 /// libfuse 3.14 knows nothing of io_uring, so the transport hooks into it instead of replacing it:
-/// fuse_session_custom_io installs our read and writev for the /dev/fuse descriptor. The read hook
-/// sees the kernel's FUSE_INIT (does it offer FUSE_OVER_IO_URING?); the writev hook adds the flag to
+/// the /dev/fuse loop (<see cref="FuseDeviceLoop"/>) shows it the kernel's FUSE_INIT (does it offer
+/// FUSE_OVER_IO_URING?), and the writev hook installed with fuse_session_custom_io adds the flag to
 /// libfuse's INIT reply and, once the kernel has it, lets the queue threads register. A request
 /// taken from a ring entry is laid out again in /dev/fuse's format (in header, opcode header,
 /// payload) and handed to fuse_session_process_buf, so libfuse parses it and runs the host's
@@ -38,7 +38,7 @@ public enum FuseTransport
 /// hook recognises the reply (same thread, same unique id) and copies it into the entry instead of
 /// writing it to /dev/fuse. Everything else (FUSE_INIT, FORGET and INTERRUPT, which the kernel
 /// always sends through /dev/fuse, requests made before the ring is ready) still goes through
-/// libfuse's loop on /dev/fuse.
+/// the /dev/fuse loop.
 /// </para>
 /// <para>
 /// Large reads are the exception to serving on the caller's CPU: a queue thread hands them to a few
@@ -342,9 +342,11 @@ internal sealed unsafe class FuseUringTransport
     // ---- device hooks (libfuse calls them for /dev/fuse; userdata is the FuseHost's handle) -----
 
     /// <summary>
-    /// Has libfuse read and write /dev/fuse through <see cref="OnDeviceRead"/> and
-    /// <see cref="OnDeviceWritev"/>: with io_uring they watch FUSE_INIT and route replies to the
-    /// ring; in every case the read hook answers the requests libfuse does not know (FUSE_STATX).
+    /// Has libfuse write to /dev/fuse through <see cref="OnDeviceWritev"/>: with io_uring it watches
+    /// the FUSE_INIT reply and routes replies to the ring, with clone_fd it sends each reply back
+    /// through the descriptor its request came from, and it sees the init reply (readahead). Requests
+    /// are read by <see cref="FuseDeviceLoop"/>, never by libfuse, so libfuse never calls the read
+    /// hook (<see cref="OnDeviceRead"/>, a plain read: fuse_session_custom_io wants both).
     /// Returns libfuse's result (0 = installed).
     /// </summary>
     internal static int InstallDeviceHooks(nint session)
@@ -368,30 +370,24 @@ internal sealed unsafe class FuseUringTransport
     [UnmanagedCallersOnly]
     private static nint OnDeviceRead(int fd, void* buffer, nuint length, nint userdata)
     {
-        while (true)
-        {
-            var host = HostOf(userdata);
-            var n = IoUringNative.read(fd, buffer, length);
-            var errno = Marshal.GetLastPInvokeError();
-            if (n >= FuseInHeader.Size && ((FuseInHeader*)buffer)->opcode == FuseUringConstants.FUSE_INIT)
-                host?.NoteInitRequest(((FuseInHeader*)buffer)->unique);
-            if (n >= FuseInHeader.Size && ((FuseInHeader*)buffer)->opcode == FuseStatxConstants.FUSE_STATX && TryAnswerOnDevice(fd, (FuseInHeader*)buffer, userdata))
-                continue;
-            if (n >= FuseInHeader.Size)
-            {
-                try
-                {
-                    host?.Uring?.SawDeviceRequest((FuseInHeader*)buffer, n);
-                }
-                catch (Exception)
-                {
-                    // Observation only: the request is served regardless.
-                }
-            }
-            // libfuse looks at errno after the call: it must be read's (ENODEV ends the loop at unmount).
-            Marshal.SetLastSystemError(errno);
-            return n;
-        }
+        var n = IoUringNative.read(fd, buffer, length);
+        Marshal.SetLastSystemError(Marshal.GetLastPInvokeError());
+        return n;
+    }
+
+    /// <summary>
+    /// Called by <see cref="FuseDeviceLoop"/> for each request read from /dev/fuse (on <paramref name="fd"/>),
+    /// before libfuse sees it: notes FUSE_INIT (for the readahead and the io_uring offer) and answers
+    /// FUSE_STATX, which libfuse does not know. True when the request is answered.
+    /// </summary>
+    internal static bool DeviceRequest(FuseHost host, int fd, FuseInHeader* request, nint length)
+    {
+        if (request->opcode == FuseUringConstants.FUSE_INIT)
+            host.NoteInitRequest(request->unique);
+        if (request->opcode == FuseStatxConstants.FUSE_STATX && TryAnswerOnDevice(host, fd, request))
+            return true;
+        host.Uring?.SawDeviceRequest(request, length);
+        return false;
     }
 
     /// <summary>The host's answer to FUSE_STATX as iovecs (out header, then the body unless it is an error); returns their count.</summary>
@@ -404,12 +400,10 @@ internal sealed unsafe class FuseUringTransport
     }
 
     /// <summary>Answers a request libfuse does not know straight on /dev/fuse; false leaves it to libfuse (which says ENOSYS).</summary>
-    private static bool TryAnswerOnDevice(int fd, FuseInHeader* request, nint userdata)
+    private static bool TryAnswerOnDevice(FuseHost host, int fd, FuseInHeader* request)
     {
         try
         {
-            if (HostOf(userdata) is not { } host)
-                return false;
             FuseOutHeader header;
             FuseStatxOut body;
             var iov = stackalloc IoVec[2];
@@ -427,6 +421,7 @@ internal sealed unsafe class FuseUringTransport
     [UnmanagedCallersOnly]
     private static nint OnDeviceWritev(int fd, IoVec* iov, int count, nint userdata)
     {
+        fd = FuseDeviceLoop.ReplyDescriptor(fd);
         FuseHost? host = null;
         nint n = -1;
         var written = false;
