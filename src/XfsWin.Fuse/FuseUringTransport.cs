@@ -561,12 +561,16 @@ internal sealed unsafe class FuseUringTransport
             _log.WriteLine($"xfswin: request (opcode {opcode}) from the io_uring queue was not answered; replying EIO.");
     }
 
-    private void RegistrationFailed(int qid, int error)
+    /// <summary>
+    /// A queue will not be registered: the mount is served through /dev/fuse, and
+    /// <see cref="Description"/> says why from now on (callers may look as soon as the kernel falls back).
+    /// </summary>
+    private void RegistrationFailed(int qid, string reason)
     {
         if (Interlocked.Increment(ref _registrationFailures) == 1)
         {
-            _fallbackReason = $"the kernel refused to register queue {qid} (errno {error})";
-            _log.WriteLine($"xfswin: io_uring registration failed (queue {qid}, errno {error}); serving through /dev/fuse.");
+            _fallbackReason = reason;
+            _log.WriteLine($"xfswin: io_uring queue {qid} is not registered ({reason}); serving through /dev/fuse.");
         }
     }
 
@@ -658,6 +662,7 @@ internal sealed unsafe class FuseUringTransport
         private byte* _payloads;    // the entries' payload buffers, one anonymous mapping
         private nuint _payloadsSize;
         private byte* _scratch;     // a request laid out in /dev/fuse's format
+        private IoVec* _refusedIov; // the empty buffers of a registration made to be refused (GiveUpOnRing)
         private int _scratchSize;
         private int _live;          // entries registered and not yet ended by the kernel
         private int _doneFd = -1;   // signalled when handed-off requests are answered
@@ -721,7 +726,7 @@ internal sealed unsafe class FuseUringTransport
                 SetupError ??= e.Message;
                 _t._log.WriteLine($"xfswin: io_uring queue {_qid} failed: {e}");
                 if (registering && _live == 0)
-                    GiveUpOnRing();
+                    GiveUpOnRing(e.Message);
             }
             finally
             {
@@ -761,25 +766,28 @@ internal sealed unsafe class FuseUringTransport
         /// After FUSE_INIT promised io_uring, a queue that cannot register would leave the kernel
         /// holding every request back, waiting for the ring. A registration the kernel must refuse
         /// (empty buffers) makes it give up on io_uring for this mount and use /dev/fuse instead.
+        /// The reason is recorded before that registration is submitted: once the kernel has
+        /// refused it, requests flow and anyone may ask why the mount is on /dev/fuse.
         /// </summary>
-        private void GiveUpOnRing()
+        private void GiveUpOnRing(string why)
         {
+            _t.RegistrationFailed(_qid, $"queue {_qid} could not be set up after FUSE_INIT ({why}), so its registration was refused on purpose");
             try
             {
-                var iov = stackalloc IoVec[2];
-                new Span<byte>(iov, 2 * IoVec.Size).Clear();
                 var sqe = _ring?.NextSqe();
                 if (sqe == null)
                     return;
+                // The kernel may read the iovecs after this call returns (a command it finishes
+                // asynchronously): they live until the buffers are freed, not on this stack.
+                _refusedIov = (IoVec*)NativeMemory.AllocZeroed(2, (nuint)IoVec.Size);
                 sqe->opcode = IoUringConstants.IORING_OP_URING_CMD;
                 sqe->fd = _t._fuseFd;
                 sqe->cmd_op = FuseUringConstants.FUSE_IO_URING_CMD_REGISTER;
-                sqe->addr = (ulong)iov;
+                sqe->addr = (ulong)_refusedIov;
                 sqe->len = 2;
                 sqe->user_data = StopTag - 2;
                 ((FuseUringCmdReq*)IoUringRing.CommandArea(sqe))->qid = (ushort)_qid;
                 _ring!.SubmitAndWait(0);
-                _t.RegistrationFailed(_qid, 0);
             }
             catch (Exception e)
             {
@@ -850,6 +858,8 @@ internal sealed unsafe class FuseUringTransport
             _headers = null;
             NativeMemory.AlignedFree(_scratch);
             _scratch = null;
+            NativeMemory.Free(_refusedIov);
+            _refusedIov = null;
         }
 
         /// <summary>A free submission entry; when the kernel has not consumed earlier ones yet, they are submitted first.</summary>
@@ -1073,7 +1083,7 @@ internal sealed unsafe class FuseUringTransport
                             // Unmounted (ENOTCONN), aborted, or refused: the kernel is done with this entry.
                             EntryEnded(e);
                             if (e.LastCommand == FuseUringConstants.FUSE_IO_URING_CMD_REGISTER && c.res != -IoUringConstants.ENOTCONN)
-                                _t.RegistrationFailed(_qid, -c.res);
+                                _t.RegistrationFailed(_qid, $"the kernel refused to register queue {_qid} (errno {-c.res})");
                         }
                     }
                     n = 0;
