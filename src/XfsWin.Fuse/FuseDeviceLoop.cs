@@ -11,14 +11,14 @@ namespace XfsWin.Fuse;
 /// <para>
 /// Why not libfuse's loop: its workers are threads the .NET runtime did not create, which run
 /// managed code only inside [UnmanagedCallersOnly] callbacks and spend the rest of their time in
-/// libfuse between callbacks. A worker found in cooperative GC mode on entering a callback
-/// ("Invalid Program: attempted to call a UnmanagedCallersOnly method from managed code") killed a
-/// read-write server during 20,000 unlinks while a GC was suspending the runtime (core dumps: the
-/// second worker entering OnForget from fuse_do_work, the runtime's suspension waiting for it). The
-/// loop also ends its workers with pthread_cancel, which unwinds a worker blocked in a read through
-/// managed frames, something the runtime does not support; an in-process host mounting and
-/// unmounting repeatedly (the service, the tests) is exposed to that at every unmount. Here every
-/// callback is entered from a P/Invoke made by a managed thread, and the threads end by returning.
+/// libfuse between callbacks. Such a worker was found in cooperative GC mode on entering a callback
+/// while a GC was suspending the runtime, and the runtime ends the process then ("Invalid Program:
+/// attempted to call a UnmanagedCallersOnly method from managed code"; a FORGET's callback, under
+/// thousands of unlinks). libfuse's loop also ends its workers with pthread_cancel, which unwinds a
+/// worker blocked in a read through managed frames, something the runtime does not support; an
+/// in-process host that mounts and unmounts repeatedly (the service, the tests) meets that at every
+/// unmount. Here every callback is entered from a P/Invoke made by a thread the runtime created,
+/// and the threads end by returning.
 /// </para>
 /// <para>
 /// The threads block in read(2) on the device, where the kernel wakes one reader per request. They
