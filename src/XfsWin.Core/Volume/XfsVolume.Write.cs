@@ -308,12 +308,18 @@ public sealed partial class XfsVolume
         using var tx = Begin(w, TransactionKind.Sb);
         var verifier = new SuperblockBufferVerifier(sb);
         var buffer = tx.Read(0, sb.SectorSize, 0, verifier, verifier.ForWrite(), BufType.Superblock);
+        LogCounters(w, tx, buffer);
+        tx.Commit();
+    }
+
+    /// <summary>The in-core inode and free block counters into the primary superblock <paramref name="buffer"/> joined to <paramref name="tx"/>.</summary>
+    private static void LogCounters(VolumeWriteState w, Transaction tx, MetadataBuffer buffer)
+    {
         var s = buffer.Contents.AsSpan();
         BinaryPrimitives.WriteUInt64BigEndian(s[SuperblockView.OffIcount..], (ulong)w.InodeCount);
         BinaryPrimitives.WriteUInt64BigEndian(s[SuperblockView.OffIfree..], (ulong)w.FreeInodes);
         tx.LogRange(buffer, SuperblockView.OffIcount, SuperblockView.OffIfree + 7);
         w.FileSpace.Allocator.LogSuperblockCounters(tx);
-        tx.Commit();
     }
 
     /// <summary>After a commit: when the cache pins too much dirty metadata, write everything back so it may be dropped.</summary>
