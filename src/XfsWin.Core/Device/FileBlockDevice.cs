@@ -257,14 +257,40 @@ public sealed class FileBlockDevice : IBlockDevice
                 return;
             }
         }
-        // Read-modify-write of the covering sectors through an aligned buffer.
         long mask = SectorSize - 1;
+        if (((offset | (long)source.Length) & mask) == 0)
+        {
+            // Whole sectors from memory that is not sector-aligned: copied through pooled aligned buffers, nothing read.
+            WriteBounced(offset, source);
+            return;
+        }
+        // Read-modify-write of the covering sectors through an aligned buffer.
         long start = offset & ~mask;
         long end = (offset + source.Length + mask) & ~mask;
         using var buffer = new AlignedBuffer((int)(end - start));
         Read(start, buffer.Span);
         source.CopyTo(buffer.Span[(int)(offset - start)..]);
         RandomAccess.Write(_handle, (ReadOnlySpan<byte>)buffer.Span, start);
+    }
+
+    private void WriteBounced(long offset, ReadOnlySpan<byte> source)
+    {
+        var buffer = _bounce.Rent();
+        try
+        {
+            while (source.Length > 0)
+            {
+                int n = Math.Min(source.Length, BounceSize);
+                source[..n].CopyTo(buffer.Span);
+                RandomAccess.Write(_handle, (ReadOnlySpan<byte>)buffer.Span[..n], offset);
+                source = source[n..];
+                offset += n;
+            }
+        }
+        finally
+        {
+            _bounce.Return(buffer);
+        }
     }
 
     public void Flush() => RandomAccess.FlushToDisk(_handle);
