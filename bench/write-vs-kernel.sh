@@ -1,39 +1,74 @@
 #!/usr/bin/env bash
 # The write path against the kernel's own XFS, in one run, on fresh copies of one empty volume
 # (mkfs.xfs defaults, 4 GiB sparse image):
-#   - sequential write of a 1 GiB file plus fsync (dd bs=1M conv=fsync), and a raw O_DIRECT write of
-#     the image file for scale
-#   - 20,000 creates of 4 KiB files in 20 directories, then sync
-#   - unlink of those 20,000 files, then sync
-#   - a rename-heavy run: 20,000 renames across the 20 directories, then sync
+#   write_1g   sequential write of a 1 GiB file plus fsync (dd bs=1M conv=fsync), and a raw O_DIRECT
+#              write of a new file on the same disk for scale
+#   create_20k 20,000 creates of 4 KiB files in 20 directories, then sync
+#   unlink     unlink of $XFSWIN_BENCH_UNLINKS empty files (default 100,000, in 100 directories), then sync
+#   rename     a rename-heavy run: 20,000 renames across the 20 directories of create_20k, then sync
+#   untar      untar of a source tree (a tar of /usr/include made once: headers in nested directories)
 # Each measurement mounts afresh (kernel: loop mount; xfswin: `xfswin mount -o rw`) with caches
-# dropped, and times the operation plus its sync; the unmount is not timed. After the xfswin runs,
-# xfs_repair -n must find nothing. Needs root, xfsprogs, fuse3, python3, the .NET SDK.
+# dropped, and times the operation plus its sync; the setup (the files to unlink or rename) and the
+# unmount are not timed. After every xfswin run, xfs_repair -n must find nothing. For the creates, the
+# kernel's log traffic is read from /sys/fs/xfs/<dev>/stats (log blocks written) and printed per create.
+# Needs root, xfsprogs, fuse3, python3, the .NET SDK.
 # Usage: bench/write-vs-kernel.sh [RUNS]     (default 1; the best of RUNS is reported)
+#   XFSWIN_BENCH_ONLY="create_20k untar"  measures only those
+#   XFSWIN_BENCH_UNLINKS=N                files for the unlink run (default 100000)
+#   XFSWIN_BENCH_XFSWIN=DIR               measures the xfswin.dll built in DIR (another commit's build)
+#   XFSWIN_BENCH_FUSE_OPTIONS=...         adds mount options to the xfswin mounts
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-1}
+only=${XFSWIN_BENCH_ONLY:-write_1g create_20k unlink rename untar}
+unlinks=${XFSWIN_BENCH_UNLINKS:-100000}
 [ "$(id -u)" -eq 0 ] || { echo "Run as root: it loop-mounts images and drops caches." >&2; exit 1; }
 work=$(mktemp -d /var/tmp/xfswin-wbench-XXXXXX)
 mnt=$(mktemp -d /tmp/xfswin-wbench-mnt-XXXXXX)
-cleanup() { mountpoint -q "$mnt" && umount "$mnt" 2>/dev/null; fusermount3 -u "$mnt" 2>/dev/null || true; rm -rf "$work"; rmdir "$mnt" 2>/dev/null || true; }
+cleanup() {
+  mountpoint -q "$mnt" && { umount "$mnt" 2>/dev/null || fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true; }
+  rm -rf "$work"; rmdir "$mnt" 2>/dev/null || true
+}
 trap cleanup EXIT
 
-echo "Building xfswin (Release)..."
-dotnet build src/XfsWin.Cli -c Release -v quiet -nologo >/dev/null
-xfswin=(dotnet "$PWD/src/XfsWin.Cli/bin/Release/net10.0/xfswin.dll")
+if [ -n "${XFSWIN_BENCH_XFSWIN:-}" ]; then
+  xfswin=(dotnet "$(realpath "$XFSWIN_BENCH_XFSWIN")/xfswin.dll")
+else
+  echo "Building xfswin (Release)..."
+  dotnet build src/XfsWin.Cli -c Release -v quiet -nologo >/dev/null
+  xfswin=(dotnet "$PWD/src/XfsWin.Cli/bin/Release/net10.0/xfswin.dll")
+fi
+echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')), kernel $(uname -r), $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+fuse_options="io_uring=no${XFSWIN_BENCH_FUSE_OPTIONS:+,$XFSWIN_BENCH_FUSE_OPTIONS}"
+echo "xfswin mount options: rw,$fuse_options"
 
 base=$work/base.img
 truncate -s 4G "$base"
 mkfs.xfs -q -f "$base"
+tarball=$work/tree.tar
+tar -C /usr -cf "$tarball" include
+tree_files=$(tar -tf "$tarball" | wc -l)
 
 mount_kernel() { cp --sparse=always "$base" "$work/k.img"; mount -o loop "$work/k.img" "$mnt"; }
-umount_kernel() { umount "$mnt"; }
-mount_xfswin() { cp --sparse=always "$base" "$work/x.img"; "${xfswin[@]}" mount -o rw "$work/x.img" "$mnt" >/dev/null; }
+umount_kernel() { umount "$mnt"; rm -f "$work/k.img"; }
+# xfswin serves in the foreground of a background job, so that its messages (and the reason, should it stop) land
+# in $work/server.log; with the JIT setting the background mode gives its server (every method compiled optimized at
+# once). The transport is /dev/fuse unless XFSWIN_BENCH_FUSE_OPTIONS says io_uring=yes (which needs
+# /sys/module/fuse/parameters/enable_uring on).
+server_pid=""
+mount_xfswin() {
+  cp --sparse=always "$base" "$work/x.img"
+  DOTNET_TieredCompilation=0 "${xfswin[@]}" mount -f -o "rw,$fuse_options" "$work/x.img" "$mnt" > "$work/server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 600); do mountpoint -q "$mnt" && return 0; kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+  echo "xfswin did not mount:" >&2; cat "$work/server.log" >&2; exit 1
+}
 umount_xfswin() {
-  fusermount3 -u "$mnt"
-  for _ in $(seq 1200); do pgrep -f "mount -o rw $work/x.img" >/dev/null || break; sleep 0.1; done
-  xfs_repair -n "$work/x.img" >/dev/null 2>&1 || { echo "xfs_repair -n found problems in xfswin's image" >&2; exit 1; }
+  fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt"
+  wait "$server_pid" 2>/dev/null || true
+  if ! xfs_repair -n "$work/x.img" >/dev/null 2>&1; then echo "xfs_repair -n found problems in xfswin's image" >&2; exit 1; fi
+  rm -f "$work/x.img"
 }
 
 now() { date +%s.%N; }
@@ -41,11 +76,16 @@ now() { date +%s.%N; }
 # (the kernel does not send syncfs to FUSE servers; fsync forces xfswin's log and flushes the device).
 settle() { sync -f "$mnt"; python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)' "$mnt"; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# The kernel's log blocks written so far on the loop mount (0 for FUSE).
+log_blocks() {
+  local dev; dev=$(basename "$(findmnt -no SOURCE "$mnt")")
+  if [ -r "/sys/fs/xfs/$dev/stats/stats" ]; then awk '$1 == "log" { print $3 }' "/sys/fs/xfs/$dev/stats/stats"; else echo 0; fi
+}
 
 # Each workload runs in a mounted $mnt and prints nothing.
-seq_write() { dd if=/dev/zero of="$mnt/big" bs=1M count=1024 conv=fsync status=none; }
-prepare_tree() { for d in $(seq 0 19); do mkdir -p "$mnt/d$d"; done; }
-creates() {
+run_write_1g() { dd if=/dev/zero of="$mnt/big" bs=1M count=1024 conv=fsync status=none; }
+make_dirs() { for d in $(seq 0 19); do mkdir -p "$mnt/d$d"; done; }
+run_create_20k() {
   python3 - "$mnt" <<'PY'
 import os, sys
 root = sys.argv[1]
@@ -57,8 +97,27 @@ for i in range(20000):
 PY
   settle
 }
-unlinks() { find "$mnt" -name 'file-*' -delete; settle; }
-renames() {
+make_empty_files() {
+  python3 - "$mnt" "$unlinks" <<'PY'
+import os, sys
+root, n = sys.argv[1], int(sys.argv[2])
+for d in range(100):
+    os.mkdir(os.path.join(root, f"u{d:02d}"))
+for i in range(n):
+    os.close(os.open(os.path.join(root, f"u{i % 100:02d}", f"f-{i:06d}"), os.O_CREAT | os.O_WRONLY, 0o644))
+PY
+  settle
+}
+run_unlink() {
+  python3 - "$mnt" "$unlinks" <<'PY'
+import os, sys
+root, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    os.unlink(os.path.join(root, f"u{i % 100:02d}", f"f-{i:06d}"))
+PY
+  settle
+}
+run_rename() {
   python3 - "$mnt" <<'PY'
 import os, sys
 root = sys.argv[1]
@@ -67,16 +126,41 @@ for i in range(20000):
 PY
   settle
 }
+run_untar() { tar -C "$mnt" -xf "$tarball"; settle; }
 
-# measure NAME SETUP WORK: best time of $runs for WORK after SETUP, on kernel and xfswin.
+noop() { :; }
+setup_of() {
+  case $1 in
+    write_1g|untar) echo noop ;;
+    create_20k) echo make_dirs ;;
+    unlink) echo make_empty_files ;;
+    rename) echo with_files ;;
+  esac
+}
+with_files() { make_dirs; run_create_20k; }
+
+# measure NAME: best time of $runs for NAME after its setup, on the kernel and on xfswin.
 declare -A best
+kernel_log_per_create=""
 measure() {
-  local name=$1 setup=$2 job=$3
+  local name=$1 setup; setup=$(setup_of "$1")
   for side in kernel xfswin; do
     local b=""
     for _ in $(seq "$runs"); do
       "mount_$side"; $setup; drop
-      local t0; t0=$(now); $job; local t1; t1=$(now)
+      local l0; l0=$(log_blocks)
+      local t0; t0=$(now)
+      if ! "run_$name" 2> "$work/workload.err"; then
+        echo "$name on $side failed: $(head -c 2000 "$work/workload.err")" >&2
+        if [ "$side" = xfswin ]; then echo "xfswin server's output:" >&2; tail -c 4000 "$work/server.log" >&2; fi
+        fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
+        [ "$side" = kernel ] || wait "$server_pid" 2>/dev/null || true
+        b="failed"; break
+      fi
+      local t1; t1=$(now)
+      if [ "$side" = kernel ] && [ "$name" = create_20k ]; then
+        kernel_log_per_create=$(( ($(log_blocks) - l0) * 512 / 20000 ))
+      fi
       "umount_$side"
       local t; t=$(echo "$t1 - $t0" | bc)
       if [ -z "$b" ] || (( $(echo "$t < $b" | bc) )); then b=$t; fi
@@ -85,20 +169,28 @@ measure() {
   done
 }
 
-noop() { :; }
-with_files() { prepare_tree; creates; }
-measure "write 1 GiB + fsync" noop seq_write
-measure "create 20k x 4 KiB + sync" prepare_tree creates
-measure "unlink 20k + sync" with_files unlinks
-measure "rename 20k + sync" with_files renames
+for name in $only; do measure "$name"; done
 
 drop
 raw0=$(now); dd if=/dev/zero of="$work/raw.img" bs=1M count=1024 oflag=direct conv=fsync status=none; raw1=$(now)
 raw=$(echo "$raw1 - $raw0" | bc)
+rm -f "$work/raw.img"
 
+label() {
+  case $1 in
+    write_1g) echo "write 1 GiB + fsync" ;;
+    create_20k) echo "create 20k x 4 KiB + sync" ;;
+    unlink) echo "unlink $unlinks + sync" ;;
+    rename) echo "rename 20k + sync" ;;
+    untar) echo "untar /usr/include ($tree_files entries) + sync" ;;
+  esac
+}
 printf '\n| Operation | Kernel (s) | xfswin rw mount (s) | xfswin vs kernel |\n|---|---|---|---|\n'
-for name in "write 1 GiB + fsync" "create 20k x 4 KiB + sync" "unlink 20k + sync" "rename 20k + sync"; do
+for name in $only; do
   k=${best[$name,kernel]}; x=${best[$name,xfswin]}
-  printf '| %s | %.3f | %.3f | %.2fx |\n' "$name" "$k" "$x" "$(echo "$k / $x" | bc -l)"
+  if [ "$k" = failed ] || [ "$x" = failed ]; then printf '| %s | %s | %s | - |\n' "$(label "$name")" "$k" "$x"; continue; fi
+  printf '| %s | %.3f | %.3f | %.2fx |\n' "$(label "$name")" "$k" "$x" "$(echo "$k / $x" | bc -l)"
 done
-printf '\nRaw O_DIRECT write of 1 GiB to a file on the same disk: %.3f s\n' "$raw"
+printf '\nRaw O_DIRECT write of 1 GiB to a new file on the same disk: %.3f s\n' "$raw"
+[ -z "$kernel_log_per_create" ] || printf 'Kernel log traffic for the creates: %s bytes per create\n' "$kernel_log_per_create"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

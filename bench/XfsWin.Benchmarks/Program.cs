@@ -11,4 +11,10 @@ if (args.Length > 0 && args[0] == "lookup-cpu")
     LookupCpuTime.Run(args.Length > 1 ? int.Parse(args[1], System.Globalization.CultureInfo.InvariantCulture) : 5);
     return;
 }
+if (args.Length > 0 && args[0] == "engine-write")
+{
+    EngineWriteRun.Run(args.Length > 1 ? int.Parse(args[1], System.Globalization.CultureInfo.InvariantCulture) : 20_000,
+        args.Length > 2 ? int.Parse(args[2], System.Globalization.CultureInfo.InvariantCulture) : 1024);
+    return;
+}
 BenchmarkSwitcher.FromAssembly(typeof(Program).Assembly).Run(args);

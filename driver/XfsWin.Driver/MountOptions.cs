@@ -28,7 +28,7 @@ public sealed record MountOptions
 
     public AbsoluteSymlinkMode AbsoluteSymlinks { get; init; } = AbsoluteSymlinkMode.VolumeRoot;
 
-    /// <summary>Show fifos, devices and sockets as WSL reparse points (default) instead of empty files.</summary>
+    /// <summary>WSL interop (default): fifos, devices and sockets as WSL reparse points, and the synthesized $LX* EAs; off (--no-lx): empty files, no $LX* EAs.</summary>
     public bool LxSpecialFiles { get; init; } = true;
 
     /// <summary>Expose user.* xattrs as EAs (and WSL's $LXUID/$LXGID/$LXMOD/$LXDEV).</summary>

@@ -64,15 +64,18 @@ public sealed partial class XfsWindowsFileSystem
         file.Unlinked = true;
     }
 
-    /// <summary>Re-reads the open's inode and its FILE_INFO (a directory symlink stays one; EaSize as last computed).</summary>
-    private FileInformation Refresh(OpenFile file)
+    /// <summary>
+    /// Re-reads the open's inode and its FILE_INFO (a directory symlink stays one; EaSize as last computed unless
+    /// <paramref name="eaSize"/> gives the new one).
+    /// </summary>
+    private FileInformation Refresh(OpenFile file, uint? eaSize = null)
     {
         var a = _volume.GetAttributes(file.Inode);
         lock (file.InfoGate)
         {
             file.Attributes = a;
             bool dirLink = a.FileType == XfsFileType.Symlink && file.Information.IsDirectory;
-            file.Information = MakeFileInformation(a, file.Name, dirLink, file.Information.EaSize);
+            file.Information = MakeFileInformation(a, file.Name, dirLink, eaSize ?? file.Information.EaSize);
             return file.Information;
         }
     }
@@ -205,9 +208,10 @@ public sealed partial class XfsWindowsFileSystem
     }
 
     /// <summary>
-    /// WinFsp's Overwrite (FILE_OVERWRITE, FILE_OVERWRITE_IF, FILE_SUPERSEDE on an existing file): the data goes
-    /// (size 0, blocks freed); FILE_ATTRIBUTE_READONLY in <paramref name="fileAttributes"/> sets or (when
-    /// <paramref name="replaceFileAttributes"/>) replaces the read-only state; EAs are set as SetEa sets them.
+    /// WinFsp's Overwrite (FILE_OVERWRITE, FILE_OVERWRITE_IF, FILE_SUPERSEDE on an existing file): EAs given replace
+    /// the ones Windows sees (checked and applied first: a refused list changes nothing); then the data goes (size 0,
+    /// blocks freed); FILE_ATTRIBUTE_READONLY in <paramref name="fileAttributes"/> sets or (when
+    /// <paramref name="replaceFileAttributes"/>) replaces the read-only state.
     /// </summary>
     public int Overwrite(OpenFile file, uint fileAttributes, bool replaceFileAttributes, ulong allocationSize,
         ReadOnlySpan<byte> extendedAttributes, out FileInformation info)
@@ -217,6 +221,14 @@ public sealed partial class XfsWindowsFileSystem
         try
         {
             if (file.IsDirectory) return NtStatus.FileIsADirectory;
+            uint? eaSize = null;
+            if (!extendedAttributes.IsEmpty)
+            {
+                if (!_options.ExtendedAttributes) return NtStatus.EasNotSupported;
+                int status = ApplyEas(file, extendedAttributes, replaceVisible: true);
+                if (status != NtStatus.Success) return status;
+                eaSize = EaSize(file.Inode);
+            }
             var a = _volume.GetAttributes(file.Inode);
             ushort mode = (ushort)(a.Mode & 0xFFF);
             bool readOnly = (fileAttributes & FileAttributeReadOnly) != 0;
@@ -225,12 +237,7 @@ public sealed partial class XfsWindowsFileSystem
             _volume.SetAttributes(file.Inode, new AttributeChanges { Size = 0, Mode = mode == (a.Mode & 0xFFF) ? null : mode });
             if (allocationSize > 0)
                 _volume.Allocate(file.Inode, 0, (long)Math.Min(allocationSize, long.MaxValue), FallocateMode.KeepSize);
-            if (!extendedAttributes.IsEmpty)
-            {
-                int status = ApplyEas(file, extendedAttributes);
-                if (status != NtStatus.Success) return status;
-            }
-            info = Refresh(file);
+            info = Refresh(file, eaSize);
             return NtStatus.Success;
         }
         catch (Exception e)
@@ -592,44 +599,83 @@ public sealed partial class XfsWindowsFileSystem
         }
     }
 
-    private int ApplyEas(OpenFile file, ReadOnlySpan<byte> ea)
+    /// <summary>
+    /// Applies a FILE_FULL_EA_INFORMATION list. Every entry is checked before anything changes (a name Windows cannot
+    /// hold is STATUS_INVALID_EA_NAME, a WSL value of the wrong size STATUS_INVALID_PARAMETER). EA names are
+    /// case-insensitive on Windows: an entry replaces the user.* xattr of any spelling of its name (the spelling given
+    /// is stored), an empty value removes every spelling. With <paramref name="replaceVisible"/> (FILE_OVERWRITE and
+    /// FILE_SUPERSEDE with EAs) the EAs Windows sees go first, as NTFS replaces a file's EAs; xattrs Windows does not
+    /// see (other namespaces, names that are not EA names) stay. FILE_NEED_EA has no XFS form: it is not kept.
+    /// </summary>
+    private int ApplyEas(OpenFile file, ReadOnlySpan<byte> ea, bool replaceVisible = false)
     {
         List<(string Name, byte[] Value, byte Flags)> entries;
         try { entries = ExtendedAttributes.Parse(ea); }
         catch (FormatException) { return NtStatus.InvalidParameter; }
-        var changes = new AttributeChanges();
+        var names = new List<byte[]>(entries.Count);
         foreach (var (nameText, value, _) in entries)
         {
             var name = Encoding.ASCII.GetBytes(nameText);
-            if (name.AsSpan().SequenceEqual(LxUid) || name.AsSpan().SequenceEqual(LxGid) || name.AsSpan().SequenceEqual(LxMod))
+            names.Add(name);
+            if (IsLxEa(name))
             {
-                if (value.Length != 4) return NtStatus.InvalidParameter;
+                if (value.Length != (name.AsSpan().SequenceEqual(LxDev) ? 8 : 4)) return NtStatus.InvalidParameter;
+            }
+            else if (!IsVisibleEa(name))
+            {
+                return NtStatus.InvalidEaName;
+            }
+        }
+
+        var stored = new List<byte[]>();
+        foreach (var x in _volume.ListXattrs(file.Inode))
+            if (x.Namespace == XattrNamespace.User && IsVisibleEa(x.Name)) stored.Add(x.Name);
+        if (replaceVisible)
+        {
+            foreach (var old in stored) RemoveUserXattr(file.Inode, old);
+            stored.Clear();
+        }
+
+        var changes = new AttributeChanges();
+        for (int i = 0; i < entries.Count; i++)
+        {
+            var name = names[i];
+            var value = entries[i].Value;
+            if (IsLxEa(name))
+            {
+                if (name.AsSpan().SequenceEqual(LxDev))
+                {
+                    file.PendingDevice = (BinaryPrimitives.ReadUInt32LittleEndian(value), BinaryPrimitives.ReadUInt32LittleEndian(value.AsSpan(4)));
+                    continue;
+                }
                 uint v = BinaryPrimitives.ReadUInt32LittleEndian(value);
                 changes = name[3] == (byte)'U' ? changes with { Uid = v }
                     : name[3] == (byte)'G' ? changes with { Gid = v }
                     : changes with { Mode = (ushort)(v & 0xFFF) };
                 continue;
             }
-            if (name.AsSpan().SequenceEqual(LxDev))
+            for (int k = stored.Count - 1; k >= 0; k--)
             {
-                if (value.Length != 8) return NtStatus.InvalidParameter;
-                file.PendingDevice = (BinaryPrimitives.ReadUInt32LittleEndian(value), BinaryPrimitives.ReadUInt32LittleEndian(value.AsSpan(4)));
-                continue;
+                if (!Ascii.EqualsIgnoreCase(stored[k], name)) continue;
+                if (value.Length == 0 || !stored[k].AsSpan().SequenceEqual(name)) RemoveUserXattr(file.Inode, stored[k]);
+                stored.RemoveAt(k);
             }
-            if (!IsVisibleEa(name)) return NtStatus.InvalidParameter; // STATUS_INVALID_EA_NAME's caller-visible form
-            if (value.Length == 0)
-            {
-                try { _volume.RemoveXattr(file.Inode, XattrNamespace.User, name); }
-                catch (XfsException x) when (x.Error == XfsError.NoAttribute) { /* removing what is not there is no error */ }
-            }
-            else
-            {
-                _volume.SetXattr(file.Inode, XattrNamespace.User, name, value);
-            }
+            if (value.Length == 0) continue;
+            _volume.SetXattr(file.Inode, XattrNamespace.User, name, value);
+            stored.Add(name);
         }
         if (changes.Uid is not null || changes.Gid is not null || changes.Mode is not null)
             _volume.SetAttributes(file.Inode, changes);
         return NtStatus.Success;
+    }
+
+    private static bool IsLxEa(ReadOnlySpan<byte> name) =>
+        name.SequenceEqual(LxUid) || name.SequenceEqual(LxGid) || name.SequenceEqual(LxMod) || name.SequenceEqual(LxDev);
+
+    private void RemoveUserXattr(ulong inode, byte[] name)
+    {
+        try { _volume.RemoveXattr(inode, XattrNamespace.User, name); }
+        catch (XfsException x) when (x.Error == XfsError.NoAttribute) { /* removing what is not there is no error */ }
     }
 
     // ---------------------------------------------------------------- reparse points

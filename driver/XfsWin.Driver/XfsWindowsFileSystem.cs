@@ -121,8 +121,48 @@ public sealed partial class XfsWindowsFileSystem
         }
     }
 
-    /// <summary>XFS changes its label only offline (<c>xfswin label</c>); a read-write mount answers STATUS_NOT_SUPPORTED.</summary>
-    public int SetVolumeLabel(ReadOnlySpan<char> label) => _options.ReadWrite ? NtStatus.NotSupported : NtStatus.MediaWriteProtected;
+    /// <summary>
+    /// WinFsp's SetVolumeLabel: relabels the mounted volume (<see cref="XfsVolume.SetLabel"/>: the primary superblock
+    /// through the log, then every secondary) and answers the volume information with the new label. An XFS label is
+    /// at most 12 bytes of UTF-8: a longer one, or one with a control character or an unpaired surrogate, is
+    /// STATUS_INVALID_VOLUME_LABEL (what Windows reports as "the volume label exceeds the limit"), with nothing
+    /// changed. An empty label clears it. Read-only mounts answer STATUS_MEDIA_WRITE_PROTECTED.
+    /// </summary>
+    public int SetVolumeLabel(ReadOnlySpan<char> label, out VolumeInformation info)
+    {
+        info = default;
+        if (!_options.ReadWrite) return NtStatus.MediaWriteProtected;
+        if (!IsValidLabel(label)) return NtStatus.InvalidVolumeLabel;
+        try
+        {
+            _volume.SetLabel(label.ToString());
+            return GetVolumeInfo(out info);
+        }
+        catch (Exception e)
+        {
+            return NtStatus.FromException(e);
+        }
+    }
+
+    /// <summary>Whether Windows may set <paramref name="label"/> on an XFS volume: at most 12 UTF-8 bytes, no control characters, valid UTF-16.</summary>
+    public static bool IsValidLabel(ReadOnlySpan<char> label)
+    {
+        int bytes = 0;
+        for (int i = 0; i < label.Length; i++)
+        {
+            char c = label[i];
+            if (c < 0x20 || c == 0x7F) return false;
+            if (char.IsHighSurrogate(c))
+            {
+                if (i + 1 >= label.Length || !char.IsLowSurrogate(label[i + 1])) return false;
+                i++;
+                bytes += 4;
+            }
+            else if (char.IsLowSurrogate(c)) return false;
+            else bytes += c < 0x80 ? 1 : c < 0x800 ? 2 : 3;
+        }
+        return bytes <= Format.Superblock.MaxLabelBytes;
+    }
 
     // ---------------------------------------------------------------- names and paths
 
@@ -704,9 +744,9 @@ public sealed partial class XfsWindowsFileSystem
     // ---------------------------------------------------------------- extended attributes
 
     /// <summary>
-    /// WinFsp's GetEa: user.* xattrs as FILE_FULL_EA_INFORMATION, plus WSL's $LXUID, $LXGID, $LXMOD
-    /// (and $LXDEV for devices) so WSL sees Linux ownership. Stops quietly when the buffer is full,
-    /// as FspFileSystemAddEa does.
+    /// WinFsp's GetEa: user.* xattrs as FILE_FULL_EA_INFORMATION, in the volume's order, plus (unless
+    /// <c>--no-lx</c>) WSL's $LXUID, $LXGID, $LXMOD (and $LXDEV for devices) so WSL sees Linux ownership.
+    /// Stops quietly when the buffer is full, as FspFileSystemAddEa does.
     /// </summary>
     public int GetEa(OpenFile file, Span<byte> buffer, out int bytesTransferred)
     {
@@ -721,6 +761,7 @@ public sealed partial class XfsWindowsFileSystem
                 if (!_volume.TryGetXattr(file.Inode, XattrNamespace.User, x.Name, out var value)) continue;
                 if (!ExtendedAttributes.Append(buffer, ref used, x.Name, value)) goto done;
             }
+            if (!_options.LxSpecialFiles) goto done;
             Span<byte> v = stackalloc byte[8];
             var a = file.Attributes;
             BinaryPrimitives.WriteUInt32LittleEndian(v, a.Uid);

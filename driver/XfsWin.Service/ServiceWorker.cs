@@ -10,8 +10,8 @@ namespace XfsWin.Service;
 
 /// <summary>
 /// The XfsWin service's work: mounts everything in mounts.conf at start, serves the control
-/// channel (\\.\pipe\XfsWin.Control, SYSTEM and Administrators only) for the tray app and the
-/// management UI, and unmounts everything cleanly when the service stops or Windows shuts down.
+/// channel (\\.\pipe\XfsWin.Control: administrators may do everything, interactive users what
+/// <see cref="AccessPolicy"/> allows) for the tray app and the management UI, and unmounts everything cleanly when the service stops or Windows shuts down.
 /// Everything it reports goes to the Application event log under the "XfsWin" source.
 /// </summary>
 [SupportedOSPlatform("windows")]
@@ -21,20 +21,27 @@ public sealed class ServiceWorker(ILogger<ServiceWorker> log, IHostApplicationLi
 
     protected override async Task ExecuteAsync(CancellationToken stoppingToken)
     {
-        var table = File.Exists(MountTable.DefaultPath) ? MountTable.Parse(File.ReadAllText(MountTable.DefaultPath)) : [];
-        var options = new ServerOptions { Sources = [.. table.Select(e => e.Options.VolumeSource(e.Source))], ServerName = "XfsWin service" };
+        var table = ReadMountTable();
+        var configured = table.Select(e => new ConfiguredMount(e.Options.VolumeSource(e.Source), e.MountPoint, e.Options.ReadWrite, e.Line)
+        {
+            Open = WindowsMount.OpenOptions(e.Options),
+            HostOptions = MountTable.OptionWords(e),
+        }).ToList();
+        var options = new ServerOptions
+        {
+            Sources = [.. configured.Select(c => c.Source)], ServerName = "XfsWin service", ConfiguredMounts = configured,
+        };
         _volumes = new VolumeManager(options, new WinFspMountBackend());
         using var events = _volumes.Subscribe(e =>
         {
             if (e.Ok) log.LogInformation("{Kind}: {Message}", e.Kind, e.Message);
             else log.LogWarning("{Kind}: {Message}", e.Kind, e.Message);
         });
-        foreach (var entry in table)
+        foreach (var entry in configured)
         {
             try
             {
-                var words = MountTable.OptionWords(entry);
-                _volumes.Mount(entry.Options.VolumeSource(entry.Source), entry.MountPoint, WindowsMount.OpenOptions(entry.Options), words);
+                _volumes.MountConfigured(entry);
             }
             catch (Exception e) when (e is XfsException or IOException or UnauthorizedAccessException or DllNotFoundException or ArgumentException or ControlException)
             {
@@ -44,7 +51,8 @@ public sealed class ServiceWorker(ILogger<ServiceWorker> log, IHostApplicationLi
         IControlListener listener;
         try
         {
-            listener = ControlEndpoint.Listen(ControlEndpoint.DefaultPipeName);
+            // Administrators and interactive users may connect; each request is checked against AccessPolicy.
+            listener = ControlEndpoint.Listen(ControlEndpoint.DefaultPipeName, ListenerAccess.LocalUsers);
         }
         catch (IOException e)
         {
@@ -61,6 +69,32 @@ public sealed class ServiceWorker(ILogger<ServiceWorker> log, IHostApplicationLi
         }
         catch (OperationCanceledException)
         {
+        }
+    }
+
+    /// <summary>
+    /// mounts.conf's entries, when only administrators can have written it (<see cref="MountTable.Untrusted"/>);
+    /// otherwise none, with the reason in the event log. A malformed file mounts nothing either.
+    /// </summary>
+    private IReadOnlyList<MountEntry> ReadMountTable()
+    {
+        var path = MountTable.DefaultPath;
+        if (!File.Exists(path)) return [];
+        try
+        {
+            byte[] sd = new FileInfo(path).GetAccessControl(System.Security.AccessControl.AccessControlSections.Owner | System.Security.AccessControl.AccessControlSections.Access)
+                .GetSecurityDescriptorBinaryForm();
+            if (MountTable.Untrusted(sd) is { } why)
+            {
+                log.LogError("{Path} is not used: {Why}. Only Administrators may write it (it decides what the service, running as LocalSystem, opens, and what every user may mount).", path, why);
+                return [];
+            }
+            return MountTable.Parse(File.ReadAllText(path));
+        }
+        catch (Exception e) when (e is FormatException or IOException or UnauthorizedAccessException)
+        {
+            log.LogError("{Path} is not used: {Message}", path, e.Message);
+            return [];
         }
     }
 

@@ -36,9 +36,9 @@ public sealed class WinFspMountBackend : IMountBackend
 
     public IMountedVolume Mount(XfsVolume volume, string source, string mountPoint, IReadOnlyList<string> hostOptions)
     {
-        // A volume the control server opened writable (mount with readOnly=false, or --rw in mounts.conf) is served read-write.
-        var options = MountOptions.Parse(hostOptions);
-        if (!volume.IsReadOnly) options = options with { ReadWrite = true };
+        // A volume the control server opened writable (mount with readOnly=false, or --rw in mounts.conf) is served read-write;
+        // one it opened read-only is served read-only whatever the option words say.
+        var options = MountOptions.Parse(hostOptions) with { ReadWrite = !volume.IsReadOnly };
         return new Mounted(WindowsMount.Host(volume, source, mountPoint, options));
     }
 

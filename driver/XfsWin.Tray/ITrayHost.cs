@@ -12,8 +12,17 @@ public interface ITrayHost
     /// <summary>Opens a folder (a mounted drive) in the file manager.</summary>
     void OpenFolder(string path);
 
-    /// <summary>Opens an address in the default browser.</summary>
-    void OpenUrl(string url);
+    /// <summary>
+    /// Shows the management UI at <paramref name="url"/> (<c>xfswin manage</c>'s address with its token): in a WebView2
+    /// window when the WebView2 runtime is installed, otherwise in the default browser (<see cref="ManagementView"/>).
+    /// </summary>
+    void ShowManagement(string url);
+
+    /// <summary>
+    /// Starts the management UI elevated, in a process of its own (one UAC prompt): what needs an administrator.
+    /// False when it did not start (the user declined the prompt).
+    /// </summary>
+    bool OpenManagementAsAdministrator();
 
     /// <summary>
     /// Where to mount <paramref name="volume"/>, given the service's suggestions; null when nothing is

@@ -26,12 +26,25 @@ public sealed partial class ManageLauncher : IDisposable
         _arguments = args;
     }
 
-    /// <summary>xfswin.exe in the tray's own folder, as the MSI installs them.</summary>
-    public static ManageLauncher Installed(string trayDirectory) =>
-        new(Path.Combine(trayDirectory, OperatingSystem.IsWindows() ? "xfswin.exe" : "xfswin"), [], null);
+    /// <summary>
+    /// The CLI as the MSI installs it beside the tray: <c>cli\xfswin.exe</c> under the tray's folder (the CLI carries its
+    /// own runtime there), or, in a build tree or a hand-made copy, <c>xfswin.exe</c> next to the tray.
+    /// </summary>
+    public static ManageLauncher Installed(string trayDirectory) => new(InstalledCli(trayDirectory), [], null);
 
-    [GeneratedRegex(@"^http://127\.0\.0\.1:\d+/[0-9a-f]+/$")]
+    /// <summary>Where <see cref="Installed"/> finds the CLI: <c>cli/xfswin(.exe)</c> when it exists, else the tray's own folder.</summary>
+    public static string InstalledCli(string trayDirectory)
+    {
+        string name = OperatingSystem.IsWindows() ? "xfswin.exe" : "xfswin";
+        string msi = Path.Combine(trayDirectory, "cli", name);
+        return File.Exists(msi) ? msi : Path.Combine(trayDirectory, name);
+    }
+
+    [GeneratedRegex(@"^http://127\.0\.0\.1:\d{1,5}/[0-9a-f]{16,}/$")]
     private static partial Regex Address();
+
+    /// <summary>Whether <paramref name="url"/> is what <c>xfswin manage</c> prints: http://127.0.0.1:PORT/TOKEN/ (lower-case hex token).</summary>
+    public static bool IsAddress([System.Diagnostics.CodeAnalysis.NotNullWhen(true)] string? url) => url is not null && Address().IsMatch(url);
 
     /// <summary>The UI's address, starting <c>xfswin manage</c> when none runs; throws <see cref="IOException"/> saying why it could not.</summary>
     public async Task<string> UrlAsync(CancellationToken cancellationToken = default)
@@ -72,7 +85,7 @@ public sealed partial class ManageLauncher : IDisposable
                 Stop(process);
                 throw new IOException("xfswin manage printed no address within a minute");
             }
-            if (line is null || !Address().IsMatch(line))
+            if (!IsAddress(line))
             {
                 Stop(process);
                 var why = (await stderr.ConfigureAwait(false)).Trim();

@@ -70,6 +70,7 @@ public static class Notifications
         TrayCommandKind.Recover => "Recovery",
         TrayCommandKind.OpenMountPoint => "Opening the drive",
         TrayCommandKind.OpenManagement => "Opening the management UI",
+        TrayCommandKind.OpenManagementAsAdministrator => "Opening the management UI as administrator",
         TrayCommandKind.ToggleStartAtLogon => "Changing start at logon",
         TrayCommandKind.RestartAsAdministrator => "Restarting as administrator",
         _ => kind.ToString(),

@@ -72,7 +72,11 @@ public sealed class TrayController : IAsyncDisposable
                     await client.SubscribeAsync(attempt.Token).ConfigureAwait(false);
                     var list = await ListAsync(client, attempt.Token).ConfigureAwait(false);
                     lock (_gate) _client = client;
-                    Publish(s => s with { Connection = TrayConnection.Connected, Status = $"connected to {hello.Server}", Volumes = list, Operations = hello.Operations });
+                    Publish(s => s with
+                    {
+                        Connection = TrayConnection.Connected, Status = $"connected to {hello.Server}", Volumes = list, Operations = hello.Operations,
+                        Administrator = hello.Administrator ?? true,
+                    });
                 }
                 failures = 0;
                 wasConnected = true;
@@ -94,7 +98,7 @@ public sealed class TrayController : IAsyncDisposable
             }
             catch (UnauthorizedAccessException)
             {
-                Publish(s => s with { Connection = TrayConnection.AccessDenied, Status = "the XfsWin service answers administrators only", Volumes = [] });
+                Publish(s => s with { Connection = TrayConnection.AccessDenied, Status = "the XfsWin service refused this user", Volumes = [] });
             }
             catch (Exception e) when (e is IOException or SocketException or TimeoutException or ControlException or OperationCanceledException)
             {
@@ -175,7 +179,11 @@ public sealed class TrayController : IAsyncDisposable
                     break;
                 case TrayCommandKind.OpenManagement:
                     if (_manage is null) throw new IOException("xfswin manage is not available to this tray");
-                    _host.OpenUrl(await _manage.UrlAsync(cancellationToken).ConfigureAwait(false));
+                    _host.ShowManagement(await _manage.UrlAsync(cancellationToken).ConfigureAwait(false));
+                    break;
+                case TrayCommandKind.OpenManagementAsAdministrator:
+                    // Declining the UAC prompt is the user's answer, not a failure to report.
+                    _host.OpenManagementAsAdministrator();
                     break;
                 case TrayCommandKind.ToggleStartAtLogon:
                     bool on = !_host.StartAtLogon;
@@ -208,6 +216,14 @@ public sealed class TrayController : IAsyncDisposable
         var client = Require();
         var volume = Snapshot.Volumes.FirstOrDefault(v => v.Source == command.Source)
             ?? throw new ArgumentException($"the service no longer lists {command.Source}");
+        if (volume.ConfiguredMountPoint is { } configured)
+        {
+            // Where (and how) an administrator configured it: what any user may do.
+            await client.CallAsync(new ControlRequest { Op = Operations.Mount, Source = volume.Source, MountPoint = configured, ReadOnly = !volume.ConfiguredReadWrite },
+                null, cancellationToken).ConfigureAwait(false);
+            await RefreshAsync().ConfigureAwait(false);
+            return;
+        }
         // Ask again: drive letters come and go, and the service knows which ones it can use.
         var hello = (await client.CallAsync(new ControlRequest { Op = Operations.Hello }, null, cancellationToken).ConfigureAwait(false)).Hello!;
         var where = _host.ChooseMountPoint(volume, hello.SuggestedMountPoints)

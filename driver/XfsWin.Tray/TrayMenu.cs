@@ -9,6 +9,8 @@ public enum TrayCommandKind
     Recover,
     OpenMountPoint,
     OpenManagement,
+    /// <summary>The management UI in a process of its own, elevated (one UAC prompt): for what needs an administrator.</summary>
+    OpenManagementAsAdministrator,
     ToggleStartAtLogon,
     Reconnect,
     RestartAsAdministrator,
@@ -38,7 +40,7 @@ public enum TrayConnection
     Connected,
     /// <summary>No service answers (not installed, stopped, restarting).</summary>
     ServiceNotRunning,
-    /// <summary>The control pipe refused this user: it admits SYSTEM and Administrators only.</summary>
+    /// <summary>The control pipe refused this user (an account that is neither interactive nor an administrator, or an older service).</summary>
     AccessDenied,
 }
 
@@ -52,6 +54,12 @@ public sealed record TraySnapshot(
 {
     public static TraySnapshot Initial(bool startAtLogon) =>
         new(TrayConnection.Connecting, "connecting to the XfsWin service", [], [], startAtLogon);
+
+    /// <summary>
+    /// Whether the service treats this user as an administrator (its hello says so): otherwise the menu offers only
+    /// what a user may do (mount and unmount configured volumes) and sends the rest to the elevated management UI.
+    /// </summary>
+    public bool Administrator { get; init; } = true;
 
     /// <summary>The icon's tooltip (Windows shows at most 127 characters).</summary>
     public string Tooltip
@@ -75,6 +83,9 @@ public sealed record TraySnapshot(
 public static class TrayMenu
 {
     public const string OpenManagementText = "Open the management UI";
+    public const string OpenManagementAsAdministratorText = "Open the management UI as administrator";
+    /// <summary>The suffix of a volume command that needs an administrator: it opens the elevated management UI.</summary>
+    public const string AsAdministrator = " (as administrator)…";
     public const string StartAtLogonText = "Start at logon";
     public const string ExitText = "Exit";
 
@@ -84,10 +95,12 @@ public static class TrayMenu
         if (s.Connection == TrayConnection.Connected)
         {
             if (s.Volumes.Count == 0) items.Add(new("No XFS volumes found"));
-            foreach (var v in s.Volumes) items.Add(VolumeItem(v, s.Operations));
+            foreach (var v in s.Volumes) items.Add(VolumeItem(v, s.Operations, s.Administrator));
             items.Add(TrayMenuItem.Separator);
         }
         items.Add(new(OpenManagementText, s.Connection == TrayConnection.Connected ? new(TrayCommandKind.OpenManagement) : null));
+        if (s.Connection == TrayConnection.Connected && !s.Administrator)
+            items.Add(new(OpenManagementAsAdministratorText, new(TrayCommandKind.OpenManagementAsAdministrator)));
         if (s.Connection == TrayConnection.AccessDenied)
             items.Add(new("Restart as administrator", new(TrayCommandKind.RestartAsAdministrator)));
         if (s.Connection is TrayConnection.ServiceNotRunning or TrayConnection.AccessDenied)
@@ -101,25 +114,38 @@ public static class TrayMenu
     private static string HeaderText(TraySnapshot s) => s.Connection switch
     {
         TrayConnection.Connected => $"XfsWin: {s.Status}",
-        TrayConnection.AccessDenied => "XfsWin: the service answers administrators only",
+        TrayConnection.AccessDenied => "XfsWin: the service refused this user",
         TrayConnection.ServiceNotRunning => "XfsWin: the service is not running",
         _ => "XfsWin: connecting…",
     };
 
-    private static TrayMenuItem VolumeItem(TrayVolume v, IReadOnlyList<string> operations)
+    /// <summary>
+    /// A volume's submenu. A user who is not an administrator gets Mount and Unmount for the volumes an administrator
+    /// configured; for other volumes, and for Recover, the item opens the management UI as administrator instead.
+    /// </summary>
+    private static TrayMenuItem VolumeItem(TrayVolume v, IReadOnlyList<string> operations, bool administrator)
     {
         var children = new List<TrayMenuItem>();
+        bool configured = v.ConfiguredMountPoint is not null;
+        var elevate = new TrayCommand(TrayCommandKind.OpenManagementAsAdministrator, v.Source);
         if (v.MountPoint is { } where)
         {
             children.Add(new($"Open {where} in Explorer", new(TrayCommandKind.OpenMountPoint, v.Source, where)));
-            children.Add(new("Unmount", new(TrayCommandKind.Unmount, v.Source, where)));
+            children.Add(administrator || configured
+                ? new("Unmount", new(TrayCommandKind.Unmount, v.Source, where))
+                : new("Unmount" + AsAdministrator, elevate));
         }
         else if (v.CanMount && operations.Contains(Operations.Mount))
         {
-            children.Add(new("Mount (next free drive letter)", new(TrayCommandKind.Mount, v.Source)));
+            string text = configured ? $"Mount at {v.ConfiguredMountPoint}" : "Mount (next free drive letter)";
+            children.Add(administrator || configured
+                ? new(text, new(TrayCommandKind.Mount, v.Source))
+                : new("Mount" + AsAdministrator, elevate));
         }
         if (v.CanRecover && operations.Contains(Operations.Recover))
-            children.Add(new("Recover: replay the log onto the disk", new(TrayCommandKind.Recover, v.Source)));
+            children.Add(administrator
+                ? new("Recover: replay the log onto the disk", new(TrayCommandKind.Recover, v.Source))
+                : new("Recover" + AsAdministrator, elevate));
         if (v.Problem is { Length: > 0 } problem)
             children.Add(new(Notifications.Fit(problem, 120)));
         return new(v.MenuText, Children: children);

@@ -25,6 +25,12 @@ public enum VolumeState
 /// </summary>
 public sealed record TrayVolume(string Source, string Label, VolumeState State, string? MountPoint, bool ReadOnly, string LogState, string? Problem)
 {
+    /// <summary>Where an administrator configured it to be mounted (then any user may mount and unmount it), or null.</summary>
+    public string? ConfiguredMountPoint { get; init; }
+
+    /// <summary>Whether its configuration mounts it read-write.</summary>
+    public bool ConfiguredReadWrite { get; init; }
+
     /// <summary>The label, or the source's file name when the volume has none.</summary>
     public string Name => Label.Length > 0 ? Label : DisplaySource(Source);
 
@@ -72,7 +78,10 @@ public sealed record TrayVolume(string Source, string Label, VolumeState State, 
             _ when v.LogState == "dirty" => VolumeState.NeedsRecovery,
             _ => VolumeState.NotMounted,
         };
-        return new TrayVolume(v.Source, v.Label, state, v.MountPoint, v.ReadOnly, v.LogState, v.Problem);
+        return new TrayVolume(v.Source, v.Label, state, v.MountPoint, v.ReadOnly, v.LogState, v.Problem)
+        {
+            ConfiguredMountPoint = v.ConfiguredMountPoint, ConfiguredReadWrite = v.ConfiguredReadWrite,
+        };
     }
 
     /// <summary>Every volume of a list reply, in the server's order: a whole-device volume, then each partition's.</summary>

@@ -306,18 +306,31 @@ public sealed class ProtocolTests : IAsyncLifetime
     }
 
     [Fact]
-    public void Pipe_security_descriptor_grants_system_and_administrators_only()
+    public void Pipe_security_descriptors_grant_system_administrators_and_interactive_users_what_they_need()
     {
-        var bytes = PipeSecurityDescriptor.Build();
-        var sd = SecurityDescriptors.Parse(bytes);
-        Assert.Null(sd.Owner);
-        Assert.Null(sd.Group);
-        Assert.Equal(0x8000 | 0x1000 | 0x0004, sd.Control & (0x8000 | 0x1000 | 0x0004));
-        Assert.NotNull(sd.Dacl);
-        Assert.Collection(sd.Dacl!,
+        static IReadOnlyList<Ace> Dacl(ListenerAccess access)
+        {
+            var sd = SecurityDescriptors.Parse(PipeSecurityDescriptor.Build(access));
+            Assert.Null(sd.Owner);
+            Assert.Null(sd.Group);
+            Assert.Equal(0x8000 | 0x1000 | 0x0004, sd.Control & (0x8000 | 0x1000 | 0x0004));
+            return sd.Dacl!;
+        }
+        Assert.Collection(Dacl(ListenerAccess.Private),
             a => { Assert.Equal(AceType.AccessAllowed, a.Type); Assert.Equal(Sid.LocalSystem, a.Sid); Assert.Equal(0x001F01FFu, (uint)a.Mask); },
             a => { Assert.Equal(AceType.AccessAllowed, a.Type); Assert.Equal(Sid.Administrators, a.Sid); Assert.Equal(0x001F01FFu, (uint)a.Mask); });
-        Assert.Equal("D:P(A;;FA;;;SY)(A;;FA;;;BA)", PipeSecurityDescriptor.Sddl);
+        Assert.Equal("D:P(A;;FA;;;SY)(A;;FA;;;BA)", PipeSecurityDescriptor.Sddl(ListenerAccess.Private));
+
+        var users = Dacl(ListenerAccess.LocalUsers);
+        Assert.Equal(3, users.Count);
+        Assert.Equal(Sid.Parse("S-1-5-4"), users[2].Sid);
+        uint mask = (uint)users[2].Mask;
+        // Read and write data (what PipeAccessRights.ReadWrite asks for, 0x2019B) and SYNCHRONIZE; never
+        // FILE_CREATE_PIPE_INSTANCE (0x4, FILE_APPEND_DATA), WRITE_DAC, WRITE_OWNER or DELETE.
+        Assert.Equal(0x2019Bu, mask & 0x2019Bu);
+        Assert.Equal(0u, mask & (0x4u | 0x40000u | 0x80000u | 0x10000u));
+        Assert.Equal(0x0012019Bu, mask);
+        Assert.Equal("D:P(A;;FA;;;SY)(A;;FA;;;BA)(A;;0x0012019b;;;IU)", PipeSecurityDescriptor.Sddl(ListenerAccess.LocalUsers));
     }
 
     [Fact]

@@ -72,12 +72,24 @@ public sealed class TestServer : IAsyncDisposable
     public ControlServer Server { get; }
     public StringWriter Log { get; } = new();
 
-    public TestServer(IReadOnlyList<string> sources, ServerOptions? options = null)
+    /// <param name="access">
+    /// <see cref="ListenerAccess.LocalUsers"/>: the socket is open to every user, in a directory of mode 0755 under /tmp
+    /// (the temp directory of root may be private), as the service's is.
+    /// </param>
+    public TestServer(IReadOnlyList<string> sources, ServerOptions? options = null, ListenerAccess access = ListenerAccess.Private)
     {
-        Directory = System.IO.Directory.CreateTempSubdirectory("xfswin-control-test.").FullName;
+        if (access == ListenerAccess.Private)
+        {
+            Directory = System.IO.Directory.CreateTempSubdirectory("xfswin-control-test.").FullName;
+        }
+        else
+        {
+            Directory = System.IO.Directory.CreateDirectory(Path.Combine("/tmp", "xfswin-control-users." + Guid.NewGuid().ToString("N"))).FullName;
+            File.SetUnixFileMode(Directory, (UnixFileMode)Convert.ToInt32("755", 8));
+        }
         var o = (options ?? new ServerOptions()) with { Sources = sources, ScanDevices = false, HealthPollInterval = TimeSpan.FromMilliseconds(200) };
         Volumes = new VolumeManager(o, new FuseMountBackend(TextWriter.Synchronized(Log)));
-        Server = new ControlServer(ControlEndpoint.Listen(Path.Combine(Directory, "control.sock")), Volumes, o, l => { lock (Log) Log.WriteLine(l); });
+        Server = new ControlServer(ControlEndpoint.Listen(Path.Combine(Directory, "control.sock"), access), Volumes, o, l => { lock (Log) Log.WriteLine(l); });
         Server.Start();
     }
 

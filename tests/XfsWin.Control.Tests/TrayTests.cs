@@ -232,7 +232,7 @@ public sealed class TrayTests : IAsyncDisposable
         var tray = Tray(_ => throw new UnauthorizedAccessException("Access to the path is denied."));
         var s = await WaitFor(tray, s => s.Connection == TrayConnection.AccessDenied);
         var menu = TrayMenu.Build(s);
-        Assert.Equal("XfsWin: the service answers administrators only", menu[0].Text);
+        Assert.Equal("XfsWin: the service refused this user", menu[0].Text);
         var restart = menu.Single(i => i.Text == "Restart as administrator");
         Assert.True(await tray.ExecuteAsync(restart.Command!));
         Assert.Equal((1, 1), (_host.Restarts, _host.Exits));
@@ -265,6 +265,16 @@ public sealed class TrayTests : IAsyncDisposable
 
         manage.Dispose();
         Assert.Throws<ArgumentException>(() => System.Diagnostics.Process.GetProcessById(pid));
+    }
+
+    [Fact]
+    public void The_installed_cli_is_found_where_the_msi_puts_it()
+    {
+        var tray = Directory.CreateDirectory(Path.Combine(_dir, "installed")).FullName;
+        Assert.Equal(Path.Combine(tray, "xfswin"), ManageLauncher.InstalledCli(tray));
+        Directory.CreateDirectory(Path.Combine(tray, "cli"));
+        File.WriteAllText(Path.Combine(tray, "cli", "xfswin"), "");
+        Assert.Equal(Path.Combine(tray, "cli", "xfswin"), ManageLauncher.InstalledCli(tray));
     }
 
     [Fact]
@@ -337,6 +347,80 @@ public sealed class TrayTests : IAsyncDisposable
         Assert.True(longTitle.Title.Length <= Notifications.MaxTitle);
         Assert.False(char.IsHighSurrogate(longTitle.Title[^2])); // never half a surrogate pair before the ellipsis
     }
+    [Fact]
+    public void A_user_who_is_not_an_administrator_gets_configured_volumes_and_the_elevated_ui_for_the_rest()
+    {
+        TrayVolume[] volumes =
+        [
+            new("/srv/shared.img", "shared", VolumeState.NotMounted, null, true, "clean", null) { ConfiguredMountPoint = "S:" },
+            new("/srv/other.img", "other", VolumeState.NeedsRecovery, null, true, "dirty", null),
+            new("/srv/adhoc.img", "adhoc", VolumeState.Mounted, "Q:", true, "clean", null),
+        ];
+        var user = new TraySnapshot(TrayConnection.Connected, "connected to XfsWin service", volumes, Operations.Accepted, false) { Administrator = false };
+        var menu = TrayMenu.Build(user);
+        Assert.Equal(["Mount at S:"], VolumeItem(user, "shared").Children!.Select(c => c.Text));
+        Assert.Equal(new TrayCommand(TrayCommandKind.Mount, "/srv/shared.img"), Command(VolumeItem(user, "shared"), "Mount at S:"));
+        Assert.Equal(["Mount" + TrayMenu.AsAdministrator, "Recover" + TrayMenu.AsAdministrator], VolumeItem(user, "other").Children!.Select(c => c.Text));
+        Assert.All(VolumeItem(user, "other").Children!, c => Assert.Equal(TrayCommandKind.OpenManagementAsAdministrator, c.Command!.Kind));
+        Assert.Equal(["Open Q: in Explorer", "Unmount" + TrayMenu.AsAdministrator], VolumeItem(user, "adhoc").Children!.Select(c => c.Text));
+        Assert.Contains(menu, i => i.Text == TrayMenu.OpenManagementAsAdministratorText && i.Command!.Kind == TrayCommandKind.OpenManagementAsAdministrator);
+
+        // An administrator gets every command directly, and no elevation item.
+        var admin = user with { Administrator = true };
+        Assert.Equal(["Mount (next free drive letter)", "Recover: replay the log onto the disk"], VolumeItem(admin, "other").Children!.Select(c => c.Text));
+        Assert.Equal(["Open Q: in Explorer", "Unmount"], VolumeItem(admin, "adhoc").Children!.Select(c => c.Text));
+        Assert.DoesNotContain(TrayMenu.Build(admin), i => i.Text == TrayMenu.OpenManagementAsAdministratorText);
+    }
+
+    [Fact]
+    public async Task A_configured_volume_mounts_where_it_is_configured_and_the_elevated_ui_is_asked_of_the_host()
+    {
+        var image = TestVolumes.Make(_dir, "cfg.img", "trayconf", m => File.WriteAllText(Path.Combine(m, "c.txt"), "configured\n"));
+        var where = Path.Combine(_dir, "configured-here");
+        var server = new TestServer([], new ServerOptions { ConfiguredMounts = [new ConfiguredMount(image, where, ReadWrite: false, 1)] });
+        _owned.Add(server);
+        var tray = Tray(ct => ControlClient.ConnectAsync(server.Socket, ct));
+        var s = await WaitFor(tray, s => s.Connection == TrayConnection.Connected && s.Volumes.Count == 1);
+        Assert.True(s.Administrator);
+        Assert.Equal(where, s.Volumes.Single().ConfiguredMountPoint);
+        Assert.True(await tray.ExecuteAsync(Command(VolumeItem(s, "trayconf"), $"Mount at {where}")));
+        Assert.True(TestVolumes.IsMountPoint(where));
+        Assert.Equal("configured\n", File.ReadAllText(Path.Combine(where, "c.txt")));
+        s = await WaitFor(tray, s => s.Volumes.Single().MountPoint == where);
+        Assert.True(await tray.ExecuteAsync(Command(VolumeItem(s, "trayconf"), "Unmount")));
+        Assert.False(TestVolumes.IsMountPoint(where));
+
+        Assert.True(await tray.ExecuteAsync(new TrayCommand(TrayCommandKind.OpenManagementAsAdministrator)));
+        Assert.Equal(1, _host.ElevatedManagementStarts);
+    }
+
+    [Fact]
+    public void The_management_ui_shows_in_webview2_only_when_its_runtime_is_installed_and_only_its_own_address()
+    {
+        const string url = "http://127.0.0.1:37041/119c6dc8863824db275ba390372fd16aa4bdade1708acf37/";
+        Assert.Equal(ManagementViewKind.WebView2Window, ManagementView.Choose(url, [null, "131.0.2903.112", null]));
+        Assert.Equal(ManagementViewKind.WebView2Window, ManagementView.Choose(url, ["0.0.0.0", null, "120.0.2210.91"]));
+        // What an uninstall leaves, nothing at all, or garbage: the default browser.
+        Assert.Equal(ManagementViewKind.Browser, ManagementView.Choose(url, ["0.0.0.0", "", null]));
+        Assert.Equal(ManagementViewKind.Browser, ManagementView.Choose(url, []));
+        Assert.Equal(ManagementViewKind.Browser, ManagementView.Choose(url, ["not a version"]));
+        // Only xfswin manage's own address, with its token, is ever shown.
+        foreach (var bad in new[] { "http://127.0.0.1:37041/", "http://evil.example/119c6dc8863824db275ba390372fd16a/",
+                     "https://127.0.0.1:37041/119c6dc8863824db275ba390372fd16a/", "http://127.0.0.1:37041/119C6DC8863824DB275BA390372FD16A/",
+                     "http://127.0.0.1:37041/119c6dc8/", "file:///C:/Windows/" })
+            Assert.Throws<ArgumentException>(() => ManagementView.Choose(bad, ["131.0.2903.112"]));
+        // Navigations stay in the window only under the token.
+        Assert.True(ManagementView.StaysInWindow(url, url + "index.html?x=1"));
+        Assert.True(ManagementView.StaysInWindow(url, url));
+        Assert.False(ManagementView.StaysInWindow(url, "http://127.0.0.1:37041/"));
+        Assert.False(ManagementView.StaysInWindow(url, "http://127.0.0.1:37042/119c6dc8863824db275ba390372fd16aa4bdade1708acf37/"));
+        Assert.False(ManagementView.StaysInWindow(url, "https://winfsp.dev/rel/"));
+        Assert.False(ManagementView.StaysInWindow(url, null));
+        Assert.Equal(Path.Combine("/home/u/.local", "XfsWin", "WebView2"), ManagementView.UserDataFolder("/home/u/.local"));
+        Assert.All(ManagementView.RuntimeKeys, k => Assert.EndsWith(@"\Microsoft\EdgeUpdate\Clients\{F3017226-FE2A-4295-8BDF-00C3A9A7E4C5}", k.Key));
+        Assert.Equal(Path.Combine("runtimes", "win-x64", "native"), ManagementView.LoaderFolder(System.Runtime.InteropServices.Architecture.X64));
+        Assert.Equal(Path.Combine("runtimes", "win-arm64", "native"), ManagementView.LoaderFolder(System.Runtime.InteropServices.Architecture.Arm64));
+    }
 }
 
 /// <summary>The desktop as the tray's tests see it: mount points under a test directory, and a record of every request.</summary>
@@ -383,9 +467,17 @@ public sealed class RecordingTrayHost(string mountRoot) : ITrayHost
         lock (Folders) Folders.Add(path);
     }
 
-    public void OpenUrl(string url)
+    public void ShowManagement(string url)
     {
         lock (Urls) Urls.Add(url);
+    }
+
+    public int ElevatedManagementStarts { get; private set; }
+
+    public bool OpenManagementAsAdministrator()
+    {
+        ElevatedManagementStarts++;
+        return true;
     }
 
     /// <summary>A directory per label (FUSE mounts on an existing directory, where Windows takes a free letter).</summary>

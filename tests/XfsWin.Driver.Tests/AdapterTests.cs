@@ -144,7 +144,7 @@ public class AdapterTests(DriverImage image)
         Assert.Equal(NtStatus.MediaWriteProtected, _fs.SetFileSize(file, 0, false, out _));
         Assert.Equal(NtStatus.MediaWriteProtected, _fs.Rename(file, @"\hello.txt", @"\x", false));
         Assert.Equal(NtStatus.MediaWriteProtected, _fs.SetDelete(file, @"\hello.txt", true));
-        Assert.Equal(NtStatus.MediaWriteProtected, _fs.SetVolumeLabel("x"));
+        Assert.Equal(NtStatus.MediaWriteProtected, _fs.SetVolumeLabel("x", out _));
     }
 
     [Fact]
@@ -312,6 +312,12 @@ public class AdapterTests(DriverImage image)
         var plain = image.Adapter(new MountOptions { LxSpecialFiles = false, IdMapping = IdMappingMode.Unix });
         Assert.Equal(NtStatus.Success, plain.Open(@"\fifo", 0, 0, out _, out var asFile));
         Assert.Equal(0u, asFile.ReparseTag);
+        // --no-lx: no $LX* EAs either; the user.* ones stay.
+        var plainEas = new byte[8192];
+        Assert.Equal(NtStatus.Success, plain.GetEa(Open(@"\hello.txt", plain), plainEas, out int plainUsed));
+        var names = ExtendedAttributes.Parse(plainEas.AsSpan(0, plainUsed)).Select(e => e.Name).ToList();
+        Assert.Contains("color", names);
+        Assert.DoesNotContain(names, n => n.StartsWith("$LX", StringComparison.Ordinal));
     }
 
     private Dictionary<string, byte[]> GetEas(OpenFile file, int bufferSize = 8192)

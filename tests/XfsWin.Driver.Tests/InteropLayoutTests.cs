@@ -127,6 +127,9 @@ public unsafe class InteropLayoutTests
         Assert.True(p.Flags.HasFlag(VolumeFlags.DirectoryMarkerAsNextOffset));
         Assert.True(p.Flags.HasFlag(VolumeFlags.UmFileContextIsUserContext2));
         Assert.False(p.Flags.HasFlag(VolumeFlags.PassQueryDirectoryPattern));
+        // EA names as NTFS shows them: upper-cased by the WinFsp kernel (winfsp-tests' EA tests expect it).
+        Assert.True(p.Flags.HasFlag(VolumeFlags.ExtendedAttributes));
+        Assert.False(p.Flags.HasFlag(VolumeFlags.CasePreservedExtendedAttributes));
         Assert.Equal("WinFsp.Disk", VolumeParameters.DevicePath(new MountOptions()));
 
         var o = MountOptions.Parse(["--case-insensitive", "--fs-name", "NTFS", "--name-markers", "--no-ea", "--unc", @"\xfs\vol"]);

@@ -111,6 +111,12 @@ public sealed class ReadWriteAdapterTests : IDisposable
         return b;
     }
 
+    /// <summary>The user.* xattrs of an inode as (name, value) text, by name.</summary>
+    private static (string, string)[] UserXattrs(XfsVolume volume, ulong inode) =>
+        volume.ListXattrs(inode).Where(x => x.Namespace == XfsWin.Attributes.XattrNamespace.User)
+            .Select(x => (Encoding.ASCII.GetString(x.Name), volume.TryGetXattr(inode, x.Namespace, x.Name, out var v) ? Encoding.UTF8.GetString(v) : "?"))
+            .OrderBy(p => p.Item1, StringComparer.Ordinal).ToArray();
+
     private static ulong FileTime(DateTime utc) => (ulong)utc.ToFileTimeUtc();
 
     private static readonly DateTime WriteTime = new(2020, 1, 2, 3, 4, 5, DateTimeKind.Utc);
@@ -121,7 +127,6 @@ public sealed class ReadWriteAdapterTests : IDisposable
     {
         var pattern = new byte[200_000];
         for (int i = 0; i < pattern.Length; i++) pattern[i] = (byte)(i * 13 + 5);
-        string? eaOutcome;
 
         using (var volume = XfsVolume.Open(_image, new VolumeOpenOptions { Writable = true }))
         {
@@ -271,26 +276,17 @@ public sealed class ReadWriteAdapterTests : IDisposable
             Assert.Equal(ReparseTags.LxCharDevice, chr.Information.ReparseTag);
             Close(fs, chr);
 
-            // SetSecurity: a named user becomes a POSIX ACL where the engine writes xattrs; otherwise nothing changes.
+            // SetSecurity: a named user becomes a POSIX ACL (trusted SGI_ACL_FILE).
             var b = Open(fs, @"\docs\b.txt");
-            uint modeBefore = volume.GetAttributes(b.Inode).Mode;
             var namedDacl = new List<Ace>
             {
                 new(AceType.AccessAllowed, A.ReadData | A.WriteData, Sid.UnixUser(CreatorUid)),
                 new(AceType.AccessAllowed, A.ReadData, Sid.UnixUser(555)),
                 new(AceType.AccessAllowed, A.ReadData, Sid.UnixGroup(CreatorGid)),
             };
-            int aclStatus = fs.SetSecurity(b, XfsWindowsFileSystem.SecurityDacl,
-                SecurityDescriptors.Serialize(Sid.UnixUser(CreatorUid), Sid.UnixGroup(CreatorGid), namedDacl));
-            if (aclStatus == NtStatus.Success)
-            {
-                Assert.True(volume.TryGetXattr(b.Inode, XfsWin.Attributes.XattrNamespace.Trusted, "SGI_ACL_FILE"u8, out _));
-            }
-            else
-            {
-                Assert.Equal(NtStatus.NotSupported, aclStatus);
-                Assert.Equal(modeBefore, volume.GetAttributes(b.Inode).Mode);
-            }
+            Assert.Equal(NtStatus.Success, fs.SetSecurity(b, XfsWindowsFileSystem.SecurityDacl,
+                SecurityDescriptors.Serialize(Sid.UnixUser(CreatorUid), Sid.UnixGroup(CreatorGid), namedDacl)));
+            Assert.True(volume.TryGetXattr(b.Inode, XfsWin.Attributes.XattrNamespace.Trusted, "SGI_ACL_FILE"u8, out _));
             // Owner and group SIDs to uid/gid, the DACL to rw-r----- (an ACL set above goes again).
             var bDacl = new List<Ace>
             {
@@ -308,21 +304,53 @@ public sealed class ReadWriteAdapterTests : IDisposable
             Assert.Equal(Sid.UnixGroup(99), parsed.Group);
             Close(fs, b);
 
-            // EAs at create become user.* xattrs where the engine writes xattrs; otherwise nothing is left behind.
-            int eaStatus = fs.Create(@"\withea", 0, 0, 0, default, 0, Eas(("colour", "red"u8.ToArray())), out var withEa, out _);
-            if (eaStatus == NtStatus.Success)
-            {
-                Assert.True(volume.TryGetXattr(withEa!.Inode, XfsWin.Attributes.XattrNamespace.User, "colour"u8, out var colour));
-                Assert.Equal("red"u8.ToArray(), colour);
-                Close(fs, withEa);
-                eaOutcome = "created";
-            }
-            else
-            {
-                Assert.Equal(NtStatus.NotSupported, eaStatus);
-                Assert.Equal(NtStatus.ObjectNameNotFound, fs.Open(@"\withea", 0, 0, out _, out _));
-                eaOutcome = null;
-            }
+            // EAs at create become user.* xattrs; a refused name creates nothing.
+            Assert.Equal(NtStatus.InvalidEaName, fs.Create(@"\badea", 0, 0, 0, default, 0, Eas(("ok", "1"u8.ToArray()), ("bad*name", "2"u8.ToArray())), out _, out _));
+            Assert.Equal(NtStatus.ObjectNameNotFound, fs.Open(@"\badea", 0, 0, out _, out _));
+            Assert.Equal(NtStatus.Success, fs.Create(@"\withea", 0, 0, 0, default, 0,
+                Eas(("colour", "red"u8.ToArray()), ("Shape", "round"u8.ToArray()), ("Gone", "x"u8.ToArray())), out var withEa, out var withEaInfo));
+            Assert.Equal(ExtendedAttributes.PackedSize(6, 3) + ExtendedAttributes.PackedSize(5, 5) + ExtendedAttributes.PackedSize(4, 1), withEaInfo.EaSize);
+            // Listed in the order they were set (NtQueryEaFile's EA indexes count on it).
+            var created = new byte[4096];
+            Assert.Equal(NtStatus.Success, fs.GetEa(withEa!, created, out int createdBytes));
+            Assert.Equal(["colour", "Shape", "Gone", "$LXUID", "$LXGID", "$LXMOD"], ExtendedAttributes.Parse(created.AsSpan(0, createdBytes)).Select(e => e.Name));
+            // SetEa: EA names are case-insensitive (the new spelling replaces the old), an empty value removes one,
+            // a refused name changes nothing.
+            Assert.Equal(NtStatus.Success, fs.SetEa(withEa!, Eas(("COLOUR", "blue"u8.ToArray()), ("gone", []), ("size", "9"u8.ToArray())), out var setInfo));
+            Assert.Equal(NtStatus.InvalidEaName, fs.SetEa(withEa!, Eas(("size", "10"u8.ToArray()), ("a:b", "1"u8.ToArray())), out _));
+            Assert.Equal(new[] { ("COLOUR", "blue"), ("Shape", "round"), ("size", "9") }, UserXattrs(volume, withEa!.Inode));
+            Assert.Equal(ExtendedAttributes.PackedSize(6, 4) + ExtendedAttributes.PackedSize(5, 5) + ExtendedAttributes.PackedSize(4, 1), setInfo.EaSize);
+            var listed = new byte[4096];
+            Assert.Equal(NtStatus.Success, fs.GetEa(withEa!, listed, out int eaBytes));
+            Assert.Equal(new[] { "$LXGID", "$LXMOD", "$LXUID", "COLOUR", "Shape", "size" },
+                ExtendedAttributes.Parse(listed.AsSpan(0, eaBytes)).Select(e => e.Name).Order(StringComparer.Ordinal));
+            Write(fs, withEa!, "data");
+            Close(fs, withEa!);
+            // EAs on a directory.
+            var eaDir = Open(fs, @"\docs");
+            Assert.Equal(NtStatus.Success, fs.SetEa(eaDir, Eas(("Aname1", "first"u8.ToArray())), out var dirInfo));
+            Assert.Equal(ExtendedAttributes.PackedSize(6, 5), dirInfo.EaSize);
+            Close(fs, eaDir);
+            // Overwrite with EAs replaces the EAs Windows sees; other xattrs (here a Linux-only name) stay.
+            var eaFile = Open(fs, @"\withea");
+            volume.SetXattr(eaFile.Inode, XfsWin.Attributes.XattrNamespace.User, "linux:only"u8, "kept"u8);
+            Assert.Equal(NtStatus.Success, fs.Overwrite(eaFile, 0, false, 0, Eas(("shape", "square"u8.ToArray())), out var overwritten));
+            Assert.Equal(0ul, overwritten.FileSize);
+            Assert.Equal(ExtendedAttributes.PackedSize(5, 6), overwritten.EaSize);
+            Assert.Equal(new[] { ("linux:only", "kept"), ("shape", "square") }, UserXattrs(volume, eaFile.Inode));
+            Close(fs, eaFile);
+
+            // The label: at most 12 UTF-8 bytes, online; GetVolumeInfo shows it.
+            Assert.Equal(NtStatus.Success, fs.SetVolumeLabel("TWELVE_BYTES", out var twelve));
+            Assert.Equal("TWELVE_BYTES", twelve.Label);
+            Assert.Equal(NtStatus.InvalidVolumeLabel, fs.SetVolumeLabel("THIRTEEN_CHRS", out _));
+            Assert.Equal(NtStatus.InvalidVolumeLabel, fs.SetVolumeLabel("ééééééé", out _));
+            Assert.Equal(NtStatus.InvalidVolumeLabel, fs.SetVolumeLabel("tab\there", out _));
+            Assert.Equal(NtStatus.Success, fs.SetVolumeLabel("Données", out var relabeled));
+            Assert.Equal("Données", relabeled.Label);
+            Assert.Equal(NtStatus.Success, fs.GetVolumeInfo(out var relabeledInfo));
+            Assert.Equal("Données", relabeledInfo.Label);
+            Assert.Equal("Données", volume.Info.Label);
 
             // Names XFS cannot hold, streams, collisions (also in another case on a case-insensitive mount).
             Assert.Equal(NtStatus.ObjectNameInvalid, fs.Create("\\bad\uD800x", 0, 0, 0, default, 0, default, out _, out _));
@@ -331,7 +359,6 @@ public sealed class ReadWriteAdapterTests : IDisposable
             Assert.Equal(NtStatus.ObjectNameCollision, fs.Create(@"\docs", XfsWindowsFileSystem.FileDirectoryFile, 0, 0, default, 0, default, out _, out _));
             Assert.Equal(NtStatus.ObjectPathNotFound, fs.Create(@"\nodir\x", 0, 0, 0, default, 0, default, out _, out _));
             Assert.Equal(NtStatus.ObjectNameCollision, Adapter(volume, caseInsensitive: true).Create(@"\DOCS\B.TXT", 0, 0, 0, default, 0, default, out _, out _));
-            Assert.Equal(NtStatus.NotSupported, fs.SetVolumeLabel("NEW"));
 
             Assert.Equal(NtStatus.Success, fs.Flush(null, out _));
             Assert.Equal(NtStatus.Success, fs.GetVolumeInfo(out var after));
@@ -358,13 +385,13 @@ public sealed class ReadWriteAdapterTests : IDisposable
             var expected = new List<string>
             {
                 "chr", "dirlink", "docs", "docs/abs", "docs/b.txt", "docs/big.bin", "docs/tool.exe", "docs/tree", "docs/tree/a.txt",
-                "fifo", "keep.txt", "link", "old.txt", "rooted", "unlinkme",
+                "fifo", "keep.txt", "link", "old.txt", "rooted", "unlinkme", "withea",
             };
-            if (eaOutcome is not null) expected.Add("withea");
             Assert.Equal(expected.Order(StringComparer.Ordinal), names);
 
             string Stat(string rel, string format) => Shell.RunChecked("stat", "-c", format, Path.Combine(m, rel)).StandardOutput.Trim();
             Assert.Equal($"directory 755 {CreatorUid} 100", Stat("docs", "%F %a %u %g"));
+            Assert.Contains("user.Aname1=\"first\"", Shell.RunChecked("getfattr", "--absolute-names", "-d", Path.Combine(m, "docs")).StandardOutput);
             Assert.Equal($"regular file 640 4321 99 11", Stat("docs/b.txt", "%F %a %u %g %s"));
             Assert.Equal("hello WORLD", File.ReadAllText(Path.Combine(m, "docs/b.txt")));
             Assert.Equal($"{new DateTimeOffset(WriteTime).ToUnixTimeSeconds()} {new DateTimeOffset(AccessTime).ToUnixTimeSeconds()}", Stat("docs/b.txt", "%Y %X"));
@@ -383,7 +410,21 @@ public sealed class ReadWriteAdapterTests : IDisposable
             Assert.Equal($"regular empty file 0 {CreatorUid} {CreatorGid}", Stat("unlinkme", "%F %s %u %g"));
             Assert.Equal("fifo 644", Stat("fifo", "%F %a"));
             Assert.Equal("character special file 640 1 3", Stat("chr", "%F %a %t %T"));
+            var attrs = Shell.RunChecked("getfattr", "--absolute-names", "-d", "-m", "^user\\.", Path.Combine(m, "withea")).StandardOutput;
+            Assert.Equal(["user.linux:only=\"kept\"", "user.shape=\"square\""],
+                attrs.Split('\n').Where(l => l.StartsWith("user.", StringComparison.Ordinal)).Order(StringComparer.Ordinal));
+            // The ACL the first SetSecurity wrote went with the second (no named users left).
+            Assert.DoesNotContain("user:555", Shell.RunChecked("getfacl", "-n", Path.Combine(m, "docs/b.txt")).StandardOutput);
+            // The kernel's own label ioctl (FS_IOC_GETFSLABEL) on the mounted volume.
+            Assert.Equal("label = \"Données\"", Shell.RunChecked(OracleImages.Tool("xfs_io"), "-r", "-c", "label", m).StandardOutput.Trim());
         }
+
+        // The label in the primary (xfs_admin) and in every secondary superblock (xfs_db).
+        Assert.Equal("label = \"Données\"", Shell.RunChecked(OracleImages.Tool("xfs_admin"), "-l", _image).StandardOutput.Trim());
+        int agCount = int.Parse(Shell.RunChecked(OracleImages.Tool("xfs_db"), "-r", "-c", "sb 0", "-c", "print agcount", _image).StandardOutput.Split('=')[1].Trim());
+        Assert.True(agCount > 1);
+        for (int ag = 1; ag < agCount; ag++)
+            Assert.Equal(@"fname = ""Donn\303\251es\000\000\000\000""", Shell.RunChecked(OracleImages.Tool("xfs_db"), "-r", "-c", $"sb {ag}", "-c", "print fname", _image).StandardOutput.Trim());
 
         foreach (var version in new[] { "6.1", "6.13" })
         {

@@ -23,6 +23,36 @@ public unsafe class ServiceTests
     }
 
     [Fact]
+    public void MountsConfIsTrustedOnlyWhenNoOneButAdministratorsCanHaveWrittenIt()
+    {
+        var users = Sid.Parse("S-1-5-32-545");
+        var alice = Sid.Parse("S-1-5-21-1111111111-2222222222-3333333333-1001");
+        var creatorOwner = Sid.Parse("S-1-3-0");
+        var trustedInstaller = Sid.Parse("S-1-5-80-956008885-3418522649-1831038044-1853292631-2271478464");
+        const AccessRights Full = (AccessRights)0x1F01FF, ReadExecute = (AccessRights)0x1200A9;
+        byte[] Sd(Sid owner, params Ace[] dacl) => SecurityDescriptors.Serialize(owner, Sid.LocalSystem, dacl);
+        Ace Allow(Sid sid, AccessRights mask, byte flags = 0) => new(AceType.AccessAllowed, mask, sid, flags);
+
+        // What an administrator's file in %ProgramData%\XfsWin gets: SYSTEM and Administrators full, Users read.
+        Assert.Null(MountTable.Untrusted(Sd(Sid.Administrators, Allow(Sid.LocalSystem, Full), Allow(Sid.Administrators, Full), Allow(users, ReadExecute))));
+        Assert.Null(MountTable.Untrusted(Sd(Sid.LocalSystem, Allow(Sid.LocalSystem, Full))));
+        Assert.Null(MountTable.Untrusted(Sd(trustedInstaller, Allow(trustedInstaller, Full), Allow(users, ReadExecute))));
+        // An entry that only passes to what is created inside (inherit-only) changes nothing here; a deny never grants.
+        Assert.Null(MountTable.Untrusted(Sd(Sid.Administrators, Allow(Sid.Administrators, Full), Allow(creatorOwner, Full, 0x08 | 0x02),
+            new Ace(AceType.AccessDenied, Full, users))));
+
+        // A file a user made (ProgramData lets users create files): theirs, so refused whatever its DACL says.
+        Assert.Contains("owned by", MountTable.Untrusted(Sd(alice, Allow(Sid.Administrators, Full)))!);
+        // Rights that change the file, for anyone else: write, append, EAs, delete, permissions, owner, generic ones.
+        foreach (uint right in new uint[] { 0x2, 0x4, 0x10, 0x10000, 0x40000, 0x80000, 0x10000000, 0x40000000, 0x1301BF })
+            Assert.Contains("may change it", MountTable.Untrusted(Sd(Sid.Administrators, Allow(Sid.Administrators, Full), Allow(users, (AccessRights)right)))!);
+        Assert.Contains("may change it", MountTable.Untrusted(Sd(Sid.Administrators, Allow(Sid.Parse("S-1-5-11"), (AccessRights)0x1301BF)))!);
+        // Reading and changing attributes (times, read-only) is not changing what it says.
+        Assert.Null(MountTable.Untrusted(Sd(Sid.Administrators, Allow(Sid.Administrators, Full), Allow(Sid.World, (AccessRights)(0x1200A9 | 0x100)))));
+        Assert.Contains("cannot be read", MountTable.Untrusted([1, 2, 3])!);
+    }
+
+    [Fact]
     public void MountTableParsesLinesOptionsAndQuotes()
     {
         var table = MountTable.Parse("""

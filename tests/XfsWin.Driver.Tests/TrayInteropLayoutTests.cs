@@ -69,5 +69,12 @@ public unsafe class TrayInteropLayoutTests
         Assert.Equal(32, Offset(ref m.time, ref ms));
         Assert.Equal(36, Offset(ref m.pt, ref ms));
         Assert.Equal(44, Offset(ref m.lPrivate, ref ms));
+
+        // RECT (GetClientRect, the management window's WebView2 bounds).
+        Assert.Equal(16, sizeof(RECT));
+        var r = new RECT();
+        ref byte rs = ref Unsafe.As<RECT, byte>(ref r);
+        Assert.Equal(8, Offset(ref r.Right, ref rs));
+        Assert.Equal(12, Offset(ref r.Bottom, ref rs));
     }
 }

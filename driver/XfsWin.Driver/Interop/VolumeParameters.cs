@@ -29,10 +29,11 @@ public static class VolumeParameters
 
     public static VolumeFlags FlagsFor(MountOptions options)
     {
+        // EA names are not case-preserved: Windows shows them upper-cased, as NTFS does (the WinFsp kernel upper-cases
+        // them on the way out and matches them ignoring case; the adapter stores the spelling a program gave).
         var f = VolumeFlags.CasePreservedNames | VolumeFlags.UnicodeOnDisk | VolumeFlags.PersistentAcls |
                 VolumeFlags.ReparsePoints | VolumeFlags.PostCleanupWhenModifiedOnly |
-                VolumeFlags.PassQueryDirectoryFileName | VolumeFlags.UmFileContextIsUserContext2 |
-                VolumeFlags.CasePreservedExtendedAttributes;
+                VolumeFlags.PassQueryDirectoryFileName | VolumeFlags.UmFileContextIsUserContext2;
         // Read-write: POSIX unlink and rename (FILE_DISPOSITION_POSIX_SEMANTICS, FILE_RENAME_POSIX_SEMANTICS) map
         // straight onto XFS, whose open files outlive their names.
         f |= options.ReadWrite ? VolumeFlags.SupportsPosixUnlinkRename : VolumeFlags.ReadOnlyVolume;

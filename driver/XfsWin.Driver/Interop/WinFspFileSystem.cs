@@ -159,6 +159,15 @@ public sealed unsafe class WinFspFileSystem : IDisposable
             return NtStatus.Success;
         }
 
+        private static void Fill(FspFsctlVolumeInfo* vi, in VolumeInformation info)
+        {
+            vi->TotalSize = info.TotalSize;
+            vi->FreeSize = info.FreeSize;
+            int n = Math.Min(info.Label.Length, 32);
+            for (int k = 0; k < n; k++) vi->VolumeLabel[k] = info.Label[k];
+            vi->VolumeLabelLength = (ushort)(2 * n);
+        }
+
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
         private static int GetVolumeInfo(FspFileSystem* fs, FspFsctlVolumeInfo* vi)
         {
@@ -166,20 +175,22 @@ public sealed unsafe class WinFspFileSystem : IDisposable
             {
                 int status = Adapter(fs).GetVolumeInfo(out var info);
                 if (status < 0) return status;
-                vi->TotalSize = info.TotalSize;
-                vi->FreeSize = info.FreeSize;
-                int n = Math.Min(info.Label.Length, 32);
-                for (int k = 0; k < n; k++) vi->VolumeLabel[k] = info.Label[k];
-                vi->VolumeLabelLength = (ushort)(2 * n);
+                Fill(vi, info);
                 return NtStatus.Success;
             }
             catch (Exception e) { return NtStatus.FromException(e); }
         }
 
+        /// <summary>SetVolumeLabel: the label arrives NUL-terminated; VolumeInfo is answered with the new state.</summary>
         [UnmanagedCallersOnly(CallConvs = [typeof(CallConvStdcall)])]
         private static int SetVolumeLabel(FspFileSystem* fs, char* label, FspFsctlVolumeInfo* vi)
         {
-            try { return Adapter(fs).SetVolumeLabel(Str(label)); }
+            try
+            {
+                int status = Adapter(fs).SetVolumeLabel(Str(label), out var info);
+                if (status >= 0 && vi != null) Fill(vi, info);
+                return status;
+            }
             catch (Exception e) { return NtStatus.FromException(e); }
         }
 

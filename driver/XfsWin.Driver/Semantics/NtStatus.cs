@@ -46,6 +46,8 @@ public static class NtStatus
     public const int IoReparseTagMismatch = unchecked((int)0xC0000277);
     public const int IoReparseDataInvalid = unchecked((int)0xC0000278);
     public const int InvalidSecurityDescriptor = unchecked((int)0xC0000079);
+    public const int InvalidVolumeLabel = unchecked((int)0xC0000086);
+    public const int InvalidEaName = unchecked((int)0x80000013);
 
     public static bool IsSuccess(int status) => status >= 0;
 

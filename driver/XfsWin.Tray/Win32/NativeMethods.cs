@@ -76,4 +76,18 @@ internal static unsafe partial class NativeMethods
     [LibraryImport("shell32.dll")]
     [return: MarshalAs(UnmanagedType.Bool)]
     public static partial bool Shell_NotifyIconW(uint message, NOTIFYICONDATAW* data);
+
+    [LibraryImport("user32.dll")]
+    [return: MarshalAs(UnmanagedType.Bool)]
+    public static partial bool ShowWindow(nint hwnd, int command);
+
+    [LibraryImport("user32.dll")]
+    [return: MarshalAs(UnmanagedType.Bool)]
+    public static partial bool GetClientRect(nint hwnd, RECT* rect);
+
+    [LibraryImport("user32.dll")]
+    public static partial nint LoadCursorW(nint instance, nint name);
+
+    [LibraryImport("user32.dll", StringMarshalling = StringMarshalling.Utf16)]
+    public static partial int MessageBoxW(nint owner, string text, string caption, uint type);
 }

@@ -55,6 +55,16 @@ internal unsafe struct WNDCLASSEXW
     public nint hIconSm;
 }
 
+/// <summary>RECT (windef.h): 16 bytes.</summary>
+[StructLayout(LayoutKind.Sequential)]
+internal struct RECT
+{
+    public int Left;
+    public int Top;
+    public int Right;
+    public int Bottom;
+}
+
 [StructLayout(LayoutKind.Sequential)]
 internal struct POINT
 {
@@ -90,4 +100,9 @@ internal static class Win32Constants
     public const int GWLP_USERDATA = -21;
     public const int IDI_APPLICATION = 32512, IDI_WARNING = 32515;
     public const int SW_SHOWNORMAL = 1;
+    public const uint WM_MOVE = 0x0003, WM_SIZE = 0x0005;
+    public const uint WS_OVERLAPPEDWINDOW = 0x00CF0000, WS_VISIBLE = 0x10000000;
+    public const int CW_USEDEFAULT = unchecked((int)0x80000000);
+    public const int IDC_ARROW = 32512;
+    public const uint MB_OK = 0x0, MB_ICONINFORMATION = 0x40, MB_ICONERROR = 0x10;
 }

@@ -3,8 +3,9 @@ namespace XfsWin.Cli.Commands;
 /// <summary>
 /// Whether a volume an offline tool is about to change is in use by Linux: a block device that is mounted, or an
 /// image file attached to a loop device (mounted or not: whoever attached it may mount it while the tool writes).
-/// Offline changes under a mounted file system would corrupt it, so grow, label and uuid refuse. Linux only:
-/// elsewhere (Windows) nothing is found and the device's own sharing rules apply.
+/// Offline changes under a mounted file system would corrupt it, so grow, label and uuid refuse. Linux only: on
+/// Windows, opening a physical disk for writing locks and dismounts the Windows volumes on the bytes it writes
+/// (<see cref="XfsWin.Device.FileBlockDevice.ClaimForWriting"/>), refusing while one is in use.
 /// </summary>
 public static class MountGuard
 {

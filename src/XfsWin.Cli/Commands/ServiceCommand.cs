@@ -75,6 +75,11 @@ public static class ServiceCommand
         {
             try
             {
+                // Its mount lines are what every local user may mount through the service (running as root): only its
+                // owner may change it.
+                var mode = OperatingSystem.IsWindows() ? UnixFileMode.None : File.GetUnixFileMode(file);
+                if ((mode & (UnixFileMode.GroupWrite | UnixFileMode.OtherWrite)) != 0)
+                    throw new IOException($"other users may change it (mode {Convert.ToString((int)mode, 8)}); make it writable by its owner only (chmod go-w)");
                 config = ServiceConfiguration.Parse(File.ReadAllText(file));
             }
             catch (Exception e) when (e is FormatException or IOException or UnauthorizedAccessException)
@@ -88,17 +93,20 @@ public static class ServiceCommand
             Sources = [.. config.Sources, .. sources],
             ScanDevices = scan ?? config.ScanDevices,
             ServerName = "xfswin service",
+            // Configured mounts mount read-only; any local user may mount and unmount them (docs/service.md).
+            ConfiguredMounts = [.. config.Mounts.Concat(mounts).Select(m => new ConfiguredMount(m.Source, m.MountPoint, ReadWrite: false, m.Line))],
         };
-        return RunServer(socket ?? config.Socket ?? ControlEndpoint.DefaultSocketPath, options, [.. config.Mounts, .. mounts]);
+        return RunServer(socket ?? config.Socket ?? ControlEndpoint.DefaultSocketPath, options);
     }
 
-    private static int RunServer(string socketPath, ServerOptions options, IReadOnlyList<AutoMount> autoMounts)
+    private static int RunServer(string socketPath, ServerOptions options)
     {
         var log = Console.Error;
         IControlListener listener;
         try
         {
-            listener = ControlEndpoint.Listen(socketPath);
+            // Every local user may connect; what each may do is decided per request (AccessPolicy).
+            listener = ControlEndpoint.Listen(socketPath, ListenerAccess.LocalUsers);
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException or System.Net.Sockets.SocketException)
         {
@@ -123,11 +131,11 @@ public static class ServiceCommand
         int failures = 0;
         try
         {
-            foreach (var m in autoMounts)
+            foreach (var m in options.ConfiguredMounts)
             {
                 try
                 {
-                    volumes.Mount(m.Source, m.MountPoint);
+                    volumes.MountConfigured(m);
                 }
                 catch (Exception e) when (e is XfsException or IOException or UnauthorizedAccessException or ArgumentException or XfsWin.Control.ControlException)
                 {

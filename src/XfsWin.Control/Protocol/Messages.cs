@@ -86,6 +86,8 @@ public static class ErrorCodes
     /// <summary>The volume refused the operation (corrupt, unsupported feature, needs repair, I/O error).</summary>
     public const string VolumeError = "volume-error";
     public const string Unavailable = "unavailable";
+    /// <summary>The client may not run this (it is not an administrator; docs/service.md, "Who may do what").</summary>
+    public const string AccessDenied = "access-denied";
     public const string Internal = "internal";
 }
 
@@ -188,8 +190,15 @@ public sealed class HelloResult
     public required string MountPointKind { get; init; }
     /// <summary>Mount points to offer: free drive letters on Windows, a directory under /mnt/xfswin on Linux.</summary>
     public required IReadOnlyList<string> SuggestedMountPoints { get; init; }
-    /// <summary>Whether mount takes readOnly=false here (version 3; the FUSE host writes, WinFsp mounts are read-only).</summary>
+    /// <summary>Whether mount takes readOnly=false here (version 3).</summary>
     public bool ReadWriteMounts { get; init; }
+    /// <summary>
+    /// Whether this client is an administrator (every operation) or not (hello, list, info, subscribe, and mount and
+    /// unmount of the volumes an administrator configured). Absent from servers older than this field: treat as true.
+    /// </summary>
+    public bool? Administrator { get; init; }
+    /// <summary>Who the server sees on this connection ("uid 1000", "DESKTOP\alice").</summary>
+    public string? Client { get; init; }
 }
 
 public sealed class ListResult
@@ -240,7 +249,7 @@ public static class Health
     public const string Busy = "busy";
 }
 
-public sealed class VolumeSummary
+public sealed record VolumeSummary
 {
     /// <summary>What to pass as <see cref="ControlRequest.Source"/> to act on this volume.</summary>
     public required string Source { get; init; }
@@ -256,6 +265,13 @@ public sealed class VolumeSummary
     /// <summary>Where it is mounted through this server, when it is.</summary>
     public string? MountPoint { get; init; }
     public bool ReadOnly { get; init; } = true;
+    /// <summary>
+    /// Where an administrator configured it to be mounted (the service's mounts.conf or service.conf), when it is one of
+    /// those: any user may mount and unmount it there.
+    /// </summary>
+    public string? ConfiguredMountPoint { get; init; }
+    /// <summary>Whether its configuration mounts it read-write.</summary>
+    public bool ConfiguredReadWrite { get; init; }
 }
 
 public sealed class VolumeDetails

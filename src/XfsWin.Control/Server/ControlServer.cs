@@ -16,6 +16,8 @@ namespace XfsWin.Control.Server;
 /// progress and events written whole by the connection's writer. Nothing a client sends can crash
 /// the server or make it allocate beyond one request's limit: every failure becomes an error reply,
 /// and a stream that is not this protocol (bad magic, oversized frame) is answered once and closed.
+/// Each connection's peer is identified by the transport once its first frame has arrived, and every
+/// request is checked against <see cref="AccessPolicy"/> before it runs.
 /// </summary>
 public sealed class ControlServer : IAsyncDisposable
 {
@@ -46,10 +48,10 @@ public sealed class ControlServer : IAsyncDisposable
     {
         while (!_stop.IsCancellationRequested)
         {
-            Stream stream;
+            AcceptedClient client;
             try
             {
-                stream = await _listener.AcceptAsync(_stop.Token).ConfigureAwait(false);
+                client = await _listener.AcceptAsync(_stop.Token).ConfigureAwait(false);
             }
             catch (OperationCanceledException)
             {
@@ -61,7 +63,7 @@ public sealed class ControlServer : IAsyncDisposable
                 _log($"control channel: accept failed: {e.Message}");
                 continue;
             }
-            var task = Task.Run(() => Serve(stream));
+            var task = Task.Run(() => Serve(client));
             lock (_connections)
             {
                 _connections.RemoveAll(t => t.IsCompleted);
@@ -87,9 +89,10 @@ public sealed class ControlServer : IAsyncDisposable
         return request is null ? new(null, ErrorCodes.BadRequest, error) : new(request, null, null);
     }
 
-    private async Task Serve(Stream stream)
+    private async Task Serve(AcceptedClient client)
     {
-        var connection = new FrameConnection(stream, Frame.MaxRequestPayload);
+        var connection = new FrameConnection(client.Stream, Frame.MaxRequestPayload);
+        ControlPeer? peer = null;
         var inFlight = new List<Task>();
         IDisposable? subscription = null;
         Task? eventPump = null;
@@ -117,6 +120,8 @@ public sealed class ControlServer : IAsyncDisposable
                         $"a frame of {header.PayloadLength} bytes is over the limit of {Frame.MaxRequestPayload}; closing the connection")).ConfigureAwait(false);
                     return;
                 }
+                // Who sent it: asked once, now that the client has written (a pipe names its client from what it read).
+                peer ??= client.Identify();
                 if (incoming.Request is not { } request)
                 {
                     await TrySend(connection, ControlResponse.Fail(0, incoming.ErrorCode!, incoming.Error!), ReplyVersion(header.Version)).ConfigureAwait(false);
@@ -141,7 +146,8 @@ public sealed class ControlServer : IAsyncDisposable
                     continue;
                 }
                 byte version = header.Version;
-                inFlight.Add(Task.Run(() => Handle(connection, request, version)));
+                var from = peer;
+                inFlight.Add(Task.Run(() => Handle(connection, request, version, from)));
             }
         }
         catch (OperationCanceledException)
@@ -195,12 +201,17 @@ public sealed class ControlServer : IAsyncDisposable
         }
     }
 
-    private async Task Handle(FrameConnection connection, ControlRequest request, byte version)
+    private async Task Handle(FrameConnection connection, ControlRequest request, byte version, ControlPeer peer)
     {
         ControlResponse response;
         try
         {
-            response = Execute(connection, request, version);
+            if (AccessPolicy.Refusal(peer, request, _volumes) is { } refusal)
+            {
+                _log($"control channel: refused {request.Op} of {peer.Name}: {refusal}");
+                throw new ControlException(ErrorCodes.AccessDenied, refusal);
+            }
+            response = Execute(connection, request, version, peer);
         }
         catch (ControlException e)
         {
@@ -223,7 +234,7 @@ public sealed class ControlServer : IAsyncDisposable
     /// Runs one request asked in protocol <paramref name="version"/>: one case per operation; an
     /// operation newer than the version is unknown to that client.
     /// </summary>
-    private ControlResponse Execute(FrameConnection connection, ControlRequest request, byte version)
+    private ControlResponse Execute(FrameConnection connection, ControlRequest request, byte version, ControlPeer peer)
     {
         string Source() => string.IsNullOrEmpty(request.Source)
             ? throw new ControlException(ErrorCodes.BadRequest, $"{request.Op} needs a source (an image file or device, 'disk.img@N' for a partition)")
@@ -234,15 +245,26 @@ public sealed class ControlServer : IAsyncDisposable
         switch (request.Op)
         {
             case Operations.Hello:
-                return new ControlResponse { Id = request.Id, Ok = true, Hello = _volumes.Hello(version) };
+                return new ControlResponse { Id = request.Id, Ok = true, Hello = _volumes.Hello(version, peer) };
             case Operations.List:
                 return new ControlResponse { Id = request.Id, Ok = true, List = _volumes.List() };
             case Operations.Info:
                 return new ControlResponse { Id = request.Id, Ok = true, Volume = _volumes.Info(Source()) };
             case Operations.Mount:
-                if (string.IsNullOrEmpty(request.MountPoint))
+            {
+                // A configured mount mounts as configured (its mount point unless one is given, its options, read-write
+                // when so configured) unless the request says otherwise.
+                var configured = _volumes.ConfiguredFor(Source());
+                if (configured is null && string.IsNullOrEmpty(request.MountPoint))
                     throw new ControlException(ErrorCodes.BadRequest, "mount needs a mountPoint (a directory on Linux; a drive letter like X: or a folder on Windows)");
-                return new ControlResponse { Id = request.Id, Ok = true, Mount = _volumes.Mount(Source(), request.MountPoint, readOnly: request.ReadOnly ?? true) };
+                return new ControlResponse
+                {
+                    Id = request.Id, Ok = true,
+                    Mount = configured is not null
+                        ? _volumes.MountConfigured(configured, request.MountPoint, request.ReadOnly)
+                        : _volumes.Mount(Source(), request.MountPoint!, readOnly: request.ReadOnly ?? true),
+                };
+            }
             case Operations.Unmount:
                 return new ControlResponse { Id = request.Id, Ok = true, Mount = _volumes.Unmount(request.Source, request.MountPoint) };
             case Operations.Recover:

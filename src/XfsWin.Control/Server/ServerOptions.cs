@@ -23,4 +23,25 @@ public sealed record ServerOptions
 
     /// <summary>Names the server in hello replies and logs.</summary>
     public string ServerName { get; init; } = "xfswin";
+
+    /// <summary>
+    /// The mounts an administrator configured (the Windows service's mounts.conf, the Linux service's service.conf
+    /// <c>mount</c> lines): mounted at start, and the only ones a user who is not an administrator may mount and
+    /// unmount (<see cref="AccessPolicy"/>).
+    /// </summary>
+    public IReadOnlyList<ConfiguredMount> ConfiguredMounts { get; init; } = [];
+}
+
+/// <summary>
+/// A mount an administrator configured: the source (as the server keys it: a full path, <c>disk@N</c> for a
+/// partition), where, read-write or not, how to open the volume and the host's option words (the driver's options
+/// on Windows), and the configuration line it came from.
+/// </summary>
+public sealed record ConfiguredMount(string Source, string MountPoint, bool ReadWrite, int Line)
+{
+    /// <summary>How the volume is opened (null: the server's default for <see cref="ReadWrite"/>).</summary>
+    public Volume.VolumeOpenOptions? Open { get; init; }
+
+    /// <summary>The host's option words (the driver's on Windows; none on Linux).</summary>
+    public IReadOnlyList<string> HostOptions { get; init; } = [];
 }

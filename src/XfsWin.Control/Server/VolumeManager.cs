@@ -19,7 +19,7 @@ namespace XfsWin.Control.Server;
 /// A source is "busy" while a mount, unmount or recovery works on it: a second operation on it is
 /// refused (<see cref="ErrorCodes.InUse"/>) and the list shows it without opening it.
 /// </summary>
-public sealed class VolumeManager : IDisposable
+public sealed class VolumeManager : IDisposable, IAccessFacts
 {
     private readonly ServerOptions _options;
     private readonly IMountBackend? _backend;
@@ -76,9 +76,11 @@ public sealed class VolumeManager : IDisposable
         foreach (var t in targets) t(e);
     }
 
-    /// <summary>The hello reply for a client speaking <paramref name="version"/>: that version's operations.</summary>
-    public HelloResult Hello(byte version = Frame.CurrentVersion) => new()
+    /// <summary>The hello reply for a client speaking <paramref name="version"/>: that version's operations, and what <paramref name="peer"/> may do.</summary>
+    public HelloResult Hello(byte version = Frame.CurrentVersion, Transport.ControlPeer? peer = null) => new()
     {
+        Administrator = peer?.IsAdministrator ?? true,
+        Client = peer?.Name,
         ProtocolVersion = version,
         Server = _options.ServerName,
         Platform = OperatingSystem.IsWindows() ? "windows" : "linux",
@@ -97,6 +99,62 @@ public sealed class VolumeManager : IDisposable
         return partition is { } p ? $"{full}@{p}" : full;
     }
 
+    // ---- configured mounts and what users may see (IAccessFacts) ---------------------------------
+
+    private static StringComparison PathComparison => OperatingSystem.IsWindows() ? StringComparison.OrdinalIgnoreCase : StringComparison.Ordinal;
+
+    /// <summary>The key of <paramref name="source"/>, or null when it is not a source at all (a bad partition suffix).</summary>
+    private static string? TryNormalize(string source)
+    {
+        try
+        {
+            return Normalize(source);
+        }
+        catch (Exception e) when (e is XfsException or ArgumentException or IOException or NotSupportedException)
+        {
+            return null;
+        }
+    }
+
+    public ConfiguredMount? ConfiguredFor(string source)
+    {
+        if (TryNormalize(source) is not { } key) return null;
+        foreach (var entry in _options.ConfiguredMounts)
+            if (TryNormalize(entry.Source) is { } configured && string.Equals(configured, key, PathComparison)) return entry;
+        return null;
+    }
+
+    public string? SourceMountedAt(string mountPoint)
+    {
+        lock (_gate) return _mounts.Values.FirstOrDefault(m => string.Equals(m.Host.MountPoint, mountPoint, PathComparison))?.Key;
+    }
+
+    public bool IsListed(string source)
+    {
+        if (TryNormalize(source) is not { } key) return false;
+        string path = PartitionSpec.Parse(key).Path;
+        bool Same(string? other) => other is not null && string.Equals(PartitionSpec.Parse(other).Path, path, PathComparison);
+        if (_options.Sources.Any(s => Same(TryNormalize(s))) || _options.ConfiguredMounts.Any(m => Same(TryNormalize(m.Source)))) return true;
+        lock (_gate)
+            if (_formatted.Any(f => Same(f)) || _mounts.Keys.Any(Same)) return true;
+        return _options.ScanDevices && DeviceScan.Disks().Any(d => Same(d));
+    }
+
+    public bool DriveLetterMountPoints => _backend?.MountPointKind == "drive-letter-or-folder";
+
+    /// <summary>
+    /// Mounts a configured mount: at its mount point unless <paramref name="mountPoint"/> names another, read-write as
+    /// configured unless <paramref name="readOnly"/> says otherwise, with its open options and host options.
+    /// </summary>
+    public MountResult MountConfigured(ConfiguredMount entry, string? mountPoint = null, bool? readOnly = null)
+    {
+        ArgumentNullException.ThrowIfNull(entry);
+        bool ro = readOnly ?? !entry.ReadWrite;
+        var open = entry.Open;
+        if (ro && open is { Writable: true }) open = open with { Writable = false, Replay = LogReplayMode.Memory };
+        return Mount(entry.Source, string.IsNullOrEmpty(mountPoint) ? entry.MountPoint : mountPoint, open, entry.HostOptions, ro);
+    }
+
     // ---- list ---------------------------------------------------------------------------------
 
     public ListResult List()
@@ -107,6 +165,9 @@ public sealed class VolumeManager : IDisposable
             if (!paths.Contains(p, StringComparer.Ordinal)) paths.Add(p);
         }
         foreach (var s in _options.Sources) Add(PartitionSpec.Parse(Normalize(s)).Path);
+        // Configured mounts are listed whether mounted or not: users mount them from the list.
+        foreach (var c in _options.ConfiguredMounts)
+            if (TryNormalize(c.Source) is { } key) Add(PartitionSpec.Parse(key).Path);
         if (_options.ScanDevices)
             foreach (var d in DeviceScan.Disks()) Add(d);
         lock (_gate)
@@ -180,7 +241,9 @@ public sealed class VolumeManager : IDisposable
     };
 
     /// <summary>A volume's summary: from its mount when mounted here, otherwise by opening it read-only.</summary>
-    private VolumeSummary Summarize(string source)
+    private VolumeSummary Summarize(string source) => WithConfiguration(SummarizeUnconfigured(source));
+
+    private VolumeSummary SummarizeUnconfigured(string source)
     {
         string key = Normalize(source);
         lock (_gate)
@@ -211,6 +274,11 @@ public sealed class VolumeManager : IDisposable
         };
         return new VolumeSummary { Source = key, LogState = "unknown", Health = health, Problem = e.Message };
     }
+
+    /// <summary>A summary with where an administrator configured the volume to be mounted, when it is one of those.</summary>
+    private VolumeSummary WithConfiguration(VolumeSummary summary) => ConfiguredFor(summary.Source) is { } entry
+        ? summary with { ConfiguredMountPoint = entry.MountPoint, ConfiguredReadWrite = entry.ReadWrite }
+        : summary;
 
     private static VolumeSummary Summary(string key, XfsVolume volume, string? mountPoint)
     {
@@ -274,12 +342,12 @@ public sealed class VolumeManager : IDisposable
         }
     }
 
-    private static VolumeDetails Details(string key, XfsVolume volume, string? mountPoint)
+    private VolumeDetails Details(string key, XfsVolume volume, string? mountPoint)
     {
         var info = volume.Info;
         return new VolumeDetails
         {
-            Summary = Summary(key, volume, mountPoint),
+            Summary = WithConfiguration(Summary(key, volume, mountPoint)),
             BlockSize = info.BlockSize, SectorSize = info.SectorSize, InodeSize = info.InodeSize,
             AgCount = info.AgCount, InodeCount = info.InodeCount, FreeInodes = info.FreeInodes,
             LogBlocks = info.LogBlocks, ExternalLog = info.ExternalLog,

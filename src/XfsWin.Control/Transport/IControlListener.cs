@@ -7,10 +7,10 @@ public interface IControlListener : IAsyncDisposable
     string Address { get; }
 
     /// <summary>
-    /// Waits for the next client whose identity the transport accepts (root or the server's own user
-    /// on a Unix socket; the pipe's ACL decides on Windows) and returns its duplex stream.
+    /// Waits for the next client the transport admits (its <see cref="ListenerAccess"/>: the socket's mode and
+    /// SO_PEERCRED on Linux, the pipe's ACL on Windows) and returns its duplex stream and how to identify it.
     /// </summary>
-    ValueTask<Stream> AcceptAsync(CancellationToken cancellationToken);
+    ValueTask<AcceptedClient> AcceptAsync(CancellationToken cancellationToken);
 }
 
 /// <summary>The default address of the XfsWin service on this platform.</summary>
@@ -25,16 +25,21 @@ public static class ControlEndpoint
     public static string Default => OperatingSystem.IsWindows() ? DefaultPipeName : DefaultSocketPath;
 
     /// <summary>Opens a listener for <paramref name="address"/> (a socket path on Unix, a pipe name on Windows).</summary>
-    public static IControlListener Listen(string address) =>
-        OperatingSystem.IsWindows() ? new NamedPipeListener(address) : UnixSocketListener.Bind(address);
+    public static IControlListener Listen(string address, ListenerAccess access = ListenerAccess.Private) =>
+        OperatingSystem.IsWindows() ? new NamedPipeListener(address, access) : UnixSocketListener.Bind(address, access);
 
-    /// <summary>Connects to a server at <paramref name="address"/>.</summary>
+    /// <summary>
+    /// Connects to a server at <paramref name="address"/>. On Windows the pipe is opened for reading and writing data
+    /// only (not FILE_CREATE_PIPE_INSTANCE, which the service's pipe grants its users no more than it must), and lets
+    /// the server identify the client's token but not act as it (SecurityIdentification).
+    /// </summary>
     public static async ValueTask<Stream> ConnectAsync(string address, CancellationToken cancellationToken)
     {
         if (OperatingSystem.IsWindows())
         {
-            var pipe = new System.IO.Pipes.NamedPipeClientStream(".", address, System.IO.Pipes.PipeDirection.InOut,
-                System.IO.Pipes.PipeOptions.Asynchronous);
+            var pipe = new System.IO.Pipes.NamedPipeClientStream(".", address, System.IO.Pipes.PipeAccessRights.ReadWrite,
+                System.IO.Pipes.PipeOptions.Asynchronous, System.Security.Principal.TokenImpersonationLevel.Identification,
+                HandleInheritability.None);
             try
             {
                 await pipe.ConnectAsync(5000, cancellationToken).ConfigureAwait(false);

@@ -7,9 +7,10 @@ namespace XfsWin.Control.Transport;
 
 /// <summary>
 /// The Windows control channel: \\.\pipe\NAME created with CreateNamedPipeW and the
-/// <see cref="PipeSecurityDescriptor"/> (SYSTEM and Administrators only), remote clients rejected,
-/// and the first instance created with FILE_FLAG_FIRST_PIPE_INSTANCE so no other process can have
-/// claimed the name before the service.
+/// <see cref="PipeSecurityDescriptor"/> (SYSTEM and Administrators; with <see cref="ListenerAccess.LocalUsers"/>
+/// interactive users too), remote clients rejected, and the first instance created with
+/// FILE_FLAG_FIRST_PIPE_INSTANCE so no other process can have claimed the name before the service. Each client is
+/// identified from its token (<see cref="ClientToken"/>), after its first frame arrived.
 /// </summary>
 public sealed partial class NamedPipeListener : IControlListener
 {
@@ -17,15 +18,16 @@ public sealed partial class NamedPipeListener : IControlListener
     private const uint PipeTypeByte = 0x0, PipeReadModeByte = 0x0, PipeWait = 0x0, PipeRejectRemoteClients = 0x8;
     private const uint PipeUnlimitedInstances = 255, BufferSize = 64 * 1024;
 
-    private readonly byte[] _securityDescriptor = PipeSecurityDescriptor.Build();
+    private readonly byte[] _securityDescriptor;
     private bool _first = true;
     private NamedPipeServerStream? _pending;
 
-    public NamedPipeListener(string pipeName)
+    public NamedPipeListener(string pipeName, ListenerAccess access = ListenerAccess.Private)
     {
         if (string.IsNullOrEmpty(pipeName) || pipeName.Contains('\\'))
             throw new ArgumentException($"'{pipeName}' is not a pipe name (give the part after \\\\.\\pipe\\)");
         Address = pipeName;
+        _securityDescriptor = PipeSecurityDescriptor.Build(access);
     }
 
     public string Address { get; }
@@ -65,14 +67,14 @@ public sealed partial class NamedPipeListener : IControlListener
         return new NamedPipeServerStream(PipeDirection.InOut, isAsync: true, isConnected: false, handle);
     }
 
-    public async ValueTask<Stream> AcceptAsync(CancellationToken cancellationToken)
+    public async ValueTask<AcceptedClient> AcceptAsync(CancellationToken cancellationToken)
     {
         if (!OperatingSystem.IsWindows()) throw new PlatformNotSupportedException("named pipes are the control channel on Windows");
         var pipe = _pending ?? CreateInstance();
         _pending = pipe;
         await pipe.WaitForConnectionAsync(cancellationToken).ConfigureAwait(false);
         _pending = null;
-        return pipe;
+        return new AcceptedClient(pipe, () => OperatingSystem.IsWindows() ? ClientToken.Identify(pipe) : ControlPeer.Unidentified);
     }
 
     public async ValueTask DisposeAsync()

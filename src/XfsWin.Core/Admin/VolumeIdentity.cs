@@ -1,4 +1,3 @@
-using System.Text;
 using XfsWin.Format;
 using XfsWin.Journal;
 using XfsWin.Metadata;
@@ -37,26 +36,19 @@ public abstract record UuidChange
 /// </summary>
 public static class VolumeIdentity
 {
-    public const int MaxLabelBytes = 12;
+    public const int MaxLabelBytes = Superblock.MaxLabelBytes;
 
     /// <summary>What the change did: the values before and after.</summary>
     public sealed record Outcome(string OldLabel, string NewLabel, Guid OldUuid, Guid NewUuid, Guid? MetaUuid, int SuperblocksWritten);
 
-    public static void ValidateLabel(string label)
-    {
-        int bytes = Encoding.UTF8.GetByteCount(label);
-        if (bytes > MaxLabelBytes)
-            throw new XfsException(XfsError.InvalidArgument, $"the label '{label}' is {bytes} bytes; an XFS label holds at most {MaxLabelBytes}. Nothing was written.");
-        if (label.Contains('\0')) throw new XfsException(XfsError.InvalidArgument, "a label cannot contain NUL characters. Nothing was written.");
-    }
+    public static void ValidateLabel(string label) => Superblock.LabelBytes(label);
 
     /// <summary>Sets the label of every superblock (empty clears it).</summary>
     public static Outcome SetLabel(WriteAccess access, string label)
     {
-        ValidateLabel(label);
+        byte[] name = Superblock.LabelBytes(label);
         var sb = access.Superblock;
         RequireCleanLog(access);
-        byte[] name = Encoding.UTF8.GetBytes(label);
         int written = Rewrite(access, sector => new SuperblockWriter(sector).Fname = name);
         return new Outcome(sb.Label, label, sb.Uuid, sb.Uuid, MetaUuidOf(access, sb.Uuid), written);
     }

@@ -29,8 +29,9 @@ public static partial class DeviceRangeOps
     [LibraryImport("libc", SetLastError = true)]
     private static partial int ioctl(int fd, ulong request, out int value);
 
-    /// <summary>True for a Linux block device node (it has a /sys/class/block entry).</summary>
-    public static bool IsBlockDevice(string path) => SysfsDir(path) is not null;
+    /// <summary>True for a block device: a Linux device node (it has a /sys/class/block entry), a Windows <c>\\.\</c> device path.</summary>
+    public static bool IsBlockDevice(string path) =>
+        OperatingSystem.IsWindows() ? path.StartsWith(@"\\.\", StringComparison.Ordinal) : SysfsDir(path) is not null;
 
     /// <summary>Makes [offset, offset+length) read as zeros without writing data: a hole in a file, BLKZEROOUT on a device.</summary>
     public static bool TryZeroRange(string path, bool blockDevice, long offset, long length)

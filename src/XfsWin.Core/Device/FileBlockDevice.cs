@@ -19,8 +19,13 @@ public sealed class FileBlockDevice : IBlockDevice
     private readonly AlignedBufferPool _bounce;
     private readonly bool _direct;
 
-    private FileBlockDevice(SafeFileHandle handle, long length, int sectorSize, bool direct, bool writable, string ioMode)
+    private readonly string? _path;
+    /// <summary>Windows: the locked volumes of the part of a physical disk claimed for writing (released at Dispose).</summary>
+    private IReadOnlyList<SafeFileHandle> _volumeLocks = [];
+
+    private FileBlockDevice(SafeFileHandle handle, long length, int sectorSize, bool direct, bool writable, string ioMode, string? path = null)
     {
+        _path = path;
         _handle = handle;
         _length = length;
         SectorSize = sectorSize;
@@ -108,8 +113,22 @@ public sealed class FileBlockDevice : IBlockDevice
         }
     }
 
-    internal static FileBlockDevice FromHandle(SafeFileHandle handle, long length, int sectorSize, bool direct, bool writable, string ioMode) =>
-        new(handle, length, sectorSize, direct, writable, ioMode);
+    internal static FileBlockDevice FromHandle(SafeFileHandle handle, long length, int sectorSize, bool direct, bool writable, string ioMode, string path) =>
+        new(handle, length, sectorSize, direct, writable, ioMode, path);
+
+    /// <summary>
+    /// Claims bytes [<paramref name="start"/>, +<paramref name="length"/>) of a device opened for writing, before the
+    /// first write: on Windows, for a physical disk, every Windows volume sharing those bytes is locked and dismounted
+    /// and stays locked until this device is disposed (<see cref="VolumeLockPlan"/>); a volume in use refuses the claim
+    /// with nothing written. Image files, and Linux (where the control server and the kernel's exclusive opens keep
+    /// mounted devices out), need nothing. Once per device.
+    /// </summary>
+    public void ClaimForWriting(long start, long length)
+    {
+        if (!CanWrite) throw new XfsException(XfsError.ReadOnly, "the device was opened read-only");
+        if (_volumeLocks.Count > 0 || _path is null || VolumeLockPlan.PhysicalDriveNumber(_path) is null) return;
+        if (OperatingSystem.IsWindows()) _volumeLocks = WindowsDevice.LockVolumes(_handle, _path, start, length);
+    }
 
     /// <summary>Unbuffered I/O needs offset, length and buffer address on sector boundaries.</summary>
     private unsafe bool IsAligned(long offset, int length, void* address) =>
@@ -238,14 +257,40 @@ public sealed class FileBlockDevice : IBlockDevice
                 return;
             }
         }
-        // Read-modify-write of the covering sectors through an aligned buffer.
         long mask = SectorSize - 1;
+        if (((offset | (long)source.Length) & mask) == 0)
+        {
+            // Whole sectors from memory that is not sector-aligned: copied through pooled aligned buffers, nothing read.
+            WriteBounced(offset, source);
+            return;
+        }
+        // Read-modify-write of the covering sectors through an aligned buffer.
         long start = offset & ~mask;
         long end = (offset + source.Length + mask) & ~mask;
         using var buffer = new AlignedBuffer((int)(end - start));
         Read(start, buffer.Span);
         source.CopyTo(buffer.Span[(int)(offset - start)..]);
         RandomAccess.Write(_handle, (ReadOnlySpan<byte>)buffer.Span, start);
+    }
+
+    private void WriteBounced(long offset, ReadOnlySpan<byte> source)
+    {
+        var buffer = _bounce.Rent();
+        try
+        {
+            while (source.Length > 0)
+            {
+                int n = Math.Min(source.Length, BounceSize);
+                source[..n].CopyTo(buffer.Span);
+                RandomAccess.Write(_handle, (ReadOnlySpan<byte>)buffer.Span[..n], offset);
+                source = source[n..];
+                offset += n;
+            }
+        }
+        finally
+        {
+            _bounce.Return(buffer);
+        }
     }
 
     public void Flush() => RandomAccess.FlushToDisk(_handle);
@@ -260,6 +305,9 @@ public sealed class FileBlockDevice : IBlockDevice
     public void Dispose()
     {
         _handle.Dispose();
+        // The disk first, then its volumes' locks: Windows may mount them again only after XfsWin stopped writing.
+        foreach (var l in _volumeLocks) l.Dispose();
+        _volumeLocks = [];
         _bounce.Dispose();
     }
 }

@@ -27,7 +27,9 @@ public static class PartitionSpec
     /// <summary>
     /// Opens a source string (optionally with <c>@N</c>) as a device: the whole file or disk, or a
     /// bounds-checked window over one of its partitions. <paramref name="partition"/> overrides
-    /// (and must not contradict) a suffix. The returned device owns the underlying file.
+    /// (and must not contradict) a suffix. The returned device owns the underlying file. Opened for
+    /// writing, the bytes it covers are claimed first (<see cref="FileBlockDevice.ClaimForWriting"/>:
+    /// on Windows the volumes on them are locked and dismounted).
     /// </summary>
     public static IBlockDevice Open(string source, int? partition = null, bool writable = false)
     {
@@ -42,11 +44,17 @@ public static class PartitionSpec
         if (fromSuffix is not null && partition is null && File.Exists(source) && !File.Exists(path))
             return FileBlockDevice.Open(source, writable);
         var disk = FileBlockDevice.Open(path, writable);
-        if (number is null) return disk;
         try
         {
+            if (number is null)
+            {
+                if (writable) disk.ClaimForWriting(0, disk.Length);
+                return disk;
+            }
             var table = PartitionTable.Read(disk);
             var entry = table.Get(number.Value);
+            // Only the partition's bytes: Windows volumes elsewhere on the disk stay mounted.
+            if (writable) disk.ClaimForWriting(entry.StartByte, entry.LengthBytes);
             return new PartitionDevice(disk, entry.StartByte, entry.LengthBytes, ownsBase: true,
                 $"partition {entry.Number} at byte {entry.StartByte}");
         }

@@ -142,7 +142,7 @@ public sealed partial class DirectoryEditor
         long at = _space.Allocate(_tx, _dir, fileBlock, _fsbPer);
         var buffer = _tx.GetNew(at, _blk, new DirectoryAnyBlockVerifier(_sb, _dir.Number).Kind, _dir.Number,
             new DirectoryBlockWriteVerifier(_sb, _dir.Number), BufType.DirFree);
-        _joined[at] = new Joined(buffer, null);
+        _joined[at] = new Joined(buffer, null, NewBlockLogging.Prefix);
         var b = buffer.Contents;
         BinaryPrimitives.WriteUInt32BigEndian(b, FreeMagic);
         if (_v5)
@@ -179,11 +179,11 @@ public sealed partial class DirectoryEditor
             }
             if (path.Count > 1 && NodeLevel(b) != NodeLevel(path[^2].B) - 1 || NodeLevel(b) == 0)
                 throw _tx.Mount.Corrupt($"directory node block of inode {_dir.Number}", ByteOffsetOf(blkno), $"level {NodeLevel(b)} under its parent");
-            var ents = DaEntries(b);
-            int probe = FirstAtOrAbove(ents, hash);
-            blk.Index = probe == ents.Count ? ents.Count - 1 : probe;
-            blk.Hash = ents[^1].Hash;
-            blkno = ents[blk.Index].Address;
+            int n = DaCount(b);
+            int probe = FirstAtOrAbove(b, _leafHdr, n, hash);
+            blk.Index = probe == n ? n - 1 : probe;
+            blk.Hash = EntHash(b, _leafHdr, n - 1);
+            blkno = EntAddress(b, _leafHdr, blk.Index);
         }
     }
 
@@ -209,11 +209,13 @@ public sealed partial class DirectoryEditor
         while (true)
         {
             var leaf = path[^1];
-            var ents = DaEntries(leaf.B);
-            for (int i = FirstAtOrAbove(ents, hash); i < ents.Count && ents[i].Hash == hash; i++)
+            var b = leaf.B;
+            int n = DaCount(b);
+            for (int i = FirstAtOrAbove(b, _leafHdr, n, hash); i < n && EntHash(b, _leafHdr, i) == hash; i++)
             {
-                if (ents[i].Address == 0) continue;
-                var hit = MatchData(ents[i].Address, name, i);
+                uint address = EntAddress(b, _leafHdr, i);
+                if (address == 0) continue;
+                var hit = MatchData(address, name, i);
                 if (hit is not null)
                 {
                     leaf.Index = i;
@@ -259,12 +261,14 @@ public sealed partial class DirectoryEditor
         while (true)
         {
             var leaf = path[^1];
-            var ents = DaEntries(leaf.B);
+            var lb = leaf.B;
+            int n = DaCount(lb);
             long curDb = -1;
-            for (index = FirstAtOrAbove(ents, hash); index < ents.Count && ents[index].Hash == hash; index++)
+            for (index = FirstAtOrAbove(lb, _leafHdr, n, hash); index < n && EntHash(lb, _leafHdr, index) == hash; index++)
             {
-                if (ents[index].Address == 0) continue;
-                long db = DbOf(ents[index].Address);
+                uint entryAddress = EntAddress(lb, _leafHdr, index);
+                if (entryAddress == 0) continue;
+                long db = DbOf(entryAddress);
                 if (db == curDb) continue;
                 curDb = db;
                 seenFdb = FirstFreeDb + db / _maxBests;

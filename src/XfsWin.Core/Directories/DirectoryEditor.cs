@@ -55,10 +55,32 @@ public sealed partial class DirectoryEditor
     private readonly byte[] _uuid = new byte[16];
     private readonly Dictionary<long, Joined> _joined = new();
 
-    private sealed class Joined(MetadataBuffer buffer, byte[]? before)
+    private sealed class Joined(MetadataBuffer buffer, byte[]? before, NewBlockLogging logging = NewBlockLogging.Whole)
     {
         public readonly MetadataBuffer Buffer = buffer;
+        /// <summary>The block before the transaction (its published bytes: never written to), null for a new block.</summary>
         public readonly byte[]? Before = before;
+        public readonly NewBlockLogging Logging = logging;
+    }
+
+    /// <summary>
+    /// What of a new block (zeroed in memory, anything on disk) is logged, as the kernel logs only the parts it wrote:
+    /// what the structure reads must be logged, the rest may stay whatever the disk had after a replay.
+    /// </summary>
+    private enum NewBlockLogging
+    {
+        /// <summary>Every byte (block-form blocks, whose hash array and tail end the block).</summary>
+        Whole,
+        /// <summary>
+        /// The header and the entries in use (or the valid bests) from the start: hash-tree and free-index blocks, past
+        /// whose count nothing is read.
+        /// </summary>
+        Prefix,
+        /// <summary>
+        /// The 128-byte chunks that hold a non-zero byte: data blocks, whose every field the structure reads (entry
+        /// numbers, name lengths, free tags and lengths, tags) is non-zero, so a zero chunk is free space.
+        /// </summary>
+        NonZero,
     }
 
     public DirectoryEditor(Transaction tx, DirectoryInodeImage dir, IDirectorySpace space)
@@ -141,8 +163,14 @@ public sealed partial class DirectoryEditor
     /// <summary>Adds <paramref name="name"/> naming <paramref name="ino"/> of type <paramref name="type"/> (the caller keeps link counts).</summary>
     public void AddEntry(ReadOnlySpan<byte> name, ulong ino, XfsFileType type)
     {
+        if (!TryAddEntry(name, ino, type)) throw new XfsException(XfsError.InvalidArgument, $"directory {_dir.Number} already has an entry \"{Show(name)}\"");
+    }
+
+    /// <summary>As <see cref="AddEntry"/>, but false (and nothing changed) when <paramref name="name"/> exists already.</summary>
+    public bool TryAddEntry(ReadOnlySpan<byte> name, ulong ino, XfsFileType type)
+    {
         CheckName(name);
-        if (TryLookup(name, out _)) throw new XfsException(XfsError.InvalidArgument, $"directory {_dir.Number} already has an entry \"{Show(name)}\"");
+        if (TryLookup(name, out _)) return false;
         switch (Form)
         {
             case DirectoryForm.Shortform: ShortformAdd(name, ino, type); break;
@@ -151,6 +179,7 @@ public sealed partial class DirectoryEditor
             default: NodeAdd(name, ino, type); break;
         }
         LogChanges();
+        return true;
     }
 
     /// <summary>Removes <paramref name="name"/> and returns the inode it named.</summary>
@@ -504,6 +533,21 @@ public sealed partial class DirectoryEditor
         }
     }
 
+    private static uint EntHash(byte[] b, int start, int i) => BinaryPrimitives.ReadUInt32BigEndian(b.AsSpan(start + i * 8));
+    private static uint EntAddress(byte[] b, int start, int i) => BinaryPrimitives.ReadUInt32BigEndian(b.AsSpan(start + i * 8 + 4));
+
+    /// <summary>The first of <paramref name="count"/> hash entries at <paramref name="start"/> of a block whose hash is at least <paramref name="hash"/>.</summary>
+    private static int FirstAtOrAbove(byte[] b, int start, int count, uint hash)
+    {
+        int lo = 0, hi = count;
+        while (lo < hi)
+        {
+            int mid = (lo + hi) >> 1;
+            if (EntHash(b, start, mid) < hash) lo = mid + 1; else hi = mid;
+        }
+        return lo;
+    }
+
     private static int FirstAtOrAbove(List<(uint Hash, uint Address)> ents, uint hash)
     {
         int lo = 0, hi = ents.Count;
@@ -546,7 +590,8 @@ public sealed partial class DirectoryEditor
         long at = ByteOffsetOf(fileBlock);
         var verifier = new DirectoryAnyBlockVerifier(_sb, _dir.Number);
         var buffer = _tx.Read(at, _blk, _dir.Number, verifier, new DirectoryBlockWriteVerifier(_sb, _dir.Number), type);
-        if (!_joined.ContainsKey(at)) _joined[at] = new Joined(buffer, buffer.Contents.ToArray());
+        // The published bytes are the block as it was before this transaction (they change only when it commits).
+        if (!_joined.ContainsKey(at)) _joined[at] = new Joined(buffer, buffer.Published!.Data);
         return buffer.Contents;
     }
 
@@ -556,7 +601,7 @@ public sealed partial class DirectoryEditor
         byteOffset = _space.Allocate(_tx, _dir, fileBlock, _fsbPer);
         var buffer = _tx.GetNew(byteOffset, _blk, new DirectoryAnyBlockVerifier(_sb, _dir.Number).Kind, _dir.Number,
             new DirectoryBlockWriteVerifier(_sb, _dir.Number), block ? BufType.DirBlock : BufType.DirData);
-        _joined[byteOffset] = new Joined(buffer, null);
+        _joined[byteOffset] = new Joined(buffer, null, block ? NewBlockLogging.Whole : NewBlockLogging.NonZero);
         var b = buffer.Contents;
         uint magic = _v5 ? (block ? DirectoryDataBlock.BlockMagicV5 : DirectoryDataBlock.DataMagicV5)
             : (block ? DirectoryDataBlock.BlockMagicV4 : DirectoryDataBlock.DataMagicV4);
@@ -594,22 +639,30 @@ public sealed partial class DirectoryEditor
         _dir.Size = _space.LastBefore(_dir, fileBlock) << _sb.BlockLog;
     }
 
-    /// <summary>Logs what each joined block's operation changed: new blocks whole, others by the 128-byte chunks that differ.</summary>
+    /// <summary>
+    /// Logs what the joined blocks changed: new blocks whole, others by the 128-byte chunks that differ from the block
+    /// before this transaction (chunks an earlier operation of the editor changed are logged again, which is harmless).
+    /// </summary>
     private void LogChanges()
     {
         const int chunk = MetadataBuffer.DirtyChunkSize;
         foreach (var (_, j) in _joined)
         {
             var now = j.Buffer.Contents;
+            var logging = LoggingOf(now, j.Logging);
             if (j.Before is null)
             {
-                _tx.LogRange(j.Buffer, 0, now.Length - 1);
+                LogNew(j, now, logging);
                 continue;
             }
+            // Past a hash-tree or free-index block's last non-zero byte nothing is read: what a change zeroed there
+            // (entries moved out by a split) need not be logged, as the kernel logs only the entries it keeps.
+            int end = logging == NewBlockLogging.Prefix ? (UsedLength(now) + chunk - 1) / chunk : now.Length / chunk;
             int runStart = -1;
-            for (int c = 0; c <= now.Length / chunk; c++)
+            for (int c = 0; c <= end; c++)
             {
-                bool differs = c < now.Length / chunk && !now.AsSpan(c * chunk, chunk).SequenceEqual(j.Before.AsSpan(c * chunk, chunk));
+                bool differs = c < end && !now.AsSpan(c * chunk, chunk).SequenceEqual(j.Before.AsSpan(c * chunk, chunk)) &&
+                               (logging != NewBlockLogging.NonZero || now.AsSpan(c * chunk, chunk).IndexOfAnyExcept((byte)0) >= 0);
                 if (differs && runStart < 0) runStart = c;
                 else if (!differs && runStart >= 0)
                 {
@@ -617,7 +670,47 @@ public sealed partial class DirectoryEditor
                     runStart = -1;
                 }
             }
-            now.CopyTo(j.Before, 0);
+        }
+    }
+
+    /// <summary>How a block's bytes are logged, from what it is now (its magic): see <see cref="NewBlockLogging"/>.</summary>
+    private NewBlockLogging LoggingOf(byte[] b, NewBlockLogging asCreated)
+    {
+        uint magic32 = BinaryPrimitives.ReadUInt32BigEndian(b);
+        if (magic32 is DirectoryDataBlock.DataMagicV5 or DirectoryDataBlock.DataMagicV4) return NewBlockLogging.NonZero;
+        if (magic32 == FreeMagic) return NewBlockLogging.Prefix;
+        ushort magic16 = U16(b, DaBlockInfoView.OffMagic);
+        if (magic16 == LeafNMagic || magic16 == NodeMagic) return NewBlockLogging.Prefix;
+        return magic32 is DirectoryDataBlock.BlockMagicV5 or DirectoryDataBlock.BlockMagicV4 ? NewBlockLogging.Whole : asCreated;
+    }
+
+    /// <summary>
+    /// The bytes a hash-tree or free-index block uses from its start: the header and its entries (leafN, node) or its
+    /// valid bests (free index); the rest is never read.
+    /// </summary>
+    private int UsedLength(byte[] b)
+    {
+        int used = BinaryPrimitives.ReadUInt32BigEndian(b) == FreeMagic
+            ? _freeHdr + 2 * (int)BinaryPrimitives.ReadUInt32BigEndian(b.AsSpan(FreeFields + 4))
+            : _leafHdr + 8 * DaCount(b);
+        return Math.Clamp(used, 1, b.Length);
+    }
+
+    private void LogNew(Joined j, byte[] now, NewBlockLogging logging)
+    {
+        const int chunk = MetadataBuffer.DirtyChunkSize;
+        switch (logging)
+        {
+            case NewBlockLogging.Prefix:
+                _tx.LogRange(j.Buffer, 0, UsedLength(now) - 1);
+                return;
+            case NewBlockLogging.NonZero:
+                for (int c = 0; c < now.Length / chunk; c++)
+                    if (now.AsSpan(c * chunk, chunk).IndexOfAnyExcept((byte)0) >= 0) _tx.LogRange(j.Buffer, c * chunk, c * chunk + chunk - 1);
+                return;
+            default:
+                _tx.LogRange(j.Buffer, 0, now.Length - 1);
+                return;
         }
     }
 
@@ -631,27 +724,30 @@ public sealed partial class DirectoryEditor
     {
         if (form == DirectoryForm.Node) return NodeLookup(Hash(name), name)?.Hit;
         uint hash = Hash(name);
-        List<(uint Hash, uint Address)> ents;
+        byte[] hashBlock;
+        int start, n;
         byte[]? block = null;
         if (form == DirectoryForm.Block)
         {
-            block = ReadBlock(0, BufType.DirBlock);
-            var (count, _) = Tail(block);
-            ents = ReadEntries(block, _blk - 8 - count * 8, count);
+            hashBlock = block = ReadBlock(0, BufType.DirBlock);
+            (n, _) = Tail(block);
+            start = _blk - 8 - n * 8;
         }
         else
         {
-            var leaf = ReadBlock(_leafFsb, BufType.DirLeaf1);
-            ents = ReadEntries(leaf, _leafHdr, LeafCount(leaf));
+            hashBlock = ReadBlock(_leafFsb, BufType.DirLeaf1);
+            n = LeafCount(hashBlock);
+            start = _leafHdr;
         }
-        for (int i = FirstAtOrAbove(ents, hash); i < ents.Count && ents[i].Hash == hash; i++)
+        for (int i = FirstAtOrAbove(hashBlock, start, n, hash); i < n && EntHash(hashBlock, start, i) == hash; i++)
         {
-            if (ents[i].Address == 0) continue;
-            long byteAddress = (long)ents[i].Address << 3;
+            uint address = EntAddress(hashBlock, start, i);
+            if (address == 0) continue;
+            long byteAddress = (long)address << 3;
             ulong fileBlock = (ulong)(byteAddress / _blk) * (ulong)_fsbPer;
             int off = (int)(byteAddress % _blk);
             var data = form == DirectoryForm.Block ? block! : ReadBlock(fileBlock, BufType.DirData);
-            if (off < _hdr || off + 12 > _blk) throw _tx.Mount.Corrupt($"directory hash entry of inode {_dir.Number}", _sb.InodeToByte(_dir.Number), $"address {ents[i].Address} outside its block");
+            if (off < _hdr || off + 12 > _blk) throw _tx.Mount.Corrupt($"directory hash entry of inode {_dir.Number}", _sb.InodeToByte(_dir.Number), $"address {address} outside its block");
             int len = data[off + 8];
             if (data.AsSpan(off + 9, len).SequenceEqual(name)) return new Hit(data, off, fileBlock, i);
         }
@@ -835,7 +931,7 @@ public sealed partial class DirectoryEditor
         long at = _space.Allocate(_tx, _dir, fileBlock, _fsbPer);
         var buffer = _tx.GetNew(at, _blk, new DirectoryAnyBlockVerifier(_sb, _dir.Number).Kind, _dir.Number,
             new DirectoryBlockWriteVerifier(_sb, _dir.Number), type);
-        _joined[at] = new Joined(buffer, null);
+        _joined[at] = new Joined(buffer, null, NewBlockLogging.Prefix);
         var b = buffer.Contents;
         SetU16(b, DaBlockInfoView.OffMagic, magic);
         if (_v5)

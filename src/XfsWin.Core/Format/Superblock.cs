@@ -135,12 +135,17 @@ public readonly ref struct SuperblockView
 /// The decoded primary superblock with the geometry every layer derives addresses from.
 /// Produced by <see cref="Decode"/> only after <see cref="Verify"/> passed. Immutable but for the data section's
 /// size (<see cref="DataBlocks"/>, <see cref="AgCount"/>), which an online grow moves once its transaction is
-/// committed and written in place (<see cref="Grown"/>): every layer holding this object then sees the new size.
+/// committed and written in place (<see cref="Grown"/>): every layer holding this object then sees the new size;
+/// and the label, which an online relabel changes once its transaction is committed (<see cref="Relabeled"/>).
 /// </summary>
 public sealed class Superblock
 {
+    /// <summary>sb_fname holds at most this many bytes (UTF-8 by convention; NUL-padded).</summary>
+    public const int MaxLabelBytes = 12;
+
     private ulong _dataBlocks;
     private uint _agCount;
+    private string _label = "";
 
     public required uint BlockSize { get; init; }
     public required int BlockLog { get; init; }
@@ -174,7 +179,7 @@ public sealed class Superblock
     public required ulong Fdblocks { get; init; }
     public required uint InodeAlignment { get; init; }
     public required uint SparseInodeAlignment { get; init; }
-    public required string Label { get; init; }
+    public required string Label { get => Volatile.Read(ref _label); init => _label = value; }
     public required ulong Lsn { get; init; }
     /// <summary>Largest share of the data section (percent) inodes may take; 0 = no limit.</summary>
     public required int ImaxPct { get; init; }
@@ -189,6 +194,34 @@ public sealed class Superblock
         if (dataBlocks < _dataBlocks || agCount < _agCount) throw new InvalidOperationException("the data section only grows while mounted");
         Volatile.Write(ref _dataBlocks, dataBlocks);
         Volatile.Write(ref _agCount, agCount);
+    }
+
+    /// <summary>The label changed to <paramref name="label"/> (an online relabel, after its transaction is committed).</summary>
+    internal void Relabeled(string label) => Volatile.Write(ref _label, label);
+
+    /// <summary>
+    /// The sb_fname bytes of <paramref name="label"/>: its UTF-8, NUL-padded to <see cref="MaxLabelBytes"/>. A label of
+    /// more than 12 bytes, or holding a NUL (which ends the field), is <see cref="XfsError.InvalidArgument"/>.
+    /// </summary>
+    public static byte[] LabelBytes(string label)
+    {
+        ArgumentNullException.ThrowIfNull(label);
+        if (label.Contains('\0')) throw new XfsException(XfsError.InvalidArgument, "a label cannot contain NUL characters. Nothing was written.");
+        byte[] utf8;
+        try
+        {
+            utf8 = new UTF8Encoding(false, throwOnInvalidBytes: true).GetBytes(label);
+        }
+        catch (EncoderFallbackException)
+        {
+            throw new XfsException(XfsError.InvalidArgument, $"the label '{label}' is not valid Unicode (an unpaired surrogate). Nothing was written.");
+        }
+        if (utf8.Length > MaxLabelBytes)
+            throw new XfsException(XfsError.InvalidArgument,
+                $"the label '{label}' is {utf8.Length} bytes; an XFS label holds at most {MaxLabelBytes}. Nothing was written.");
+        var field = new byte[MaxLabelBytes];
+        utf8.CopyTo(field, 0);
+        return field;
     }
 
     public bool IsV5 => (VersionNum & SuperblockFeatures.VersionNumberMask) == 5;

@@ -246,28 +246,31 @@ public sealed class InodeAllocator
     }
 
     /// <summary>
-    /// Writes the chunk's inodes free and initialised (magic, version, number, UUID, generation, CRC) into the cluster
-    /// buffers readers use, logged as buffer ranges (recovery copies them whole).
+    /// A new chunk's inodes, free and initialised (magic, version, number, UUID, the chunk's generation, CRC), in the
+    /// cluster buffers readers use, and logged as the kernel logs them on V5: one icreate item standing for the
+    /// clusters, which are not logged themselves; recovery and the AIL's writeback both write the same initialised
+    /// chunk from it. V4 (no icreate in the format) logs the clusters as buffer ranges.
     /// </summary>
     private void InitialiseInodes(Transaction tx, uint agno, uint agbno, uint blocks)
     {
-        for (uint b = 0; b < blocks; b++)
+        uint generation = (uint)Random.Shared.Next();
+        bool icreate = _sb.IsV5;
+        foreach (var (buffer, offset, firstBlock, count) in _inodes.NewChunkClusters(tx, agno, agbno, blocks, logged: !icreate))
         {
-            var (buffer, offset) = _inodes.JoinClusterOfBlock(tx, agno, agbno + b);
             var bytes = buffer.Contents;
-            for (int i = 0; i < (int)_sb.BlockSize; i += _sb.InodeSize)
+            for (uint b = 0; b < count; b++)
             {
-                ulong ino = ((ulong)agno << _sb.AgInoLog) | (((agbno + b) << _sb.InoPBlog) + (uint)(i / _sb.InodeSize));
-                var slot = bytes.AsSpan(offset + i, _sb.InodeSize);
-                slot.Clear();
-                var w = new DinodeWriter(slot);
-                w.InitV3(ino, _sb.MetaUuid);
-                w.Generation = (uint)Random.Shared.Next();
-                BinaryPrimitives.WriteUInt32BigEndian(slot[DinodeView.OffNextUnlinked..], NullAgino);
-                w.StampCrc();
+                int at = offset + (int)(b << _sb.BlockLog);
+                for (int i = 0; i < (int)_sb.BlockSize; i += _sb.InodeSize)
+                {
+                    ulong ino = ((ulong)agno << _sb.AgInoLog) | (((firstBlock + b) << _sb.InoPBlog) + (uint)(i / _sb.InodeSize));
+                    IcreateLogItem.InitialiseInode(bytes.AsSpan(at + i, _sb.InodeSize), _sb, ino, generation);
+                }
             }
-            tx.LogRange(buffer, offset, offset + (int)_sb.BlockSize - 1);
+            // Published at commit; logged as a buffer range only without icreate.
+            tx.LogRange(buffer, offset, offset + (int)(count << _sb.BlockLog) - 1);
         }
+        if (icreate) tx.Log(IcreateLogItem.Create(_sb, agno, agbno, blocks, generation));
     }
 
     /// <summary>

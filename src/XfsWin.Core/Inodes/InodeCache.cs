@@ -45,17 +45,46 @@ public sealed class InodeCache
     }
 
     /// <summary>
-    /// Joins, for a change logged as buffer ranges, the cluster buffer that holds AG block <paramref name="agbno"/> of an
-    /// inode chunk (the same buffer <see cref="Get"/> reads, so a new chunk's inodes are what readers see next); returns
-    /// it and the block's byte offset inside it.
+    /// A transaction that logged <paramref name="inode"/> committed: its new state replaces the cached one (the cluster
+    /// buffer holds the same bytes, so a later miss decodes the same inode).
     /// </summary>
-    public (Metadata.MetadataBuffer Cluster, int Offset) JoinClusterOfBlock(Journal.Transaction tx, uint agno, uint agbno)
+    public void Committed(Inode inode)
+    {
+        if (!_inodes.TryAdd(inode.Number, inode)) _inodes[inode.Number] = inode;
+        else if (Interlocked.Increment(ref _count) > MaxEntries) Trim();
+    }
+
+    /// <summary>
+    /// The cluster buffers (those <see cref="Get"/> reads) that hold the <paramref name="blocks"/> blocks of a new inode
+    /// chunk at AG block <paramref name="agbno"/>, joined to <paramref name="tx"/>: with each, where the chunk's part
+    /// starts in it, its first AG block and its block count. A buffer that lies wholly inside the chunk is taken new
+    /// (nothing read: the chunk's bytes are all about to be written); one the chunk only partly covers (a sparse chunk)
+    /// is read. <paramref name="logged"/> false joins them as inode clusters, whose changes are published at commit but
+    /// not logged as buffer items (an icreate item stands for them).
+    /// </summary>
+    public List<(Metadata.MetadataBuffer Buffer, int Offset, uint FirstBlock, uint Blocks)> NewChunkClusters(Journal.Transaction tx, uint agno, uint agbno,
+        uint blocks, bool logged)
     {
         var sb = _mount.Superblock;
-        ulong ino = ((ulong)agno << sb.AgInoLog) | ((ulong)agbno << sb.InoPBlog);
-        var (offset, length) = ClusterOf(ino);
-        var buffer = tx.Read(offset, length, 0, ClusterVerifier, null, Journal.BufType.Dinode);
-        return (buffer, (int)(sb.AgBlockToByte(agno, agbno) - offset));
+        var result = new List<(Metadata.MetadataBuffer, int, uint, uint)>(1);
+        for (uint b = agbno; b < agbno + blocks;)
+        {
+            ulong ino = ((ulong)agno << sb.AgInoLog) | ((ulong)b << sb.InoPBlog);
+            var (offset, length) = ClusterOf(ino);
+            long chunkByte = sb.AgBlockToByte(agno, b);
+            uint inBuffer = (uint)(Math.Min(offset + length, sb.AgBlockToByte(agno, agbno + blocks)) - chunkByte) >> sb.BlockLog;
+            bool whole = offset >= sb.AgBlockToByte(agno, agbno) && offset + length <= sb.AgBlockToByte(agno, agbno + blocks);
+            Metadata.MetadataBuffer buffer = (whole, logged) switch
+            {
+                (true, true) => tx.GetNew(offset, length, ClusterVerifier.Kind, 0, null, Journal.BufType.Dinode),
+                (true, false) => tx.GetNewInodeCluster(offset, length, ClusterVerifier.Kind, 0),
+                (false, true) => tx.Read(offset, length, 0, ClusterVerifier, null, Journal.BufType.Dinode),
+                (false, false) => tx.JoinInodeCluster(offset, length, 0, ClusterVerifier),
+            };
+            result.Add((buffer, (int)(chunkByte - offset), b, inBuffer));
+            b += inBuffer;
+        }
+        return result;
     }
 
     /// <summary>

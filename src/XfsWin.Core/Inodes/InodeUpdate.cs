@@ -160,11 +160,14 @@ public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode
         // Readers verify what they decode from the cluster bytes: the copy there carries a current CRC (the LSN is
         // stamped when the log writes the inode back).
         if (View.Version >= 3) XfsCrc.Stamp(Image, DinodeView.OffCrc);
-        Image.CopyTo(cluster.Contents, offset);
-        tx.LogRange(cluster, offset, offset + Image.Length - 1);
-        tx.Log(InodeLogItem.Create(Number, InodeClusterLocation.Of(_sb, Number), Image, Parts));
+        // One immutable copy serves the log item, the cluster (copied in at commit) and the inode cache's new entry.
+        var committed = (byte[])Image.Clone();
+        tx.PatchInodeCluster(cluster, offset, committed);
+        tx.Log(InodeLogItem.CreateOwning(Number, InodeClusterLocation.Of(_sb, Number), committed, Parts));
         ulong ino = Number;
-        tx.OnCommit(() => cache.Invalidate(ino));
+        long byteOffset = ByteOffset;
+        var sb = _sb;
+        tx.OnCommit(() => cache.Committed(new Inode(ino, committed, byteOffset, sb)));
     }
 
     void IJoinedInode.Relog(Transaction tx) => Log(tx, _cache!);

@@ -16,6 +16,8 @@ public sealed class ActiveItemList
     private readonly SortedDictionary<ulong, int> _pinned = new();
     // Inode items by the daddr of the cluster they name, for the cancels of released inode chunks.
     private readonly SortedSet<(long Daddr, long Ino)> _inodesByCluster = new();
+    // Icreate items by the chunk they initialise (daddr, length in BB), for the same cancels.
+    private readonly SortedSet<(long Daddr, int LengthBB)> _chunks = new();
 
     public int Count => _lsnOf.Count;
     public bool IsEmpty => _lsnOf.Count == 0;
@@ -63,6 +65,7 @@ public sealed class ActiveItemList
             PinnedCount++;
         }
         if (item is InodeLogItem inode) _inodesByCluster.Add((inode.Cluster.Daddr, key.Id));
+        else if (item is IcreateLogItem chunk) _chunks.Add((chunk.Daddr, chunk.LengthBB));
     }
 
     /// <summary>Removes the item with <paramref name="key"/> (an intent its done item finished); false when not held.</summary>
@@ -76,7 +79,11 @@ public sealed class ActiveItemList
     private void Remove(LogItemKey key, ulong lsn)
     {
         var set = _byLsn[lsn];
-        if (set.Remove(key, out var item) && item is InodeLogItem inode) _inodesByCluster.Remove((inode.Cluster.Daddr, key.Id));
+        if (set.Remove(key, out var item))
+        {
+            if (item is InodeLogItem inode) _inodesByCluster.Remove((inode.Cluster.Daddr, key.Id));
+            else if (item is IcreateLogItem chunk) _chunks.Remove((chunk.Daddr, chunk.LengthBB));
+        }
         if (set.Count == 0) _byLsn.Remove(lsn);
         _lsnOf.Remove(key);
         if (IsPinned(key))
@@ -104,14 +111,26 @@ public sealed class ActiveItemList
 
     /// <summary>
     /// Drops the inode items whose cluster lies in the freed buffer [<paramref name="daddr"/>, +<paramref name="lengthBB"/>)
-    /// (a released inode chunk): their images must never be written back over blocks that may be reused.
+    /// (a released inode chunk), and the icreate items of chunks it overlaps: their images must never be written back
+    /// over blocks that may be reused (the kernel's stale inode cluster buffers).
     /// </summary>
     public void RemoveInodesIn(long daddr, int lengthBB)
     {
-        if (_inodesByCluster.Count == 0) return;
-        var inside = _inodesByCluster.GetViewBetween((daddr, long.MinValue), (daddr + lengthBB - 1, long.MaxValue)).ToList();
-        foreach (var (_, ino) in inside) Remove(new LogItemKey(LogItemType.Inode, ino, 0));
+        if (_inodesByCluster.Count > 0)
+        {
+            var inside = _inodesByCluster.GetViewBetween((daddr, long.MinValue), (daddr + lengthBB - 1, long.MaxValue)).ToList();
+            foreach (var (_, ino) in inside) Remove(new LogItemKey(LogItemType.Inode, ino, 0));
+        }
+        if (_chunks.Count > 0)
+        {
+            var near = _chunks.GetViewBetween((daddr - MaxChunkBB, int.MinValue), (daddr + lengthBB - 1, int.MaxValue)).ToList();
+            foreach (var (start, length) in near)
+                if (start + length > daddr) Remove(new LogItemKey(LogItemType.Icreate, start, length));
+        }
     }
+
+    // The longest inode chunk: 64 inodes of 2 KiB, in 512-byte units.
+    private const int MaxChunkBB = 64 * 2048 / 512;
 
     /// <summary>Removes items written in place, unless a later checkpoint moved them meanwhile.</summary>
     public void RemoveWritten(IEnumerable<JournalItem> items)

@@ -61,6 +61,23 @@ public sealed class BufferLogItem : JournalItem
         return item;
     }
 
+    /// <summary>
+    /// As <see cref="Create(long, int, BufType, ReadOnlySpan{byte}, ReadOnlySpan{uint}, ushort)"/>, keeping
+    /// <paramref name="image"/> itself instead of a copy: the caller never changes it afterwards (a committed buffer's
+    /// bytes, which the next change copies before changing).
+    /// </summary>
+    public static BufferLogItem CreateShared(long daddr, int lengthBB, BufType type, byte[] image, ReadOnlySpan<uint> dirtyChunks, ushort flags = 0)
+    {
+        if (image.Length != lengthBB << LogArea.BBShift) throw new ArgumentException($"image of {image.Length} bytes for a buffer of {lengthBB} BB", nameof(image));
+        if ((flags & BufLogFormat.FlagCancel) != 0) throw new ArgumentException("use Cancel for a freed buffer", nameof(flags));
+        var item = new BufferLogItem(daddr, lengthBB, type, flags, image);
+        if (dirtyChunks.Length > item._map.Length) throw new ArgumentException("dirty bitmap longer than the buffer", nameof(dirtyChunks));
+        dirtyChunks.CopyTo(item._map);
+        int chunks = (lengthBB << LogArea.BBShift) / BufLogFormat.ChunkSize;
+        if (chunks % 32 != 0) item._map[^1] &= (1u << (chunks % 32)) - 1;
+        return item;
+    }
+
     /// <summary>The cancel item for a freed buffer: recovery replays no image of (daddr, length) logged before it.</summary>
     public static BufferLogItem Cancel(long daddr, int lengthBB) =>
         new(daddr, lengthBB, BufType.Unknown, BufLogFormat.FlagCancel, []);

@@ -35,22 +35,34 @@ public sealed class CachedLogWriteback : ILogWriteback
 
     public void WriteBack(IReadOnlyList<JournalItem> items)
     {
+        // Images in the AIL's order, combined into cluster-sized and larger writes (see WritebackBatch).
         foreach (var item in items)
         {
             switch (item)
             {
                 case BufferLogItem { IsCancel: false } buf:
-                    WriteBuffer(buf);
+                    _batch.Add(buf.Daddr << LogArea.BBShift, PrepareBuffer(buf));
+                    BuffersWritten++;
                     break;
                 case InodeLogItem inode:
-                    DeviceImageWriteback.WriteInode(_data, inode);
+                    _batch.Add(inode.Cluster.InodeByte, DeviceImageWriteback.PrepareInode(inode));
                     InodesWritten++;
+                    break;
+                case IcreateLogItem chunk:
+                    _batch.Add(chunk.Daddr << LogArea.BBShift, chunk.ChunkImage(_sb));
                     break;
             }
         }
+        _batch.WriteOut(_data);
+        DeviceWrites += _batch.Writes;
     }
 
-    private void WriteBuffer(BufferLogItem buf)
+    private readonly WritebackBatch _batch = new();
+
+    /// <summary>Device writes the writebacks took (fewer than items: neighbours go out together).</summary>
+    public long DeviceWrites { get; private set; }
+
+    private byte[] PrepareBuffer(BufferLogItem buf)
     {
         long offset = buf.Daddr << LogArea.BBShift;
         var image = buf.Image.ToArray();
@@ -65,8 +77,7 @@ public sealed class CachedLogWriteback : ILogWriteback
         {
             MetadataLsn.Stamp(image, _sb, buf.Lsn);
         }
-        _data.Write(offset, image);
-        BuffersWritten++;
+        return image;
     }
 
     public void Flush() => _data.Flush();

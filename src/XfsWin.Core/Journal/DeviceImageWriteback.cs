@@ -26,6 +26,7 @@ public sealed class DeviceImageWriteback : ILogWriteback
 
     public void WriteBack(IReadOnlyList<JournalItem> items)
     {
+        var batch = new WritebackBatch();
         foreach (var item in items)
         {
             switch (item)
@@ -33,21 +34,25 @@ public sealed class DeviceImageWriteback : ILogWriteback
                 case BufferLogItem { IsCancel: false } buf:
                     var image = buf.Image.ToArray();
                     if (_sb.IsV5) MetadataLsn.Stamp(image, _sb, buf.Lsn);
-                    _data.Write(buf.Daddr << LogArea.BBShift, image);
+                    batch.Add(buf.Daddr << LogArea.BBShift, image);
                     BuffersWritten++;
                     break;
                 case InodeLogItem inode:
-                    WriteInode(_data, inode);
+                    batch.Add(inode.Cluster.InodeByte, PrepareInode(inode));
                     InodesWritten++;
+                    break;
+                case IcreateLogItem chunk:
+                    batch.Add(chunk.Daddr << LogArea.BBShift, chunk.ChunkImage(_sb));
                     break;
             }
         }
+        batch.WriteOut(_data);
     }
 
     public void Flush() => _data.Flush();
 
-    /// <summary>Writes an inode item's image in place with its LSN (di_lsn) and CRC stamped (V3 inodes).</summary>
-    internal static void WriteInode(IBlockDevice data, InodeLogItem inode)
+    /// <summary>An inode item's image as it goes in place: its LSN (di_lsn) and CRC stamped (V3 inodes).</summary>
+    internal static byte[] PrepareInode(InodeLogItem inode)
     {
         var disk = inode.DiskImage.ToArray();
         if (disk[DinodeView.OffVersion] >= 3)
@@ -55,6 +60,6 @@ public sealed class DeviceImageWriteback : ILogWriteback
             BinaryPrimitives.WriteUInt64BigEndian(disk.AsSpan(DinodeView.OffLsn), inode.Lsn);
             XfsCrc.Stamp(disk, DinodeView.OffCrc);
         }
-        data.Write(inode.Cluster.InodeByte, disk);
+        return disk;
     }
 }

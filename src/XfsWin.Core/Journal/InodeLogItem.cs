@@ -72,10 +72,22 @@ public sealed class InodeLogItem : JournalItem
     /// <param name="diskInode">The whole on-disk inode (inode-size bytes, big-endian) as it is after the change.</param>
     public static InodeLogItem Create(ulong ino, InodeClusterLocation cluster, ReadOnlySpan<byte> diskInode, InodeLogParts parts)
     {
+        Check(ino, cluster, diskInode);
+        return new InodeLogItem(ino, cluster, diskInode.ToArray(), parts);
+    }
+
+    /// <summary>As <see cref="Create"/>, keeping <paramref name="diskInode"/> itself: the caller never changes it afterwards.</summary>
+    public static InodeLogItem CreateOwning(ulong ino, InodeClusterLocation cluster, byte[] diskInode, InodeLogParts parts)
+    {
+        Check(ino, cluster, diskInode);
+        return new InodeLogItem(ino, cluster, diskInode, parts);
+    }
+
+    private static void Check(ulong ino, InodeClusterLocation cluster, ReadOnlySpan<byte> diskInode)
+    {
         if (BinaryPrimitives.ReadUInt16BigEndian(diskInode) != DinodeView.Magic) throw new ArgumentException($"inode {ino}: the image has no inode magic", nameof(diskInode));
         if (cluster.Offset < 0 || cluster.Offset + diskInode.Length > cluster.LengthBB << LogArea.BBShift)
             throw new ArgumentException($"inode {ino}: offset {cluster.Offset} is outside its cluster of {cluster.LengthBB} BB", nameof(cluster));
-        return new InodeLogItem(ino, cluster, diskInode.ToArray(), parts);
     }
 
     private bool V3 => _disk[DinodeView.OffVersion] >= 3;

@@ -18,6 +18,13 @@ public sealed record MountedLogOptions
     /// finds at mount names the volume it mounts.
     /// </summary>
     public Guid? RecordUuid { get; init; }
+
+    /// <summary>
+    /// Runs under the log's lock before a checkpoint's items are taken and any of its records is written: writes
+    /// out the file data the checkpoint's transactions map and that is still held in memory, so that the pre-flush of
+    /// the commit record makes it durable first (data before the metadata that exposes it).
+    /// </summary>
+    public Action? BeforeCheckpoint { get; init; }
 }
 
 /// <summary>Counters of what the log writer did.</summary>
@@ -51,6 +58,7 @@ public sealed class MountedLog
     private readonly ActiveItemList _ail = new();
     private readonly uint _baseCycle;
     private readonly long _thresholdBytes;
+    private readonly Action? _beforeCheckpoint;
     private long _outstandingBlocks;
     private ulong? _checkpointStartLsn;
     private uint _nextTid;
@@ -64,6 +72,7 @@ public sealed class MountedLog
         _writer = writer;
         _writeback = writeback;
         _baseCycle = writer.HeadCycle;
+        _beforeCheckpoint = options.BeforeCheckpoint;
         _thresholdBytes = options.CheckpointThresholdBytes > 0 ? options.CheckpointThresholdBytes : (area.Blocks << LogArea.BBShift) / 8;
         _nextTid = options.FirstTid != 0 ? options.FirstTid : (uint)(writer.HeadLsn * 0x9E3779B97F4A7C15UL >> 32) | 1;
         _intentId = (writer.HeadLsn * 0xC2B2AE3D27D4EB4FUL) & 0xFFFFFFFF00000000UL;
@@ -473,6 +482,8 @@ public sealed class MountedLog
     /// </summary>
     private void WriteCheckpoint()
     {
+        // The CIL cannot change while the lock is held: what the hook writes out covers every transaction in it.
+        _beforeCheckpoint?.Invoke();
         long reserved = _cil.ReservedBlocks;
         var items = _cil.TakeAll();
         var regions = new List<ReadOnlyMemory<byte>>();

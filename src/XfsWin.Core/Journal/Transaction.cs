@@ -99,6 +99,19 @@ public sealed class Transaction : IDisposable
     }
 
     /// <summary>
+    /// A new inode cluster buffer (a new chunk's, initialised by this transaction): locked, joined as an inode cluster
+    /// (see <see cref="JoinInodeCluster"/>), zeroed, nothing read. Its bytes are published at commit and logged by the
+    /// chunk's icreate item, not as a buffer item.
+    /// </summary>
+    public MetadataBuffer GetNewInodeCluster(long byteOffset, int length, int kind, ulong owner)
+    {
+        var buffer = _changes.GetNew(byteOffset, length, kind, owner, null);
+        var joined = Join(buffer, BufType.Dinode, inodeCluster: true);
+        joined.Invalidated = false;
+        return buffer;
+    }
+
+    /// <summary>
     /// Joins an inode cluster buffer whose inode bytes this transaction changes and logs through inode items: the
     /// bytes are published at commit, but no buffer image of them is logged.
     /// </summary>
@@ -109,6 +122,29 @@ public sealed class Transaction : IDisposable
         Join(buffer, BufType.Dinode, inodeCluster: true);
         return buffer;
     }
+
+    /// <summary>
+    /// An inode's new bytes for the cluster buffer <paramref name="cluster"/> (joined with <see cref="JoinInodeCluster"/>)
+    /// at <paramref name="offset"/>: copied in as the transaction commits, so a cancelled transaction leaves the cluster
+    /// untouched and a committed one never copies the whole cluster (see <see cref="MetadataBuffer.PatchAtCommit"/>).
+    /// The inode itself is logged by its <see cref="InodeLogItem"/>.
+    /// </summary>
+    public void PatchInodeCluster(MetadataBuffer cluster, int offset, byte[] inode)
+    {
+        CheckOpen();
+        if (!_joined.TryGetValue(cluster, out var joined))
+            throw new InvalidOperationException($"buffer at {cluster.Offset} (+{cluster.Length}) is not part of this transaction");
+        if (!joined.InodeCluster)
+        {
+            // Joined as a logged buffer in this transaction (a new chunk's clusters): the inode goes into its image too.
+            inode.CopyTo(cluster.Contents, offset);
+            LogRange(cluster, offset, offset + inode.Length - 1);
+            return;
+        }
+        (_clusterPatches ??= new()).Add((cluster, offset, inode));
+    }
+
+    private List<(MetadataBuffer Cluster, int Offset, byte[] Inode)>? _clusterPatches;
 
     private Joined Join(MetadataBuffer buffer, BufType type, bool inodeCluster)
     {
@@ -422,8 +458,14 @@ public sealed class Transaction : IDisposable
     /// <summary>Logs and commits the current part; with <paramref name="regrant"/> starts the next one.</summary>
     private void CommitPart(bool regrant)
     {
+        List<(MetadataBuffer Cluster, int Offset, byte[] Inode)>? inPlace = null;
         try
         {
+            // Inode bytes go into the private copies first (buffer items formatted from those copies then carry them);
+            // a cluster this part made no copy of is patched in place once nothing can fail any more.
+            if (_clusterPatches is not null)
+                foreach (var patch in _clusterPatches)
+                    if (!patch.Cluster.TryPatchPrivate(patch.Offset, patch.Inode)) (inPlace ??= new()).Add(patch);
             foreach (var (buffer, joined) in _joined)
             {
                 long daddr = buffer.Offset >> LogArea.BBShift;
@@ -431,7 +473,11 @@ public sealed class Transaction : IDisposable
                 if (joined.Invalidated)
                     _log.Log(BufferLogItem.Cancel(daddr, lengthBB));
                 else if (joined.Logged && !joined.InodeCluster)
-                    _log.Log(BufferLogItem.Create(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map));
+                    // The item keeps the private copy, which becomes the published bytes and is never changed again
+                    // (the next change copies it); inode cluster bytes can be patched in place, so their item copies.
+                    _log.Log(joined.Type == BufType.Dinode
+                        ? BufferLogItem.Create(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map)
+                        : BufferLogItem.CreateShared(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map));
             }
             if (_unlinkedFields is not null)
                 foreach (var (clusterDaddr, (buffer, start, lengthBB, map)) in _unlinkedFields)
@@ -444,6 +490,9 @@ public sealed class Transaction : IDisposable
             CancelPart();
             throw;
         }
+        if (inPlace is not null)
+            foreach (var (cluster, offset, inode) in inPlace) cluster.PatchAtCommit(offset, inode);
+        _clusterPatches = null;
         _changes.Commit();
         MetadataTransaction? next = null;
         if (regrant)
@@ -494,6 +543,7 @@ public sealed class Transaction : IDisposable
 
     private void CancelPart()
     {
+        _clusterPatches = null;
         _changes.Cancel();
         _log.Dispose();
         RunCancelActions();

@@ -456,7 +456,7 @@ public sealed class BufferCache : IDisposable
                     done = true;
                     continue;
                 }
-                var image = GC.AllocateUninitializedArray<byte>(buffer.Length, pinned: true);
+                var image = GC.AllocateUninitializedArray<byte>(buffer.Length);
                 snapshot.Data.CopyTo(image, 0);
                 var check = writeVerifier?.PrepareForWrite(image, buffer.Offset, lsn) ?? VerifyResult.Ok;
                 if (!check.IsOk)

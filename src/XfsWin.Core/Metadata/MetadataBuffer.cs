@@ -44,6 +44,9 @@ public sealed class MetadataBuffer
     private object? _lockOwner;
     private int _lockDepth;
     private byte[]? _working;
+    // Locked for a change whose private copy is made on first use of Contents (a change that only patches in place,
+    // or reads, never copies the buffer).
+    private bool _copyOnUse;
     private bool _changedUnderLock;
     private uint[]? _dirtyMap;
     private long _generation;
@@ -109,7 +112,46 @@ public sealed class MetadataBuffer
         get
         {
             lock (State)
+            {
+                if (_working is null && _copyOnUse) MakeWorkingCopyLocked();
                 return _working ?? throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
+            }
+        }
+    }
+
+    /// <summary>
+    /// Copies <paramref name="bytes"/> to <paramref name="offset"/> of the lock owner's private copy when it made one
+    /// (false otherwise, see <see cref="PatchAtCommit"/>). The buffer becomes dirty at commit as for a logged change.
+    /// </summary>
+    public bool TryPatchPrivate(int offset, ReadOnlySpan<byte> bytes)
+    {
+        if (offset < 0 || offset + bytes.Length > Length) throw new ArgumentOutOfRangeException(nameof(offset), $"patch {offset} (+{bytes.Length}) of a {Length}-byte buffer");
+        lock (State)
+        {
+            if (_lockOwner is null) throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
+            if (_working is null) return false;
+            bytes.CopyTo(_working.AsSpan(offset));
+            _changedUnderLock = true;
+            return true;
+        }
+    }
+
+    /// <summary>
+    /// Copies <paramref name="bytes"/> to <paramref name="offset"/> as the lock owner's change commits (called while it
+    /// still holds the lock, right before it releases it): into the private copy when the change made one, otherwise
+    /// into the published bytes themselves. In place is safe because on a read-write volume every reader holds the
+    /// volume's write lock, which the committing change holds too, and a read-only volume never changes. The buffer
+    /// becomes dirty as for a logged change.
+    /// </summary>
+    public void PatchAtCommit(int offset, ReadOnlySpan<byte> bytes)
+    {
+        if (offset < 0 || offset + bytes.Length > Length) throw new ArgumentOutOfRangeException(nameof(offset), $"patch {offset} (+{bytes.Length}) of a {Length}-byte buffer");
+        lock (State)
+        {
+            if (_lockOwner is null) throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
+            var target = _working ?? _snapshot?.Data ?? throw new InvalidOperationException($"buffer at {Offset} (+{Length}) has no bytes to patch");
+            bytes.CopyTo(target.AsSpan(offset));
+            _changedUnderLock = true;
         }
     }
 
@@ -123,6 +165,7 @@ public sealed class MetadataBuffer
         if (first < 0 || last < first || last >= Length) throw new ArgumentOutOfRangeException(nameof(first), $"range {first}..{last} of a {Length}-byte buffer");
         lock (State)
         {
+            if (_working is null && _copyOnUse) MakeWorkingCopyLocked();
             if (_working is null) throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
             _dirtyMap ??= new uint[(Length / DirtyChunkSize + 31) / 32];
             for (int chunk = first / DirtyChunkSize, end = last / DirtyChunkSize; chunk <= end; chunk++)
@@ -168,7 +211,7 @@ public sealed class MetadataBuffer
     {
         lock (State)
         {
-            if (_working is null) throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
+            if (_working is null && !_copyOnUse) throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
             StalePending = true;
             Interlocked.Increment(ref _generation);
         }
@@ -217,10 +260,16 @@ public sealed class MetadataBuffer
     /// <summary>Starts the private copy the lock owner changes (from the snapshot, or zeroed for a new block). Caller holds <see cref="State"/>.</summary>
     internal void BeginChangeLocked(bool zeroed)
     {
-        if (_working is not null && !zeroed) return;
-        var working = GC.AllocateUninitializedArray<byte>(Length, pinned: true);
-        if (zeroed || _snapshot is null) working.AsSpan().Clear();
-        else _snapshot.Data.CopyTo(working, 0);
+        if ((_working is not null || _copyOnUse) && !zeroed) return;
+        if (!zeroed && _snapshot is not null)
+        {
+            // The copy is made when the owner first asks for Contents.
+            _copyOnUse = true;
+            return;
+        }
+        _copyOnUse = false;
+        var working = GC.AllocateUninitializedArray<byte>(Length);
+        working.AsSpan().Clear();
         _working = working;
         if (zeroed)
         {
@@ -229,6 +278,14 @@ public sealed class MetadataBuffer
             // A new block's every byte is the lock owner's to log; a reinitialised buffer counts as changed.
             _changedUnderLock = true;
         }
+    }
+
+    private void MakeWorkingCopyLocked()
+    {
+        var working = GC.AllocateUninitializedArray<byte>(Length);
+        _snapshot!.Data.CopyTo(working, 0);
+        _working = working;
+        _copyOnUse = false;
     }
 
     /// <summary>
@@ -259,7 +316,14 @@ public sealed class MetadataBuffer
             Dirty = true;
             becameDirty = true;
         }
+        else if (commit && !Stale && _changedUnderLock && _snapshot is not null)
+        {
+            // Patched in place (PatchAtCommit): the published bytes are the change.
+            Dirty = true;
+            becameDirty = true;
+        }
         _working = null;
+        _copyOnUse = false;
         _changedUnderLock = false;
         _lockOwner = null;
         Monitor.PulseAll(State);

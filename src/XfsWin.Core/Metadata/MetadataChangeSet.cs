@@ -97,8 +97,17 @@ public sealed class MetadataChangeSet(BufferCache cache) : IDisposable
     {
         CheckOpen();
         _finished = true;
-        foreach (var key in _joined.Keys.Order())
-            cache.Unlock(_joined[key], this, commit);
+        if (_joined.Count == 1)
+        {
+            foreach (var buffer in _joined.Values) cache.Unlock(buffer, this, commit);
+        }
+        else
+        {
+            var buffers = new MetadataBuffer[_joined.Count];
+            _joined.Values.CopyTo(buffers, 0);
+            Array.Sort(buffers, static (a, b) => a.Offset != b.Offset ? a.Offset.CompareTo(b.Offset) : a.Length.CompareTo(b.Length));
+            foreach (var buffer in buffers) cache.Unlock(buffer, this, commit);
+        }
         _joined.Clear();
     }
 

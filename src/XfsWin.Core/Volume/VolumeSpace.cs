@@ -16,7 +16,7 @@ namespace XfsWin.Volume;
 /// intents (RUI), frees as extent-free intents (EFI, in ascending AG order), shared blocks of reflinked files as
 /// refcount decreases (CUI); extent-btree blocks keep their reverse mapping inline and are freed through EFIs.
 /// </summary>
-internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileSpace, IInodeSpace
+internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileDataCache data) : IFileSpace, IInodeSpace
 {
     public AgAllocator Allocator => allocator;
 
@@ -60,6 +60,10 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileS
 
     public void Free(Transaction tx, ulong ino, BmbtRecord extent, ForkKind fork = ForkKind.Data, bool shared = false)
     {
+        // File data still held for blocks no file uses any more is dropped once the change that unmapped them commits
+        // (shared blocks keep theirs: another file maps them).
+        if (fork == ForkKind.Data && !shared)
+            tx.OnCommit(() => data.Discard(sb.FsbToByte(extent.StartBlock), (long)extent.BlockCount << sb.BlockLog));
         if (sb.HasRmapbt)
             tx.Defer(allocator.RmapUpdates, new RmapUpdate(shared ? RmapUpdateKind.UnmapShared : RmapUpdateKind.Unmap,
                 extent.StartBlock, extent.BlockCount, OwnerOf(ino, extent, fork)));
@@ -146,12 +150,28 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileS
 
     private sealed class DirectorySpace(VolumeSpace space, Transaction transaction, InodeUpdate directory) : IDirectorySpace
     {
+        // One mapping editor for the directory while its fork keeps the form, extent count and fork offset it was
+        // loaded with (the editor's own changes keep them in step): a directory operation asks for its mapping many
+        // times, and loading it each time decoded the whole extent list or walked the bmbt.
+        private ExtentMapEditor? _editor;
+        private (ForkFormat Format, ulong Extents, byte ForkOffset) _editorOf;
+
         private ExtentMapEditor? Editor(Transaction? tx, DirectoryInodeImage dir)
         {
             if (!ReferenceEquals(dir.Image, directory.Image))
                 throw new InvalidOperationException($"directory space of inode {directory.Number} asked about inode {dir.Number}");
-            return dir.DataFormat is ForkFormat.Extents or ForkFormat.Btree && tx is not null ? new ExtentMapEditor(tx, directory, space) : null;
+            if (dir.DataFormat is not (ForkFormat.Extents or ForkFormat.Btree) || tx is null) return null;
+            if (!ReferenceEquals(tx, _tx)) return new ExtentMapEditor(tx, directory, space);
+            var of = Shape(dir);
+            if (_editor is null || of != _editorOf)
+            {
+                _editor = new ExtentMapEditor(tx, directory, space);
+                _editorOf = of;
+            }
+            return _editor;
         }
+
+        private static (ForkFormat, ulong, byte) Shape(DirectoryInodeImage dir) => (dir.DataFormat, dir.DataExtentCount, dir.Image[DinodeView.OffForkoff]);
 
         private readonly Transaction _tx = transaction;
 
@@ -160,9 +180,9 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileS
 
         public long Map(DirectoryInodeImage dir, ulong fileBlock)
         {
-            foreach (var e in Extents(dir))
-                if (fileBlock >= e.FileOffset && fileBlock < e.FileEnd) return space.sbFsbToByte(e.StartBlock + (fileBlock - e.FileOffset));
-            return -1;
+            var editor = Editor(_tx, dir);
+            if (editor is null || !editor.TryMap(fileBlock, out var e)) return -1;
+            return space.sbFsbToByte(e.StartBlock + (fileBlock - e.FileOffset));
         }
 
         public ulong FirstUnused(DirectoryInodeImage dir, ulong from, int count)
@@ -201,6 +221,7 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileS
             var (fsb, got) = space.Allocate(tx, dir.Number, fileBlock, near, (uint)count, (uint)count);
             editor.AddMapped(new BmbtRecord(fileBlock, fsb, got, false));
             editor.Save();
+            if (ReferenceEquals(editor, _editor)) _editorOf = Shape(dir);
             return space.sbFsbToByte(fsb);
         }
 
@@ -209,6 +230,7 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb) : IFileS
             var editor = Editor(tx, dir) ?? throw new InvalidOperationException($"directory {dir.Number}: blocks freed while its fork is {dir.DataFormat}");
             editor.Unmap(fileBlock, (ulong)count);
             editor.Save();
+            if (ReferenceEquals(editor, _editor)) _editorOf = Shape(dir);
         }
     }
 

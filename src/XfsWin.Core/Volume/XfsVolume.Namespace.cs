@@ -150,14 +150,23 @@ public sealed partial class XfsVolume
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, parent, dirUpdate.Image);
             var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(tx, dirUpdate));
-            if (editor.TryLookup(name, out _))
+            ulong ino;
+            int newInodes;
+            try
+            {
+                (ino, newInodes) = w.AllocateInode(tx, parent, isDir);
+            }
+            catch (XfsException e) when (e.Error == XfsError.NoSpace && editor.TryLookup(name, out _))
+            {
+                // As the kernel's VFS answers: an existing name is EEXIST even on a volume out of inodes.
                 throw new XfsException(XfsError.Exists, $"\"{Show(name)}\" exists already");
-
-            var (ino, newInodes) = w.AllocateInode(tx, parent, isDir);
+            }
             var now = Now();
             var inode = NewInode(ino, mode, uid, gid, dir, now);
             shape(tx, inode);
-            editor.AddEntry(name, ino, Inode.FileTypeOf(mode));
+            // The name is looked up once, where it goes in; when it exists the transaction (inode allocation included) is cancelled.
+            if (!editor.TryAddEntry(name, ino, Inode.FileTypeOf(mode)))
+                throw new XfsException(XfsError.Exists, $"\"{Show(name)}\" exists already");
             if (isDir) dirUpdate.LinkCount += 1;
             dirUpdate.Touch(now, modified: true);
             dirUpdate.Parts |= dirImage.LogParts;
@@ -234,8 +243,7 @@ public sealed partial class XfsVolume
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, newParent, dirUpdate.Image);
             var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(tx, dirUpdate));
-            if (editor.TryLookup(newName, out _)) throw new XfsException(XfsError.Exists, $"\"{Show(newName)}\" exists already");
-            editor.AddEntry(newName, inode, target.FileType);
+            if (!editor.TryAddEntry(newName, inode, target.FileType)) throw new XfsException(XfsError.Exists, $"\"{Show(newName)}\" exists already");
             var now = Now();
             var update = new InodeUpdate(target, _mount.Superblock);
             update.LinkCount += 1;
@@ -580,7 +588,7 @@ public sealed partial class XfsVolume
                     long runBytes = Math.Min((long)run << sb.BlockLog, offset + data.Length - blockStart) & ~((long)blockSize - 1);
                     if (runBytes > 0)
                     {
-                        w.Access.Data.Write(disk, data.Slice((int)(blockStart - offset), (int)runBytes));
+                        w.Data.Write(disk, data.Slice((int)(blockStart - offset), (int)runBytes));
                         fb += (ulong)(runBytes >> sb.BlockLog);
                         continue;
                     }
@@ -591,11 +599,11 @@ public sealed partial class XfsVolume
                 // Part of a block: what is not written reads as before (zeros for a new or unwritten block).
                 block ??= GC.AllocateUninitializedArray<byte>(blockSize);
                 if (isNew || blockStart >= (long)current.Size) Array.Clear(block);
-                else w.Access.Data.Read(disk, block);
+                else w.Data.Read(disk, block);
                 if (!isNew && blockStart < (long)current.Size && blockStart + blockSize > (long)current.Size)
                     Array.Clear(block, (int)((long)current.Size - blockStart), blockSize - (int)((long)current.Size - blockStart));
                 piece.CopyTo(block.AsSpan(from));
-                w.Access.Data.Write(disk, block);
+                w.Data.Write(disk, block);
                 fb++;
             }
             editor.MarkWritten(first, last - first + 1);
@@ -699,7 +707,9 @@ public sealed partial class XfsVolume
             ulong fb = (ulong)from >> sb.BlockLog;
             if (!map.TryFind(fb, out var e, out _) || e.Unwritten) return;
             long disk = sb.FsbToByte(e.StartBlock + (fb - e.FileOffset)) + (from & (bs - 1));
-            w.Access.Data.Write(disk, new byte[to - from]);
+            Span<byte> zeros = stackalloc byte[(int)(to - from)];
+            zeros.Clear();
+            w.Data.WritePartial(disk, zeros);
         }
         long firstEnd = Math.Min(end, (offset + bs - 1) / bs * bs);
         if (offset % bs != 0) Zero(offset, firstEnd);

@@ -40,6 +40,8 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public readonly InodeAllocator InodeAllocator = inodes;
     /// <summary>The AGI unlinked lists: every inode in <see cref="Orphans"/> is on them, so a crash leaves it for recovery to free.</summary>
     public required UnlinkedList Unlinked { get; init; }
+    /// <summary>File data held until the checkpoint that maps it (see <see cref="FileDataCache"/>).</summary>
+    public required FileDataCache Data { get; init; }
     public readonly object Lock = new();
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
@@ -178,10 +180,15 @@ public sealed partial class XfsVolume
         var sb = _mount.Superblock;
         var area = LogArea.For(access.Data, access.Log, sb);
         var writeback = new CachedLogWriteback(access.Data, sb, _mount.Buffers);
-        var log = after is null ? MountedLog.Open(area, sb, writeback) : MountedLog.OpenAfterReplay(area, sb, writeback, after, intents ?? []);
-        var space = new VolumeSpace(new Allocation.AgAllocator(_mount, log), sb);
+        var data = new FileDataCache(access.Data, (int)sb.BlockSize);
+        var logOptions = new MountedLogOptions { BeforeCheckpoint = data.WriteOut };
+        var log = after is null
+            ? MountedLog.Open(area, sb, writeback, logOptions)
+            : MountedLog.OpenAfterReplay(area, sb, writeback, after, intents ?? [], logOptions);
+        var space = new VolumeSpace(new Allocation.AgAllocator(_mount, log), sb, data);
         _write = new VolumeWriteState(access, log, writeback, space, new InodeAllocator(sb, _inodes, space))
         {
+            Data = data,
             Unlinked = new UnlinkedList(sb, _inodes),
             InodeCount = (long)_agSummary.Inodes,
             FreeInodes = (long)_agSummary.FreeInodes,
@@ -271,16 +278,18 @@ public sealed partial class XfsVolume
     /// <summary>fsync / fdatasync: file data written so far reaches the disk, then the log is forced.</summary>
     public void Flush(ulong inode)
     {
-        var w = Writer();
         _ = inode;
-        w.Access.Data.Flush();
-        w.Log.Force();
+        Sync();
     }
 
-    /// <summary>sync(2): everything committed is durable.</summary>
+    /// <summary>What the log writer did so far (benchmarks report log traffic per operation from it).</summary>
+    internal LogWriteStatistics LogStatistics => Writer().Log.Statistics;
+
+    /// <summary>sync(2): everything committed is durable (held file data written, the device flushed, the log forced).</summary>
     public void Sync()
     {
         var w = Writer();
+        w.Data.WriteOut();
         w.Access.Data.Flush();
         w.Log.Force();
     }
@@ -309,6 +318,7 @@ public sealed partial class XfsVolume
                         FreeOrphan(w, orphan);
                     }
                     LogSuperblockCounters(w);
+                    w.Data.WriteOut();
                     w.Access.Data.Flush();
                     w.Log.Unmount();
                     w.Writeback.ReleaseCleanBuffers();
@@ -316,6 +326,7 @@ public sealed partial class XfsVolume
             }
             finally
             {
+                w.Data.Dispose();
                 w.Access.Dispose();
             }
         }
@@ -327,12 +338,18 @@ public sealed partial class XfsVolume
         using var tx = Begin(w, TransactionKind.Sb);
         var verifier = new SuperblockBufferVerifier(sb);
         var buffer = tx.Read(0, sb.SectorSize, 0, verifier, verifier.ForWrite(), BufType.Superblock);
+        LogCounters(w, tx, buffer);
+        tx.Commit();
+    }
+
+    /// <summary>The in-core inode and free block counters into the primary superblock <paramref name="buffer"/> joined to <paramref name="tx"/>.</summary>
+    private static void LogCounters(VolumeWriteState w, Transaction tx, MetadataBuffer buffer)
+    {
         var s = buffer.Contents.AsSpan();
         BinaryPrimitives.WriteUInt64BigEndian(s[SuperblockView.OffIcount..], (ulong)w.InodeCount);
         BinaryPrimitives.WriteUInt64BigEndian(s[SuperblockView.OffIfree..], (ulong)w.FreeInodes);
         tx.LogRange(buffer, SuperblockView.OffIcount, SuperblockView.OffIfree + 7);
         w.FileSpace.Allocator.LogSuperblockCounters(tx);
-        tx.Commit();
     }
 
     /// <summary>After a commit: when the cache pins too much dirty metadata, write everything back so it may be dropped.</summary>
@@ -449,6 +466,7 @@ public sealed partial class XfsVolume
     private void Quiesce(VolumeWriteState w, bool logCounters)
     {
         if (logCounters) LogSuperblockCounters(w);
+        w.Data.WriteOut();
         w.Access.Data.Flush();
         w.Log.PushAll();
         w.Writeback.ReleaseCleanBuffers();

@@ -415,6 +415,8 @@ public sealed partial class XfsVolume : IDisposable
             var segment = NextSegment(map, pos, dest.Length);
             if (segment.IsZeros)
                 dest[..segment.Length].Clear();
+            else if (_write is { } w)
+                w.Data.Read(segment.DiskOffset, dest[..segment.Length]);
             else
                 _mount.Device.Read(segment.DiskOffset, dest[..segment.Length]);
             dest = dest[segment.Length..];

@@ -3,16 +3,21 @@
 // starts this page's path. api/request takes one control request (JSON) and answers with the
 // service's response; api/events streams the service's events and operation progress.
 
-const state = { hello: null, ops: new Set(), busy: false, running: false };
+const state = { hello: null, ops: new Set(), admin: true, busy: false, running: false };
 
 // Actions offered per volume. An action shows only when the service accepts its operation
-// (hello.operations). Grow works on an unmounted volume, or on one this service mounted read-write.
+// (hello.operations) from this user: someone who is not an administrator (hello.administrator false)
+// may mount and unmount only the volumes an administrator configured (configuredMountPoint), and
+// not recover, check, grow or format. Grow works on an unmounted volume, or on one this service
+// mounted read-write.
+const adminOnly = ['recover', 'check', 'grow', 'format'];
+const mayMount = v => state.admin || !!v.configuredMountPoint;
 const idle = v => !v.mountPoint && v.health !== 'busy';
 const growable = v => idle(v) || (!!v.mountPoint && !v.readOnly);
 const volumeActions = [
   { op: 'info', label: 'Info', show: v => true, run: v => showInfo(v.source) },
-  { op: 'mount', label: 'Mount', show: idle, run: v => openMount(v) },
-  { op: 'unmount', label: 'Unmount', show: v => !!v.mountPoint, run: v => unmount(v) },
+  { op: 'mount', label: 'Mount', show: v => idle(v) && mayMount(v), run: v => openMount(v) },
+  { op: 'unmount', label: 'Unmount', show: v => !!v.mountPoint && mayMount(v), run: v => unmount(v) },
   { op: 'recover', label: 'Recover', show: idle, run: v => openRecover(v) },
   { op: 'check', label: 'Check', show: idle, run: v => runCheck(v.source) },
   { op: 'grow', label: 'Grow', show: growable, run: v => openGrow(v) },
@@ -144,10 +149,10 @@ function openMount(v) {
   list.replaceChildren(...suggestions.map(s => el('option', { value: s })));
   document.getElementById('mount-hint').textContent = state.hello.mountPointKind === 'directory'
     ? 'Give a directory; it is created if it does not exist.' : 'Give a free drive letter (X:) or an empty folder.';
-  document.getElementById('mount-point').value = suggestions.length ? suggestions[0] : '';
-  // Offered where the service's host writes (FUSE; WinFsp mounts are read-only).
-  document.getElementById('mount-rw').checked = false;
-  document.getElementById('mount-rw-label').hidden = !state.hello.readWriteMounts;
+  document.getElementById('mount-point').value = v.configuredMountPoint || (suggestions.length ? suggestions[0] : '');
+  // Offered where the service's host writes; to someone who is not an administrator only for a volume configured read-write.
+  document.getElementById('mount-rw').checked = !!v.configuredReadWrite;
+  document.getElementById('mount-rw-label').hidden = !state.hello.readWriteMounts || (!state.admin && !v.configuredReadWrite);
   document.getElementById('mount-dialog').showModal();
 }
 
@@ -423,7 +428,11 @@ async function start() {
   try {
     state.hello = (await call({ op: 'hello' })).hello;
     state.ops = new Set(state.hello.operations);
-    document.getElementById('server').textContent = state.hello.server + ' on ' + state.hello.platform + ' · protocol v' + state.hello.protocolVersion;
+    state.admin = state.hello.administrator !== false;
+    if (!state.admin) for (const op of adminOnly) state.ops.delete(op);
+    document.getElementById('server').textContent = state.hello.server + ' on ' + state.hello.platform + ' · protocol v' + state.hello.protocolVersion +
+      (state.admin ? '' : ' · ' + (state.hello.client || 'you') + ' is not an administrator: configured volumes can be mounted; ' +
+        'format, grow, check and recover need the management UI as administrator');
   } catch (e) {
     document.getElementById('server').textContent = e.message;
     document.getElementById('server').className = 'error';

@@ -183,6 +183,25 @@ public sealed class CommittedItemListTests
     }
 
     [Fact]
+    public void ACancelledInodeClusterTakesTheIcreateItemOfItsChunkOutOfTheAil()
+    {
+        // A released chunk's blocks may be reused (even for file data, never logged): the icreate image of the
+        // chunk must not be written back over them later.
+        var ail = new ActiveItemList();
+        var released = new IcreateLogItem(0, 100, 64, 512, 8, 7, 800, 64);
+        var kept = new IcreateLogItem(0, 200, 64, 512, 8, 7, 1600, 64);
+        ail.Insert(released, Lsn.Make(1, 10));
+        ail.Insert(kept, Lsn.Make(1, 10));
+        ail.RemoveInodesIn(832, 16); // the chunk's third cluster
+        Assert.Null(ail.LsnOf(released.Key));
+        Assert.Equal(Lsn.Make(1, 10), ail.LsnOf(kept.Key));
+        ail.RemoveInodesIn(1664, 16); // just past it
+        Assert.Equal(Lsn.Make(1, 10), ail.LsnOf(kept.Key));
+        ail.RemoveInodesIn(1648, 16);
+        Assert.True(ail.IsEmpty);
+    }
+
+    [Fact]
     public void IntentEncodingsHaveTheLengthsRecoveryChecks()
     {
         var items = new JournalItem[]

@@ -140,7 +140,7 @@ public sealed class IntentChainTests : IDisposable
         var log = MountedLog.Open(LogArea.For(device, null, sb), sb, new CachedLogWriteback(device, sb, mount.Buffers),
             new MountedLogOptions { CheckpointThresholdBytes = 16 * 1024 });
         var allocator = new AgAllocator(mount, log);
-        var space = new VolumeSpace(allocator, sb);
+        var space = new VolumeSpace(allocator, sb, new FileDataCache(device, (int)sb.BlockSize));
         var inodes = new InodeCache(mount);
         var bmaps = new BmapUpdateWork(inodes, space);
         var volume = XfsVolume.Open(device, new VolumeOpenOptions { Replay = LogReplayMode.None }, ownsDevice: false);
@@ -235,7 +235,7 @@ public sealed class IntentChainTests : IDisposable
         var mount = new MountContext(device, sb, 64L << 20);
         var log = MountedLog.Open(LogArea.For(device, null, sb), sb, new CachedLogWriteback(device, sb, mount.Buffers),
             new MountedLogOptions { CheckpointThresholdBytes = 1 }); // a checkpoint after every part
-        var space = new VolumeSpace(new AgAllocator(mount, log), sb);
+        var space = new VolumeSpace(new AgAllocator(mount, log), sb, new FileDataCache(device, (int)sb.BlockSize));
         var inodes = new InodeCache(mount);
         var attrs = new AttrIntentWork(inodes, space, null);
         ulong root = sb.RootIno, f;
