@@ -1,6 +1,5 @@
 using XfsWin.Device;
 using XfsWin.Format;
-using XfsWin.Inodes;
 using XfsWin.Journal;
 using XfsWin.Metadata;
 using XfsWin.Volume;
@@ -13,7 +12,7 @@ namespace XfsWin.Cli.Commands;
 /// <c>xfswin recover DEVICE [--dry-run] [--log-device LOGDEV] [--partition N]</c>: replays the log
 /// Linux left dirty onto the device and marks it clean, or with --dry-run shows what replay would do
 /// without writing anything. Exit codes: 0 done (or nothing to do), 1 error, 2 usage,
-/// 3 (dry run) the log holds work xfswin cannot finish in place.
+/// 3 (dry run) the log holds work xfswin would refuse to finish in place.
 /// </summary>
 public static class RecoverCommand
 {
@@ -86,7 +85,8 @@ public static class RecoverCommand
                 Report(stdout, recovered);
                 stdout.WriteLine(recovered.State == LogState.Clean
                     ? "The log is clean: there is nothing to recover."
-                    : "Recovered: the replayed metadata is on the device and the log is marked clean; Linux will mount it without recovery.");
+                    : "Recovered: the replayed metadata and what finished the log's work are on the device, and the log is marked clean; " +
+                      "Linux will mount it without recovery.");
                 return 0;
             }
 
@@ -120,25 +120,17 @@ public static class RecoverCommand
                 stdout.WriteLine("The log is clean: there is nothing to recover.");
                 return 0;
             }
-            // Unlinked inodes block in-place recovery only when freeing them would be refused: try it on a throwaway overlay.
-            string? unlinkedRefusal = null;
-            if (result.UnlinkedInodes > 0)
-            {
-                try
-                {
-                    UnlinkedInodeFreeing.FreeAll(new OverlayDevice(result.Device), LogRecovery.ReadReplayedSuperblock(result.Device));
-                }
-                catch (XfsException e) when (e.Error == XfsError.Unsupported)
-                {
-                    unlinkedRefusal = e.Message;
-                    stdout.WriteLine($"unlinked:      freeing them in place would be refused: {e.Message}");
-                }
-            }
-            bool blocked = result.UnfinishedIntents.Count > 0 || unlinkedRefusal is not null;
+            // What follows the replay (intents to finish, inodes to free) blocks in-place recovery only when this build
+            // would refuse it.
+            string? followUpRefusal = InPlaceRecovery.Refusal(result.Device, LogRecovery.ReadReplayedSuperblock(result.Device), result.PendingIntents, result.UnlinkedInodes);
+            if (followUpRefusal is not null) stdout.WriteLine($"refused:       {followUpRefusal}");
+            bool blocked = followUpRefusal is not null;
             long bytes = result.Device is OverlayDevice o ? o.DirtyBytes : 0;
+            bool followUp = result.PendingIntents.Count > 0 || result.UnlinkedInodes > 0;
             stdout.WriteLine(blocked
                 ? "Dry run: in-place recovery would be refused (see above): mount the volume once with Linux instead. Nothing was written."
-                : $"Dry run: recovery would write {bytes / 1024} KiB of metadata and mark the log clean. Nothing was written.");
+                : $"Dry run: recovery would write {bytes / 1024} KiB of metadata" +
+                  (followUp ? ", then finish what the log left (see above) through the log" : "") + " and mark the log clean. Nothing was written.");
             (result.Device as IDisposable)?.Dispose();
             return blocked ? 3 : 0;
         }
@@ -184,7 +176,8 @@ public static class RecoverCommand
                 o.WriteLine($"quota:         {r.DquotsReplayed} logged dquot(s) replayed" + (r.QuotaOffItems == 0 ? "" :
                     $"; {r.QuotaOffItems} quota-off item(s) switched off {(r.QuotaTypesOff.Count == 0 ? "no accounting" : string.Join(", ", r.QuotaTypesOff) + " quota")}, " +
                     $"whose {r.DquotsSkippedQuotaOff} logged dquot(s) and dquot buffer(s) were left out, as Linux does"));
-            foreach (var (kind, count) in r.UnfinishedIntents) o.WriteLine($"unfinished:    {count} {kind} intent(s)");
+            foreach (var (kind, count) in r.UnfinishedIntents)
+                o.WriteLine($"unfinished:    {count} {kind} intent(s)" + (r.IntentsRecovered.TryGetValue(kind, out int n) ? $", {n} finished" : ""));
             if (r.UnlinkedInodes > 0)
                 o.WriteLine($"unlinked:      {r.UnlinkedInodes} inode(s) unlinked while open" + (r.UnlinkedInodesFreed > 0 ? $", {r.UnlinkedInodesFreed} freed" : ""));
         }

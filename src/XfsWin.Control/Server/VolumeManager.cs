@@ -897,11 +897,17 @@ public sealed class VolumeManager : IDisposable, IAccessFacts
                 if (result.State == LogState.Clean) message = $"{key}: the log is clean; there is nothing to recover.";
                 else if (dryRun)
                 {
-                    message = result.UnfinishedIntents.Count > 0
-                        ? $"{key}: dry run: in-place recovery would be refused (unfinished intents); mount it once with Linux instead. Nothing was written."
-                        : $"{key}: dry run: recovery would write {toWrite / 1024} KiB of metadata and mark the log clean. Nothing was written.";
+                    // What follows the replay (intents to finish, inodes to free) is refused only where this build cannot do it.
+                    string? refused = result.State == LogState.ReplayedInMemory
+                        ? InPlaceRecovery.Refusal(result.Device, LogRecovery.ReadReplayedSuperblock(result.Device), result.PendingIntents, result.UnlinkedInodes)
+                        : null;
+                    bool followUp = result.PendingIntents.Count > 0 || result.UnlinkedInodes > 0;
+                    message = refused is not null
+                        ? $"{key}: dry run: in-place recovery would be refused ({refused}); mount it once with Linux instead. Nothing was written."
+                        : $"{key}: dry run: recovery would write {toWrite / 1024} KiB of metadata" +
+                          (followUp ? ", finish what the log left through the log," : "") + " and mark the log clean. Nothing was written.";
                 }
-                else message = $"{key}: recovered: the replayed metadata is on the device and the log is marked clean.";
+                else message = $"{key}: recovered: the replayed metadata and what finished the log's work are on the device, and the log is marked clean.";
                 return new RecoverResult
                 {
                     Source = key, LogStateBefore = before, DryRun = dryRun,

@@ -66,7 +66,7 @@ public sealed class AgAllocator
         public readonly MetadataBuffer Agf = agf;
         public readonly long StartSum = startSum;
         public MetadataBuffer? Agfl;
-        public TransactionBtreeStore? Bno, Cnt, Rmap;
+        public TransactionBtreeStore? Bno, Cnt, Rmap, Refcount;
         public bool BusySkipped;
     }
 
@@ -96,9 +96,21 @@ public sealed class AgAllocator
             sum += (long)s.FreeBlocks + s.FlCount + s.BtreeBlocks;
         }
         _freeBlocks = sum;
+        ExtentFrees = new ExtentFreeWork(this);
+        RmapUpdates = new RmapUpdateWork(this);
+        RefcountUpdates = new RefcountUpdateWork(this);
     }
 
     public Superblock Superblock => _sb;
+
+    /// <summary>Extent frees as deferred work (EFI/EFD).</summary>
+    public ExtentFreeWork ExtentFrees { get; }
+
+    /// <summary>Reverse-map updates of file mappings as deferred work (RUI/RUD).</summary>
+    public RmapUpdateWork RmapUpdates { get; }
+
+    /// <summary>Reference-count updates as deferred work (CUI/CUD).</summary>
+    public RefcountUpdateWork RefcountUpdates { get; }
 
     /// <summary>
     /// An online grow committed and wrote in place: the old last AG's AGF (longer, more free space) and the AGFs of
@@ -245,9 +257,102 @@ public sealed class AgAllocator
             throw new InvalidOperationException($"free in AG {agno} while the transaction holds the AGF of AG {work.HighestAgf}: AGFs are locked in ascending order");
         var w = Join(tx, work, agno);
         FixFreelist(tx, w, freeing: true);
-        if (_sb.HasRmapbt) ReverseMap.Unmap(this, tx, w, agbno, length, owner);
+        if (_sb.HasRmapbt && !owner.SkipsReverseMap)
+        {
+            if (owner.Owner == RmapRecord.OwnUnknown) ReverseMap.UnmapAny(this, tx, w, agbno, length);
+            else ReverseMap.Unmap(this, tx, w, agbno, length, owner);
+        }
         FreeExtentInTrees(tx, w, agbno, length);
         lock (s.Sync) s.Busy.Add(agbno, length, tx);
+    }
+
+    /// <summary>
+    /// The reverse-map half of a mapping change made elsewhere (the work of an rmap intent, xfs_rmap_finish_one): adds
+    /// (<see cref="RmapUpdateKind.Map"/>, <see cref="RmapUpdateKind.Alloc"/>), removes, or converts between written and
+    /// unwritten (the owner's flags give the new state) <paramref name="owner"/>'s mapping of <paramref name="length"/>
+    /// blocks at <paramref name="startBlock"/>, merging and splitting records as the kernel does. The AGFL is fixed first:
+    /// the rmapbt takes its blocks from it.
+    /// </summary>
+    public void UpdateReverseMap(Transaction tx, RmapUpdateKind kind, ulong startBlock, uint length, RmapOwner owner)
+    {
+        if (!_sb.HasRmapbt) throw new InvalidOperationException("a reverse-map update on a volume without an rmapbt");
+        uint agno = AgOf(startBlock);
+        uint agbno = (uint)(startBlock & ((1UL << _sb.AgBlkLog) - 1));
+        if (agno >= _sb.AgCount || length == 0 || (ulong)agbno + length > _ags[agno].Length)
+            throw new ArgumentOutOfRangeException(nameof(startBlock), $"extent {startBlock}+{length} is not inside the volume");
+        var work = WorkOf(tx);
+        if (work.HighestAgf > (int)agno && !work.Ags.ContainsKey(agno))
+            throw new InvalidOperationException($"rmap update in AG {agno} while the transaction holds the AGF of AG {work.HighestAgf}: AGFs are locked in ascending order");
+        var w = Join(tx, work, agno);
+        FixFreelist(tx, w, freeing: true);
+        switch (kind)
+        {
+            case RmapUpdateKind.Map or RmapUpdateKind.MapShared or RmapUpdateKind.Alloc:
+                ReverseMap.Map(this, tx, w, agbno, length, owner);
+                break;
+            case RmapUpdateKind.Unmap or RmapUpdateKind.UnmapShared or RmapUpdateKind.Free:
+                ReverseMap.Unmap(this, tx, w, agbno, length, owner);
+                break;
+            case RmapUpdateKind.Convert or RmapUpdateKind.ConvertShared:
+                // From the other state to the owner's: the part leaves its record (split as needed) and joins its new neighbours.
+                ReverseMap.Unmap(this, tx, w, agbno, length, owner with { Flags = owner.Flags ^ RmapFlags.Unwritten });
+                ReverseMap.Map(this, tx, w, agbno, length, owner);
+                break;
+            default:
+                throw new ArgumentOutOfRangeException(nameof(kind), $"rmap update kind {kind}");
+        }
+    }
+
+    /// <summary>
+    /// The refcount-btree half of sharing and copy-on-write (the work of a refcount intent, xfs_refcount_finish_one):
+    /// counts go up or down by one over the extent (blocks no file uses any more are freed through an EFI), or a
+    /// copy-on-write staging extent is added or removed. Returns what is left of the update when it touched so many
+    /// records that the rest needs a fresh transaction.
+    /// </summary>
+    public RefcountUpdate? UpdateRefcount(Transaction tx, RefcountUpdate update)
+    {
+        if (!_sb.HasReflink) throw new InvalidOperationException("a refcount update on a volume without a refcount btree");
+        uint agno = AgOf(update.StartBlock);
+        uint agbno = (uint)(update.StartBlock & ((1UL << _sb.AgBlkLog) - 1));
+        if (agno >= _sb.AgCount || update.Length == 0 || (ulong)agbno + update.Length > _ags[agno].Length)
+            throw new ArgumentOutOfRangeException(nameof(update), $"extent {update.StartBlock}+{update.Length} is not inside the volume");
+        var work = WorkOf(tx);
+        if (work.HighestAgf > (int)agno && !work.Ags.ContainsKey(agno))
+            throw new InvalidOperationException($"refcount update in AG {agno} while the transaction holds the AGF of AG {work.HighestAgf}: AGFs are locked in ascending order");
+        var w = Join(tx, work, agno);
+        FixFreelist(tx, w, freeing: true);
+        switch (update.Kind)
+        {
+            case RefcountUpdateKind.Increase or RefcountUpdateKind.Decrease:
+                var rest = ReferenceCounts.Adjust(this, tx, w, agbno, update.Length, update.Kind == RefcountUpdateKind.Increase ? 1 : -1);
+                return rest is { } r ? update with { StartBlock = Fsb(agno, r.Bno), Length = r.Len } : null;
+            case RefcountUpdateKind.AllocCow:
+                ReferenceCounts.AllocCow(this, tx, w, agbno, update.Length);
+                return null;
+            case RefcountUpdateKind.FreeCow:
+                ReferenceCounts.FreeCow(this, tx, w, agbno, update.Length);
+                return null;
+            default:
+                throw new ArgumentOutOfRangeException(nameof(update), $"refcount update kind {update.Kind}");
+        }
+    }
+
+    /// <summary>The copy-on-write staging extents of AG <paramref name="agno"/> (records of the refcount btree's CoW domain), read in <paramref name="tx"/>.</summary>
+    public List<(ulong StartBlock, uint Length)> CowStagingExtents(Transaction tx, uint agno)
+    {
+        var found = new List<(ulong, uint)>();
+        if (!_sb.HasReflink) return found;
+        var w = Join(tx, WorkOf(tx), agno);
+        var cur = new BtreeCursor<RefcountbtOps>(RefcountStore(tx, w));
+        Span<byte> key = stackalloc byte[RefcountRecord.KeySize];
+        BinaryPrimitives.WriteUInt32BigEndian(key, RefcountRecord.CowFlag);
+        for (bool ok = cur.Lookup(key, BtreeLookup.GreaterOrEqual); ok; ok = cur.Increment())
+        {
+            uint start = BinaryPrimitives.ReadUInt32BigEndian(cur.Record);
+            if ((start & RefcountRecord.CowFlag) == 0) continue;
+            found.Add((Fsb(agno, start & ~RefcountRecord.CowFlag), BinaryPrimitives.ReadUInt32BigEndian(cur.Record[4..])));
+        }
+        return found;
     }
 
     /// <summary>Logs the primary superblock with the exact free block count (what unmount writes; the kernel's xfs_log_sb).</summary>
@@ -544,7 +649,7 @@ public sealed class AgAllocator
     private void Take(Transaction tx, AgWork w, Candidate c, RmapOwner owner)
     {
         RemoveFromTrees(tx, w, c.Fbno, c.Flen, c.Bno, c.Len);
-        if (_sb.HasRmapbt) ReverseMap.Map(this, tx, w, c.Bno, c.Len, owner);
+        if (_sb.HasRmapbt && !owner.SkipsReverseMap) ReverseMap.Map(this, tx, w, c.Bno, c.Len, owner);
     }
 
     private void RemoveFromTrees(Transaction tx, AgWork w, uint fbno, uint flen, uint bno, uint len)
@@ -832,6 +937,13 @@ public sealed class AgAllocator
 
     internal TransactionBtreeStore CntStore(Transaction tx, AgWork w) =>
         w.Cnt ??= TransactionBtreeStore.ForAgTree<CntbtOps>(tx, w.Agno, w.Agf, AgfView.OffCntRoot, AgfView.OffCntLevel, new FreeListSpace(this, w.Agno, rmap: false));
+
+    internal TransactionBtreeStore RefcountStore(Transaction tx, AgWork w) =>
+        w.Refcount ??= TransactionBtreeStore.ForAgTree<RefcountbtOps>(tx, w.Agno, w.Agf, AgfView.OffRefcountRoot, AgfView.OffRefcountLevel,
+            TreeSpace(AgTree.Refcountbt, w.Agno));
+
+    /// <summary>The file system block of AG block <paramref name="agbno"/> of AG <paramref name="agno"/>.</summary>
+    internal ulong Fsb(uint agno, uint agbno) => ((ulong)agno << _sb.AgBlkLog) | agbno;
 
     internal TransactionBtreeStore RmapStore(Transaction tx, AgWork w) =>
         w.Rmap ??= TransactionBtreeStore.ForAgTree<RmapbtOps>(tx, w.Agno, w.Agf, AgfView.OffRmapRoot, AgfView.OffRmapLevel, new FreeListSpace(this, w.Agno, rmap: true));

@@ -32,6 +32,15 @@ public readonly record struct RmapOwner(ulong Owner, ulong Offset, RmapFlags Fla
     public static RmapOwner Inodes => new(RmapRecord.OwnInodes, 0, RmapFlags.None);
     /// <summary>Reference count tree blocks.</summary>
     public static RmapOwner Refcount => new(RmapRecord.OwnRefcount, 0, RmapFlags.None);
+    /// <summary>Copy-on-write staging extents.</summary>
+    public static RmapOwner Cow => new(RmapRecord.OwnCow, 0, RmapFlags.None);
+    /// <summary>No reverse-map change here: a deferred rmap update (RUI) makes it (XFS_RMAP_OINFO_SKIP_UPDATE).</summary>
+    public static RmapOwner Null => new(RmapRecord.OwnNull, 0, RmapFlags.None);
+    /// <summary>Whatever maps the extent (log recovery freeing an EFI's extent: XFS_RMAP_OWN_UNKNOWN).</summary>
+    public static RmapOwner Unknown => new(RmapRecord.OwnUnknown, 0, RmapFlags.None);
+
+    /// <summary>True when the allocator leaves the reverse map alone (<see cref="Null"/>).</summary>
+    public bool SkipsReverseMap => Owner == RmapRecord.OwnNull;
 
     /// <summary>File data (or attribute-fork blocks) of inode <paramref name="ino"/> starting at file block <paramref name="fileOffset"/>.</summary>
     public static RmapOwner InodeData(ulong ino, ulong fileOffset, bool attrFork = false, bool unwritten = false) =>
@@ -61,7 +70,8 @@ public readonly record struct RmapOwner(ulong Owner, ulong Offset, RmapFlags Fla
         {
             RmapRecord.OwnFs => "OWN_FS", RmapRecord.OwnLog => "OWN_LOG", RmapRecord.OwnAg => "OWN_AG",
             RmapRecord.OwnInobt => "OWN_INOBT", RmapRecord.OwnInodes => "OWN_INODES", RmapRecord.OwnRefcount => "OWN_REFC",
-            RmapRecord.OwnCow => "OWN_COW", _ => $"owner {(long)Owner}",
+            RmapRecord.OwnCow => "OWN_COW", RmapRecord.OwnNull => "OWN_NULL", RmapRecord.OwnUnknown => "OWN_UNKNOWN",
+            _ => $"owner {(long)Owner}",
         }
         : $"inode {Owner} offset {Offset}{(Flags != 0 ? " " + Flags : "")}";
 }

@@ -73,6 +73,26 @@ internal static class ReverseMap
         }
         if (found is not { } f)
             throw a.Corrupt(w, "rmapbt", $"freeing blocks {bno}+{len} of {owner}, but no reverse mapping of that owner covers them");
+        Cut(a, w, cur, f, bno, len);
+    }
+
+    /// <summary>
+    /// Removes whatever maps [bno, bno+len) (log recovery freeing an EFI's extent, owner unknown: xfs_rmap_unmap with
+    /// XFS_RMAP_OWN_UNKNOWN): one record covering the whole range, or nothing when an rmap intent removed it already.
+    /// </summary>
+    public static void UnmapAny(AgAllocator a, Transaction tx, AgAllocator.AgWork w, uint bno, uint len)
+    {
+        var cur = new BtreeCursor<RmapbtOps>(a.RmapStore(tx, w));
+        var overlapping = Query(cur, bno, bno + len - 1).Where(r => r.Start < (ulong)bno + len && r.End > bno).ToList();
+        if (overlapping.Count == 0) return;
+        if (overlapping.Count > 1 || overlapping[0].Start > bno || overlapping[0].End < (ulong)bno + len)
+            throw a.Corrupt(w, "rmapbt", $"freeing blocks {bno}+{len} of an unknown owner, but {overlapping.Count} reverse mapping(s) cover only part of them");
+        Cut(a, w, cur, overlapping[0], bno, len);
+    }
+
+    /// <summary>Takes [bno, bno+len) out of record <paramref name="f"/>, which covers it: deleted, trimmed or split.</summary>
+    private static void Cut(AgAllocator a, AgAllocator.AgWork w, BtreeCursor<RmapbtOps> cur, Rec f, uint bno, uint len)
+    {
         ulong end = (ulong)bno + len;
         if (f.Start == bno && f.End == end)
         {

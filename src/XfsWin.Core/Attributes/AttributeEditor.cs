@@ -118,6 +118,45 @@ public sealed class AttributeEditor
         Write(removing: false);
     }
 
+    /// <summary>
+    /// Adds parent pointer (<paramref name="name"/>, <paramref name="value"/>) (value: the xfs_parent_rec naming the
+    /// parent), replacing an identical one: parent pointers are told apart by name and value together, and hashed with
+    /// the parent (xfs_parent_hashval).
+    /// </summary>
+    public void SetParent(ReadOnlySpan<byte> name, ReadOnlySpan<byte> value)
+    {
+        var entry = new Entry { Namespace = AttrFlags.Parent, Name = name.ToArray(), Value = value.ToArray(), ValueLength = value.Length };
+        entry.Hash = HashOf(entry);
+        int i = IndexOfParent(name, value);
+        var old = i >= 0 ? _entries[i] : null;
+        if (i >= 0) _entries[i] = entry;
+        else _entries.Add(entry);
+        if (HasBlocks && TryChangeOneLeaf(old, entry)) return;
+        Write(removing: false);
+    }
+
+    /// <summary>Removes parent pointer (<paramref name="name"/>, <paramref name="value"/>); false when there is none.</summary>
+    public bool RemoveParent(ReadOnlySpan<byte> name, ReadOnlySpan<byte> value)
+    {
+        int i = IndexOfParent(name, value);
+        if (i < 0) return false;
+        var old = _entries[i];
+        _entries.RemoveAt(i);
+        if (HasBlocks && !ShrinksOnRemoval() && TryChangeOneLeaf(old, null)) return true;
+        Write(removing: true);
+        return true;
+    }
+
+    private int IndexOfParent(ReadOnlySpan<byte> name, ReadOnlySpan<byte> value)
+    {
+        for (int i = 0; i < _entries.Count; i++)
+        {
+            var e = _entries[i];
+            if (e.Namespace == AttrFlags.Parent && e.Name.AsSpan().SequenceEqual(name) && e.Value is { } v && v.AsSpan().SequenceEqual(value)) return i;
+        }
+        return -1;
+    }
+
     /// <summary>Removes an attribute; false when there is none of that name.</summary>
     public bool Remove(XattrNamespace ns, ReadOnlySpan<byte> name)
     {
@@ -493,8 +532,6 @@ public sealed class AttributeEditor
             map.Unmap(start, count);
         }
         map.Save();
-        // What follows allocates (remote values, leaf and node blocks): the frees go first, AGs in ascending order.
-        _space.FreePending(_tx);
         if (_inode.AttrExtentCount == 0 && keep is null) _inode.AttrFormat = ForkFormat.Extents;
     }
 
@@ -759,7 +796,6 @@ public sealed class AttributeEditor
             for (ulong k = 0; k < count; k++) InvalidateBlock(map, old.RemoteBlock + k);
             map.Unmap(old.RemoteBlock, count);
             map.Save();
-            _space.FreePending(_tx);
         }
         if (neu is not null && !IsLocal(neu)) WriteRemote(map, neu);
         uint oldLast = leaf.Entries.Count > 0 ? leaf.Entries[^1].Hash : 0;

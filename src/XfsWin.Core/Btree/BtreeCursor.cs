@@ -655,6 +655,15 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
             InsertAt(level, index, entry, child);
             return;
         }
+        // xfs_btree_make_block_unfull: an entry moves to a sibling with room before the block is split, so that
+        // blocks filled in order (appending) stay nearly full, as the kernel keeps them.
+        if (TryShiftRight(level, index) || TryShiftLeft(level, ref index))
+        {
+            n = PathNode(level);
+            PutEntry(n, index, entry, child);
+            if (index == 0 || Ops.Overlapping) UpdatePathKeys(level);
+            return;
+        }
 
         // Split (xfs_btree_split): the upper entries move to a new right sibling.
         int count = n.NumRecs;
@@ -699,6 +708,61 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
         UpdatePathKeys(level);
         EntryFor(right, up);
         InsertAt(level + 1, _index[level + 1] + 1, up, right.Ptr);
+    }
+
+    /// <summary>
+    /// xfs_btree_rshift: the full path node at <paramref name="level"/> gives its last entry to its right sibling (under
+    /// the same parent) when that has room and the insert does not go at or after that last entry. True when it did.
+    /// </summary>
+    private bool TryShiftRight(int level, int index)
+    {
+        int p = level + 1;
+        if (p >= _levels) return false;
+        var n = PathNode(level);
+        int count = n.NumRecs;
+        if (index >= count - 1) return false;
+        var parent = PathNode(p);
+        int pidx = _index[p];
+        if (pidx + 1 >= parent.NumRecs) return false;
+        ulong rptr = Ptr(parent, pidx + 1);
+        var right = BlockNode(rptr, ReadChecked(rptr, level, AddressOf(parent)), level);
+        int rcount = right.NumRecs;
+        if (rcount >= right.Max) return false;
+        CopyEntries(right, 0, right, 1, rcount);
+        CopyEntries(n, count - 1, right, 0, 1);
+        right.SetNumRecs(rcount + 1);
+        DirtyNumRecs(right);
+        n.SetNumRecs(count - 1);
+        DirtyNumRecs(n);
+        UpdateKeys(right, pidx + 1);
+        if (Ops.Overlapping) UpdatePathKeys(level);
+        return true;
+    }
+
+    /// <summary>
+    /// xfs_btree_lshift: the full path node at <paramref name="level"/> gives its first entry to its left sibling (under
+    /// the same parent) when that has room and the insert does not go in front; <paramref name="index"/> follows.
+    /// </summary>
+    private bool TryShiftLeft(int level, ref int index)
+    {
+        int p = level + 1;
+        if (p >= _levels || index == 0) return false;
+        var n = PathNode(level);
+        var parent = PathNode(p);
+        int pidx = _index[p];
+        if (pidx == 0) return false;
+        ulong lptr = Ptr(parent, pidx - 1);
+        var left = BlockNode(lptr, ReadChecked(lptr, level, AddressOf(parent)), level);
+        int lcount = left.NumRecs;
+        if (lcount >= left.Max) return false;
+        CopyEntries(n, 0, left, lcount, 1);
+        left.SetNumRecs(lcount + 1);
+        DirtyNumRecs(left);
+        RemoveEntry(n, 0);
+        index--;
+        UpdatePathKeys(level);
+        UpdateKeys(left, pidx - 1);
+        return true;
     }
 
     /// <summary>

@@ -6,25 +6,37 @@ using XfsWin.Journal;
 
 namespace XfsWin.Extents;
 
-/// <summary>Where a file's blocks come from and go back to (the block allocator's answer, with the reverse-map owner).</summary>
+/// <summary>
+/// Where a file's blocks come from and go back to (the block allocator's answer), and the reverse-map, refcount and
+/// free work that follows a mapping change (queued as deferred work on the transaction, as the kernel's xfs_bmap.c
+/// queues rmap, refcount and extent-free intents).
+/// </summary>
 public interface IFileSpace
 {
     /// <summary>
     /// Allocates between <paramref name="minBlocks"/> and <paramref name="maxBlocks"/> contiguous blocks for file block
     /// <paramref name="fileBlock"/> of <paramref name="ino"/>, preferably at <paramref name="nearFsb"/> (0: near the inode).
-    /// Returns the first file system block and the count; throws <see cref="XfsError.NoSpace"/> when no run fits.
+    /// Returns the first file system block and the count; throws <see cref="XfsError.NoSpace"/> when no run fits. The
+    /// reverse mapping of the new extent (<paramref name="unwritten"/> or not) follows as deferred work.
     /// </summary>
-    (ulong Fsb, uint Blocks) Allocate(Transaction tx, ulong ino, ulong fileBlock, ulong nearFsb, uint minBlocks, uint maxBlocks, ForkKind fork = ForkKind.Data);
-
-    /// <summary>Frees blocks the file no longer maps (freed extents are reused only once the free is on disk).</summary>
-    void Free(Transaction tx, ulong ino, ulong fileBlock, ulong fsb, uint blocks, ForkKind fork = ForkKind.Data);
+    (ulong Fsb, uint Blocks) Allocate(Transaction tx, ulong ino, ulong fileBlock, ulong nearFsb, uint minBlocks, uint maxBlocks,
+        ForkKind fork = ForkKind.Data, bool unwritten = false);
 
     /// <summary>
-    /// Does the frees deferred so far in <paramref name="tx"/> now, in ascending AG order, for a change that frees and
-    /// then allocates in one transaction: its allocations then lock AGs no lower than the ones the frees locked
-    /// (AGFs are locked in ascending order). Frees made later are deferred again.
+    /// The file no longer maps <paramref name="extent"/>: its reverse mapping goes, and its blocks are freed (reused
+    /// only once the free is on disk) or, for blocks a reflinked file may share (<paramref name="shared"/>), their
+    /// reference count drops (freed when it reaches zero). Deferred work.
     /// </summary>
-    void FreePending(Transaction tx);
+    void Free(Transaction tx, ulong ino, BmbtRecord extent, ForkKind fork = ForkKind.Data, bool shared = false);
+
+    /// <summary>
+    /// <paramref name="extent"/> came into (<paramref name="mapped"/>) or left the file without being allocated or freed
+    /// (a remap or an exchange of mappings): only its reverse mapping follows. Deferred work.
+    /// </summary>
+    void Remapped(Transaction tx, ulong ino, BmbtRecord extent, ForkKind fork, bool mapped, bool shared);
+
+    /// <summary><paramref name="extent"/> (in its new state) changed between unwritten and written: its reverse mapping follows. Deferred work.</summary>
+    void Converted(Transaction tx, ulong ino, BmbtRecord extent, ForkKind fork, bool shared);
 
     /// <summary>The block space of the file's extent btree.</summary>
     IBtreeSpace BtreeSpace(ulong ino, ForkKind fork = ForkKind.Data);
@@ -40,8 +52,8 @@ public interface IFileSpace
 /// </summary>
 public sealed class ExtentMapEditor
 {
-    private readonly Transaction _tx;
-    private readonly InodeUpdate _inode;
+    private Transaction _tx;
+    private InodeUpdate _inode;
     private readonly IFileSpace _space;
     private readonly Superblock _sb;
     private readonly List<BmbtRecord> _extents;
@@ -58,6 +70,28 @@ public sealed class ExtentMapEditor
     }
 
     private bool IsAttr => _fork == ForkKind.Attr;
+
+    /// <summary>
+    /// Goes on editing the same fork in another transaction (or another part of one) through <paramref name="inode"/>,
+    /// keeping the extents already loaded: true when <paramref name="inode"/> is this editor's inode or holds exactly
+    /// the fork and counts this editor last left; false (nothing changed) when the inode changed otherwise meanwhile.
+    /// </summary>
+    public bool TryRebind(Transaction tx, InodeUpdate inode)
+    {
+        if (_pending.Count != 0 || inode.Number != _inode.Number) return false;
+        if (!ReferenceEquals(inode, _inode))
+        {
+            var old = _inode;
+            var oldFork = IsAttr ? old.AttrFork : old.DataFork;
+            var newFork = IsAttr ? inode.AttrFork : inode.DataFork;
+            if (!oldFork.SequenceEqual(newFork) || old.Nblocks != inode.Nblocks || old.ForkOffset != inode.ForkOffset ||
+                (IsAttr ? old.AttrExtentCount != inode.AttrExtentCount : old.DataExtentCount != inode.DataExtentCount))
+                return false;
+        }
+        _tx = tx;
+        _inode = inode;
+        return true;
+    }
 
     private Span<byte> Fork => IsAttr ? _inode.AttrFork : _inode.DataFork;
 
@@ -187,6 +221,26 @@ public sealed class ExtentMapEditor
         return i < _extents.Count ? _extents[i].FileOffset : ulong.MaxValue;
     }
 
+    /// <summary>
+    /// Where unmapping must start so that [that, <paramref name="end"/>) holds the last <paramref name="extents"/> mapped
+    /// extents below <paramref name="end"/>, but not below <paramref name="fileBlock"/>; <paramref name="end"/> when
+    /// nothing is mapped in [<paramref name="fileBlock"/>, <paramref name="end"/>).
+    /// </summary>
+    public ulong TailStart(ulong fileBlock, ulong end, int extents)
+    {
+        // The last extent starting below end.
+        int lo = 0, hi = _extents.Count - 1, last = -1;
+        while (lo <= hi)
+        {
+            int mid = (lo + hi) >>> 1;
+            if (_extents[mid].FileOffset < end) { last = mid; lo = mid + 1; }
+            else hi = mid - 1;
+        }
+        if (last < 0 || _extents[last].FileEnd <= fileBlock) return end;
+        int first = Math.Max(0, last - extents + 1);
+        return Math.Max(fileBlock, _extents[first].FileOffset);
+    }
+
     /// <summary>The disk block just after the extent that ends at or before <paramref name="fileBlock"/> (where a sequential write continues), or 0.</summary>
     public ulong ContinuationHint(ulong fileBlock)
     {
@@ -216,7 +270,7 @@ public sealed class ExtentMapEditor
             }
             ulong holeEnd = Math.Min(end, NextMapped(pos));
             uint want = (uint)Math.Min(holeEnd - pos, BmbtRecord.MaxBlockCount);
-            var (fsb, got) = _space.Allocate(_tx, _inode.Number, pos, ContinuationHint(pos), 1, want, _fork);
+            var (fsb, got) = _space.Allocate(_tx, _inode.Number, pos, ContinuationHint(pos), 1, want, _fork, unwritten);
             var extent = new BmbtRecord(pos, fsb, got, unwritten);
             Add(extent);
             _inode.Nblocks += got;
@@ -244,15 +298,42 @@ public sealed class ExtentMapEditor
             {
                 Remove(i);
                 if (e.FileOffset < pos) Add(e with { BlockCount = (uint)(pos - e.FileOffset) });
-                Add(new BmbtRecord(pos, e.StartBlock + (pos - e.FileOffset), (uint)(stop - pos), false));
+                var written = new BmbtRecord(pos, e.StartBlock + (pos - e.FileOffset), (uint)(stop - pos), false);
+                Add(written);
                 if (stop < e.FileEnd) Add(new BmbtRecord(stop, e.StartBlock + (stop - e.FileOffset), (uint)(e.FileEnd - stop), true));
+                _space.Converted(_tx, _inode.Number, written, _fork, Shared);
             }
             pos = stop;
         }
     }
 
+    /// <summary>True when the fork's blocks may be shared with other files (a reflinked file's data fork).</summary>
+    private bool Shared => !IsAttr && (_inode.Flags2 & DinodeView.Flag2Reflink) != 0;
+
     /// <summary>Unmaps [<paramref name="fileBlock"/>, +<paramref name="count"/>) and frees its blocks; returns the blocks freed.</summary>
-    public ulong Unmap(ulong fileBlock, ulong count)
+    public ulong Unmap(ulong fileBlock, ulong count) => Unmap(fileBlock, count, free: true);
+
+    /// <summary>
+    /// Maps <paramref name="extent"/> into a hole without allocating (xfs_bmapi_remap: the blocks come from elsewhere, a
+    /// mapping exchange or a reflink); di_nblocks counts them, their reverse mapping follows.
+    /// </summary>
+    public void Remap(BmbtRecord extent)
+    {
+        if (extent.BlockCount == 0) return;
+        if (TryMap(extent.FileOffset, out _) || NextMapped(extent.FileOffset) < extent.FileEnd)
+            throw new InvalidOperationException($"inode {_inode.Number}: remapping file blocks {extent.FileOffset}+{extent.BlockCount} over mapped blocks");
+        Add(extent);
+        _inode.Nblocks += extent.BlockCount;
+        _space.Remapped(_tx, _inode.Number, extent, _fork, mapped: true, Shared);
+    }
+
+    /// <summary>
+    /// Unmaps [<paramref name="fileBlock"/>, +<paramref name="count"/>) without freeing the blocks (__xfs_bunmapi with
+    /// XFS_BMAPI_REMAP: they move elsewhere); only their reverse mapping goes. Returns the blocks unmapped.
+    /// </summary>
+    public ulong UnmapRemap(ulong fileBlock, ulong count) => Unmap(fileBlock, count, free: false);
+
+    private ulong Unmap(ulong fileBlock, ulong count, bool free)
     {
         ulong freed = 0, pos = fileBlock, end = count == ulong.MaxValue ? ulong.MaxValue : fileBlock + count;
         while (pos < end)
@@ -272,7 +353,9 @@ public sealed class ExtentMapEditor
             if (e.FileOffset < pos) Add(e with { BlockCount = (uint)(pos - e.FileOffset) });
             if (stop < e.FileEnd) Add(new BmbtRecord(stop, e.StartBlock + (stop - e.FileOffset), (uint)(e.FileEnd - stop), e.Unwritten));
             uint n = (uint)(stop - pos);
-            _space.Free(_tx, _inode.Number, pos, e.StartBlock + (pos - e.FileOffset), n, _fork);
+            var gone = new BmbtRecord(pos, e.StartBlock + (pos - e.FileOffset), n, e.Unwritten);
+            if (free) _space.Free(_tx, _inode.Number, gone, _fork, Shared);
+            else _space.Remapped(_tx, _inode.Number, gone, _fork, mapped: false, Shared);
             _inode.Nblocks -= n;
             freed += n;
             pos = stop;

@@ -14,6 +14,12 @@ public static class RmapRecord
     public const ulong AttrForkFlag = 1UL << 63, BmbtBlockFlag = 1UL << 62, UnwrittenFlag = 1UL << 61;
     public const ulong OffsetMask = (1UL << 54) - 1;
 
+    /// <summary>
+    /// XFS_RMAP_OWN_NULL (a change whose reverse mapping is updated elsewhere, by an rmap intent) and XFS_RMAP_OWN_UNKNOWN
+    /// (log recovery freeing an extent whose owner it does not know): never stored in a record.
+    /// </summary>
+    public const ulong OwnNull = unchecked((ulong)-1L), OwnUnknown = unchecked((ulong)-2L);
+
     /// <summary>XFS_RMAP_OWN_*: static AG metadata, the log, AG btree blocks and the AGFL, inode btrees, inode chunks, refcount btree, CoW staging.</summary>
     public const ulong OwnFs = unchecked((ulong)-3L), OwnLog = unchecked((ulong)-4L), OwnAg = unchecked((ulong)-5L),
         OwnInobt = unchecked((ulong)-6L), OwnInodes = unchecked((ulong)-7L), OwnRefcount = unchecked((ulong)-8L), OwnCow = unchecked((ulong)-9L);

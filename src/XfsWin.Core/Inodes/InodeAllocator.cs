@@ -17,6 +17,9 @@ public interface IInodeSpace
 
     /// <summary>Blocks for the inode btree (<paramref name="freeInodeTree"/>: the finobt) of AG <paramref name="agno"/>.</summary>
     IBtreeSpace TreeSpace(uint agno, bool freeInodeTree);
+
+    /// <summary>Frees blocks of a released inode chunk (OWN_INODES), as deferred work (an EFI).</summary>
+    void FreeChunk(Transaction tx, uint agno, uint agbno, uint blocks);
 }
 
 /// <summary>
@@ -24,8 +27,10 @@ public interface IInodeSpace
 /// btree (finobt) or the inode btree names, its bit cleared in both trees' records, agi_freecount and the superblock's
 /// in-core free inode count lowered; when the AG has none, a new chunk of 64 inodes (a sparse chunk where the volume
 /// allows and only a smaller aligned run is free) is allocated, its inode clusters written initialised through the log,
-/// and recorded in both trees with agi_count, agi_freecount and agi_newino. Freeing sets the bit again (a chunk whose
-/// inodes are all free is kept, as with the kernel's ikeep mount option).
+/// and recorded in both trees with agi_count, agi_freecount and agi_newino. Freeing sets the bit again; a chunk whose
+/// inodes are then all free is released as the kernel does without the ikeep mount option (xfs_difree_inobt,
+/// xfs_ifree_cluster, xfs_difree_inode_chunk): its records leave both trees, its inodes the AGI counts, its inode
+/// clusters are cancelled in the log, and its blocks (the runs a sparse chunk's hole mask leaves) are freed.
 /// <para>
 /// Lock order: the caller's inode locks, then the AGI (this class joins it first), then the AGF (inside the block
 /// allocator), then tree blocks.
@@ -270,8 +275,9 @@ public sealed class InodeAllocator
 
     /// <summary>
     /// Frees <paramref name="ino"/> in the trees and the AGI (the caller has logged its inode free: mode 0, forks empty).
+    /// Returns how many inodes left the AG's count: 0, or the chunk's count when the chunk was released.
     /// </summary>
-    public void Free(Transaction tx, ulong ino)
+    public int Free(Transaction tx, ulong ino)
     {
         uint agno = _sb.InoToAgno(ino);
         uint agino = _sb.InoToAgino(ino);
@@ -284,11 +290,64 @@ public sealed class InodeAllocator
             throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"no chunk holds inode {ino}");
         var rec = InobtRecord.Decode(inobt.Record, _sb.HasSparseInodes);
         int index = (int)(agino - rec.StartIno);
-        if (index >= InobtRecord.InodesPerChunk || !rec.IsAllocated(index))
+        if (agino < rec.StartIno || index >= InobtRecord.InodesPerChunk || !rec.IsAllocated(index))
             throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"inode {ino} is not allocated in its chunk record");
         var updated = rec with { FreeCount = rec.FreeCount + 1, FreeMask = rec.FreeMask | (1UL << index) };
-        UpdateRecords(tx, agi, agno, rec, updated);
-        SetField(tx, agi, AgiView.OffFreecount, Field(agi, AgiView.OffFreecount) + 1);
+        // Holes count as free in ir_free: a chunk all of whose inodes are free goes, unless blocks hold more than a chunk.
+        if (updated.FreeMask != ulong.MaxValue || _sb.InodesPerBlock > InobtRecord.InodesPerChunk)
+        {
+            UpdateRecords(tx, agi, agno, rec, updated);
+            SetField(tx, agi, AgiView.OffFreecount, Field(agi, AgiView.OffFreecount) + 1);
+            return 0;
+        }
+        inobt.Delete();
+        if (_sb.HasFinobt && rec.FreeCount > 0)
+        {
+            var finobt = new BtreeCursor<FinobtOps>(TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
+                InodeTreeSpace(tx, agi, agno, freeInodeTree: true)));
+            BinaryPrimitives.WriteUInt32BigEndian(key, rec.StartIno);
+            if (!finobt.Lookup(key, BtreeLookup.Equal))
+                throw tx.Mount.Corrupt($"free inode btree of AG {agno}", agi.Offset, $"the chunk at AG inode {rec.StartIno} has free inodes but no finobt record");
+            finobt.Delete();
+        }
+        // The inode freed here was never counted free; the chunk's others were.
+        SetField(tx, agi, AgiView.OffCount, Field(agi, AgiView.OffCount) - rec.Count);
+        SetField(tx, agi, AgiView.OffFreecount, Field(agi, AgiView.OffFreecount) - (rec.Count - 1u));
+        ReleaseChunk(tx, agno, rec);
+        return rec.Count;
+    }
+
+    /// <summary>
+    /// The blocks of a released chunk that exist on disk (all, or each run its hole mask leaves; a hole-mask bit covers
+    /// four inodes, so a run starts and ends where the kernel's xfs_difree_inode_chunk computes it): their inode
+    /// clusters cancelled in the log, our cached buffers over them invalidated, the blocks freed.
+    /// </summary>
+    private void ReleaseChunk(Transaction tx, uint agno, InobtRecord rec)
+    {
+        uint chunkStart = rec.StartIno >> _sb.InoPBlog;
+        int perBlock = _sb.InodesPerBlock;
+        const int InodesPerHoleBit = 4, HoleBits = 16;
+        int bit = 0;
+        while (bit < HoleBits)
+        {
+            if ((rec.HoleMask & (1 << bit)) != 0) { bit++; continue; }
+            int end = bit;
+            while (end < HoleBits && (rec.HoleMask & (1 << end)) == 0) end++;
+            uint agbno = chunkStart + (uint)(bit * InodesPerHoleBit / perBlock);
+            uint blocks = (uint)((end - bit) * InodesPerHoleBit / perBlock);
+            if (blocks == 0) blocks = 1; // a run shorter than a block (more inodes per block than a hole bit covers)
+            long previousCluster = -1;
+            for (int i = bit * InodesPerHoleBit; i < end * InodesPerHoleBit; i++)
+            {
+                var cluster = InodeClusterLocation.Of(_sb, ((ulong)agno << _sb.AgInoLog) | (rec.StartIno + (uint)i));
+                if (cluster.Daddr == previousCluster) continue;
+                tx.LogCancel(cluster.Daddr, cluster.LengthBB);
+                previousCluster = cluster.Daddr;
+            }
+            _inodes.ChunkReleased(tx, agno, agbno, blocks);
+            _space.FreeChunk(tx, agno, agbno, blocks);
+            bit = end;
+        }
     }
 
     /// <summary>The inode tree's block space (the allocator keeps agi_iblocks / agi_fblocks where the volume counts them).</summary>

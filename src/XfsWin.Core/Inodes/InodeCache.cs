@@ -98,6 +98,28 @@ public sealed class InodeCache
         return (buffer, (int)(_mount.Superblock.InodeToByte(ino) - offset));
     }
 
+    /// <summary>
+    /// The inode chunk holding AG blocks [<paramref name="agbno"/>, +<paramref name="blocks"/>) is released: every buffer
+    /// of this cache over it is invalidated in <paramref name="tx"/> (the blocks go back to free space), and its inodes
+    /// leave the cache when it commits.
+    /// </summary>
+    public void ChunkReleased(Journal.Transaction tx, uint agno, uint agbno, uint blocks)
+    {
+        var sb = _mount.Superblock;
+        long previous = -1;
+        for (uint b = agbno; b < agbno + blocks; b++)
+        {
+            ulong first = ((ulong)agno << sb.AgInoLog) | ((ulong)b << sb.InoPBlog);
+            var (offset, length) = ClusterOf(first);
+            if (offset != previous) tx.Invalidate(offset, length);
+            previous = offset;
+            tx.OnCommit(() =>
+            {
+                for (int i = 0; i < sb.InodesPerBlock; i++) Invalidate(first + (ulong)i);
+            });
+        }
+    }
+
     /// <summary>Blocks per read: one inode chunk (64 inodes) when chunks are aligned, else one block.</summary>
     private static uint ClusterBlocks(Format.Superblock sb)
     {

@@ -11,11 +11,18 @@ namespace XfsWin.Inodes;
 /// the inode's cluster buffer (published at commit, so readers decode the new inode) and logs it as an inode item
 /// (how recovery replays it); the cached decoded inode is dropped when the transaction commits.
 /// <para>
+/// Logging the inode joins this working copy to the transaction for the rest of its chain of rolls
+/// (<see cref="IJoinedInode"/>): deferred work that changes the inode later finds it with <see cref="Find"/>, and every
+/// roll logs it again.
+/// </para>
+/// <para>
 /// The caller holds the inode's lock (see the volume's lock order) from reading <see cref="Inode"/> until commit.
 /// </para>
 /// </summary>
-public sealed class InodeUpdate : IInodeRootHolder
+public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode
 {
+    private InodeCache? _cache;
+
     private readonly Superblock _sb;
 
     public InodeUpdate(Inode inode, Superblock sb)
@@ -147,6 +154,8 @@ public sealed class InodeUpdate : IInodeRootHolder
     /// <summary>Copies the image into the cluster buffer and logs the inode in <paramref name="tx"/>; the cache forgets the old copy at commit.</summary>
     public void Log(Transaction tx, InodeCache cache)
     {
+        _cache = cache;
+        tx.JoinInode(this);
         var (cluster, offset) = cache.JoinCluster(tx, Number);
         // Readers verify what they decode from the cluster bytes: the copy there carries a current CRC (the LSN is
         // stamped when the log writes the inode back).
@@ -159,5 +168,17 @@ public sealed class InodeUpdate : IInodeRootHolder
         long byteOffset = ByteOffset;
         var sb = _sb;
         tx.OnCommit(() => cache.Committed(new Inode(ino, committed, byteOffset, sb)));
+    }
+
+    void IJoinedInode.Relog(Transaction tx) => Log(tx, _cache!);
+
+    /// <summary>
+    /// The working copy of inode <paramref name="ino"/> in <paramref name="tx"/>: the one joined to it (logged earlier in
+    /// its chain), or a new one from <paramref name="cache"/> (the committed inode).
+    /// </summary>
+    public static InodeUpdate Find(Transaction tx, InodeCache cache, ulong ino)
+    {
+        if (tx.FindInode(ino) is InodeUpdate joined) return joined;
+        return new InodeUpdate(cache.Get(ino), tx.Mount.Superblock);
     }
 }

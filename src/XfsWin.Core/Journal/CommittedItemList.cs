@@ -5,6 +5,10 @@ namespace XfsWin.Journal;
 /// writing them to the log. An item relogged before the next checkpoint is merged into the one already held (its
 /// newest image, the union of what was logged) and moves to the end of the list, so the list stays ordered by
 /// the last transaction that logged each item. A checkpoint takes the whole list at once.
+/// <para>
+/// A done item committed while its intent is still here (never checkpointed) whites both out, as the kernel's CIL
+/// does: neither reaches the log, since the work and its promise land in the same checkpoint anyway.
+/// </para>
 /// Not thread-safe: <see cref="MountedLog"/> serialises access under its lock.
 /// </summary>
 public sealed class CommittedItemList
@@ -24,6 +28,9 @@ public sealed class CommittedItemList
 
     private static long SizeOf(JournalItem item) => item.FormattedBytes + (long)item.RegionCount * LogOpHeader.Size;
 
+    /// <summary>Intent and done item pairs dropped because both were committed before a checkpoint.</summary>
+    public long Whiteouts { get; private set; }
+
     public JournalItem? Find(LogItemKey key) => _byKey.TryGetValue(key, out var node) ? node.Value : null;
 
     /// <summary>Adds one transaction's items (in the transaction's order) and the log space (blocks) it keeps reserved.</summary>
@@ -31,6 +38,14 @@ public sealed class CommittedItemList
     {
         foreach (var item in items)
         {
+            ushort intentType = IntentLogFormat.IntentOf(item.Key.Type);
+            if (intentType != 0 && _byKey.Remove(new LogItemKey(intentType, item.Key.Id, 0), out var intent))
+            {
+                FormattedBytes -= SizeOf(intent.Value);
+                _order.Remove(intent);
+                Whiteouts++;
+                continue;
+            }
             if (_byKey.TryGetValue(item.Key, out var node))
             {
                 FormattedBytes -= SizeOf(node.Value);

@@ -12,7 +12,7 @@ namespace XfsWin.Journal;
 /// </summary>
 public sealed class IcreateLogItem : JournalItem
 {
-    private IcreateLogItem(uint ag, uint agbno, uint count, int inodeSize, uint length, uint generation, long daddr, int lengthBB)
+    internal IcreateLogItem(uint ag, uint agbno, uint count, int inodeSize, uint length, uint generation, long daddr, int lengthBB)
     {
         Ag = ag;
         Agbno = agbno;

@@ -5,10 +5,11 @@ namespace XfsWin.Journal;
 
 /// <summary>
 /// A log replayed into memory on its way to the device: <see cref="WriteReplay"/> writes the replayed
-/// metadata and marks the log clean; <see cref="WriteUnloggedWork"/> then writes work no log describes
-/// (computed by the caller in an overlay on top of <see cref="Overlay"/>), fenced by NEEDSREPAIR.
-/// Nothing reaches the device before <see cref="WriteReplay"/>, so a refusal decided in between leaves it
-/// byte-identical. Also what in-memory replay builds its result from (then never written).
+/// metadata and marks the log clean; <see cref="WriteReplayKeepingLog"/> writes it but leaves the log as it is
+/// (its unfinished intents still between tail and head) for the write engine to go on logging from the head, as
+/// the kernel's recovery does before it finishes intents and frees unlinked inodes. Nothing reaches the device
+/// before either, so a refusal decided in between leaves it byte-identical. Also what in-memory replay builds its
+/// result from (then never written).
 /// </summary>
 public sealed class InPlaceReplay
 {
@@ -24,7 +25,7 @@ public sealed class InPlaceReplay
     }
 
     internal InPlaceReplay(LogRecoveryResult result, Superblock superblock, OverlayDevice overlay, IReadOnlyList<uint> cowAgs,
-        LogArea area, LogPosition position, IBlockDevice target)
+        LogArea area, LogPosition position, IBlockDevice target, IReadOnlyList<RecoveredIntent> intents)
     {
         Result = result;
         Superblock = superblock;
@@ -33,7 +34,14 @@ public sealed class InPlaceReplay
         _area = area;
         _position = position;
         _target = target;
+        RecoveredIntents = intents;
     }
+
+    /// <summary>The intents the log holds without done items, in log order (what recovery must finish).</summary>
+    public IReadOnlyList<RecoveredIntent> RecoveredIntents { get; } = [];
+
+    /// <summary>Where the log's head and tail are (null when nothing was replayed).</summary>
+    public LogPosition? Position => _position;
 
     public LogRecoveryResult Result { get; }
 
@@ -70,21 +78,25 @@ public sealed class InPlaceReplay
     }
 
     /// <summary>
-    /// Writes <paramref name="afterReplay"/> (an overlay over <see cref="Overlay"/> holding what the kernel does
-    /// at mount after its replay) to the device. No log describes it, so it is fenced with NEEDSREPAIR, set on
-    /// disk before its first write and cleared after its last: a crash in between leaves a clean log and a
-    /// volume the kernel refuses to mount until xfs_repair has finished the job.
+    /// Writes the replay out (superblock counters rebuilt from the AG headers) but leaves the log dirty: its tail and
+    /// the unfinished intents stay where they are, the blocks just past the head that may hold records of the current
+    /// cycle are cleared (xlog_clear_stale_blocks, stopping before the tail), and the write engine then appends its
+    /// own transactions at the head (<see cref="MountedLog.OpenAfterReplay"/>). A crash before that engine's work is
+    /// finished leaves a log that replays to the same point and still holds what is left to do.
     /// </summary>
-    public void WriteUnloggedWork(OverlayDevice afterReplay, IProgress<double>? progress = null)
+    public LogPosition WriteReplayKeepingLog(IProgress<double>? progress = null)
     {
-        ArgumentNullException.ThrowIfNull(afterReplay);
-        if (!_replayWritten || _target is null) throw new InvalidOperationException("the replay must be written before the work that follows it");
-        if (!ReferenceEquals(afterReplay.BaseDevice, Overlay))
-            throw new ArgumentException("the after-replay work must be an overlay over this replay", nameof(afterReplay));
-        LogRecovery.RebuildSummaryCounters(afterReplay, Superblock);
-        LogRecovery.SetNeedsRepair(_target, afterReplay, Superblock.SectorSize, true);
-        afterReplay.FlushTo(_target, (done, total) => progress?.Report(0.96 + 0.03 * done / Math.Max(1, total)));
+        if (Overlay is null || _target is null || _area is null || _position is null)
+            throw new InvalidOperationException("there is no replay to write: the log was clean or not replayed");
+        if (_replayWritten) throw new InvalidOperationException("the replay was already written");
+        LogRecovery.RebuildSummaryCounters(Overlay, Superblock);
+        Overlay.FlushTo(_target, (done, total) => progress?.Report(0.9 + 0.06 * done / Math.Max(1, total)));
         _target.Flush();
-        LogRecovery.SetNeedsRepair(_target, null, Superblock.SectorSize, false);
+        LogWriter.ClearStaleBlocks(_area, Superblock, _position, _position.HeadBlock, _position.TailBlock);
+        _area.Device.Flush();
+        _replayWritten = true;
+        Result.State = LogState.ReplayedInPlace;
+        Result.Device = _target;
+        return _position;
     }
 }

@@ -2,6 +2,62 @@ using System.Buffers.Binary;
 
 namespace XfsWin.Journal;
 
+/// <summary>
+/// An intent log recovery found without its done item: its type, id, the LSN of the transaction that logged it (its
+/// place in the AIL, holding the tail until it is finished) and its regions as logged.
+/// </summary>
+public sealed record RecoveredIntent(ushort Type, ulong Id, ulong Lsn, byte[][] Regions)
+{
+    public string Kind => LogItemType.Name(Type);
+
+    /// <summary>The intent as a log item (what the AIL holds and its done item names).</summary>
+    public IntentLogItem Item => IntentLogItem.FromLog(Regions);
+
+    /// <summary>The extents of an EFI (16-byte or packed 12-byte form).</summary>
+    public IntentExtent[] ExtentFreeExtents()
+    {
+        var b = Regions[0];
+        int n = (int)IntentLogFormat.Count(b);
+        int size = b.Length == IntentLogFormat.OffExtents + IntentLogFormat.EfiExtentSize * n ? IntentLogFormat.EfiExtentSize : IntentLogFormat.EfiExtentSize32;
+        var extents = new IntentExtent[n];
+        for (int i = 0; i < n; i++)
+        {
+            var e = b.AsSpan(IntentLogFormat.OffExtents + size * i);
+            extents[i] = new IntentExtent(BinaryPrimitives.ReadUInt64LittleEndian(e), BinaryPrimitives.ReadUInt32LittleEndian(e[8..]));
+        }
+        return extents;
+    }
+
+    /// <summary>The map extents of an RUI, or the one of a BUI.</summary>
+    public IntentMapExtent[] MapExtents()
+    {
+        var b = Regions[0];
+        int n = (int)IntentLogFormat.Count(b);
+        var maps = new IntentMapExtent[n];
+        for (int i = 0; i < n; i++)
+        {
+            var e = b.AsSpan(IntentLogFormat.OffExtents + IntentLogFormat.RuiExtentSize * i);
+            maps[i] = new IntentMapExtent(BinaryPrimitives.ReadUInt64LittleEndian(e), BinaryPrimitives.ReadUInt64LittleEndian(e[8..]),
+                BinaryPrimitives.ReadUInt64LittleEndian(e[16..]), BinaryPrimitives.ReadUInt32LittleEndian(e[24..]), BinaryPrimitives.ReadUInt32LittleEndian(e[28..]));
+        }
+        return maps;
+    }
+
+    /// <summary>The physical extents of a CUI.</summary>
+    public IntentPhysExtent[] PhysExtents()
+    {
+        var b = Regions[0];
+        int n = (int)IntentLogFormat.Count(b);
+        var extents = new IntentPhysExtent[n];
+        for (int i = 0; i < n; i++)
+        {
+            var e = b.AsSpan(IntentLogFormat.OffExtents + IntentLogFormat.CuiExtentSize * i);
+            extents[i] = new IntentPhysExtent(BinaryPrimitives.ReadUInt64LittleEndian(e), BinaryPrimitives.ReadUInt32LittleEndian(e[8..]), BinaryPrimitives.ReadUInt32LittleEndian(e[12..]));
+        }
+        return extents;
+    }
+}
+
 /// <summary>An extent of an EFI/EFD: filesystem block and length.</summary>
 public readonly record struct IntentExtent(ulong StartBlock, uint Length);
 
@@ -35,6 +91,15 @@ public sealed class IntentLogItem : JournalItem
     public override int RegionCount => _regions.Length;
     public override int FormattedBytes { get { int n = 0; foreach (var r in _regions) n += r.Length; return n; } }
     public override void Format(List<ReadOnlyMemory<byte>> regions) { foreach (var r in _regions) regions.Add(r); }
+
+    /// <summary>An intent or done item as the log holds it (its regions as logged; the first names type and id).</summary>
+    public static IntentLogItem FromLog(byte[][] regions)
+    {
+        ArgumentNullException.ThrowIfNull(regions);
+        if (regions.Length == 0 || regions[0].Length < IntentLogFormat.DoneSize) throw new ArgumentException("an intent item needs its format region", nameof(regions));
+        ushort type = BinaryPrimitives.ReadUInt16LittleEndian(regions[0]);
+        return new IntentLogItem(type, IntentLogFormat.Id(regions[0]), regions.Select(r => (byte[])r.Clone()).ToArray());
+    }
 
     /// <summary>Intents are logged once; a second item with the same type and id is a bug of the caller.</summary>
     public override void MergeNewer(JournalItem newer) =>

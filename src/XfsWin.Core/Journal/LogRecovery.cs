@@ -120,11 +120,13 @@ public static class LogRecovery
         result.IntentsLogged = replayer.IntentsLogged();
         result.IntentsFinished = replayer.IntentsFinished();
         result.UnfinishedIntents = replayer.UnfinishedIntents();
+        result.PendingIntents = replayer.PendingIntents();
         result.UnlinkedInodes = RecoveryChecks.CountUnlinkedInodes(overlay, after, warnings);
         var cowAgs = RecoveryChecks.AgsWithLeftoverCow(overlay, after);
         foreach (var (kind, count) in result.UnfinishedIntents)
-            warnings.Add($"{count} unfinished {kind} intent(s) in the log: Linux finishes them when it mounts the volume; XfsWin cannot finish them yet");
-        return new InPlaceReplay(result, after, overlay, cowAgs, area, pos, dataDevice);
+            warnings.Add($"{count} unfinished {kind} intent(s) in the log: they promise changes the log does not hold yet; " +
+                "in-place recovery (and Linux, when it mounts the volume) finishes them");
+        return new InPlaceReplay(result, after, overlay, cowAgs, area, pos, dataDevice, result.PendingIntents);
     }
 
     /// <summary>The primary superblock as the replay left it, verified.</summary>

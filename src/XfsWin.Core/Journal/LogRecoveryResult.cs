@@ -14,6 +14,10 @@ public sealed class LogRecoveryResult
     public IReadOnlyDictionary<string, int> IntentsFinished = new Dictionary<string, int>();
     /// <summary>Intents whose done item is not in the log, by kind ("EFI", "RUI", ...), with counts.</summary>
     public IReadOnlyDictionary<string, int> UnfinishedIntents = new Dictionary<string, int>();
+    /// <summary>The unfinished intents themselves, in log order (what in-place recovery finishes).</summary>
+    public IReadOnlyList<RecoveredIntent> PendingIntents = [];
+    /// <summary>Unfinished intents in-place recovery finished (as the kernel does after its replay), by kind.</summary>
+    public IReadOnlyDictionary<string, int> IntentsRecovered = new Dictionary<string, int>();
     public IReadOnlyList<string> Warnings = [];
     /// <summary>Inodes on the AGI unlinked lists after replay (open but unlinked at the crash).</summary>
     public int UnlinkedInodes;

@@ -40,9 +40,9 @@ public sealed class LogReplayer : IDisposable
     private readonly ulong _diskSuperblockLsn;
     private readonly Func<long, string, XfsCorruptionException> _corrupt;
     private readonly Dictionary<(long Blkno, int Len), int> _cancelled = new();
-    /// <summary>Unfinished intents in log order, keyed by (type, id).</summary>
-    private readonly Dictionary<(ushort Type, ulong Id), int> _intents = new();
-    private readonly List<(ushort Type, ulong Id)> _intentOrder = new();
+    /// <summary>Intents not (yet) matched by a done item, in log order, and where each (type, id) is in that list.</summary>
+    private readonly LinkedList<RecoveredIntent> _pendingIntents = new();
+    private readonly Dictionary<(ushort Type, ulong Id), List<LinkedListNode<RecoveredIntent>>> _intents = new();
     private readonly Dictionary<ushort, int> _intentsLogged = new();
     private readonly Dictionary<ushort, int> _intentsFinished = new();
     private ulong _recoveryLsn;
@@ -269,14 +269,16 @@ public sealed class LogReplayer : IDisposable
     public IReadOnlyDictionary<string, int> UnfinishedIntents()
     {
         var counts = new SortedDictionary<string, int>(StringComparer.Ordinal);
-        foreach (var key in _intentOrder)
+        foreach (var intent in _pendingIntents)
         {
-            if (!_intents.ContainsKey(key)) continue;
-            string name = LogItemType.Name(key.Type);
+            string name = LogItemType.Name(intent.Type);
             counts[name] = counts.GetValueOrDefault(name) + 1;
         }
         return counts;
     }
+
+    /// <summary>The intents no done item finished, in log order, as the kernel's recovery queues them (r_dfops).</summary>
+    public IReadOnlyList<RecoveredIntent> PendingIntents() => _pendingIntents.ToList();
 
     /// <summary>Intent items replayed (between tail and head), counted by kind.</summary>
     public IReadOnlyDictionary<string, int> IntentsLogged() => ByName(_intentsLogged);
@@ -340,8 +342,9 @@ public sealed class LogReplayer : IDisposable
             string? bad = IntentLogFormat.CheckLength(type, item.Regions[0]);
             if (bad is not null) throw Corrupt(trans, bad);
             var key = (type, IntentLogFormat.Id(item.Regions[0]));
-            if (!_intents.ContainsKey(key)) _intentOrder.Add(key);
-            _intents[key] = 1;
+            var node = _pendingIntents.AddLast(new RecoveredIntent(type, key.Item2, trans.Lsn, item.Regions.ToArray()));
+            if (!_intents.TryGetValue(key, out var nodes)) _intents[key] = nodes = new();
+            nodes.Add(node);
             _intentsLogged[type] = _intentsLogged.GetValueOrDefault(type) + 1;
             return;
         }
@@ -352,8 +355,12 @@ public sealed class LogReplayer : IDisposable
             if (bad is not null) throw Corrupt(trans, bad);
             // An EFD names its EFI by efd_efi_id at offset 8, like every other done item. One whose intent lies
             // before the tail finishes nothing.
-            if (_intents.Remove((intent, IntentLogFormat.Id(item.Regions[0]))))
-                _intentsFinished[intent] = _intentsFinished.GetValueOrDefault(intent) + 1;
+            // Every pending intent of that type and id goes (xlog_recover_release_intent).
+            if (_intents.Remove((intent, IntentLogFormat.Id(item.Regions[0])), out var finished))
+            {
+                foreach (var node in finished) _pendingIntents.Remove(node);
+                _intentsFinished[intent] = _intentsFinished.GetValueOrDefault(intent) + finished.Count;
+            }
             return;
         }
         throw Corrupt(trans, $"unrecognized log item type 0x{type:x4}");

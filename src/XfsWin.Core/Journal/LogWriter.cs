@@ -67,9 +67,24 @@ public static class LogWriter
         BinaryPrimitives.WriteUInt32LittleEndian(rec.AsSpan(LogRecordHeader.OffCrc), crc);
         area.Write(head, rec);
 
-        // Clear stale blocks after the record: each becomes an empty header one cycle older than its neighbourhood.
-        long end = head + totalBlocks;
-        long span = Math.Min(LogScanner.TotalRecordSpan(v2), n - totalBlocks);
+        ClearStaleBlocks(area, sb, pos, head + totalBlocks, head);
+    }
+
+    /// <summary>
+    /// Overwrites the blocks from <paramref name="from"/> on (at most the span of eight records in flight, and never
+    /// <paramref name="tailBlock"/> or beyond it) with empty record headers one cycle older than their neighbourhood
+    /// (xlog_clear_stale_blocks): a torn write of the current cycle past the head cannot then be taken for the head.
+    /// </summary>
+    public static void ClearStaleBlocks(LogArea area, Superblock sb, LogPosition pos, long from, long tailBlock)
+    {
+        long n = area.Blocks;
+        uint cycle = pos.HeadCycle;
+        uint version = pos.Version;
+        bool v2 = (version & 2) != 0;
+        ulong lsn = Lsn.Make(cycle, (uint)(from % n));
+        long free = LogScanner.Distance(n, from % n, tailBlock % n);
+        if (free == 0) free = n; // the tail at the head: the whole log is free
+        long span = Math.Min(LogScanner.TotalRecordSpan(v2), free);
         const int batch = 256;
         var stale = new byte[batch * LogArea.BBSize];
         for (long done = 0; done < span; done += batch)
@@ -77,7 +92,7 @@ public static class LogWriter
             int cnt = (int)Math.Min(batch, span - done);
             for (int i = 0; i < cnt; i++)
             {
-                long abs = end + done + i;
+                long abs = from + done + i;
                 uint c = abs >= n ? cycle : cycle - 1;
                 var s = stale.AsSpan(i * LogArea.BBSize, LogArea.BBSize);
                 s.Clear();
@@ -89,7 +104,7 @@ public static class LogWriter
                 BinaryPrimitives.WriteUInt32BigEndian(s[LogRecordHeader.OffFmt..], LogRecordHeader.FmtLinuxLittleEndian);
                 sb.Uuid.TryWriteBytes(s.Slice(LogRecordHeader.OffFsUuid, 16), bigEndian: true, out _);
             }
-            area.Write(end + done, stale.AsSpan(0, cnt * LogArea.BBSize));
+            area.Write(from + done, stale.AsSpan(0, cnt * LogArea.BBSize));
         }
     }
 

@@ -4,6 +4,8 @@ namespace XfsWin.Journal;
 /// A transaction on a <see cref="MountedLog"/>: holds its log reservation from <see cref="MountedLog.Begin"/> and
 /// collects the items it changed, in order; <see cref="Commit"/> hands them to the CIL (the metadata is then
 /// logged, durable once the log is forced), <see cref="Dispose"/> without commit gives the reservation back.
+/// A permanent reservation (a log count above one) may <see cref="Roll"/>: commit what it has and go on as a new
+/// transaction with the same reservation (the kernel's xfs_trans_roll).
 /// One thread uses a transaction at a time.
 /// </summary>
 public sealed class MetadataTransaction : IDisposable
@@ -12,14 +14,19 @@ public sealed class MetadataTransaction : IDisposable
     private readonly List<JournalItem> _items = new();
     private bool _done;
 
-    internal MetadataTransaction(MountedLog log, int reservedBlocks)
+    internal MetadataTransaction(MountedLog log, int reservedBlocks, int unitsLeft)
     {
         _log = log;
         ReservedBlocks = reservedBlocks;
+        UnitsLeft = unitsLeft;
     }
 
-    /// <summary>Log space held, in 512-byte blocks (the reservation plus the kernel's per-transaction overhead).</summary>
+    /// <summary>Log space held per part, in 512-byte blocks (the reservation plus the kernel's per-transaction overhead).</summary>
     public int ReservedBlocks { get; }
+
+    /// <summary>Parts whose reservation is granted and not yet used, this one included (the log's lock guards it).</summary>
+    internal int UnitsLeft { get; set; }
+
     public IReadOnlyList<JournalItem> Items => _items;
 
     /// <summary>Joins an item; logging the same buffer or inode again in this transaction merges into the first.</summary>
@@ -44,7 +51,29 @@ public sealed class MetadataTransaction : IDisposable
     {
         ObjectDisposedException.ThrowIf(_done, this);
         _done = true;
-        CommitSequence = _log.Commit(this, _items);
+        CommitSequence = _log.Commit(this, _items, regrant: false);
+    }
+
+    /// <summary>
+    /// Commits this part and returns the transaction's next part, holding the same reservation (regranted from the log
+    /// when the units granted up front are used up, which may push the AIL).
+    /// </summary>
+    public MetadataTransaction Roll()
+    {
+        ObjectDisposedException.ThrowIf(_done, this);
+        _done = true;
+        try
+        {
+            CommitSequence = _log.Commit(this, _items, regrant: true);
+        }
+        catch
+        {
+            _log.Cancel(this);
+            throw;
+        }
+        var next = new MetadataTransaction(_log, ReservedBlocks, UnitsLeft);
+        UnitsLeft = 0;
+        return next;
     }
 
     public void Dispose()

@@ -29,7 +29,7 @@ public sealed record MountedLogOptions
 
 /// <summary>Counters of what the log writer did.</summary>
 public sealed record LogWriteStatistics(long Transactions, long Checkpoints, long Records, long BlocksWritten, long Wraps,
-    long AilPushes, long ItemsWrittenBack, long Forces);
+    long AilPushes, long ItemsWrittenBack, long Forces, long IntentsRelogged = 0, long Whiteouts = 0);
 
 /// <summary>
 /// The log of a mounted volume, written as the kernel writes it (delayed logging). Transactions reserve log space
@@ -62,6 +62,7 @@ public sealed class MountedLog
     private long _outstandingBlocks;
     private ulong? _checkpointStartLsn;
     private uint _nextTid;
+    private ulong _intentId;
     private long _transactions, _checkpoints, _ailPushes, _itemsWrittenBack, _forces;
     private bool _unmounted;
 
@@ -74,6 +75,7 @@ public sealed class MountedLog
         _beforeCheckpoint = options.BeforeCheckpoint;
         _thresholdBytes = options.CheckpointThresholdBytes > 0 ? options.CheckpointThresholdBytes : (area.Blocks << LogArea.BBShift) / 8;
         _nextTid = options.FirstTid != 0 ? options.FirstTid : (uint)(writer.HeadLsn * 0x9E3779B97F4A7C15UL >> 32) | 1;
+        _intentId = (writer.HeadLsn * 0xC2B2AE3D27D4EB4FUL) & 0xFFFFFFFF00000000UL;
     }
 
     /// <summary>
@@ -95,6 +97,35 @@ public sealed class MountedLog
         uint cycle = pos.Empty ? 1 : pos.HeadCycle;
         var writer = new LogRecordWriter(area, options.RecordUuid ?? sb.Uuid, recordSize, roundoff, head, cycle, pos.Empty ? -1 : pos.LastRecordBlock);
         return new MountedLog(area, writer, writeback, options);
+    }
+
+    /// <summary>
+    /// Opens a log whose replay was just written in place (<see cref="InPlaceReplay.WriteReplayKeepingLog"/>) but that
+    /// still holds <paramref name="intents"/> without done items: records are appended at the head found by the replay
+    /// (same record size as the records between tail and head, which recovery reads with the tail's size), and the
+    /// intents sit in the AIL at the LSNs of the transactions that logged them, holding the tail there until the done
+    /// items that recovery logs for them are checkpointed, as in the kernel's recovery.
+    /// </summary>
+    public static MountedLog OpenAfterReplay(LogArea area, Superblock sb, ILogWriteback writeback, LogPosition position,
+        IReadOnlyList<RecoveredIntent> intents, MountedLogOptions? options = null)
+    {
+        ArgumentNullException.ThrowIfNull(position);
+        ArgumentNullException.ThrowIfNull(intents);
+        options ??= new MountedLogOptions();
+        if (!sb.IsV5 && !sb.HasLogV2) throw new XfsException(XfsError.Unsupported, "writing a version 1 log is not supported; the volume stays read-only");
+        uint su = sb.LogStripeUnit > 1 ? sb.LogStripeUnit : 0;
+        int roundoff = Math.Max(Math.Max((int)su, LogArea.BBSize), area.SectorBlocks << LogArea.BBShift);
+        int recordSize = position.RecordSize > 0 ? position.RecordSize : Math.Max(LogRecordHeader.CycleSize, (int)su);
+        var writer = new LogRecordWriter(area, options.RecordUuid ?? sb.Uuid, recordSize, roundoff, position.HeadBlock, position.HeadCycle,
+            position.LastRecordBlock);
+        var log = new MountedLog(area, writer, writeback, options);
+        foreach (var intent in intents)
+        {
+            var item = intent.Item;
+            log._ail.Insert(item, intent.Lsn);
+            log._reservedIds.Add(intent.Id);
+        }
+        return log;
     }
 
     /// <summary>True when the log holds work only a replay finishes (what <see cref="Open"/> refuses). Reads only.</summary>
@@ -124,14 +155,14 @@ public sealed class MountedLog
         {
             lock (_lock)
                 return new LogWriteStatistics(_transactions, _checkpoints, _writer.RecordsWritten, _writer.BlocksWritten, _writer.Wraps,
-                    _ailPushes, _itemsWrittenBack, _forces);
+                    _ailPushes, _itemsWrittenBack, _forces, _relogs, _cil.Whiteouts);
         }
     }
 
     private ulong CurrentTailLsn() => _ail.MinimumLsn ?? _checkpointStartLsn ?? _writer.HeadLsn;
 
     /// <summary>A position in blocks counted from block 0 of the cycle the log was opened in.</summary>
-    private long Absolute(ulong lsn) => (long)(Lsn.Cycle(lsn) - _baseCycle) * _area.Blocks + Lsn.Block(lsn);
+    private long Absolute(ulong lsn) => ((long)Lsn.Cycle(lsn) - _baseCycle) * _area.Blocks + Lsn.Block(lsn);
 
     private long WriteHead => Absolute(_writer.HeadLsn);
     private long FreeBlocks => _area.Blocks - (WriteHead - Absolute(CurrentTailLsn()));
@@ -153,35 +184,59 @@ public sealed class MountedLog
         return checked((int)((bytes + LogArea.BBSize - 1) >> LogArea.BBShift));
     }
 
-    /// <summary>Starts a transaction holding <paramref name="logReservationBytes"/> of log space (the operation's tr_logres).</summary>
-    public MetadataTransaction Begin(int logReservationBytes)
+    /// <summary>
+    /// Starts a transaction holding <paramref name="logReservationBytes"/> of log space (the operation's tr_logres) for
+    /// each of <paramref name="logCount"/> parts: a permanent reservation (tr_logcount above one) is granted for that many
+    /// rolls up front, as the kernel's xfs_log_reserve does, and <see cref="MetadataTransaction.Roll"/> regrants a part
+    /// when they are used up.
+    /// </summary>
+    public MetadataTransaction Begin(int logReservationBytes, int logCount = 1)
     {
         if (logReservationBytes <= 0) throw new ArgumentOutOfRangeException(nameof(logReservationBytes));
+        if (logCount <= 0) throw new ArgumentOutOfRangeException(nameof(logCount));
         int blocks = UnitReservationBlocks(logReservationBytes);
         lock (_lock)
         {
             ThrowIfUnmounted();
-            if (blocks >= _area.Blocks / 2)
-                throw new XfsException(XfsError.Unsupported, $"a transaction reservation of {logReservationBytes} bytes does not fit a log of {_area.Blocks} blocks");
-            // Grant only while the reserve head stays behind the tail by a whole log.
-            while (WriteHead + _outstandingBlocks + blocks >= Absolute(CurrentTailLsn()) + _area.Blocks)
+            if ((long)blocks * logCount >= _area.Blocks / 2)
             {
-                bool freed = false;
-                Guarded(() => freed = MakeSpace(blocks));
-                if (!freed) throw new XfsException(XfsError.IoError, $"the log cannot free {blocks} blocks for a transaction");
+                // A count that does not fit is granted a part at a time (the kernel's logs are sized for it).
+                if (blocks >= _area.Blocks / 2)
+                    throw new XfsException(XfsError.Unsupported, $"a transaction reservation of {logReservationBytes} bytes does not fit a log of {_area.Blocks} blocks");
+                logCount = 1;
             }
-            _outstandingBlocks += blocks;
+            Grant((long)blocks * logCount);
         }
-        return new MetadataTransaction(this, blocks);
+        return new MetadataTransaction(this, blocks, logCount);
     }
 
-    /// <summary>Frees log space: push the AIL, or when nothing is in it, checkpoint the CIL so its reservation becomes written blocks.</summary>
+    /// <summary>Waits (pushing the AIL, writing checkpoints) until <paramref name="blocks"/> more can be reserved, then reserves them.</summary>
+    private void Grant(long blocks)
+    {
+        // Grant only while the reserve head stays behind the tail by a whole log.
+        while (WriteHead + _outstandingBlocks + blocks >= Absolute(CurrentTailLsn()) + _area.Blocks)
+        {
+            bool freed = false;
+            Guarded(() => freed = MakeSpace(blocks));
+            if (!freed)
+                throw new XfsException(XfsError.IoError,
+                    $"the log cannot free {blocks} blocks for a transaction: {_ail.PinnedCount} intent item(s) hold its tail");
+        }
+        _outstandingBlocks += blocks;
+    }
+
+    /// <summary>
+    /// Frees log space: push the AIL; when that cannot move the tail (nothing to write back, or only intents waiting for
+    /// their done items hold it), checkpoint the CIL, whose done items release intents and whose reservation becomes
+    /// written blocks. False when neither can make progress.
+    /// </summary>
     private bool MakeSpace(long wantedBlocks)
     {
+        ulong tailBefore = CurrentTailLsn();
         if (!_ail.IsEmpty)
         {
             PushAil(wantedBlocks + _outstandingBlocks);
-            return true;
+            if (CurrentTailLsn() != tailBefore) return true;
         }
         if (!_cil.IsEmpty)
         {
@@ -198,8 +253,13 @@ public sealed class MountedLog
     /// </summary>
     public long DurableSequence { get { lock (_lock) return _checkpoints; } }
 
-    /// <summary>Hands a transaction's items to the CIL; returns the sequence of the checkpoint that will carry them.</summary>
-    internal long Commit(MetadataTransaction tx, IReadOnlyList<JournalItem> items)
+    /// <summary>
+    /// Hands a transaction part's items to the CIL; returns the sequence of the checkpoint that will carry them. The
+    /// part's unit of reservation is used: what its items take moves to the CIL, the rest is given back. With
+    /// <paramref name="regrant"/> the transaction goes on (a roll) and a further unit is reserved when the ones granted
+    /// up front are used up; otherwise every unit still held is given back.
+    /// </summary>
+    internal long Commit(MetadataTransaction tx, IReadOnlyList<JournalItem> items, bool regrant)
     {
         lock (_lock)
         {
@@ -209,19 +269,34 @@ public sealed class MountedLog
             long used = 0;
             foreach (var item in items) used += item.FormattedBytes + (long)item.RegionCount * LogOpHeader.Size;
             long usedBlocks = Math.Min(tx.ReservedBlocks, (used + LogArea.BBSize - 1) >> LogArea.BBShift);
-            // The CIL keeps what the items use; the rest of the reservation goes back.
+            // The CIL keeps what the items use; the rest of this part's unit goes back.
             _outstandingBlocks -= tx.ReservedBlocks - usedBlocks;
             if (items.Count > 0) _cil.Commit(items, usedBlocks);
             else _outstandingBlocks -= usedBlocks;
             _transactions++;
+            tx.UnitsLeft--;
+            if (!regrant)
+            {
+                _outstandingBlocks -= (long)tx.UnitsLeft * tx.ReservedBlocks;
+                tx.UnitsLeft = 0;
+            }
             if (_cil.FormattedBytes >= _thresholdBytes) Guarded(WriteCheckpoint);
+            if (regrant && tx.UnitsLeft == 0)
+            {
+                Grant(tx.ReservedBlocks);
+                tx.UnitsLeft = 1;
+            }
             return sequence;
         }
     }
 
     internal void Cancel(MetadataTransaction tx)
     {
-        lock (_lock) _outstandingBlocks -= tx.ReservedBlocks;
+        lock (_lock)
+        {
+            _outstandingBlocks -= (long)tx.UnitsLeft * tx.ReservedBlocks;
+            tx.UnitsLeft = 0;
+        }
     }
 
     /// <summary>Log force (fsync): writes the CIL as a checkpoint and returns once its commit record is durable.</summary>
@@ -275,11 +350,21 @@ public sealed class MountedLog
         if (_unmounted) throw new ObjectDisposedException(nameof(MountedLog), "the log was unmounted");
         if (_shutdown is not null)
             throw new XfsException(XfsError.IoError,
-                $"the volume was shut down after the device failed a log or metadata write ({_shutdown.Message}); nothing more is written. " +
+                $"the volume was shut down ({_shutdown.Message}); nothing more is written. " +
                 "Unmount it; Linux (or xfswin) replays its log at the next mount.");
     }
 
     private Exception? _shutdown;
+
+    /// <summary>
+    /// Stops the log (the kernel's xfs_force_shutdown): a chain of transactions failed half way, leaving intents in the
+    /// log without done items; nothing more is written, and the next mount's recovery finishes them.
+    /// </summary>
+    public void Shutdown(Exception reason)
+    {
+        ArgumentNullException.ThrowIfNull(reason);
+        lock (_lock) _shutdown ??= reason;
+    }
 
     /// <summary>Why the log shut down (a device write or flush failed), or null while it runs.</summary>
     public Exception? ShutdownReason { get { lock (_lock) return _shutdown; } }
@@ -304,23 +389,27 @@ public sealed class MountedLog
 
     /// <summary>
     /// Writes the AIL back in LSN order until at least <paramref name="wantedBlocks"/> are free beyond the head (or
-    /// the AIL is empty), then flushes and moves the tail.
+    /// the AIL is empty, or only intents are left in front), then flushes and moves the tail. Intents cannot be written
+    /// back: the tail stops at the oldest one.
     /// </summary>
     private void PushAil(long wantedBlocks)
     {
         if (_ail.IsEmpty) return;
+        ulong? pinned = _ail.MinimumPinnedLsn;
         // Free space once every LSN up to a candidate is written back: the tail becomes the next LSN (or the head).
         ulong target = 0;
         var lsns = _ail.Lsns.ToList();
         for (int i = 0; i < lsns.Count; i++)
         {
             target = lsns[i];
+            if (pinned is ulong p && target >= p) break;
             ulong nextTail = i + 1 < lsns.Count ? lsns[i + 1] : _checkpointStartLsn ?? _writer.HeadLsn;
             long free = _area.Blocks - (WriteHead - Absolute(nextTail));
             long keep = Math.Max(_area.Blocks / 4, 256);
             if (wantedBlocks != long.MaxValue && free > wantedBlocks + Math.Min(keep, _area.Blocks / 2)) break;
         }
         var items = _ail.ItemsUpTo(target);
+        if (items.Count == 0) return;
         _writeback.WriteBack(items);
         _writeback.Flush();
         _ail.RemoveWritten(items);
@@ -335,8 +424,55 @@ public sealed class MountedLog
         while (FreeBlocks <= blocks)
         {
             if (_ail.IsEmpty) throw new InvalidOperationException($"log space accounting: {blocks} blocks needed, {FreeBlocks} free and nothing to write back");
+            ulong tail = CurrentTailLsn();
             PushAil(blocks);
+            if (CurrentTailLsn() == tail)
+                throw new InvalidOperationException($"log space accounting: {blocks} blocks needed, {FreeBlocks} free and {_ail.PinnedCount} intent(s) hold the tail");
         }
+    }
+
+    /// <summary>
+    /// The LSN an intent still waiting for its done item should be logged again below, so that the tail can move on
+    /// (the kernel's xfs_ail_get_push_target as xfs_defer_relog uses it): the tail plus a quarter of the log (at least
+    /// 256 blocks), once less than that is free beyond the reserve head; null while the log has that much room.
+    /// </summary>
+    public ulong? RelogThreshold()
+    {
+        lock (_lock)
+        {
+            long tail = Absolute(CurrentTailLsn());
+            long threshold = Math.Max(_area.Blocks / 4, 256);
+            long free = _area.Blocks - (WriteHead + _outstandingBlocks - tail);
+            if (free >= threshold) return null;
+            long target = Math.Min(tail + threshold, WriteHead);
+            return Lsn.Make((uint)(_baseCycle + target / _area.Blocks), (uint)(target % _area.Blocks));
+        }
+    }
+
+    /// <summary>The LSN of the checkpoint an intent (or other item) is held in the AIL at; null while it is only in the CIL, or gone.</summary>
+    public ulong? AilLsnOf(LogItemKey key)
+    {
+        lock (_lock) return _ail.LsnOf(key);
+    }
+
+    /// <summary>A fresh id for an intent item (the kernel uses the item's address; ids only need to differ while in the log).</summary>
+    public ulong NextIntentId()
+    {
+        lock (_lock)
+        {
+            // Never the id of an intent recovery still holds: its done item would finish the wrong one.
+            do _intentId++; while (_reservedIds.Contains(_intentId));
+            return _intentId;
+        }
+    }
+
+    private readonly HashSet<ulong> _reservedIds = new();
+    private long _relogs;
+
+    /// <summary>Counts an intent logged again to let the tail move (<see cref="LogWriteStatistics.IntentsRelogged"/>).</summary>
+    internal void NoteRelog()
+    {
+        lock (_lock) _relogs++;
     }
 
     /// <summary>
@@ -366,6 +502,7 @@ public sealed class MountedLog
         _checkpointStartLsn = null;
         _checkpoints++;
 
+        List<BufferLogItem>? cancels = null;
         foreach (var item in items)
         {
             // An intent holds the tail until its done item is in the log; a done item has nothing to write back.
@@ -373,7 +510,11 @@ public sealed class MountedLog
                 _ail.Remove(new LogItemKey(finished, (long)intent.Id, 0));
             else
                 _ail.Insert(item.Snapshot(), start);
+            if (item is BufferLogItem { IsCancel: true } cancel) (cancels ??= new()).Add(cancel);
         }
+        // Inodes of a released chunk (its clusters cancelled) have nothing left to write back.
+        if (cancels is not null)
+            foreach (var c in cancels) _ail.RemoveInodesIn(c.Daddr, c.LengthBB);
         // The checkpoint's blocks are now behind the write head: the reservation that covered them is released.
         _outstandingBlocks -= reserved;
     }

@@ -15,17 +15,35 @@ namespace XfsWin.Journal;
 /// buffer image (recovery replays inodes from inode items; the kernel logs inodes the same way).
 /// </para>
 /// <para>
+/// Deferred work (the kernel's xfs_defer.c): the layers queue work items with <see cref="Defer{TItem}"/> (extent frees,
+/// reverse-map, refcount and mapping updates, ...). <see cref="FinishDeferred"/>, which <see cref="Commit"/> runs
+/// first, logs an intent for each batch in the current transaction, rolls (<see cref="Roll"/>: this part commits and
+/// the transaction goes on with the same permanent reservation, held buffers and joined inodes), and does each batch
+/// in a following part together with its done item; work queued while finishing is done before older batches. An
+/// intent that waits while the log fills is logged again (a done item for it and a new intent in one part) so the
+/// log's tail can move. A failure after the first roll leaves committed intents without done items: the log shuts
+/// down and the next mount's recovery finishes them.
+/// </para>
+/// <para>
 /// Lock order: inode locks (the caller's) before the transaction starts joining buffers; AG headers in ascending AG
-/// order, the AGI before the AGF of one AG, then every other buffer. One thread uses a transaction at a time.
+/// order, the AGI before the AGF of one AG, then every other buffer. A roll releases every buffer lock but those held.
+/// One thread uses a transaction at a time.
 /// </para>
 /// </summary>
 public sealed class Transaction : IDisposable
 {
-    private readonly MetadataChangeSet _changes;
-    private readonly MetadataTransaction _log;
+    private readonly MountedLog _mountedLog;
+    private readonly int _logReservationBytes, _logCount;
+    private MetadataChangeSet _changes;
+    private MetadataTransaction _log;
     private readonly Dictionary<MetadataBuffer, Joined> _joined = new(ReferenceEqualityComparer.Instance);
     private readonly List<JournalItem> _items = new();
     private List<Action>? _onCommit, _onCancel;
+    private List<MetadataBuffer>? _held;
+    private Dictionary<ulong, IJoinedInode>? _inodes;
+    // Batches queued since intents were last logged (the kernel's t_dfops), then those logged and waiting.
+    private readonly List<DeferPending> _intake = new();
+    private List<DeferPending>? _pending;
     private bool _finished;
 
     private sealed class Joined(BufType type, bool inodeCluster, int chunks)
@@ -37,14 +55,30 @@ public sealed class Transaction : IDisposable
         public bool Invalidated;
     }
 
-    public Transaction(MountContext mount, MountedLog log, int logReservationBytes)
+    /// <summary>A transaction with one part's reservation (no rolls granted up front).</summary>
+    public Transaction(MountContext mount, MountedLog log, int logReservationBytes) : this(mount, log, logReservationBytes, 1) { }
+
+    /// <summary>
+    /// A transaction reserving <paramref name="logReservationBytes"/> for each of <paramref name="logCount"/> parts
+    /// granted up front (the kernel's tr_logres and tr_logcount); rolls beyond them are regranted from the log.
+    /// </summary>
+    public Transaction(MountContext mount, MountedLog log, int logReservationBytes, int logCount)
     {
         Mount = mount;
-        _log = log.Begin(logReservationBytes);
+        _mountedLog = log;
+        _logReservationBytes = logReservationBytes;
+        _logCount = logCount;
+        _log = log.Begin(logReservationBytes, logCount);
         _changes = new MetadataChangeSet(mount.Buffers);
     }
 
     public MountContext Mount { get; }
+
+    /// <summary>The log the transaction writes to.</summary>
+    public MountedLog MountedLog => _mountedLog;
+
+    /// <summary>Parts committed by rolls so far.</summary>
+    public int Rolls { get; private set; }
 
     /// <summary>Reads a verified buffer (through the cache), locks it for this transaction and joins it.</summary>
     public MetadataBuffer Read<TVerifier>(long byteOffset, int length, ulong owner, TVerifier verifier, IBufferWriteVerifier? writeVerifier, BufType type)
@@ -127,6 +161,18 @@ public sealed class Transaction : IDisposable
         return joined;
     }
 
+    /// <summary>
+    /// Keeps a joined buffer locked across rolls (the kernel's xfs_trans_bhold): each roll commits what this part
+    /// changed in it and joins it, locked, to the next part. Held until the transaction commits or cancels.
+    /// </summary>
+    public void Hold(MetadataBuffer buffer)
+    {
+        CheckOpen();
+        if (!_joined.ContainsKey(buffer)) throw new InvalidOperationException($"buffer at {buffer.Offset} (+{buffer.Length}) is not part of this transaction");
+        _held ??= new();
+        if (!_held.Contains(buffer)) _held.Add(buffer);
+    }
+
     /// <summary>Bytes [<paramref name="first"/>, <paramref name="last"/>] (inclusive) of a joined buffer changed.</summary>
     public void LogRange(MetadataBuffer buffer, int first, int last)
     {
@@ -140,7 +186,7 @@ public sealed class Transaction : IDisposable
     }
 
     /// <summary>
-    /// The di_next_unlinked field at [<paramref name="first"/>, <paramref name="last"/>] of an inode cluster joined with
+    /// The di_next_unlinked field at [<paramref name="fieldOffset"/>, +4) of an inode cluster joined with
     /// <see cref="JoinInodeCluster"/> changed. Inode items do not carry that field through recovery, so it is logged as
     /// the kernel's xfs_iunlink_log_dinode does: a buffer item of the cluster flagged INODE_BUF, from which recovery
     /// copies only the di_next_unlinked fields inside the logged chunks (and recomputes those inodes' CRCs).
@@ -178,6 +224,18 @@ public sealed class Transaction : IDisposable
             ?? throw new InvalidOperationException($"invalidated buffer at {byteOffset} (+{length}) is not in the cache");
         var joined = Join(buffer, BufType.Unknown, inodeCluster: false);
         joined.Invalidated = true;
+        _held?.Remove(buffer);
+    }
+
+    /// <summary>
+    /// Logs that the buffer [<paramref name="daddr"/>, +<paramref name="lengthBB"/>) was freed without joining it (the
+    /// kernel's inode clusters of a released chunk, whose inode items name them): recovery replays none of its older
+    /// images, and the AIL drops the inode items inside it once this is checkpointed.
+    /// </summary>
+    public void LogCancel(long daddr, int lengthBB)
+    {
+        CheckOpen();
+        _items.Add(BufferLogItem.Cancel(daddr, lengthBB));
     }
 
     /// <summary>Logs an inode, intent or done item; the same item logged again in this transaction merges into the first.</summary>
@@ -185,55 +243,226 @@ public sealed class Transaction : IDisposable
     {
         CheckOpen();
         _items.Add(item);
+        if (item is InodeLogItem inode) (_inodesLogged ??= new()).Add(inode.Ino);
     }
 
-    /// <summary>Runs after a successful commit (publishing in-core state that mirrors the committed metadata).</summary>
+    // Inodes logged in the current part: a roll logs again only the joined inodes that were not.
+    private HashSet<ulong>? _inodesLogged;
+
+    /// <summary>
+    /// Joins an inode's working copy for the rest of the transaction, across rolls (see <see cref="IJoinedInode"/>);
+    /// joining it again replaces nothing.
+    /// </summary>
+    public void JoinInode(IJoinedInode inode)
+    {
+        CheckOpen();
+        _inodes ??= new();
+        if (_inodes.TryGetValue(inode.Number, out var existing))
+        {
+            if (!ReferenceEquals(existing, inode))
+                throw new InvalidOperationException($"inode {inode.Number} is joined to this transaction as another working copy");
+            return;
+        }
+        _inodes.Add(inode.Number, inode);
+    }
+
+    /// <summary>The working copy of inode <paramref name="ino"/> joined to this transaction, or null.</summary>
+    public IJoinedInode? FindInode(ulong ino) => _inodes is not null && _inodes.TryGetValue(ino, out var i) ? i : null;
+
+    /// <summary>Runs after the part that is committed next (publishing in-core state that mirrors the committed metadata).</summary>
     public void OnCommit(Action action)
     {
         CheckOpen();
         (_onCommit ??= new()).Add(action);
     }
 
-    /// <summary>
-    /// Runs at the start of <see cref="Commit"/>, while the transaction can still change things (deferred work that
-    /// must happen in it, in an order only known at the end, such as frees in ascending AG order).
-    /// </summary>
-    public void OnPrecommit(Action action)
-    {
-        CheckOpen();
-        (_onPrecommit ??= new()).Add(action);
-    }
-
-    private List<Action>? _onPrecommit;
-
-    /// <summary>Runs when the transaction is cancelled (dropping in-core state that mirrored its uncommitted changes).</summary>
+    /// <summary>Runs when the current part is cancelled (dropping in-core state that mirrored its uncommitted changes).</summary>
     public void OnCancel(Action action)
     {
         CheckOpen();
         (_onCancel ??= new()).Add(action);
     }
 
-    /// <summary>The log checkpoint sequence the committed changes went into (<see cref="MountedLog.DurableSequence"/> reaching it means they are on disk); 0 before commit.</summary>
-    public long CommitSequence => _log.CommitSequence;
+    /// <summary>The log checkpoint sequence the last committed part went into (<see cref="MountedLog.DurableSequence"/> reaching it means they are on disk); 0 before commit.</summary>
+    public long CommitSequence { get; private set; }
+
+    /// <summary>A fresh intent id (unique among the intents of this log).</summary>
+    public ulong NextIntentId() => _mountedLog.NextIntentId();
+
+    // ---- deferred work ----------------------------------------------------------------------------------------
 
     /// <summary>
-    /// Logs every changed buffer and item, publishes the buffers and hands the items to the CIL. A transaction that
-    /// changed nothing gives its reservation back.
+    /// Queues <paramref name="item"/> of <paramref name="type"/>: it joins the last batch queued when that batch is of
+    /// the same kind, has no intent yet and room left (xfs_defer_add), else starts a new batch. Its intent is logged
+    /// when the transaction next finishes its deferred work (at the latest, at <see cref="Commit"/>).
+    /// </summary>
+    public void Defer<TItem>(DeferredWorkType<TItem> type, TItem item) where TItem : struct
+    {
+        CheckOpen();
+        if (_intake.Count > 0 && _intake[^1] is DeferPending<TItem> last && ReferenceEquals(last.Type, type) && last.CanAppend)
+        {
+            last.Items.Add(item);
+            return;
+        }
+        var batch = new DeferPending<TItem>(type);
+        batch.Items.Add(item);
+        _intake.Add(batch);
+    }
+
+    /// <summary>True when work is queued or waiting to be finished.</summary>
+    public bool HasDeferredWork => _intake.Count > 0 || _pending is { Count: > 0 };
+
+    /// <summary>
+    /// Finishes every queued batch and what finishing them queues (xfs_defer_finish_noroll): intents of new batches are
+    /// logged in the current part, the transaction rolls, intents that hold the log's tail are logged again, then the
+    /// first waiting batch is done (its done item and its work in one part); repeated until nothing waits. The last
+    /// batch's work is in the current part when this returns.
+    /// </summary>
+    public void FinishDeferred()
+    {
+        CheckOpen();
+        var pending = _pending ??= new();
+        DeferPending? last = null;
+        while (pending.Count > 0 || _intake.Count > 0)
+        {
+            bool hasIntents = false;
+            foreach (var batch in _intake) hasIntents |= batch.LogIntent(this, sort: true);
+            // Work queued while finishing goes before older batches: fewer intents wait, and not for long.
+            pending.InsertRange(0, _intake);
+            _intake.Clear();
+            if (hasIntents || last is not null)
+            {
+                Roll();
+                if (RelogWaitingIntents(pending)) Roll();
+            }
+            last = pending.Count > 0 ? pending[0] : null;
+            if (last is null) break;
+            if (last.FinishAll(this)) pending.RemoveAt(0);
+        }
+    }
+
+    /// <summary>xfs_defer_relog: intents checkpointed below the log's push threshold get a done item and a new copy in this part.</summary>
+    private bool RelogWaitingIntents(List<DeferPending> pending)
+    {
+        ulong? threshold = null;
+        bool relogged = false;
+        foreach (var batch in pending)
+        {
+            if (batch.Intent is null) continue;
+            ulong? lsn = _mountedLog.AilLsnOf(batch.Intent.Key);
+            if (lsn is null) continue; // still in the CIL: part of the current checkpoint
+            threshold ??= _mountedLog.RelogThreshold();
+            if (threshold is null) break;
+            if (lsn.Value >= threshold.Value) continue;
+            batch.Relog(this);
+            _mountedLog.NoteRelog();
+            relogged = true;
+        }
+        return relogged;
+    }
+
+    /// <summary>
+    /// Log recovery: finishes an intent recovered from the log (xlog_recover_finish_intent): its done item and the work
+    /// <paramref name="items"/> describe, in this transaction. Work that needs a fresh transaction, and work it queues,
+    /// waits for <see cref="CommitCapturing"/>.
+    /// </summary>
+    public void FinishRecovered<TItem>(DeferredWorkType<TItem> type, IntentLogItem recovered, IEnumerable<TItem> items) where TItem : struct
+    {
+        CheckOpen();
+        var batch = new DeferPending<TItem>(type) { Intent = recovered };
+        batch.Items.AddRange(items);
+        if (!batch.FinishAll(this)) _intake.Insert(0, batch);
+    }
+
+    /// <summary>
+    /// Commits without finishing the deferred work: intents for the queued batches are logged in this part and the
+    /// batches are returned, to be finished later with <see cref="Resume"/> (xfs_defer_ops_capture_and_commit).
+    /// Null when nothing was queued.
+    /// </summary>
+    public CapturedWork? CommitCapturing()
+    {
+        CheckOpen();
+        CapturedWork? captured = null;
+        if (HasDeferredWork)
+        {
+            var all = new List<DeferPending>(_intake);
+            if (_pending is not null) all.AddRange(_pending);
+            foreach (var batch in _intake) batch.LogIntent(this, sort: true);
+            _intake.Clear();
+            _pending = null;
+            captured = new CapturedWork(all, _logReservationBytes, _logCount);
+        }
+        CommitPart(regrant: false);
+        _finished = true;
+        _inodes = null;
+        _held = null;
+        return captured;
+    }
+
+    /// <summary>
+    /// A new transaction that finishes work a recovery transaction captured (xfs_defer_ops_continue); the caller
+    /// commits it (which finishes the work).
+    /// </summary>
+    public static Transaction Resume(MountContext mount, MountedLog log, CapturedWork captured)
+    {
+        ArgumentNullException.ThrowIfNull(captured);
+        var tx = new Transaction(mount, log, captured.LogReservationBytes, captured.LogCount);
+        tx._intake.AddRange(captured.Pending);
+        return tx;
+    }
+
+    // ---- commit, roll, cancel -----------------------------------------------------------------------------------
+
+    /// <summary>
+    /// Finishes the deferred work (rolling as needed), then logs every changed buffer and item of the last part,
+    /// publishes the buffers and hands the items to the CIL. A transaction that changed nothing gives its reservation back.
     /// </summary>
     public void Commit()
     {
         CheckOpen();
-        if (_onPrecommit is not null)
-        {
-            // Precommit work may add more of its own; run until none is left.
-            for (int i = 0; i < _onPrecommit.Count; i++) _onPrecommit[i]();
-        }
+        FinishDeferred();
+        CommitPart(regrant: false);
         _finished = true;
+        _inodes = null;
+        _held = null;
+    }
+
+    /// <summary>
+    /// Commits this part and goes on as the next part of the same transaction (xfs_trans_roll): joined inodes are
+    /// logged in the part that commits, held buffers are joined to the next one still locked, every other buffer is
+    /// released; the reservation is the same. Deferred work stays queued.
+    /// </summary>
+    public void Roll()
+    {
+        CheckOpen();
+        if (_inodes is not null)
+            foreach (var inode in _inodes.Values)
+                if (_inodesLogged is null || !_inodesLogged.Contains(inode.Number)) inode.Relog(this);
+        var heldTypes = _held?.Select(b => _joined[b].Type).ToList();
+        CommitPart(regrant: true);
+        Rolls++;
+        if (_held is not null)
+        {
+            var held = _held;
+            _held = new();
+            for (int i = 0; i < held.Count; i++)
+            {
+                // A buffer evicted meanwhile cannot be held on.
+                if (!_changes.Rejoin(held[i])) continue;
+                Join(held[i], heldTypes![i], inodeCluster: false);
+                _held.Add(held[i]);
+            }
+        }
+    }
+
+    /// <summary>Logs and commits the current part; with <paramref name="regrant"/> starts the next one.</summary>
+    private void CommitPart(bool regrant)
+    {
         List<(MetadataBuffer Cluster, int Offset, byte[] Inode)>? inPlace = null;
         try
         {
             // Inode bytes go into the private copies first (buffer items formatted from those copies then carry them);
-            // a cluster this transaction made no copy of is patched in place once nothing can fail any more.
+            // a cluster this part made no copy of is patched in place once nothing can fail any more.
             if (_clusterPatches is not null)
                 foreach (var patch in _clusterPatches)
                     if (!patch.Cluster.TryPatchPrivate(patch.Offset, patch.Inode)) (inPlace ??= new()).Add(patch);
@@ -258,33 +487,82 @@ public sealed class Transaction : IDisposable
         }
         catch
         {
-            _changes.Cancel();
-            _log.Dispose();
-            RunCancelActions();
+            CancelPart();
             throw;
         }
         if (inPlace is not null)
             foreach (var (cluster, offset, inode) in inPlace) cluster.PatchAtCommit(offset, inode);
+        _clusterPatches = null;
         _changes.Commit();
-        _log.Commit();
-        if (_onCommit is not null)
-            foreach (var action in _onCommit) action();
+        MetadataTransaction? next = null;
+        if (regrant)
+        {
+            try
+            {
+                next = _log.Roll();
+            }
+            catch (Exception e)
+            {
+                // The part may be in the CIL already; the chain cannot go on.
+                _finished = true;
+                RunCancelActions();
+                _mountedLog.Shutdown(e);
+                throw;
+            }
+        }
+        else _log.Commit();
+        CommitSequence = _log.CommitSequence;
+        var onCommit = _onCommit;
+        _onCommit = null;
+        _onCancel = null;
+        _joined.Clear();
+        _unlinkedFields = null;
+        _items.Clear();
+        _inodesLogged?.Clear();
+        if (next is not null)
+        {
+            _log = next;
+            _changes = new MetadataChangeSet(Mount.Buffers);
+        }
+        if (onCommit is not null)
+            foreach (var action in onCommit) action();
     }
 
-    /// <summary>Drops every change: the buffers keep what they had, the reservation goes back.</summary>
+    /// <summary>
+    /// Drops every change of the current part: the buffers keep what they had, the reservation goes back. Parts already
+    /// committed by rolls stay; if they left intents without done items, the log shuts down (as the kernel's
+    /// xfs_force_shutdown): recovery at the next mount finishes them.
+    /// </summary>
     public void Cancel()
     {
         if (_finished) return;
         _finished = true;
+        CancelPart();
+        ShutDownIfIntentsLeft(new InvalidOperationException("a transaction was cancelled after it had rolled with deferred work unfinished"));
+    }
+
+    private void CancelPart()
+    {
+        _clusterPatches = null;
         _changes.Cancel();
         _log.Dispose();
         RunCancelActions();
+        _finished = true;
+    }
+
+    private void ShutDownIfIntentsLeft(Exception reason)
+    {
+        // Batches wait only once their intents were logged and a part committed them.
+        if (Rolls > 0 && _pending is { Count: > 0 }) _mountedLog.Shutdown(reason);
     }
 
     private void RunCancelActions()
     {
-        if (_onCancel is null) return;
-        foreach (var action in _onCancel) action();
+        var actions = _onCancel;
+        _onCancel = null;
+        _onCommit = null;
+        if (actions is null) return;
+        foreach (var action in actions) action();
     }
 
     public void Dispose() => Cancel();

@@ -342,6 +342,34 @@ public sealed class BufferCache : IDisposable
     }
 
     /// <summary>
+    /// Locks a buffer a change just committed for <paramref name="lockOwner"/> again, as it was published (a held buffer
+    /// rejoining the next part of a rolled transaction, the kernel's xfs_trans_bhold); false when it was invalidated or
+    /// evicted meanwhile.
+    /// </summary>
+    public bool Relock(MetadataBuffer buffer, object lockOwner)
+    {
+        lock (buffer.State)
+        {
+            if (buffer.Published is not { } snapshot || !buffer.TryHoldLocked()) return false;
+            bool taken = buffer.AcquireLocked(lockOwner);
+            if (buffer.Evicted || !ReferenceEquals(buffer.Published, snapshot))
+            {
+                buffer.ReleaseLockLocked(lockOwner, commit: false);
+                buffer.DropHoldLocked();
+                return false;
+            }
+            if (taken)
+            {
+                buffer.ChangeWriteVerifier = buffer.WriteVerifier;
+                buffer.ChangeKind = snapshot.Kind;
+                buffer.ChangeOwner = snapshot.Owner;
+                buffer.BeginChangeLocked(zeroed: false);
+            }
+            return true;
+        }
+    }
+
+    /// <summary>
     /// Releases a buffer locked by <see cref="ReadForWrite"/> or <see cref="GetNew"/> (one level of a
     /// recursive lock, and the hold that came with it). With <paramref name="commit"/>, a change that
     /// logged anything is published and the buffer queued for writeback; without, the private copy is

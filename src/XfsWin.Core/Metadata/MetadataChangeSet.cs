@@ -48,6 +48,19 @@ public sealed class MetadataChangeSet(BufferCache cache) : IDisposable
         return buffer;
     }
 
+    /// <summary>
+    /// Joins a buffer an earlier change committed, locked again (a held buffer carried into the next part of a rolled
+    /// transaction); false when it is gone from the cache.
+    /// </summary>
+    public bool Rejoin(MetadataBuffer buffer)
+    {
+        CheckOpen();
+        if (_joined.ContainsKey((buffer.Offset, buffer.Length))) return true;
+        if (!cache.Relock(buffer, this)) return false;
+        _joined.Add((buffer.Offset, buffer.Length), buffer);
+        return true;
+    }
+
     /// <summary>Logs bytes [<paramref name="first"/>, <paramref name="last"/>] of a joined buffer as changed.</summary>
     public void LogRange(long byteOffset, int length, int first, int last)
     {

@@ -10,15 +10,14 @@ namespace XfsWin.Volume;
 
 /// <summary>
 /// The block allocator as the file, directory and inode layers ask for it: file data and directory blocks near the
-/// inode (or where a file's last extent ends), inode chunks, tree blocks. Two rules of the allocator are kept here:
-/// AGFs are locked in ascending AG order within a transaction, so an allocation never targets an AG below the highest
-/// one the transaction holds; and frees are deferred to the end of the transaction and done in ascending AG order
-/// (the kernel defers them as EFIs for the same reason).
+/// inode (or where a file's last extent ends), inode chunks, tree blocks. AGFs are locked in ascending AG order within
+/// a transaction part, so an allocation never targets an AG below the highest one the part holds. What follows a
+/// mapping change is deferred work, as the kernel's xfs_bmap.c queues it: reverse mappings of file extents as rmap
+/// intents (RUI), frees as extent-free intents (EFI, in ascending AG order), shared blocks of reflinked files as
+/// refcount decreases (CUI); extent-btree blocks keep their reverse mapping inline and are freed through EFIs.
 /// </summary>
 internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileDataCache data) : IFileSpace, IInodeSpace
 {
-    private readonly Dictionary<Transaction, List<(ulong Fsb, uint Blocks, RmapOwner Owner)>> _deferred = new();
-
     public AgAllocator Allocator => allocator;
 
     /// <summary>A target no lower than the highest AG the transaction has locked.</summary>
@@ -30,9 +29,11 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
         return target;
     }
 
-    public (ulong Fsb, uint Blocks) Allocate(Transaction tx, ulong ino, ulong fileBlock, ulong nearFsb, uint minBlocks, uint maxBlocks, ForkKind fork = ForkKind.Data)
+    public (ulong Fsb, uint Blocks) Allocate(Transaction tx, ulong ino, ulong fileBlock, ulong nearFsb, uint minBlocks, uint maxBlocks,
+        ForkKind fork = ForkKind.Data, bool unwritten = false)
     {
         ulong near = nearFsb != 0 ? nearFsb : InodeBlock(ino);
+        var owner = RmapOwner.InodeData(ino, fileBlock, attrFork: fork == ForkKind.Attr, unwritten: unwritten);
         var got = allocator.Allocate(tx, new AllocationRequest
         {
             Target = Target(tx, near),
@@ -40,10 +41,13 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
             MaxLength = maxBlocks,
             Mode = AllocationMode.Near,
             Scope = AllocationScope.StartAg,
-            Owner = RmapOwner.InodeData(ino, fileBlock, attrFork: fork == ForkKind.Attr),
+            // The file extent's reverse mapping comes through an rmap intent (XFS_RMAP_OINFO_SKIP_UPDATE).
+            Owner = RmapOwner.Null,
             // Room for the extent btree to grow by a split at every level in the same AG.
             MinLeft = 8,
         });
+        if (sb.HasRmapbt)
+            tx.Defer(allocator.RmapUpdates, new RmapUpdate(RmapUpdateKind.Map, got.StartBlock, got.Length, owner));
         return (got.StartBlock, got.Length);
     }
 
@@ -51,43 +55,45 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
     private ulong InodeBlock(ulong ino) =>
         ((ulong)sb.InoToAgno(ino) << sb.AgBlkLog) | (sb.InoToAgino(ino) >> sb.InoPBlog);
 
-    public void Free(Transaction tx, ulong ino, ulong fileBlock, ulong fsb, uint blocks, ForkKind fork = ForkKind.Data)
+    private static RmapOwner OwnerOf(ulong ino, BmbtRecord extent, ForkKind fork) =>
+        RmapOwner.InodeData(ino, extent.FileOffset, attrFork: fork == ForkKind.Attr, unwritten: extent.Unwritten);
+
+    public void Free(Transaction tx, ulong ino, BmbtRecord extent, ForkKind fork = ForkKind.Data, bool shared = false)
     {
-        // File data still held for these blocks is dropped once the change that unmapped them commits.
-        if (fork == ForkKind.Data) tx.OnCommit(() => data.Discard(sb.FsbToByte(fsb), (long)blocks << sb.BlockLog));
-        Defer(tx, fsb, blocks, RmapOwner.InodeData(ino, fileBlock, attrFork: fork == ForkKind.Attr));
+        // File data still held for blocks no file uses any more is dropped once the change that unmapped them commits
+        // (shared blocks keep theirs: another file maps them).
+        if (fork == ForkKind.Data && !shared)
+            tx.OnCommit(() => data.Discard(sb.FsbToByte(extent.StartBlock), (long)extent.BlockCount << sb.BlockLog));
+        if (sb.HasRmapbt)
+            tx.Defer(allocator.RmapUpdates, new RmapUpdate(shared ? RmapUpdateKind.UnmapShared : RmapUpdateKind.Unmap,
+                extent.StartBlock, extent.BlockCount, OwnerOf(ino, extent, fork)));
+        if (shared)
+            tx.Defer(allocator.RefcountUpdates, new RefcountUpdate(RefcountUpdateKind.Decrease, extent.StartBlock, extent.BlockCount));
+        else
+            tx.Defer(allocator.ExtentFrees, new ExtentToFree(extent.StartBlock, extent.BlockCount, RmapOwner.Null));
     }
 
-    private void Defer(Transaction tx, ulong fsb, uint blocks, RmapOwner owner)
+    public void Remapped(Transaction tx, ulong ino, BmbtRecord extent, ForkKind fork, bool mapped, bool shared)
     {
-        lock (_deferred)
+        if (!sb.HasRmapbt) return;
+        var kind = (mapped, shared) switch
         {
-            if (!_deferred.TryGetValue(tx, out var list))
-            {
-                _deferred[tx] = list = new();
-                tx.OnPrecommit(() => FreeDeferred(tx));
-                tx.OnCancel(() => { lock (_deferred) _deferred.Remove(tx); });
-            }
-            list.Add((fsb, blocks, owner));
-        }
+            (true, false) => RmapUpdateKind.Map, (true, true) => RmapUpdateKind.MapShared,
+            (false, false) => RmapUpdateKind.Unmap, _ => RmapUpdateKind.UnmapShared,
+        };
+        tx.Defer(allocator.RmapUpdates, new RmapUpdate(kind, extent.StartBlock, extent.BlockCount, OwnerOf(ino, extent, fork)));
     }
 
-    private void FreeDeferred(Transaction tx)
+    public void Converted(Transaction tx, ulong ino, BmbtRecord extent, ForkKind fork, bool shared)
     {
-        List<(ulong Fsb, uint Blocks, RmapOwner Owner)> list;
-        lock (_deferred)
-        {
-            if (!_deferred.Remove(tx, out list!)) return;
-        }
-        foreach (var (fsb, blocks, owner) in list.OrderBy(f => f.Fsb))
-            allocator.Free(tx, fsb, blocks, owner);
+        if (!sb.HasRmapbt) return;
+        tx.Defer(allocator.RmapUpdates, new RmapUpdate(shared ? RmapUpdateKind.ConvertShared : RmapUpdateKind.Convert,
+            extent.StartBlock, extent.BlockCount, OwnerOf(ino, extent, fork)));
     }
-
-    public void FreePending(Transaction tx) => FreeDeferred(tx);
 
     public IBtreeSpace BtreeSpace(ulong ino, ForkKind fork = ForkKind.Data) => new FileTreeSpace(this, ino, fork == ForkKind.Attr);
 
-    /// <summary>A file's bmbt blocks: allocated near the asker (never below a locked AG), freed at the end of the transaction.</summary>
+    /// <summary>A file's bmbt blocks: allocated near the asker (never below a locked AG) with their reverse mapping, freed through an EFI.</summary>
     private sealed class FileTreeSpace(VolumeSpace space, ulong ino, bool attrFork) : IBtreeSpace
     {
         public ulong Allocate(Transaction tx, ulong near)
@@ -104,7 +110,8 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
             return got.StartBlock;
         }
 
-        public void Free(Transaction tx, ulong pointer) => space.Defer(tx, pointer, 1, RmapOwner.InodeBmbt(ino, attrFork));
+        public void Free(Transaction tx, ulong pointer) =>
+            tx.Defer(space.Allocator.ExtentFrees, new ExtentToFree(pointer, 1, RmapOwner.InodeBmbt(ino, attrFork)));
     }
 
     public uint? AllocateChunk(Transaction tx, uint agno, uint blocks, uint alignment)
@@ -124,6 +131,9 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
         });
         return got?.AgBlock;
     }
+
+    public void FreeChunk(Transaction tx, uint agno, uint agbno, uint blocks) =>
+        tx.Defer(allocator.ExtentFrees, new ExtentToFree(((ulong)agno << sb.AgBlkLog) | agbno, blocks, RmapOwner.Inodes));
 
     public IBtreeSpace TreeSpace(uint agno, bool freeInodeTree) => allocator.TreeSpace(freeInodeTree ? AgTree.Finobt : AgTree.Inobt, agno);
 

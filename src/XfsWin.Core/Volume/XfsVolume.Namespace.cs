@@ -321,7 +321,7 @@ public sealed partial class XfsVolume
     /// </summary>
     private void FreeInode(Transaction tx, VolumeWriteState w, InodeUpdate update)
     {
-        if (update.DataFormat is ForkFormat.Extents or ForkFormat.Btree)
+        if (update.DataFormat is ForkFormat.Extents or ForkFormat.Btree && update.DataExtentCount > 0)
         {
             var editor = new ExtentMapEditor(tx, update, w.FileSpace);
             editor.Unmap(0, ulong.MaxValue);
@@ -346,8 +346,16 @@ public sealed partial class XfsVolume
         update.Image.AsSpan(view.CoreSize).Clear();
         writer.Generation = view.Generation + 1;
         update.Parts |= InodeLogParts.DataFork | InodeLogParts.AttrFork;
-        w.InodeAllocator.Free(tx, update.Number);
-        tx.OnCommit(() => w.FreeInodes += 1);
+        int released = w.InodeAllocator.Free(tx, update.Number);
+        tx.OnCommit(() =>
+        {
+            if (released == 0) w.FreeInodes += 1;
+            else
+            {
+                w.InodeCount -= released;
+                w.FreeInodes -= released - 1;
+            }
+        });
     }
 
     /// <summary>rename / renameat2.</summary>
@@ -718,34 +726,41 @@ public sealed partial class XfsVolume
         tx.Commit();
     }
 
-    /// <summary>Frees file blocks [fileBlock, +count) in transactions of at most <see cref="ExtentsFreedPerTransaction"/> extents.</summary>
+    /// <summary>
+    /// Frees file blocks [fileBlock, +count) in one transaction that rolls (xfs_itruncate_extents): from the end backwards,
+    /// at most <see cref="ExtentsFreedPerTransaction"/> extents are unmapped in a part, and their reverse mappings and
+    /// frees are finished as deferred work before the next ones; a crash in between leaves the file shorter (blocks past
+    /// EOF, which is consistent) and intents the next mount's recovery finishes. However many extents the file has, the
+    /// transaction needs one part's log space at a time.
+    /// </summary>
     private void UnmapInSteps(VolumeWriteState w, ulong inode, ulong fileBlock, ulong count)
     {
         ulong end = count == ulong.MaxValue ? ulong.MaxValue : fileBlock + count;
+        var current = _inodes.Get(inode);
+        if (current.DataFormat is not (ForkFormat.Extents or ForkFormat.Btree)) return;
+        using var tx = Begin(w, TransactionKind.Itruncate);
+        var update = new InodeUpdate(current, _mount.Superblock);
+        var editor = new ExtentMapEditor(tx, update, w.FileSpace);
+        bool changed = false;
         while (true)
         {
-            var current = _inodes.Get(inode);
-            if (current.DataFormat is not (ForkFormat.Extents or ForkFormat.Btree)) return;
-            using var tx = Begin(w, TransactionKind.Itruncate);
-            var update = new InodeUpdate(current, _mount.Superblock);
-            var editor = new ExtentMapEditor(tx, update, w.FileSpace);
-            // Free from the end backwards, a bounded number of extents per transaction.
-            var victims = editor.Extents.Where(e => e.FileEnd > fileBlock && e.FileOffset < end).ToList();
-            if (victims.Count == 0)
-            {
-                tx.Cancel();
-                return;
-            }
-            int take = (int)Math.Min((ulong)victims.Count, ExtentsFreedPerTransaction);
-            ulong from = Math.Max(fileBlock, victims[^take].FileOffset);
+            ulong from = editor.TailStart(fileBlock, end, (int)ExtentsFreedPerTransaction);
+            if (from >= end) break;
             editor.Unmap(from, end == ulong.MaxValue ? ulong.MaxValue : end - from);
             editor.Save();
             update.Log(tx, _inodes);
-            tx.Commit();
-            AfterCommit(w);
-            if (take == victims.Count) return;
+            changed = true;
+            if (from <= fileBlock) break;
+            tx.FinishDeferred();
             end = from;
         }
+        if (!changed)
+        {
+            tx.Cancel();
+            return;
+        }
+        tx.Commit();
+        AfterCommit(w);
     }
 
     /// <summary>Frees every block of a file at or past <paramref name="fromBlock"/> (truncate, and before an unlink frees the inode).</summary>
@@ -902,7 +917,8 @@ public sealed partial class XfsVolume
     {
         var current = _inodes.Get(inode);
         if (current.Attributes.LinkCount != 0 || current.Mode == 0) return;
-        if (current.IsRegular) ShrinkInSteps(w, inode, 0);
+        // Nothing names it any more: its blocks go in a rolling transaction first (a directory's too), the inode after.
+        if (current.IsRegular || current.IsDirectory) ShrinkInSteps(w, inode, 0);
         using var tx = Begin(w, TransactionKind.Ifree);
         var update = new InodeUpdate(_inodes.Get(inode), _mount.Superblock);
         w.Unlinked.Remove(tx, update);

@@ -121,15 +121,30 @@ public sealed partial class XfsVolume
             readOnly._info = readOnly._info with { ReadOnlyReasons = [.. reasons, .. readOnly._info.ReadOnlyReasons] };
             return readOnly;
         }
-        // A log Linux left dirty is replayed onto the device first, as the kernel's mount does.
-        var recovery = InPlaceRecovery.Run(probe);
+        // A log Linux left dirty is replayed onto the device first, as the kernel's mount does; what the replay leaves to
+        // finish (intents, unlinked inodes, CoW staging extents) this volume's own engine finishes once its log is open.
+        var prepared = InPlaceRecovery.Prepare(probe);
+        var recovery = prepared.Result;
         var access = WriteGate.Admit(data, logDevice, WritePurpose.Modify, ownsDevices: ownsDevices);
         try
         {
             var volume = OpenDevice(data, options with { Replay = LogReplayMode.None, LogDevice = null }, ownsDevice: false);
             try
             {
-                volume.StartWriting(access, recovery);
+                if (prepared.FollowUp is { } followUp)
+                {
+                    volume.StartWriting(access, recovery, followUp.Position, followUp.Intents);
+                    volume.FinishRecovery(followUp.Intents, followUp.CowAgs, recovery, null);
+                    InPlaceRecovery.ReportFollowUp(recovery);
+                    // The open saw the log still dirty (the engine had yet to finish it); it is now this open's log, as after
+                    // a replay that left nothing to do (what recovery did is in RecoveredAtOpen).
+                    volume._info = volume._info with
+                    {
+                        LogState = LogState.Clean,
+                        Warnings = [.. volume._info.Warnings.Where(w => !w.StartsWith("the log is dirty", StringComparison.Ordinal))],
+                    };
+                }
+                else volume.StartWriting(access, recovery);
                 return volume;
             }
             catch
@@ -155,13 +170,21 @@ public sealed partial class XfsVolume
         return sector;
     }
 
-    private void StartWriting(WriteAccess access, LogRecoveryResult recovery)
+    /// <summary>
+    /// Starts the write side: the log opened at its head (clean), or, after an in-place replay that left work to
+    /// finish, at the head that replay found with its unfinished <paramref name="intents"/> holding the tail
+    /// (<paramref name="after"/>).
+    /// </summary>
+    private void StartWriting(WriteAccess access, LogRecoveryResult? recovery, LogPosition? after = null, IReadOnlyList<RecoveredIntent>? intents = null)
     {
         var sb = _mount.Superblock;
         var area = LogArea.For(access.Data, access.Log, sb);
         var writeback = new CachedLogWriteback(access.Data, sb, _mount.Buffers);
         var data = new FileDataCache(access.Data, (int)sb.BlockSize);
-        var log = MountedLog.Open(area, sb, writeback, new MountedLogOptions { BeforeCheckpoint = data.WriteOut });
+        var logOptions = new MountedLogOptions { BeforeCheckpoint = data.WriteOut };
+        var log = after is null
+            ? MountedLog.Open(area, sb, writeback, logOptions)
+            : MountedLog.OpenAfterReplay(area, sb, writeback, after, intents ?? [], logOptions);
         var space = new VolumeSpace(new Allocation.AgAllocator(_mount, log), sb, data);
         _write = new VolumeWriteState(access, log, writeback, space, new InodeAllocator(sb, _inodes, space))
         {
@@ -170,11 +193,14 @@ public sealed partial class XfsVolume
             InodeCount = (long)_agSummary.Inodes,
             FreeInodes = (long)_agSummary.FreeInodes,
         };
-        if (recovery.State == LogState.ReplayedInPlace)
+        if (recovery?.State == LogState.ReplayedInPlace)
             _recoveredAtOpen = recovery;
     }
 
     private LogRecoveryResult? _recoveredAtOpen;
+
+    /// <summary>What the write log has done so far (null on a read-only open); for tests and diagnostics.</summary>
+    internal LogWriteStatistics? WriteLogStatistics => _write?.Log.Statistics;
 
     /// <summary>The log replay a read-write open ran before writing (null when the log was clean).</summary>
     public LogRecoveryResult? RecoveredAtOpen => _recoveredAtOpen;
@@ -198,11 +224,15 @@ public sealed partial class XfsVolume
         return new XfsTimestamp(ticks / TimeSpan.TicksPerSecond, (uint)(ticks % TimeSpan.TicksPerSecond * 100));
     }
 
-    /// <summary>A transaction on the write log with the reservation of <paramref name="kind"/> (the kernel's sizing).</summary>
-    private Transaction Begin(VolumeWriteState w, TransactionKind kind) => new(_mount, w.Log, w.Reservations[kind].LogRes);
+    /// <summary>
+    /// A transaction on the write log with the reservation of <paramref name="kind"/> (the kernel's sizing: tr_logres for
+    /// each of tr_logcount parts, so that its deferred work rolls without waiting for log space).
+    /// </summary>
+    private Transaction Begin(VolumeWriteState w, TransactionKind kind) =>
+        new(_mount, w.Log, w.Reservations[kind].LogRes, Math.Max(1, w.Reservations[kind].LogCount));
 
     private Transaction Begin(VolumeWriteState w, TransactionKind kind, int logReservationBytes) =>
-        new(_mount, w.Log, Math.Max(w.Reservations[kind].LogRes, logReservationBytes));
+        new(_mount, w.Log, Math.Max(w.Reservations[kind].LogRes, logReservationBytes), Math.Max(1, w.Reservations[kind].LogCount));
 
     /// <summary>
     /// chmod, chown, utimes and truncate (setattr): changes what <paramref name="changes"/> names and sets ctime, in one

@@ -251,7 +251,8 @@ public sealed class XattrKernelTests(ITestOutputHelper output) : IDisposable
         // An extent btree whose root (more records than the default fork offset leaves room for) moves a level down.
         var eTree = v.CreateNode(root, N("e-bigtree"), 0x81A4, 0, 0).Inode;
         int blockSize = (int)v.Info.BlockSize;
-        int extents = 16 * ((blockSize - 72) / 16 / 2);
+        // Appended in order, leaves fill up (an entry moves to the left sibling before a split): 16 leaves' worth.
+        int extents = 16 * ((blockSize - 72) / 16);
         var piece4 = c.Value(blockSize);
         for (int i = 0; i < extents; i++) v.Write(eTree, 2L * i * blockSize, piece4);
         v.SetAttributes(eTree, new AttributeChanges { Size = 2L * extents * blockSize });

@@ -124,6 +124,84 @@ public sealed class CommittedItemListTests
     }
 
     [Fact]
+    public void ADoneItemWhitesOutItsIntentWhileBothAreInTheCil()
+    {
+        var cil = new CommittedItemList();
+        var efi = IntentLogItem.ExtentFree(false, 7, [new IntentExtent(10, 2)]);
+        cil.Commit([efi, BufferLogItem.Create(64, 8, BufType.Btree, Block(1), 0, 128)], 4);
+        cil.Commit([IntentLogItem.ExtentFree(true, 7, [new IntentExtent(10, 2)])], 1);
+        // Neither the intent nor its done item reaches the log; the buffer does.
+        Assert.Equal(1, cil.Count);
+        Assert.Equal(1, cil.Whiteouts);
+        Assert.Null(cil.Find(efi.Key));
+        var buffer = cil.Find(new LogItemKey(LogItemType.Buf, 64, 8))!;
+        Assert.Equal(buffer.FormattedBytes + buffer.RegionCount * LogOpHeader.Size, cil.FormattedBytes);
+
+        // A done item whose intent was checkpointed already goes out: it takes the intent out of the AIL.
+        cil.TakeAll();
+        cil.Commit([IntentLogItem.Done(LogItemType.Rud, 9)], 1);
+        Assert.Equal(1, cil.Count);
+        Assert.Equal(1, cil.Whiteouts);
+    }
+
+    [Fact]
+    public void IntentsHoldTheTailUntilTheirDoneItemsAndAreNeverWrittenBack()
+    {
+        var ail = new ActiveItemList();
+        var buffer = BufferLogItem.Create(8, 1, BufType.Agf, new byte[512], 0, 512);
+        var rui = IntentLogItem.RmapUpdate(3, [new IntentMapExtent(131, 10, 0, 2, 1)]);
+        ail.Insert(rui, Lsn.Make(1, 10));
+        ail.Insert(buffer.Snapshot(), Lsn.Make(1, 20));
+        Assert.Equal(Lsn.Make(1, 10), ail.MinimumPinnedLsn);
+        Assert.Equal(1, ail.PinnedCount);
+        Assert.Equal(Lsn.Make(1, 10), ail.LsnOf(rui.Key));
+        // Only the buffer can be written back; the intent stays and the tail with it.
+        var written = ail.ItemsUpTo(Lsn.Make(1, 30));
+        Assert.Equal([buffer.Key], written.Select(i => i.Key));
+        ail.RemoveWritten(written);
+        Assert.Equal(Lsn.Make(1, 10), ail.MinimumLsn);
+        Assert.True(ail.Remove(rui.Key));
+        Assert.Null(ail.MinimumPinnedLsn);
+        Assert.Equal(0, ail.PinnedCount);
+        Assert.True(ail.IsEmpty);
+    }
+
+    [Fact]
+    public void ACancelledInodeClusterTakesItsInodesOutOfTheAil()
+    {
+        var ail = new ActiveItemList();
+        var image = new byte[512];
+        BinaryPrimitives.WriteUInt16BigEndian(image, 0x494E);
+        image[4] = 3;
+        var inside = InodeLogItem.Create(1000, new InodeClusterLocation(800, 16, 0), image, 0);
+        var outside = InodeLogItem.Create(2000, new InodeClusterLocation(900, 16, 0), image, 0);
+        ail.Insert(inside, Lsn.Make(1, 10));
+        ail.Insert(outside, Lsn.Make(1, 10));
+        ail.RemoveInodesIn(800, 32);
+        Assert.Null(ail.LsnOf(inside.Key));
+        Assert.Equal(Lsn.Make(1, 10), ail.LsnOf(outside.Key));
+    }
+
+    [Fact]
+    public void ACancelledInodeClusterTakesTheIcreateItemOfItsChunkOutOfTheAil()
+    {
+        // A released chunk's blocks may be reused (even for file data, never logged): the icreate image of the
+        // chunk must not be written back over them later.
+        var ail = new ActiveItemList();
+        var released = new IcreateLogItem(0, 100, 64, 512, 8, 7, 800, 64);
+        var kept = new IcreateLogItem(0, 200, 64, 512, 8, 7, 1600, 64);
+        ail.Insert(released, Lsn.Make(1, 10));
+        ail.Insert(kept, Lsn.Make(1, 10));
+        ail.RemoveInodesIn(832, 16); // the chunk's third cluster
+        Assert.Null(ail.LsnOf(released.Key));
+        Assert.Equal(Lsn.Make(1, 10), ail.LsnOf(kept.Key));
+        ail.RemoveInodesIn(1664, 16); // just past it
+        Assert.Equal(Lsn.Make(1, 10), ail.LsnOf(kept.Key));
+        ail.RemoveInodesIn(1648, 16);
+        Assert.True(ail.IsEmpty);
+    }
+
+    [Fact]
     public void IntentEncodingsHaveTheLengthsRecoveryChecks()
     {
         var items = new JournalItem[]

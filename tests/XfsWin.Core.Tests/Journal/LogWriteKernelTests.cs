@@ -294,15 +294,21 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
                     tx.Log(InodeLogItem.Create(ino, where, image, InodeLogParts.DataFork));
                     logged.Add((where.Daddr, where.LengthBB << LogArea.BBShift));
                 }
-                // An intent finished in the same checkpoint: recovery pairs them and has nothing to do.
+                // An intent checkpointed, its done item in the next checkpoint: recovery pairs them and has nothing to do.
                 tx.Log(IntentLogItem.ExtentFree(done: false, 0x51, [new IntentExtent(100, 1)]));
+                tx.Commit();
+            }
+            log.Force();
+            Assert.Equal(7, log.AilCount); // the intent holds the tail until its done item is checkpointed
+            using (var tx = log.Begin(4096))
+            {
                 tx.Log(IntentLogItem.ExtentFree(done: true, 0x51, [new IntentExtent(100, 1)]));
                 tx.Commit();
             }
             log.Force();
             var stats = log.Statistics;
-            Assert.Equal(3, stats.Transactions);
-            Assert.Equal(1, stats.Checkpoints);
+            Assert.Equal(4, stats.Transactions);
+            Assert.Equal(2, stats.Checkpoints);
             Assert.Equal(0, stats.AilPushes);
             Assert.Equal(6, log.AilCount); // superblock, AGF, four inodes: the EFD took its EFI out
             logged.Add((0, sb.SectorSize));
@@ -320,6 +326,7 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
         Assert.Contains("BUF", print);
         Assert.Contains("INODE", print);
         Assert.Contains("EFI", print);
+        Assert.Contains("EFD", print);
         var dirty = Shell.Run(OracleImages.Tool("xfs_repair"), "-n", v.Image);
         Assert.True(dirty.ExitCode != 0 && (dirty.StandardOutput + dirty.StandardError).Contains("log", StringComparison.Ordinal),
             $"xfs_repair -n did not find the dirty log ({dirty.ExitCode}):\n{dirty.StandardOutput}{dirty.StandardError}");
@@ -422,6 +429,68 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
     }
 
     /// <summary>The last free extent of an AG's by-block free-space btree root (a fresh volume's AG holds one).</summary>
+    /// <summary>
+    /// Deferred work for the relog test: each step logs four scratch blocks (free space of AG 1, written back as
+    /// logged) and asks for a fresh transaction until its steps run out. Its intents are EFIs naming a scratch block.
+    /// </summary>
+    private sealed class FillingWork(long[] daddrs, int blockBB, ulong scratchFsb) : DeferredWorkType<int>
+    {
+        private long _next;
+        public override string Name => "log filler";
+        public override int MaxItems => 1;
+        public override IntentLogItem CreateIntent(ulong id, IReadOnlyList<int> items) => IntentLogItem.ExtentFree(false, id, [new IntentExtent(scratchFsb, 1)]);
+        public override IntentLogItem CreateDone(IntentLogItem intent, IReadOnlyList<int> items) => IntentLogItem.ExtentFree(true, intent.Id, [new IntentExtent(scratchFsb, 1)]);
+
+        public override int? Finish(Transaction tx, int steps)
+        {
+            var image = new byte[blockBB << LogArea.BBShift];
+            for (int k = 0; k < 4; k++, _next++)
+            {
+                image.AsSpan().Fill((byte)steps);
+                tx.Log(BufferLogItem.Create(daddrs[_next % daddrs.Length], blockBB, BufType.Unknown, image, 0, image.Length));
+            }
+            return steps > 0 ? steps - 1 : null;
+        }
+    }
+
+    [Fact]
+    public void AnIntentThatWaitsWhileTheLogFillsIsLoggedAgainSoTheTailMoves()
+    {
+        // Two batches of deferred work: the first goes on for hundreds of parts, logging enough to go round the smallest
+        // log twice, while the second's intent waits. Without relogging (a done item for it and a new copy), that intent
+        // would hold the tail and the log would run out of space; with it, the chain finishes and the log unmounts clean.
+        var v = Make("", minimumLog: true);
+        LogWriteStatistics stats;
+        using (var device = FileBlockDevice.Open(v.Image, writable: true))
+        {
+            var sb = ReadSuperblock(device);
+            var area = LogArea.For(device, null, sb);
+            var log = MountedLog.Open(area, sb, new DeviceImageWriteback(device, sb), new MountedLogOptions { CheckpointThresholdBytes = 64 * 1024 });
+            var mount = new XfsWin.Metadata.MountContext(device, sb, 16L << 20);
+            var (freeStart, freeCount) = LastFreeExtent(v, 1);
+            Assert.True(freeCount >= 256, $"AG 1 has no large free extent ({freeStart}+{freeCount})");
+            var daddrs = Enumerable.Range(0, 256).Select(i => sb.AgBlockToByte(1, (uint)(freeStart + i)) >> LogArea.BBShift).ToArray();
+            int blockBB = (int)sb.BlockSize >> LogArea.BBShift;
+            ulong scratch = ((ulong)1 << sb.AgBlkLog) | (ulong)freeStart;
+            int steps = (int)(2 * area.Blocks / (4 * blockBB)) + 1;
+            using (var tx = new Transaction(mount, log, 64 * 1024, 2))
+            {
+                tx.Defer(new FillingWork(daddrs, blockBB, scratch), steps);
+                tx.Defer(new FillingWork(daddrs, blockBB, scratch), 0);
+                tx.Commit();
+                Assert.True(tx.Rolls > steps, $"{tx.Rolls} rolls for {steps} steps");
+            }
+            stats = log.Statistics;
+            output.WriteLine($"relog: log {area.Blocks} BB: {stats}");
+            Assert.True(stats.Wraps >= 1, $"the log wrapped {stats.Wraps} time(s)");
+            Assert.True(stats.IntentsRelogged > 0, "the waiting intent was never logged again");
+            log.Unmount();
+        }
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair"), "-n", v.Image);
+        Assert.True(repair.ExitCode == 0, $"xfs_repair -n failed ({repair.ExitCode}):\n{repair.StandardOutput}");
+        WithKernelMount(v, _ => { });
+    }
+
     private static (long Start, long Count) LastFreeExtent(Volume v, uint ag)
     {
         string output = TestSupport.XfsDb.Run(v.Image, "6.1", $"agf {ag}", "addr bnoroot", "print recs");

@@ -4,6 +4,7 @@ using XfsWin.Btree;
 using XfsWin.Device;
 using XfsWin.Directories;
 using XfsWin.Format;
+using XfsWin.Journal;
 using XfsWin.Metadata;
 using XfsWin.TestSupport;
 using XfsWin.Volume;
@@ -13,8 +14,8 @@ namespace XfsWin.Tests.Volume;
 
 /// <summary>
 /// Only the disk's faults are corruption. Our own bugs, a caller's exceptions and use after dispose surface as
-/// what they are and leave the volume healthy; corruption the editors of in-place recovery find names the
-/// structure and its disk address, as the read side's does.
+/// what they are and leave the volume healthy; corruption the write engine finds names the structure and its disk
+/// address, as the read side's does.
 /// </summary>
 public sealed class ErrorKindTests : IDisposable
 {
@@ -66,34 +67,37 @@ public sealed class ErrorKindTests : IDisposable
     }
 
     [Fact]
-    public void The_space_editor_names_a_damaged_AGF_and_its_address()
+    public void The_allocator_names_a_damaged_AGF_and_its_address()
     {
         string img = MakeVolume();
         XfsDb.Write(img, "6.1", "agf 1", "write -d magicnum 0");
         using var device = FileBlockDevice.Open(img, writable: true);
         var sb = Superblock.Decode(ReadSector(device));
-        using var buffers = new BufferCache(device, new VolumeHealth(), 16L << 20);
-        using var changes = new MetadataChangeSet(buffers);
-        var e = Assert.Throws<XfsCorruptionException>(() => new AgSpaceEditor(changes, sb, 1));
+        var mount = new MountContext(device, sb, 16L << 20);
+        var log = MountedLog.Open(LogArea.For(device, null, sb), sb, new CachedLogWriteback(device, sb, mount.Buffers));
+        var e = Assert.Throws<XfsCorruptionException>(() => new AgAllocator(mount, log));
         Assert.Equal("AGF of AG 1", e.Structure);
         Assert.Equal(sb.AgBlockToByte(1, 0) + sb.SectorSize, e.ByteOffset);
         Assert.Contains($"daddr {(sb.AgBlockToByte(1, 0) + sb.SectorSize) / 512}", e.Message, StringComparison.Ordinal);
     }
 
     [Fact]
-    public void The_btree_editor_names_a_damaged_block_and_its_address()
+    public void The_btree_cursor_of_a_transaction_names_a_damaged_block_and_its_address()
     {
         string img = MakeVolume();
         uint root = Convert.ToUInt32(XfsDb.Fields(XfsDb.Run(img, "6.1", "agf 2", "print bnoroot"))["bnoroot"]);
         XfsDb.Write(img, "6.1", "agf 2", "addr bnoroot", "write -d magic 0");
         using var device = FileBlockDevice.Open(img, writable: true);
         var sb = Superblock.Decode(ReadSector(device));
-        using var buffers = new BufferCache(device, new VolumeHealth(), 16L << 20);
-        using var changes = new MetadataChangeSet(buffers);
-        var host = new AgSpaceEditor(changes, sb, 2);
-        var tree = new AgBtreeEditor(changes, sb, 2, AgBtreeKind.FreeSpaceByBlock, root, 1, host);
-        var e = Assert.Throws<XfsCorruptionException>(() => tree.FindLessOrEqual(new byte[8]));
-        Assert.Equal("free space btree (bnobt) of AG 2", e.Structure);
+        var mount = new MountContext(device, sb, 16L << 20);
+        var log = MountedLog.Open(LogArea.For(device, null, sb), sb, new CachedLogWriteback(device, sb, mount.Buffers));
+        var allocator = new AgAllocator(mount, log);
+        using var tx = new Transaction(mount, log, 256 * 1024);
+        var e = Assert.Throws<XfsCorruptionException>(() => allocator.Allocate(tx, new AllocationRequest
+        {
+            Target = (ulong)2 << sb.AgBlkLog, MaxLength = 1, Scope = AllocationScope.ThisAg, Owner = RmapOwner.Fs,
+        }));
+        Assert.StartsWith("free space btree (bnobt)", e.Structure);
         Assert.Equal(sb.AgBlockToByte(2, root), e.ByteOffset);
     }
 
