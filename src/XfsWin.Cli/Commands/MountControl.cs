@@ -17,9 +17,10 @@ namespace XfsWin.Cli.Commands;
 /// server creates it once the mount is up and removes it when it stops serving.
 /// </para>
 /// <para>
-/// What: one request per connection, one text line: <c>grow SIZE</c> (SIZE as <c>-D</c> takes it, or <c>-</c> for
-/// the device's current size). Replies are lines: <c>progress DONE TOTAL STAGE</c> any number of times, then either
-/// <c>ok</c> with the grow's numbers (<see cref="FormatResult"/>) or <c>error EXITCODE MESSAGE</c>.
+/// What: one request per connection, one text line: <c>grow SIZE [IMAXPCT]</c> (SIZE as <c>-D</c> takes it, <c>-</c>
+/// for the device's current size, <c>=</c> to keep the size; IMAXPCT a new inode limit in percent) or <c>check</c>.
+/// Replies are lines: <c>progress DONE TOTAL STAGE</c> any number of times, then either <c>ok</c> with the result (a
+/// grow's numbers, <see cref="FormatResult"/>; a check's report as one line of JSON) or <c>error EXITCODE MESSAGE</c>.
 /// </para>
 /// </summary>
 internal static class MountControl
@@ -109,8 +110,8 @@ internal static class MountControl
             using var reader = new StreamReader(stream, Encoding.UTF8);
             using var writer = new StreamWriter(stream, new UTF8Encoding(false)) { AutoFlush = true, NewLine = "\n" };
             var line = reader.ReadLine() ?? "";
-            var parts = line.Split(' ', 2);
-            if (parts[0] != "grow" || parts.Length != 2)
+            var parts = line.Split(' ');
+            if (parts[0] != "grow" || parts.Length is not (2 or 3))
             {
                 writer.WriteLine($"error {ExitCodes.Usage} unknown request '{line}'");
                 return;
@@ -118,9 +119,11 @@ internal static class MountControl
             try
             {
                 var sb = volume.Info;
-                ulong? blocks = parts[1] == "-" ? null : GrowCommand.ParseSize(parts[1], (uint)sb.BlockSize);
+                bool keepSize = parts[1] == "=";
+                ulong? blocks = parts[1] is "-" or "=" ? null : GrowCommand.ParseSize(parts[1], (uint)sb.BlockSize);
+                int? imaxPct = parts.Length == 3 ? GrowCommand.ParseImaxPct(parts[2]) : null;
                 var progress = new LineProgress(writer);
-                var result = VolumeGrower.RunMounted(volume, blocks, progress);
+                var result = VolumeGrower.RunMounted(volume, blocks, progress, imaxPct, keepSize);
                 writer.WriteLine("ok " + FormatResult(result));
             }
             catch (FormatException e)
@@ -166,15 +169,15 @@ internal static class MountControl
         return string.Join(' ', new ulong[]
         {
             p.RequestedBlocks, p.OldDataBlocks, p.NewDataBlocks, p.OldAgCount, p.NewAgCount, p.AgBlocks, p.BlockSize,
-            (ulong)p.ImaxPct, (ulong)p.InoPBlog, p.InodeChunkBlocks, r.FreeBlocksBefore, r.FreeBlocksAfter,
+            (ulong)p.ImaxPct, (ulong)p.InoPBlog, p.InodeChunkBlocks, r.FreeBlocksBefore, r.FreeBlocksAfter, (ulong)p.OldImaxPct,
         }.Select(n => n.ToString(CultureInfo.InvariantCulture)));
     }
 
     public static GrowResult ParseResult(string text)
     {
         var n = text.Split(' ').Select(s => ulong.Parse(s, CultureInfo.InvariantCulture)).ToArray();
-        if (n.Length != 12) throw new FormatException($"the mount server answered '{text}'");
-        var plan = new GrowPlan(n[0], n[1], n[2], (uint)n[3], (uint)n[4], (uint)n[5], (uint)n[6], (int)n[7], (int)n[8], (uint)n[9]);
+        if (n.Length != 13) throw new FormatException($"the mount server answered '{text}'");
+        var plan = new GrowPlan(n[0], n[1], n[2], (uint)n[3], (uint)n[4], (uint)n[5], (uint)n[6], (int)n[7], (int)n[8], (uint)n[9], (int)n[12]);
         return new GrowResult(plan, n[10], n[11], false);
     }
 
@@ -182,7 +185,8 @@ internal static class MountControl
     /// Sends a grow to the server mounted on <paramref name="mountPoint"/>; <paramref name="progress"/> sees its
     /// stages. Null when no xfswin server answers for that mount point.
     /// </summary>
-    public static (GrowResult? Result, int ExitCode, string? Error)? Grow(string mountPoint, string? size, IProgress<GrowProgress>? progress)
+    public static (GrowResult? Result, int ExitCode, string? Error)? Grow(string mountPoint, string? size, IProgress<GrowProgress>? progress,
+        int? imaxPct = null, bool keepSize = false)
     {
         var path = SocketPath(mountPoint);
         if (!File.Exists(path)) return null;
@@ -198,7 +202,7 @@ internal static class MountControl
         using var stream = new NetworkStream(socket);
         using var reader = new StreamReader(stream, Encoding.UTF8);
         using var writer = new StreamWriter(stream, new UTF8Encoding(false)) { AutoFlush = true, NewLine = "\n" };
-        writer.WriteLine("grow " + (size ?? "-"));
+        writer.WriteLine("grow " + (keepSize ? "=" : size ?? "-") + (imaxPct is { } pct ? " " + pct.ToString(CultureInfo.InvariantCulture) : ""));
         string? line;
         while ((line = reader.ReadLine()) is not null)
         {

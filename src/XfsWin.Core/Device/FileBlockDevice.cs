@@ -33,10 +33,15 @@ public sealed class FileBlockDevice : IBlockDevice
     private long _length;
     public long Length => Volatile.Read(ref _length);
 
+    /// <summary>How to ask a disk for its size again (a Windows physical drive answers only its own IOCTL); null for files and Linux devices.</summary>
+    private Func<SafeFileHandle, long>? _diskLength;
+
     /// <summary>The file's or disk's current size; a size that shrank below the open size is kept (the volume is not moved back).</summary>
     public long RefreshLength()
     {
-        long now = OperatingSystem.IsLinux() && LinuxNative.TryBlockDeviceSize((int)_handle.DangerousGetHandle(), out long disk) ? disk : RandomAccess.GetLength(_handle);
+        long now = _diskLength is not null ? _diskLength(_handle)
+            : OperatingSystem.IsLinux() && LinuxNative.TryBlockDeviceSize((int)_handle.DangerousGetHandle(), out long disk) ? disk
+            : RandomAccess.GetLength(_handle);
         if (now > Volatile.Read(ref _length)) Volatile.Write(ref _length, now);
         return Length;
     }
@@ -108,8 +113,9 @@ public sealed class FileBlockDevice : IBlockDevice
         }
     }
 
-    internal static FileBlockDevice FromHandle(SafeFileHandle handle, long length, int sectorSize, bool direct, bool writable, string ioMode) =>
-        new(handle, length, sectorSize, direct, writable, ioMode);
+    internal static FileBlockDevice FromHandle(SafeFileHandle handle, long length, int sectorSize, bool direct, bool writable, string ioMode,
+        Func<SafeFileHandle, long>? diskLength = null) =>
+        new(handle, length, sectorSize, direct, writable, ioMode) { _diskLength = diskLength };
 
     /// <summary>Unbuffered I/O needs offset, length and buffer address on sector boundaries.</summary>
     private unsafe bool IsAligned(long offset, int length, void* address) =>

@@ -48,7 +48,7 @@ public static class PartitionSpec
             var table = PartitionTable.Read(disk);
             var entry = table.Get(number.Value);
             return new PartitionDevice(disk, entry.StartByte, entry.LengthBytes, ownsBase: true,
-                $"partition {entry.Number} at byte {entry.StartByte}");
+                $"partition {entry.Number} at byte {entry.StartByte}") { PartitionNumber = entry.Number };
         }
         catch
         {

@@ -31,7 +31,8 @@ internal static partial class WindowsDevice
         long length = isDisk ? DiskLength(handle, path) : RandomAccess.GetLength(handle);
         int sector = isDisk ? DiskSectorSize(handle) : 4096;
         string mode = unbuffered ? "unbuffered, overlapped (FILE_FLAG_NO_BUFFERING)" : "buffered (unbuffered I/O disabled by option)";
-        return FileBlockDevice.FromHandle(handle, length, unbuffered ? sector : 512, unbuffered, writable, mode);
+        return FileBlockDevice.FromHandle(handle, length, unbuffered ? sector : 512, unbuffered, writable, mode,
+            isDisk ? h => DiskLength(h, path) : null);
     }
 
     [SupportedOSPlatform("windows")]
