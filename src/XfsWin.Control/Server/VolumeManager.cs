@@ -581,7 +581,7 @@ public sealed class VolumeManager : IDisposable
         return Superblock.Decode(sector);
     }
 
-    /// <summary>Online: the volume this server has mounted grows while in use (read-write mounts only).</summary>
+    /// <summary>Online: the volume this server has mounted grows or shrinks while in use (read-write mounts only).</summary>
     private GrowResultInfo GrowMounted(string key, string? size, bool dryRun, IProgress<Admin.GrowProgress>? progress)
     {
         Claim(key, mustBeMounted: true);
