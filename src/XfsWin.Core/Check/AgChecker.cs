@@ -348,7 +348,7 @@ internal sealed class AgChecker
         if (agi.Length != _length) _cx.ReportAt(name, offset, $"length {agi.Length}, the AG has {_length} blocks");
         for (int bucket = 0; bucket < AgiView.UnlinkedBuckets; bucket++)
         {
-            if (agi.Unlinked(bucket) != AgiView.NullAgino && !_cx.LogReplayed)
+            if (agi.Unlinked(bucket) != AgiView.NullAgino && !_cx.UnlinkedExpected)
                 _cx.ReportAt(name, offset, $"unlinked bucket {bucket} holds inode {agi.Unlinked(bucket)} (an inode was being deleted)");
         }
 

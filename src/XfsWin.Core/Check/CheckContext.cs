@@ -16,9 +16,10 @@ internal sealed class CheckContext
     private readonly ConcurrentQueue<CheckProblem> _problems = new();
     private int _listed, _notListed;
 
-    public CheckContext(MountContext mount, Superblock sb, bool logReplayed, CancellationToken cancel)
+    public CheckContext(MountContext mount, Superblock sb, bool logReplayed, CancellationToken cancel, bool inUse = false)
     {
         LogReplayed = logReplayed;
+        InUse = inUse;
         Mount = mount;
         Sb = sb;
         Cancel = cancel;
@@ -36,6 +37,15 @@ internal sealed class CheckContext
     /// system stopped; the kernel frees them) and copy-on-write staging extents (the kernel drops them).
     /// </summary>
     public bool LogReplayed { get; }
+
+    /// <summary>
+    /// The volume is mounted read-write by this process and was quiesced for the check: files unlinked while open are
+    /// legitimately on the AGI unlinked lists (freed at their last close), so such inodes are expected.
+    /// </summary>
+    public bool InUse { get; }
+
+    /// <summary>Inodes with no links left on the AGI unlinked lists are expected (after a replay, or held open while mounted).</summary>
+    public bool UnlinkedExpected => LogReplayed || InUse;
     public BlockUsageMap Usage { get; }
 
     public uint AgLength(uint agno) =>

@@ -70,7 +70,7 @@ internal sealed class InodeScanner
             return;
         }
         if (freeInInobt) _cx.ReportAt(name, offset, "in use, but the inode btree marks it free");
-        bool beingFreed = _cx.LogReplayed && d.LinkCount == 0;
+        bool beingFreed = _cx.UnlinkedExpected && d.LinkCount == 0;
         if (d.NextUnlinked != AgiView.NullAgino && !beingFreed) _cx.ReportAt(name, offset, $"in use with next_unlinked {d.NextUnlinked} (left on an unlinked list)");
         int litSize = raw.Length - d.CoreSize;
         if (d.ForkOffset != 0 && d.ForkOffset * 8 >= litSize)

@@ -88,7 +88,7 @@ internal sealed class NamespaceChecker
             if (!named)
             {
                 // An unnamed inode with no links after a replay was open when the system stopped: the kernel frees it at mount.
-                if (!unnamed.Contains(e.Ino) && !(_cx.LogReplayed && e.Nlink == 0))
+                if (!unnamed.Contains(e.Ino) && !(_cx.UnlinkedExpected && e.Nlink == 0))
                     _cx.ReportAt($"inode {e.Ino}", where, "in use but no directory names it (disconnected; xfs_repair would move it to lost+found)");
                 continue;
             }

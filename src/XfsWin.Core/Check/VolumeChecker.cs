@@ -52,11 +52,30 @@ public static class VolumeChecker
         }
         using (volume)
         {
-            return Check(source, volume, options, clock, cancel);
+            return Check(source, volume, options, clock, inUse: false, cancel);
         }
     }
 
-    private static CheckReport Check(string source, XfsVolume volume, CheckOptions options, Stopwatch clock, CancellationToken cancel)
+    /// <summary>
+    /// Checks a volume this process has open read-write and in use (a mount <c>xfswin mount -o rw</c> serves): every
+    /// other request to it is held off while the check runs (<see cref="XfsVolume.WhileQuiesced{T}"/>: the in-core
+    /// counters logged into the superblock, everything committed written in place), and the check reads the device
+    /// as it then is, through a read-only open of its own. Files unlinked while open are expected on the AGI unlinked
+    /// lists. <paramref name="source"/> names the volume in the report.
+    /// </summary>
+    public static CheckReport CheckMounted(XfsVolume volume, string source, CheckOptions? options = null, CancellationToken cancel = default)
+    {
+        ArgumentNullException.ThrowIfNull(volume);
+        options ??= new CheckOptions();
+        return volume.WhileQuiesced(q =>
+        {
+            var clock = Stopwatch.StartNew();
+            using var view = XfsVolume.Open(q.Data, new VolumeOpenOptions { Replay = LogReplayMode.None }, ownsDevice: false);
+            return Check(source, view, options, clock, inUse: true, cancel);
+        });
+    }
+
+    private static CheckReport Check(string source, XfsVolume volume, CheckOptions options, Stopwatch clock, bool inUse, CancellationToken cancel)
     {
         var mount = volume.Mount;
         var notes = new List<string>();
@@ -64,23 +83,25 @@ public static class VolumeChecker
         var primary = new byte[Math.Max(mount.Superblock.SectorSize, SuperblockView.Size)];
         mount.Device.Read(0, primary.AsSpan(0, mount.Superblock.SectorSize));
         var sb = Superblock.Decode(primary);
-        var cx = new CheckContext(mount, sb, volume.Info.LogState == LogState.ReplayedInMemory, cancel);
+        var cx = new CheckContext(mount, sb, volume.Info.LogState == LogState.ReplayedInMemory, cancel, inUse);
         var parallel = new ParallelOptions
         {
             MaxDegreeOfParallelism = options.Parallelism > 0 ? options.Parallelism : Environment.ProcessorCount,
             CancellationToken = cancel,
         };
         var progress = options.Progress;
-        string logState = volume.Info.LogState switch
+        string logState = inUse ? "in use by this mount: every change written in place and held off while checking" : volume.Info.LogState switch
         {
             LogState.Clean => "clean",
             LogState.ReplayedInMemory => "dirty: replayed in memory before checking (nothing was written)",
             LogState.External => "external log (not checked)",
             var s => s.ToString(),
         };
-        if (volume.Info.LogState == LogState.ReplayedInMemory)
+        if (inUse)
+            notes.Add("checked while mounted read-write by xfswin: the volume's changes were written in place and held off until the check finished");
+        else if (volume.Info.LogState == LogState.ReplayedInMemory)
             notes.Add("Linux did not unmount this volume cleanly; its log was replayed in memory and the result checked, as the kernel would see it at its next mount");
-        notes.AddRange(volume.Info.Warnings.Where(w => !w.StartsWith("Linux did not unmount", StringComparison.Ordinal)));
+        notes.AddRange(volume.Info.Warnings.Where(w => !w.StartsWith("Linux did not unmount", StringComparison.Ordinal) && !(inUse && w.Contains("log", StringComparison.OrdinalIgnoreCase))));
 
         CheckPrimarySuperblock(cx, primary);
         if (sb.LogStart != 0)
