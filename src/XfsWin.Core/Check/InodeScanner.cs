@@ -3,8 +3,17 @@ using XfsWin.Format;
 
 namespace XfsWin.Check;
 
-/// <summary>An in-use inode as the scan found it (what the namespace check needs).</summary>
-internal readonly record struct InodeEntry(ulong Ino, ushort Mode, uint Nlink, uint Generation, bool Unusable, bool HasAttrFork = false);
+/// <summary>An in-use inode as the scan found it (what the namespace and quota checks need).</summary>
+internal readonly record struct InodeEntry(ulong Ino, ushort Mode, uint Nlink, uint Generation, bool Unusable, bool HasAttrFork = false)
+{
+    public uint Uid { get; init; }
+    public uint Gid { get; init; }
+    public uint ProjectId { get; init; }
+    public ulong Nblocks { get; init; }
+    /// <summary>Realtime file (its data blocks count as realtime blocks) or metadata directory inode (not charged to quota).</summary>
+    public bool Realtime { get; init; }
+    public bool Metadata { get; init; }
+}
 
 /// <summary>
 /// Reads every inode of an AG's inode chunks (as the inobt lists them) and checks it: core verifier
@@ -107,7 +116,11 @@ internal sealed class InodeScanner
             _cx.ReportAt(name, offset, $"nblocks {d.Nblocks}, counted {blocks}");
         if (type is 0x2000 or 0x6000 or 0x1000 or 0xC000 && d.Size != 0 && d.Format == ForkFormat.Device)
             _cx.ReportAt(name, offset, $"special file with size {d.Size}");
-        InUse.Add(new InodeEntry(ino, d.Mode, d.LinkCount, d.Generation, Unusable: !usable, HasAttrFork: d.ForkOffset != 0));
+        InUse.Add(new InodeEntry(ino, d.Mode, d.LinkCount, d.Generation, Unusable: !usable, HasAttrFork: d.ForkOffset != 0)
+        {
+            Uid = d.Uid, Gid = d.Gid, ProjectId = d.ProjectId, Nblocks = d.Nblocks, Realtime = realtime,
+            Metadata = (d.Flags2 & DinodeView.Flag2Metadata) != 0,
+        });
     }
 
     private void CheckNanoseconds(string name, long offset, string field, ulong raw)

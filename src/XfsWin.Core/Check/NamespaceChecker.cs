@@ -30,9 +30,15 @@ internal sealed class NamespaceChecker
     private readonly bool _parentPointers;
     private long _entries, _directoriesWalked;
 
-    public NamespaceChecker(CheckContext cx, InodeEntry[] inodes, InodeCache cache, DirectoryReader directories, AttributeReader attributes)
+    private readonly Extents.ExtentMapCache _maps;
+    private readonly DirectoryLayoutChecker _layout;
+
+    public NamespaceChecker(CheckContext cx, InodeEntry[] inodes, InodeCache cache, DirectoryReader directories, AttributeReader attributes,
+        Extents.ExtentMapCache maps)
     {
         _cx = cx;
+        _maps = maps;
+        _layout = new DirectoryLayoutChecker(cx);
         _inodes = inodes;
         _numbers = inodes.Select(i => i.Ino).ToArray();
         _cache = cache;
@@ -133,6 +139,17 @@ internal sealed class NamespaceChecker
         {
             _cx.ReportAt(name, _cx.Sb.InodeToByte(dirIno), $"unreadable: {e.Message}");
             return;
+        }
+        if (dir.DataFormat != Format.ForkFormat.Local)
+        {
+            try
+            {
+                _layout.Check(dir, _maps.Get(dir, Extents.ForkKind.Data));
+            }
+            catch (XfsCorruptionException e)
+            {
+                _cx.Report(e);
+            }
         }
         long where = dir.ByteOffset;
         bool sawDot = false, sawDotDot = false;
@@ -257,6 +274,8 @@ internal sealed class NamespaceChecker
         {
             var inode = _cache.Get(e.Ino);
             if (!inode.HasAttrFork) return;
+            if (inode.AttrFormat is Format.ForkFormat.Extents or Format.ForkFormat.Btree)
+                new AttributeLayoutChecker(_cx).Check(inode, _maps.Get(inode, Extents.ForkKind.Attr));
             var list = _attributes.List(inode, includeParentPointers: true);
             int parents = list.Count(a => a.Namespace == XattrNamespace.Parent);
             void CheckOne(XattrEntry a)

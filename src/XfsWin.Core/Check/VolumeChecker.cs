@@ -27,7 +27,7 @@ public sealed record CheckOptions
 /// Phases: (1) superblocks, AG headers and AG btrees, every AG in parallel, claiming blocks in the
 /// usage map; (2) every inode of every chunk, AGs in parallel, claiming file and bmbt blocks;
 /// (3) per AG, the usage map against the rmapbt and refcountbt; (4) summary counters; (5) the
-/// namespace: directories, link counts, connectivity, attributes, parent pointers.
+/// namespace: directories, link counts, connectivity, attributes, parent pointers; (6) quota counts.
 /// </summary>
 public static class VolumeChecker
 {
@@ -201,7 +201,7 @@ public static class VolumeChecker
         var inodes = scanners.Where(s => s is not null).SelectMany(s => s.InUse).ToArray();
         Array.Sort(inodes, (x, y) => x.Ino.CompareTo(y.Ino));
         var maps = new ExtentMapCache(mount);
-        var names = new NamespaceChecker(cx, inodes, new InodeCache(mount), new DirectoryReader(mount, maps), new AttributeReader(mount, maps));
+        var names = new NamespaceChecker(cx, inodes, new InodeCache(mount), new DirectoryReader(mount, maps), new AttributeReader(mount, maps), maps);
         var roots = new List<ulong> { sb.RootIno };
         if (sb.HasMetadir) roots.Add(sb.MetadirIno);
         var unnamed = new HashSet<ulong>();
@@ -214,6 +214,12 @@ public static class VolumeChecker
         Guarded(cx, "namespace", () => names.Run(roots, unnamed, parallel, done => progress?.Report(new CheckProgress("directories", done, 0))));
 
         PhaseDone("namespace");
+
+        // Phase 6: quota counts against the dquots.
+        progress?.Report(new CheckProgress("quota", 0, 1));
+        var directoryReader = new DirectoryReader(mount, maps);
+        Guarded(cx, "quota", () => new QuotaChecker(cx, new InodeCache(mount), maps, directoryReader).Run(primary, inodes));
+        PhaseDone("quota");
         var problems = cx.Problems.OrderBy(p => p.Ag ?? uint.MaxValue).ThenBy(p => p.Daddr ?? long.MaxValue)
             .ThenBy(p => p.Structure, StringComparer.Ordinal).ThenBy(p => p.Message, StringComparer.Ordinal).ToList();
         var summary = new CheckSummary
