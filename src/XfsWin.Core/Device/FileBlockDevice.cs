@@ -58,7 +58,7 @@ public sealed class FileBlockDevice : IBlockDevice
     }
 
     private static bool IsDevicePath(string path) =>
-        path.StartsWith(@"\\.\", StringComparison.Ordinal) || path.StartsWith("/dev/", StringComparison.Ordinal);
+        DeviceRangeOps.IsWindowsDevicePath(path) || path.StartsWith("/dev/", StringComparison.Ordinal);
 
     private static FileBlockDevice OpenUnix(string path, bool writable, bool unbuffered)
     {
