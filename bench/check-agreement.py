@@ -6,9 +6,10 @@ field, rotating, so that every verb meets every kind of field; of arrays the fir
 superblocks, AG headers, AGFL, the root block of every AG btree, inodes of each format, directory blocks of each
 form, attribute blocks, an extent btree block and remote symlink and attribute blocks; and `blocktrash` with fixed
 seeds. Each case starts from the same base image: the block xfs_db changes is saved first and written back after
-(blocktrash cases work on a copy). Both tools only read. Verdicts: each tool's exit status (xfs_repair -n: 0 clean,
-1 damage found; xfswin check: 0 clean, 1 problems, another status a refusal, which counts as flagged), a crash
-(xfswin exits by a signal or an unhandled exception) and a hang (no answer within --timeout seconds).
+(blocktrash cases work on a copy). Both tools only read. Verdicts: xfs_repair -n's exit status (0 clean, 1 damage
+found) and what `xfswin check` decides, through the same VolumeChecker run in one long-lived judge process per job
+(XfsWin.Benchmarks check-judge): clean, problems found or a refusal (flagged), a crash (any exception but XfsWin's
+own) and a hang (no answer within --timeout seconds).
 
 Deterministic: the cases are derived from the images in a fixed order; xfs_db's `random` verb draws from an
 unseeded generator in a fresh process; blocktrash takes its seed. Output: a summary table per structure and, in
@@ -18,6 +19,7 @@ import argparse
 import concurrent.futures as cf
 import hashlib
 import json
+import select
 import os
 import re
 import shutil
@@ -37,11 +39,52 @@ def run(args, timeout=None, input_bytes=None):
     return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, input=input_bytes)
 
 
+class Judge:
+    """One long-lived `XfsWin.Benchmarks check-judge` process (VolumeChecker in process: no start-up per case)."""
+
+    def __init__(self, command, timeout):
+        self.command = command
+        self.timeout = timeout
+        self.proc = None
+
+    def _start(self):
+        self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     bufsize=0)
+
+    def check(self, image):
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        self.proc.stdin.write((image + "\n").encode())
+        self.proc.stdin.flush()
+        line = b""
+        deadline = time.time() + self.timeout
+        while not line.endswith(b"\n"):
+            left = deadline - time.time()
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0, left))
+            if not ready:
+                self.close()
+                return "hang", ""
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            if not chunk:
+                self.close()
+                return "crash", "the judge process died"
+            line += chunk
+        text = line.decode("utf-8", "replace").strip()
+        kind = text.split(" ", 1)[0]
+        return {"clean": "clean", "flagged": "flagged", "refused": "flagged", "crash": "crash"}.get(kind, "crash"), text
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
 class Tools:
-    def __init__(self, xfsprogs, xfswin, timeout):
+    def __init__(self, xfsprogs, judge_command, timeout):
         self.db = os.path.join(xfsprogs, "xfs_db")
         self.repair = os.path.join(xfsprogs, "xfs_repair")
-        self.xfswin = xfswin
+        self.judge_command = judge_command
         self.timeout = timeout
 
     def db_read(self, image, commands):
@@ -198,32 +241,22 @@ def blocktrash_cases(images, seeds):
     return cases
 
 
-def classify(code):
-    if code is None:
-        return "hang"
-    if code < 0 or code >= 128:
-        return "crash"
-    return "clean" if code == 0 else "flagged"
-
-
-def judge(tools, image):
+def judge(tools, judge_proc, image):
     r = run([tools.repair, "-n", image], timeout=600)
     repair = "clean" if r.returncode == 0 else ("flagged" if r.returncode in (1, 2, 4) else f"exit {r.returncode}")
-    try:
-        c = run([tools.xfswin, "check", "--no-progress", image], timeout=tools.timeout)
-        out = (c.stdout + c.stderr).decode("utf-8", "replace")
-        ours = classify(c.returncode)
-        if "Unhandled exception" in out:
-            ours = "crash"
-        return repair, ours, c.returncode, out
-    except subprocess.TimeoutExpired:
-        return repair, "hang", None, ""
+    ours, text = judge_proc.check(image)
+    return repair, ours, text.split(" ", 1)[0], text
 
 
-def run_fuzz_case(tools, workdir, case):
+_buffers = {}
+
+
+def run_fuzz_case(tools, judge_proc, workdir, case):
     image = os.path.join(workdir, case["image"] + ".img")
-    stack = tools.db_read(image, case["position"] + ["stack"])
-    buf = buffer_of(stack)
+    key = (image, tuple(case["position"]))
+    if key not in _buffers:
+        _buffers[key] = buffer_of(tools.db_read(image, case["position"] + ["stack"]))
+    buf = _buffers[key]
     if buf is None:
         return dict(case, result="skipped", why="no buffer")
     offset, length = buf
@@ -237,7 +270,7 @@ def run_fuzz_case(tools, workdir, case):
             now = f.read(length)
         if now == saved:
             return dict(case, result="unchanged", why=out.strip()[-200:])
-        repair, ours, code, text = judge(tools, image)
+        repair, ours, code, text = judge(tools, judge_proc, image)
         return dict(case, repair=repair, ours=ours, exit=code, result=verdict(repair, ours), detail=text[-2000:] if verdict(repair, ours) != "agree" else "")
     finally:
         with open(image, "r+b") as f:
@@ -245,12 +278,12 @@ def run_fuzz_case(tools, workdir, case):
             f.write(saved)
 
 
-def run_trash_case(tools, workdir, base, case):
+def run_trash_case(tools, judge_proc, workdir, base, case):
     image = os.path.join(workdir, f"trash-{case['image']}-{case['seed']}.img")
     shutil.copyfile(base, image)
     try:
         tools.db_write(image, ["blockget", "blocktrash " + " ".join(case["how"]) + f" -s {case['seed']}"])
-        repair, ours, code, text = judge(tools, image)
+        repair, ours, code, text = judge(tools, judge_proc, image)
         return dict(case, repair=repair, ours=ours, exit=code, result=verdict(repair, ours), detail=text[-2000:] if verdict(repair, ours) != "agree" else "")
     finally:
         os.remove(image)
@@ -270,7 +303,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--images", required=True, help="NAME=PATH,... base images (not changed)")
     ap.add_argument("--xfsprogs", required=True)
-    ap.add_argument("--xfswin", required=True)
+    ap.add_argument("--judge", required=True, help="the command of the in-process checker (XfsWin.Benchmarks check-judge)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--timeout", type=int, default=120)
@@ -279,7 +312,7 @@ def main():
     ap.add_argument("--only", default="", help="run only structures whose name contains this")
     ap.add_argument("--count", action="store_true", help="list how many cases each structure has, run nothing")
     a = ap.parse_args()
-    tools = Tools(a.xfsprogs, a.xfswin, a.timeout)
+    tools = Tools(a.xfsprogs, a.judge.split(" "), a.timeout)
     images = [tuple(x.split("=", 1)) for x in a.images.split(",")]
     os.makedirs(a.out, exist_ok=True)
     started = time.time()
@@ -310,11 +343,15 @@ def main():
 
     def worker(j):
         res = []
-        for c in by_job[j]:
-            res.append(run_fuzz_case(tools, workdirs[j], c))
-        for i, c in enumerate(trash):
-            if i % a.jobs == j:
-                res.append(run_trash_case(tools, workdirs[j], base[c["image"]], c))
+        judge_proc = Judge(tools.judge_command, tools.timeout)
+        try:
+            for c in by_job[j]:
+                res.append(run_fuzz_case(tools, judge_proc, workdirs[j], c))
+            for i, c in enumerate(trash):
+                if i % a.jobs == j:
+                    res.append(run_trash_case(tools, judge_proc, workdirs[j], base[c["image"]], c))
+        finally:
+            judge_proc.close()
         return res
 
     results = []
@@ -354,7 +391,7 @@ def main():
                 how = f"xfs_db -x -c blockget -c 'blocktrash {' '.join(r['how'])} -s {r['seed']}' IMAGE"
             else:
                 how = "xfs_db -x " + " ".join(f"-c '{c}'" for c in r["position"] + [f"fuzz -d {r['field']} {r['verb']}"]) + " IMAGE"
-            f.write(f"{r['result']}\t{r['image']}\t{r['structure']}\t{how}\trepair {r.get('repair')}, xfswin {r.get('ours')} (exit {r.get('exit')})\n")
+            f.write(f"{r['result']}\t{r['image']}\t{r['structure']}\t{how}\trepair {r.get('repair')}, xfswin {r.get('ours')}\n")
             if r.get("detail"):
                 f.write("\t" + r["detail"].replace("\n", "\n\t")[:1500] + "\n")
     return 1 if total["crash"] or total["hang"] else 0

@@ -11,4 +11,9 @@ if (args.Length > 0 && args[0] == "lookup-cpu")
     LookupCpuTime.Run(args.Length > 1 ? int.Parse(args[1], System.Globalization.CultureInfo.InvariantCulture) : 5);
     return;
 }
+if (args.Length > 0 && args[0] == "check-judge")
+{
+    CheckJudge.Run();
+    return;
+}
 BenchmarkSwitcher.FromAssembly(typeof(Program).Assembly).Run(args);

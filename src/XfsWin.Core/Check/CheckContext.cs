@@ -48,6 +48,10 @@ internal sealed class CheckContext
     public bool UnlinkedExpected => LogReplayed || InUse;
     public BlockUsageMap Usage { get; }
 
+    /// <summary>sb_rbmino and sb_rextsize of the primary superblock (the decoded superblock does not keep them).</summary>
+    public ulong RealtimeBitmapIno { get; init; }
+    public uint RtExtSize { get; init; }
+
     public uint AgLength(uint agno) =>
         agno == Sb.AgCount - 1 ? (uint)(Sb.DataBlocks - (ulong)agno * Sb.AgBlocks) : Sb.AgBlocks;
 
@@ -84,6 +88,19 @@ internal sealed class CheckContext
     }
 
     public IReadOnlyList<CheckProblem> Problems => _problems.ToArray();
+
+    private readonly ConcurrentQueue<string> _notes = new();
+
+    /// <summary>
+    /// Something found that xfs_repair -n reports without counting it as damage (it rebuilds or corrects it on its own
+    /// in any repair): listed in the report's notes, not a problem.
+    /// </summary>
+    public void Note(string note)
+    {
+        if (_notes.Count < 100) _notes.Enqueue(note);
+    }
+
+    public IEnumerable<string> Notes => _notes;
     public int NotListed => Volatile.Read(ref _notListed);
 
     /// <summary>

@@ -137,22 +137,9 @@ internal sealed class DirectoryLayoutChecker
             _cx.Report(e);
             return null;
         }
-        var result = new List<DirBlock>();
-        int fsbPer = _fsbPerDirBlock;
-        // The extent holding file block f (the list is in file order, not overlapping: the inode scan checked it).
-        int Find(ulong f)
-        {
-            int lo = 0, hi = extents.Count - 1;
-            while (lo <= hi)
-            {
-                int mid = (lo + hi) >> 1;
-                if (extents[mid].FileEnd <= f) lo = mid + 1;
-                else if (extents[mid].FileOffset > f) hi = mid - 1;
-                else return mid;
-            }
-            return -1;
-        }
-        ulong lastStart = ulong.MaxValue;
+        // Each extent is read in runs of up to 1 MiB (one read per run, not per block), kept by file offset.
+        var runs = new List<(ulong FileOffset, long ByteOffset, byte[] Bytes)>();
+        int runBlocks = Math.Max(1, (1 << 20) >> _sb.BlockLog);
         foreach (var e in extents)
         {
             if (e.Unwritten)
@@ -160,10 +147,50 @@ internal sealed class DirectoryLayoutChecker
                 Report(st, -1, $"unwritten extent at file block {e.FileOffset}");
                 return null;
             }
-            for (ulong f = e.FileOffset / (ulong)fsbPer * (ulong)fsbPer; f < e.FileEnd; f += (ulong)fsbPer)
+            if (!_sb.IsValidFsb(e.StartBlock) || !_sb.IsValidFsb(e.StartBlock + e.BlockCount - 1)) return null; // the inode scan reported it
+            for (ulong done = 0; done < e.BlockCount; done += (ulong)runBlocks)
+            {
+                int n = (int)Math.Min((ulong)runBlocks, e.BlockCount - done);
+                long offset = _sb.FsbToByte(e.StartBlock + done);
+                var bytes = new byte[n << _sb.BlockLog];
+                if (!_cx.TryRead(offset, bytes, st.Name)) return null;
+                runs.Add((e.FileOffset + done, offset, bytes));
+            }
+        }
+        int fsbPer = _fsbPerDirBlock;
+        int bs = (int)_sb.BlockSize;
+        // The run holding file block f (runs are in file order and do not overlap: the inode scan checked the map).
+        int Find(ulong f)
+        {
+            int lo = 0, hi = runs.Count - 1;
+            while (lo <= hi)
+            {
+                int mid = (lo + hi) >> 1;
+                var r = runs[mid];
+                if (r.FileOffset + (ulong)(r.Bytes.Length / bs) <= f) lo = mid + 1;
+                else if (r.FileOffset > f) hi = mid - 1;
+                else return mid;
+            }
+            return -1;
+        }
+        var result = new List<DirBlock>();
+        ulong lastStart = ulong.MaxValue;
+        foreach (var r in runs)
+        {
+            ulong runEnd = r.FileOffset + (ulong)(r.Bytes.Length / bs);
+            for (ulong f = r.FileOffset / (ulong)fsbPer * (ulong)fsbPer; f < runEnd; f += (ulong)fsbPer)
             {
                 if (f == lastStart) continue;
                 lastStart = f;
+                int at = Find(f);
+                if (at >= 0 && f + (ulong)fsbPer <= runs[at].FileOffset + (ulong)(runs[at].Bytes.Length / bs))
+                {
+                    // The whole directory block inside one run.
+                    var whole = runs[at];
+                    int from = (int)(f - whole.FileOffset) * bs;
+                    result.Add(new DirBlock(f, whole.ByteOffset + from, whole.Bytes.AsSpan(from, _dirBlockSize).ToArray()));
+                    continue;
+                }
                 var bytes = new byte[_dirBlockSize];
                 long first = -1;
                 for (int k = 0; k < fsbPer; k++)
@@ -174,11 +201,10 @@ internal sealed class DirectoryLayoutChecker
                         Report(st, -1, $"directory block at file block {f} is partly unmapped");
                         return null;
                     }
-                    ulong fsb = extents[x].StartBlock + (f + (ulong)k - extents[x].FileOffset);
-                    if (!_sb.IsValidFsb(fsb)) return null; // the inode scan reported it
-                    long offset = _sb.FsbToByte(fsb);
-                    if (first < 0) first = offset;
-                    if (!_cx.TryRead(offset, bytes.AsSpan(k << _sb.BlockLog, (int)_sb.BlockSize), st.Name)) return null;
+                    var piece = runs[x];
+                    int from = (int)(f + (ulong)k - piece.FileOffset) * bs;
+                    if (first < 0) first = piece.ByteOffset + from;
+                    piece.Bytes.AsSpan(from, bs).CopyTo(bytes.AsSpan(k * bs));
                 }
                 result.Add(new DirBlock(f, first, bytes));
             }

@@ -79,6 +79,11 @@ internal sealed class InodeScanner
             return;
         }
         if (freeInInobt) _cx.ReportAt(name, offset, "in use, but the inode btree marks it free");
+        if (InodeRules.Problem(raw, ino, _cx) is { } broken)
+        {
+            // The kernel refuses to read such an inode; xfs_repair would clear it or its flags.
+            _cx.ReportAt(name, offset, broken);
+        }
         bool beingFreed = _cx.UnlinkedExpected && d.LinkCount == 0;
         if (d.NextUnlinked != AgiView.NullAgino && !beingFreed) _cx.ReportAt(name, offset, $"in use with next_unlinked {d.NextUnlinked} (left on an unlinked list)");
         int litSize = raw.Length - d.CoreSize;

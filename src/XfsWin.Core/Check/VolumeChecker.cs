@@ -83,7 +83,11 @@ public static class VolumeChecker
         var primary = new byte[Math.Max(mount.Superblock.SectorSize, SuperblockView.Size)];
         mount.Device.Read(0, primary.AsSpan(0, mount.Superblock.SectorSize));
         var sb = Superblock.Decode(primary);
-        var cx = new CheckContext(mount, sb, volume.Info.LogState == LogState.ReplayedInMemory, cancel, inUse);
+        var cx = new CheckContext(mount, sb, volume.Info.LogState == LogState.ReplayedInMemory, cancel, inUse)
+        {
+            RealtimeBitmapIno = new SuperblockView(primary).RbmIno,
+            RtExtSize = new SuperblockView(primary).RtExtSize,
+        };
         var parallel = new ParallelOptions
         {
             MaxDegreeOfParallelism = options.Parallelism > 0 ? options.Parallelism : Environment.ProcessorCount,
@@ -237,6 +241,7 @@ public static class VolumeChecker
             ElapsedSeconds = clock.Elapsed.TotalSeconds,
             Phases = phases,
         };
+        notes.AddRange(cx.Notes);
         return new CheckReport(source, problems, cx.NotListed, summary, notes);
     }
 
@@ -263,9 +268,11 @@ public static class VolumeChecker
     private static void CheckPrimarySuperblock(CheckContext cx, byte[] primary)
     {
         var v = new SuperblockView(primary);
-        if (v.InProgress != 0) cx.Report("primary superblock", 0, 0, "inprogress is set (mkfs did not finish)");
+        foreach (var problem in SuperblockRules.Problems(primary.AsSpan(0, cx.Sb.SectorSize), default, isPrimary: true).Take(4))
+            cx.Report("primary superblock", 0, 0, problem);
+        // xfs_repair corrects a bad_features2 that differs from features2 without counting it as damage.
         if ((v.VersionNum & SuperblockFeatures.VersionMoreBits) != 0 && v.Features2 != v.BadFeatures2)
-            cx.Report("primary superblock", 0, 0, $"features2 0x{v.Features2:x} and bad_features2 0x{v.BadFeatures2:x} differ");
+            cx.Note($"primary superblock: features2 0x{v.Features2:x} and bad_features2 0x{v.BadFeatures2:x} differ (xfs_repair corrects this on its own)");
         if (cx.Sb.IsV5 && (v.FeaturesIncompat & SuperblockFeatures.IncompatNeedsRepair) != 0)
             cx.Report("primary superblock", 0, 0, "marked as needing repair");
     }

@@ -86,6 +86,8 @@ public readonly ref struct SuperblockView
     public ulong RbmIno => U64(OffRbmIno);
     public ulong RsumIno => U64(OffRsumIno);
     public uint RtExtSize => U32(OffRtExtSize);
+    public uint RbmBlocks => U32(OffRbmBlocks);
+    public byte RextSlog => _b[OffRextSlog];
     public uint AgBlocks => U32(OffAgBlocks);
     public uint AgCount => U32(OffAgCount);
     public uint LogBlocks => U32(OffLogBlocks);
