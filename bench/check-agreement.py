@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 VERBS = ["zeroes", "ones", "firstbit", "middlebit", "lastbit", "add", "sub", "random"]
@@ -311,14 +312,23 @@ def main():
     ap.add_argument("--every", type=int, default=1, help="run every Nth fuzz case only (a deterministic sample)")
     ap.add_argument("--only", default="", help="run only structures whose name contains this")
     ap.add_argument("--count", action="store_true", help="list how many cases each structure has, run nothing")
+    ap.add_argument("--rerun", default="", help="run again only the cases of an earlier cases.jsonl that did not agree")
     a = ap.parse_args()
     tools = Tools(a.xfsprogs, a.judge.split(" "), a.timeout)
     images = [tuple(x.split("=", 1)) for x in a.images.split(",")]
     os.makedirs(a.out, exist_ok=True)
     started = time.time()
-    fuzz = build_cases(tools, images)
-    fuzz = [c for i, c in enumerate(fuzz) if i % a.every == 0 and a.only in c["structure"]]
-    trash = [] if a.only else blocktrash_cases(images, a.seeds)
+    if a.rerun:
+        with open(a.rerun) as f:
+            earlier = [json.loads(line) for line in f]
+        keep = ("image", "structure", "position", "field", "verb", "seed", "how")
+        earlier = [{k: c[k] for k in keep if k in c} for c in earlier if c["result"] not in ("agree", "unchanged", "skipped")]
+        fuzz = [c for c in earlier if c["structure"] != "blocktrash" and a.only in c["structure"]]
+        trash = [c for c in earlier if c["structure"] == "blocktrash" and not a.only]
+    else:
+        fuzz = build_cases(tools, images)
+        fuzz = [c for i, c in enumerate(fuzz) if i % a.every == 0 and a.only in c["structure"]]
+        trash = [] if a.only else blocktrash_cases(images, a.seeds)
     print(f"{len(fuzz)} fuzz cases, {len(trash)} blocktrash cases, {a.jobs} jobs", flush=True)
     if a.count:
         counts = {}
@@ -341,15 +351,27 @@ def main():
         by_job[i % a.jobs].append(c)
     base = dict(images)
 
+    done = [0]
+    lock = threading.Lock()
+    total_cases = len(fuzz) + len(trash)
+
+    def tick():
+        with lock:
+            done[0] += 1
+            if done[0] % 250 == 0:
+                print(f"  {done[0]}/{total_cases} cases, {time.time() - started:.0f} s", flush=True)
+
     def worker(j):
         res = []
         judge_proc = Judge(tools.judge_command, tools.timeout)
         try:
             for c in by_job[j]:
                 res.append(run_fuzz_case(tools, judge_proc, workdirs[j], c))
+                tick()
             for i, c in enumerate(trash):
                 if i % a.jobs == j:
                     res.append(run_trash_case(tools, judge_proc, workdirs[j], base[c["image"]], c))
+                    tick()
         finally:
             judge_proc.close()
         return res

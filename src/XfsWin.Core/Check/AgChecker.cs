@@ -54,6 +54,7 @@ internal sealed class AgChecker
         int sect = _sb.SectorSize;
         uint headerBlocks = (uint)((4L * sect + _sb.BlockSize - 1) >> _sb.BlockLog);
         _cx.Claim(_agno, 0, headerBlocks, BlockUse.AgHeaders, Where("AG headers"));
+        _cx.Rmaps.Add(_agno, 0, headerBlocks, RmapRecord.OwnFs);
         if (_agno > 0) CheckSecondarySuperblock();
         CheckAgf();
         CheckAgi();
@@ -87,6 +88,8 @@ internal sealed class AgChecker
         }
         var agf = new AgfView(sector);
         AgfReadable = true;
+        uint agfVersion = BinaryPrimitives.ReadUInt32BigEndian(sector.AsSpan(AgfView.OffVersion));
+        if (agfVersion != 1) _cx.ReportAt(name, offset, $"version {agfVersion}");
         if (agf.Length != _length) _cx.ReportAt(name, offset, $"length {agf.Length}, the AG has {_length} blocks");
         uint btreeblks = BinaryPrimitives.ReadUInt32BigEndian(sector.AsSpan(AgfView.OffBtreeblks));
         AgfFreeSum = (ulong)agf.FreeBlocks + agf.FlCount + btreeblks;
@@ -304,6 +307,8 @@ internal sealed class AgChecker
         }
         var agi = new AgiView(sector);
         AgiReadable = true;
+        uint agiVersion = BinaryPrimitives.ReadUInt32BigEndian(sector.AsSpan(AgiView.OffVersion));
+        if (agiVersion != 1) _cx.ReportAt(name, offset, $"version {agiVersion}");
         AgiCount = agi.Count;
         AgiFreeCount = agi.FreeCount;
         if (agi.Length != _length) _cx.ReportAt(name, offset, $"length {agi.Length}, the AG has {_length} blocks");
@@ -381,12 +386,28 @@ internal sealed class AgChecker
             if ((r.FreeMask & holes) != holes) _cx.ReportAt(name, blockOffset, $"chunk {r.StartIno}: holes not marked free");
             if (finobt && freeCount == 0) _cx.ReportAt(name, blockOffset, $"chunk {r.StartIno} has no free inodes");
             records.Add(r);
-            if (!finobt) ClaimChunk(r, holes, name);
+            if (!finobt)
+            {
+                ClaimChunk(r, holes, name);
+                ObserveChunk(r, holes);
+            }
         });
         uint magic = finobt ? (_sb.IsV5 ? BtreeMagic.FinoV5 : BtreeMagic.FinoV4) : (_sb.IsV5 ? BtreeMagic.InoV5 : BtreeMagic.InoV4);
         var walker = new TreeWalker(_cx, name, magic, false, InobtRecord.Size, InobtRecord.KeySize, _agno, _agno, Key32, Key32, visitor);
         walker.WalkFromAgRoot(root, levels, _length);
         return walker.BlocksVisited;
+    }
+
+    /// <summary>The chunk's reverse mapping as xfs_repair expects it (rmap_add_fixed_ag_rec): from its first inode, as many blocks as its inodes fill.</summary>
+    private void ObserveChunk(InobtRecord r, ulong holes)
+    {
+        int first = BitOperations.TrailingZeroCount(~holes);
+        if (first >= 64) return;
+        uint blocks = (uint)((64 - BitOperations.PopCount(holes)) >> _sb.InoPBlog);
+        if (blocks == 0) blocks = 1;
+        uint agino = r.StartIno + (uint)first;
+        if ((agino & ((1u << _sb.InoPBlog) - 1)) != 0) return;
+        _cx.Rmaps.Add(_agno, agino >> _sb.InoPBlog, blocks, RmapRecord.OwnInodes);
     }
 
     private void ClaimChunk(InobtRecord r, ulong holes, string name)

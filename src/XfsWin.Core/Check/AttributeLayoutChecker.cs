@@ -59,7 +59,9 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
                 Report(st, r.Offset, $"attribute block {da}: magic 0x{info.Magic:x4}");
                 return null;
             }
-            if (V5)
+            // xfs_repair reads the leaves below a node without their verifier: their self-description is not its concern.
+            bool underNode = expectedLevel == 0;
+            if (V5 && !underNode)
             {
                 var v = DaBlockInfoView.VerifyV5(r.Bytes, _sb, r.Offset, st.Inode.Number);
                 if (!v.IsOk)
@@ -84,7 +86,7 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
                 Report(st, r.Offset, $"first attribute block of level {level} has a back pointer");
             }
             lastAtLevel[level] = (da, r.Bytes, r.Offset);
-            if (level == 0) return CheckLeaf(st, r.Bytes, r.Offset, da);
+            if (level == 0) return CheckLeaf(st, r.Bytes, r.Offset, da, underNode);
             var node = new DaNodeView(r.Bytes, V5);
             int count = node.Count;
             if (count == 0 || count > node.MaxEntries || level > 5)
@@ -159,7 +161,7 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
     }
 
     /// <summary>One leaf block; returns its last hash (0 when empty), or null when it is damaged.</summary>
-    private uint? CheckLeaf(State st, byte[] b, long offset, ulong da)
+    private uint? CheckLeaf(State st, byte[] b, long offset, ulong da, bool underNode)
     {
         int bs = BlockSize;
         int h = V5 ? DaBlockInfoView.SizeV5 : DaBlockInfoView.SizeV4;
@@ -178,7 +180,7 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
             Report(st, offset, $"{what}: {count} entries run into the names at {firstUsed}");
             return null;
         }
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 3 && !underNode; i++)
         {
             int fbase = BinaryPrimitives.ReadUInt16BigEndian(b.AsSpan(h + 8 + i * 4));
             int fsize = BinaryPrimitives.ReadUInt16BigEndian(b.AsSpan(h + 10 + i * 4));
@@ -229,6 +231,11 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
                 if (nameIdx + size > bs || nameLength == 0) { Report(st, offset, $"{what}: remote entry {i} runs past the block or has no name"); return null; }
                 if (valueBlock == 0 && (flags & AttrFlags.Incomplete) == 0) { Report(st, offset, $"{what}: remote entry {i} has no value block"); return null; }
                 name = b.AsSpan(nameIdx + 9, nameLength);
+            }
+            if ((flags & AttrFlags.Parent) == 0 ? name.IndexOf((byte)0) >= 0 : name.IndexOfAny((byte)0, (byte)'/') >= 0)
+            {
+                Report(st, offset, $"{what}: entry {i}'s name holds a byte a name may not");
+                return null;
             }
             for (int x = nameIdx; x < nameIdx + size; x++)
             {

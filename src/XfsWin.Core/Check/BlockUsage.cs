@@ -13,7 +13,10 @@ public enum BlockUse : byte
     InodeBtree,
     RefcountBtree,
     InodeChunk,
+    /// <summary>A regular file's data fork: the one use reflink volumes let several owners share.</summary>
     FileData,
+    /// <summary>The data fork of a directory, symbolic link or metadata file (never shared).</summary>
+    OtherData,
     AttrData,
     BmbtBlock,
     CowStaging,
@@ -119,6 +122,7 @@ public sealed class BlockUsageMap
         BlockUse.RefcountBtree => "a refcount btree block",
         BlockUse.InodeChunk => "an inode chunk",
         BlockUse.FileData => "file data",
+        BlockUse.OtherData => "directory, link or metadata file data",
         BlockUse.AttrData => "attribute data",
         BlockUse.BmbtBlock => "an extent btree block",
         BlockUse.CowStaging => "a copy-on-write staging extent",

@@ -24,7 +24,14 @@ internal sealed class CheckContext
         Sb = sb;
         Cancel = cancel;
         Usage = new BlockUsageMap(sb.AgCount, AgLength, sb.HasReflink);
+        Rmaps = new ReverseMappings(sb);
     }
+
+    /// <summary>The reverse mappings the structures imply (collected on rmap and reflink volumes).</summary>
+    public ReverseMappings Rmaps { get; }
+
+    /// <summary>The superblock's quota and realtime inodes: files whose blocks are never shared (libxfs_internal_inum).</summary>
+    public IReadOnlySet<ulong> InternalInodes { get; init; } = new HashSet<ulong>();
 
     public MountContext Mount { get; }
     /// <summary>The primary superblock as read from the (replayed) device.</summary>

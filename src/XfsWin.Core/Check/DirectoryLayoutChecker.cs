@@ -107,6 +107,8 @@ internal sealed class DirectoryLayoutChecker
         bool leaf1 = magic == (_v5 ? DaBlockInfoView.Dir3Leaf1V5 : DaBlockInfoView.Dir2Leaf1V4);
         if (leaf1)
         {
+            var info = new DaBlockInfoView(first.Bytes);
+            if (info.Forw != 0 || info.Back != 0) Report(st, first.ByteOffset, $"leaf block has sibling pointers {info.Back} and {info.Forw}");
             if (leaves.Count != 1) Report(st, leaves.First(b => b.Da != _leafDa).ByteOffset, "leaf-form directory with more than its one leaf block");
             CheckLeafBlock(st, first, leaf1: true);
             if (frees.Count > 0) Report(st, frees[0].ByteOffset, "leaf-form directory with a free index block");
@@ -493,16 +495,17 @@ internal sealed class DirectoryLayoutChecker
                 return null;
             }
             // Siblings: each block's back pointer names the previous block of its level, whose forward pointer names it.
+            // (The root's are not looked at, as xfs_repair does not.)
             if (lastAtLevel.TryGetValue(level, out var prev))
             {
                 if (info.Back != prev.Da || new DaBlockInfoView(prev.Bytes).Forw != da)
                     Report(st, b.ByteOffset, $"hash tree block at level {level}: sibling pointers do not link it to block {prev.Da}");
             }
-            else if (info.Back != 0)
+            else if (info.Back != 0 && !isRoot)
             {
                 Report(st, b.ByteOffset, $"first hash tree block of level {level} has a back pointer");
             }
-            lastAtLevel[level] = b;
+            if (!isRoot) lastAtLevel[level] = b;
             if (level == 0)
             {
                 var (_, last, ok) = CheckLeafBlock(st, b, leaf1: false);

@@ -102,6 +102,7 @@ internal static class InodeRules
         if ((flags2 & Reflink) != 0 && !reg) return "reflink flag on a non-file";
         if ((flags2 & Reflink) != 0 && (flags & Realtime) != 0) return "reflink flag on a realtime file";
         if ((flags2 & Reflink) != 0 && (flags2 & Dax) != 0) return "reflink and DAX flags together";
+        if ((flags2 & Dax) != 0 && !(reg || dir)) return "DAX flag on neither a file nor a directory";
         uint cow = BinaryPrimitives.ReadUInt32BigEndian(raw[DinodeView.OffCowextsize..]);
         bool cowHint = (flags2 & CowExtSize) != 0;
         if (cowHint && !(dir || reg)) return "copy-on-write extent size flag on neither a file nor a directory";

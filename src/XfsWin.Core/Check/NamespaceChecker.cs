@@ -84,7 +84,11 @@ internal sealed class NamespaceChecker
             progress?.Invoke(DirectoriesWalked);
             level = [.. next.Order()];
         }
-        Parallel.For(0, _inodes.Length, parallel, CheckAttributes);
+        Parallel.For(0, _inodes.Length, parallel, i =>
+        {
+            CheckAttributes(i);
+            if ((_inodes[i].Mode & 0xF000) == 0xA000) CheckSymlink(i);
+        });
         for (int i = 0; i < _inodes.Length; i++)
         {
             var e = _inodes[i];
@@ -256,13 +260,41 @@ internal sealed class NamespaceChecker
             }
             ulong parent = BinaryPrimitives.ReadUInt64BigEndian(value);
             uint gen = BinaryPrimitives.ReadUInt32BigEndian(value.AsSpan(8));
-            // Several links may share one name in different directories; the lookup returns one of them.
-            if ((parent != dir || gen != dirGeneration) && _inodes[IndexOf(child)].Nlink <= 1)
+            // Several links may share one name in different directories; the lookup returns one of them. A directory has
+            // one name only.
+            var entry = _inodes[IndexOf(child)];
+            if ((parent != dir || gen != dirGeneration) && (IsDirectory(entry.Mode) || entry.Nlink <= 1))
                 _cx.ReportAt($"inode {child}", inode.ByteOffset, $"parent pointer for {what} names directory {parent} (generation {gen}), not {dir} ({dirGeneration})");
         }
         catch (XfsCorruptionException e)
         {
             _cx.Report(e);
+        }
+    }
+
+    /// <summary>A symlink's target: its remote blocks (header, CRC, bytes), a length of 1 to 1024 bytes, no NUL byte (xfs_repair's rules).</summary>
+    private void CheckSymlink(int index)
+    {
+        var e = _inodes[index];
+        if (e.Unusable) return;
+        try
+        {
+            var inode = _cache.Get(e.Ino);
+            if (inode.Size == 0 || inode.Size > SymlinkReader.MaxLength)
+            {
+                _cx.ReportAt($"inode {e.Ino}", inode.ByteOffset, $"symlink of {inode.Size} bytes");
+                return;
+            }
+            var target = SymlinkReader.Read(_cx.Mount, inode);
+            if (target.AsSpan().IndexOf((byte)0) >= 0) _cx.ReportAt($"inode {e.Ino}", inode.ByteOffset, "symlink target holds a NUL byte");
+        }
+        catch (XfsCorruptionException ex)
+        {
+            _cx.Report(ex);
+        }
+        catch (Exception ex) when (ex is XfsException or InvalidOperationException or IndexOutOfRangeException or ArgumentException or OverflowException)
+        {
+            _cx.ReportAt($"inode {e.Ino}", _cx.Sb.InodeToByte(e.Ino), $"symlink unreadable: {ex.Message}");
         }
     }
 

@@ -36,14 +36,27 @@ internal static class SuperblockRules
             problems.Add($"version {version}");
             return problems;
         }
-        if (!v5)
+        if (!v5 && ((vn & SuperblockFeatures.VersionDirV2) == 0 || (vn & SuperblockFeatures.VersionExtFlag) == 0))
+            problems.Add("version 4 without version 2 directories or unwritten extents");
+        const uint f2Known = SuperblockFeatures.F2LazySbCount | SuperblockFeatures.F2Attr2 | SuperblockFeatures.F2Parent |
+                             SuperblockFeatures.F2ProjId32 | SuperblockFeatures.F2Crc | SuperblockFeatures.F2Ftype;
+        if ((vn & SuperblockFeatures.VersionMoreBits) != 0 && (v.Features2 & ~f2Known) != 0)
+            problems.Add($"unknown features2 bits 0x{v.Features2 & ~f2Known:x}");
+        if (s[SuperblockView.OffSharedVn] != 0) problems.Add($"shared_vn {s[SuperblockView.OffSharedVn]}");
+        if (v5 && (v.FeaturesIncompat & IncompatMetadir) != 0)
         {
-            if ((vn & SuperblockFeatures.VersionDirV2) == 0 || (vn & SuperblockFeatures.VersionExtFlag) == 0)
-                problems.Add("version 4 without version 2 directories or unwritten extents");
-            const uint f2Known = SuperblockFeatures.F2LazySbCount | SuperblockFeatures.F2Attr2 | SuperblockFeatures.F2Parent |
-                                 SuperblockFeatures.F2ProjId32 | SuperblockFeatures.F2Crc | SuperblockFeatures.F2Ftype;
-            if ((vn & SuperblockFeatures.VersionMoreBits) != 0 && (v.Features2 & ~f2Known) != 0)
-                problems.Add($"unknown features2 bits 0x{v.Features2 & ~f2Known:x}");
+            // Metadata directory volumes keep quota and realtime inodes in the directory, not in the superblock.
+            if (v.UquotIno != 0 || v.GquotIno != 0 || v.PquotIno != 0) problems.Add("quota inode fields set on a metadata directory volume");
+            if (v.RbmIno != 0 || v.RsumIno != 0) problems.Add("realtime inode fields set on a metadata directory volume");
+            if (s[281..288].IndexOfAnyExcept((byte)0) >= 0) problems.Add("metadata directory padding is not zero");
+            if (v.RtBlocks == 0)
+            {
+                // Without a realtime section the group geometry is mkfs.xfs's: one group as large as it can be.
+                uint rgExtents = BinaryPrimitives.ReadUInt32BigEndian(s[276..]);
+                byte rgBlkLog = s[280];
+                if (rgExtents == 0 || rgBlkLog != Log2RoundUp((uint)Math.Min(uint.MaxValue, (ulong)rgExtents * v.RtExtSize)))
+                    problems.Add($"realtime group geometry ({rgExtents} extents, blklog {rgBlkLog})");
+            }
         }
         if (isPrimary && v.InProgress != 0) problems.Add("inprogress is set (mkfs did not finish)");
 

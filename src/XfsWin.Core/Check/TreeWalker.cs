@@ -121,7 +121,8 @@ internal sealed class TreeWalker
             previous = key;
             ulong child = root.Pointer(i);
             if (!CheckPointer(child, inodeByteOffset)) continue;
-            Visit(child, level - 1, isRoot: false, parentByteOffset: inodeByteOffset, rootChild: true);
+            if (Visit(child, level - 1, isRoot: false, parentByteOffset: inodeByteOffset, rootChild: true) is { } childFirst && childFirst != key)
+                _cx.ReportAt(_name, inodeByteOffset, $"key {i} of the root in the inode does not match the first key of its child");
         }
         CheckLevelEnds();
     }
@@ -142,34 +143,35 @@ internal sealed class TreeWalker
         else _cx.Report(_name, _agno, null, message);
     }
 
-    private void Visit(ulong pointer, int expectedLevel, bool isRoot, long parentByteOffset, bool rootChild = false)
+    /// <summary>Checks the block and what is below it; returns its first key (what its parent's key must be), or null when it could not be read.</summary>
+    private UInt128? Visit(ulong pointer, int expectedLevel, bool isRoot, long parentByteOffset, bool rootChild = false)
     {
         long offset = ByteOffsetOf(pointer);
-        if (!_visitor.Block(pointer, offset, expectedLevel)) return;
+        if (!_visitor.Block(pointer, offset, expectedLevel)) return null;
         BlocksVisited++;
         byte[] block = ArrayPool<byte>.Shared.Rent(_blockSize);
         try
         {
             var span = block.AsSpan(0, _blockSize);
-            if (!_cx.TryRead(offset, span, _name)) return;
+            if (!_cx.TryRead(offset, span, _name)) return null;
             var verdict = BtreeBlockView.Verify(span, _magic, _long, _cx.Sb, offset, _owner);
             if (!verdict.IsOk)
             {
                 Report(offset, verdict.ToString());
-                return;
+                return null;
             }
             var view = new BtreeBlockView(span);
             if (view.Level != expectedLevel)
             {
                 Report(offset, $"level {view.Level} where level {expectedLevel} belongs");
-                return;
+                return null;
             }
             int n = view.NumRecs;
             int max = expectedLevel == 0 ? LeafMax : NodeMax;
             if (n > max)
             {
                 Report(offset, $"{n} records, room for {max}");
-                return;
+                return null;
             }
             if (!isRoot && !(rootChild && _rootChildrenExempt) && n < max / 2)
                 Report(offset, $"{n} records, fewer than the minimum {max / 2} of a non-root block");
@@ -181,20 +183,25 @@ internal sealed class TreeWalker
                     _visitor.Record(span.Slice(_headerSize + i * _recordSize, _recordSize), offset);
                     RecordsVisited++;
                 }
-                return;
+                return n > 0 ? _recordKey(span.Slice(_headerSize, _recordSize)) : null;
             }
             UInt128 previous = 0;
+            UInt128? first = null;
             int pointerArea = _headerSize + NodeMax * _keyEntrySize;
             for (int i = 0; i < n; i++)
             {
                 UInt128 key = _nodeKey(span.Slice(_headerSize + i * _keyEntrySize, _keyEntrySize));
                 if (i > 0 && key < previous) Report(offset, $"node keys out of order at {i}");
                 previous = key;
+                first ??= key;
                 var p = span[(pointerArea + i * _pointerSize)..];
                 ulong child = _long ? BinaryPrimitives.ReadUInt64BigEndian(p) : BinaryPrimitives.ReadUInt32BigEndian(p);
                 if (!CheckPointer(child, offset)) continue;
-                Visit(child, expectedLevel - 1, isRoot: false, parentByteOffset: offset);
+                // Each key is the first key of its child (the low key, in overlapping trees).
+                if (Visit(child, expectedLevel - 1, isRoot: false, parentByteOffset: offset) is { } childFirst && childFirst != key)
+                    Report(offset, $"node key {i} does not match the first key of its child");
             }
+            return first;
         }
         finally
         {
@@ -208,7 +215,7 @@ internal sealed class TreeWalker
         ulong right = _long ? view.LongRightSib : view.ShortRightSib;
         if (isRoot)
         {
-            if (left != NullPointer || right != NullPointer) Report(offset, "root block has sibling pointers");
+            // xfs_repair does not look at a root block's sibling pointers (nothing follows them).
             _seenLevel[level] = true;
             return;
         }

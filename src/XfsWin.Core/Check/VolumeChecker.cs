@@ -87,6 +87,7 @@ public static class VolumeChecker
         {
             RealtimeBitmapIno = new SuperblockView(primary).RbmIno,
             RtExtSize = new SuperblockView(primary).RtExtSize,
+            InternalInodes = InternalInodesOf(new SuperblockView(primary)),
         };
         var parallel = new ParallelOptions
         {
@@ -113,7 +114,11 @@ public static class VolumeChecker
             if (!sb.IsValidFsb(sb.LogStart) || !sb.IsValidFsb(sb.LogStart + sb.LogBlocks - 1))
                 cx.Report("primary superblock", 0, 0, $"internal log at block {sb.LogStart} ({sb.LogBlocks} blocks) is outside the volume");
             else
-                cx.Claim((uint)(sb.LogStart >> sb.AgBlkLog), (uint)(sb.LogStart & ((1UL << sb.AgBlkLog) - 1)), sb.LogBlocks, BlockUse.Log, "internal log");
+            {
+                uint logAg = (uint)(sb.LogStart >> sb.AgBlkLog), logStart = (uint)(sb.LogStart & ((1UL << sb.AgBlkLog) - 1));
+                cx.Claim(logAg, logStart, sb.LogBlocks, BlockUse.Log, "internal log");
+                cx.Rmaps.Add(logAg, logStart, sb.LogBlocks, RmapRecord.OwnLog);
+            }
         }
 
         var phases = new List<CheckPhaseTime>();
@@ -167,8 +172,16 @@ public static class VolumeChecker
         {
             Guarded(cx, $"block usage of AG {ag}", () =>
             {
-                if (sb.HasRmapbt && ags[ag].AgfReadable) CrossCheckRmap(cx, (uint)ag, ags[ag].Rmaps);
-                if (sb.HasReflink && ags[ag].AgfReadable) CrossCheckRefcounts(cx, (uint)ag, ags[ag].Refcounts);
+                if (sb.HasRmapbt && ags[ag].AgfReadable)
+                {
+                    CrossCheckRmap(cx, (uint)ag, ags[ag].Rmaps);
+                    cx.Rmaps.CheckAgainstRmapbt(cx, (uint)ag, ags[ag].Rmaps);
+                }
+                if (sb.HasReflink && ags[ag].AgfReadable)
+                {
+                    CrossCheckRefcounts(cx, (uint)ag, ags[ag].Refcounts);
+                    cx.Rmaps.CheckRefcounts(cx, (uint)ag, ags[ag].Refcounts);
+                }
             });
         });
 
@@ -288,8 +301,18 @@ public static class VolumeChecker
         RmapRecord.OwnCow => use == BlockUse.CowStaging,
         _ when (r.Offset & RmapRecord.BmbtBlockFlag) != 0 => use == BlockUse.BmbtBlock,
         _ when (r.Offset & RmapRecord.AttrForkFlag) != 0 => use == BlockUse.AttrData,
-        _ => use == BlockUse.FileData,
+        _ => use is BlockUse.FileData or BlockUse.OtherData,
     };
+
+    private static HashSet<ulong> InternalInodesOf(SuperblockView v)
+    {
+        var set = new HashSet<ulong>();
+        foreach (ulong ino in new[] { v.RbmIno, v.RsumIno, v.UquotIno, v.GquotIno, v.PquotIno })
+        {
+            if (ino != 0 && ino != ulong.MaxValue) set.Add(ino);
+        }
+        return set;
+    }
 
     /// <summary>Every used block has a reverse mapping of the right kind, and every reverse mapping covers blocks used that way.</summary>
     private static void CrossCheckRmap(CheckContext cx, uint agno, List<RmapEntry> rmaps)
