@@ -193,7 +193,7 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
         var view = new AttrLeafView(b, V5);
         var used = new bool[bs];
         uint last = 0;
-        int total = 0;
+        int total = 0, lowestName = bs;
         for (int i = 0; i < count; i++)
         {
             uint hash = view.HashVal(i);
@@ -243,6 +243,7 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
                 used[x] = true;
             }
             total += size;
+            lowestName = Math.Min(lowestName, nameIdx);
             uint expected = (flags & AttrFlags.Parent) != 0 && value.Length >= 8
                 ? DaHash.Hash(name) ^ (uint)(BinaryPrimitives.ReadUInt64BigEndian(value) >> 32) ^ (uint)BinaryPrimitives.ReadUInt64BigEndian(value)
                 : DaHash.Hash(name);
@@ -255,6 +256,12 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
         if (usedBytes != total)
         {
             Report(st, offset, $"{what}: usedbytes {usedBytes}, the entries use {total}");
+            return null;
+        }
+        // Without the holes flag the names are packed from firstused on (xfs_repair resets firstused otherwise).
+        if (b[h + 6] == 0 && firstUsed != lowestName)
+        {
+            Report(st, offset, $"{what}: no holes recorded, but firstused is {firstUsed} and the names begin at {lowestName}");
             return null;
         }
         return last;

@@ -495,7 +495,7 @@ internal sealed class DirectoryLayoutChecker
                 return null;
             }
             // Siblings: each block's back pointer names the previous block of its level, whose forward pointer names it.
-            // (The root's are not looked at, as xfs_repair does not.)
+            // (The root's back pointer is not looked at, as xfs_repair does not; its forward pointer must be 0.)
             if (lastAtLevel.TryGetValue(level, out var prev))
             {
                 if (info.Back != prev.Da || new DaBlockInfoView(prev.Bytes).Forw != da)
@@ -505,7 +505,7 @@ internal sealed class DirectoryLayoutChecker
             {
                 Report(st, b.ByteOffset, $"first hash tree block of level {level} has a back pointer");
             }
-            if (!isRoot) lastAtLevel[level] = b;
+            lastAtLevel[level] = b;
             if (level == 0)
             {
                 var (_, last, ok) = CheckLeafBlock(st, b, leaf1: false);

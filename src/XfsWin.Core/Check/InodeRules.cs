@@ -72,7 +72,7 @@ internal static class InodeRules
             var p = ForkProblem(d, raw.Length, attr: true, reg, dir, link, naextents);
             if (p is not null) return p;
         }
-        else if (raw[DinodeView.OffAformat] is not (0 or (byte)ForkFormat.Extents) || naextents != 0)
+        else if (raw[DinodeView.OffAformat] != (byte)ForkFormat.Extents || naextents != 0)
         {
             return $"no attribute fork but attribute format {raw[DinodeView.OffAformat]} and {naextents} attribute extents";
         }
@@ -91,7 +91,6 @@ internal static class InodeRules
 
         // xfs_repair's flag rules.
         if ((flags & ~AllFlags) != 0) return $"unknown inode flags 0x{flags:x4}";
-        if ((flags & (Realtime | RtInherit)) != 0 && sb.RtBlocks == 0) return "realtime flags on a volume without a realtime section";
         if ((flags & NewRtBitmap) != 0 && ino != cx.RealtimeBitmapIno) return "rt bitmap flag on another inode";
         if ((flags & (RtInherit | ExtSzInherit | ProjInherit | NoSymlinks)) != 0 && !dir) return "directory flags on a non-directory";
         if ((flags & (Realtime | ExtSize)) != 0 && !reg) return "file flags on a non-file";

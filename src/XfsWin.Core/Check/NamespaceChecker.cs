@@ -167,12 +167,14 @@ internal sealed class NamespaceChecker
             {
                 sawDot = true;
                 if (entry.Ino != dirIno) _cx.ReportAt(name, where, $"\".\" names inode {entry.Ino}, not itself");
+                if (_cx.Sb.HasFtype && entry.Type != Format.XfsFileType.Directory) _cx.ReportAt(name, where, $"\".\" has file type {entry.Type}");
                 continue;
             }
             if (n.AsSpan().SequenceEqual(".."u8))
             {
                 sawDotDot = true;
                 if (entry.Ino != _parent[index]) _cx.ReportAt(name, where, $"\"..\" names inode {entry.Ino}, but its parent is {_parent[index]}");
+                if (_cx.Sb.HasFtype && entry.Type != Format.XfsFileType.Directory) _cx.ReportAt(name, where, $"\"..\" has file type {entry.Type}");
                 continue;
             }
             if (!seenNames.Add(n)) _cx.ReportAt(name, where, $"{EntryName(n)} appears twice");

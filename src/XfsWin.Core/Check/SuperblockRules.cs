@@ -42,7 +42,12 @@ internal static class SuperblockRules
                              SuperblockFeatures.F2ProjId32 | SuperblockFeatures.F2Crc | SuperblockFeatures.F2Ftype;
         if ((vn & SuperblockFeatures.VersionMoreBits) != 0 && (v.Features2 & ~f2Known) != 0)
             problems.Add($"unknown features2 bits 0x{v.Features2 & ~f2Known:x}");
-        if (s[SuperblockView.OffSharedVn] != 0) problems.Add($"shared_vn {s[SuperblockView.OffSharedVn]}");
+        // A V5 volume always has lazy counters, attr2, 32-bit project ids and CRCs (xfs_repair: "bad or unsupported version").
+        const uint f2V5 = SuperblockFeatures.F2LazySbCount | SuperblockFeatures.F2Attr2 | SuperblockFeatures.F2ProjId32 | SuperblockFeatures.F2Crc;
+        if (v5 && ((vn & SuperblockFeatures.VersionMoreBits) == 0 || (v.Features2 & f2V5) != f2V5))
+            problems.Add($"a version 5 superblock without lazy counters, attr2, 32-bit project ids and CRCs in features2 (0x{v.Features2:x})");
+        // xfs_repair -n counts a non-zero shared_vn in the primary only (a copy's fails the read verifier, uncounted).
+        if (isPrimary && s[SuperblockView.OffSharedVn] != 0) problems.Add($"shared_vn {s[SuperblockView.OffSharedVn]}");
         if (v5 && (v.FeaturesIncompat & IncompatMetadir) != 0)
         {
             // Metadata directory volumes keep quota and realtime inodes in the directory, not in the superblock.

@@ -209,37 +209,58 @@ internal sealed class TreeWalker
         }
     }
 
+    /// <summary>
+    /// Sibling pointers. Every AG btree block's must be NULL or another block of the AG (the kernel's read verifier, which
+    /// xfs_repair applies); how they link a level matters to the extent btree only (xfs_repair's scan_bmapbt: the first
+    /// block of a level has no left sibling, each left sibling is the block before, each right sibling the block after;
+    /// the last block's right sibling is not looked at). AG btrees are rebuilt whole by xfs_repair, which does not count
+    /// their links: broken links there are noted, not counted.
+    /// </summary>
     private void CheckSiblings(BtreeBlockView view, ulong pointer, int level, long offset, bool isRoot)
     {
         ulong left = _long ? view.LongLeftSib : view.ShortLeftSib;
         ulong right = _long ? view.LongRightSib : view.ShortRightSib;
+        if (!_long)
+        {
+            uint firstBlock = (uint)((4L * _cx.Sb.SectorSize + _blockSize - 1) / _blockSize);
+            foreach (var (which, sibling) in new[] { ("left", left), ("right", right) })
+            {
+                if (sibling != NullPointer && (sibling < firstBlock || sibling >= _cx.AgLength(_agno) || sibling == pointer))
+                    Report(offset, $"{which} sibling {sibling} is not another block of the AG");
+            }
+        }
         if (isRoot)
         {
-            // xfs_repair does not look at a root block's sibling pointers (nothing follows them).
             _seenLevel[level] = true;
             return;
         }
         if (!_seenLevel[level])
         {
-            if (left != NullPointer) Report(offset, $"first block of level {level} has left sibling {left}");
+            if (left != NullPointer) Linkage(offset, $"first block of level {level} has left sibling {left}");
         }
         else
         {
-            if (left != _lastAtLevel[level]) Report(offset, $"left sibling {left}, but the block before it on level {level} is {_lastAtLevel[level]}");
-            if (_lastRightAtLevel[level] != pointer) Report(offset, $"the block before it on level {level} names right sibling {_lastRightAtLevel[level]}");
+            if (left != _lastAtLevel[level]) Linkage(offset, $"left sibling {left}, but the block before it on level {level} is {_lastAtLevel[level]}");
+            if (_lastRightAtLevel[level] != pointer) Linkage(offset, $"the block before it on level {level} names right sibling {_lastRightAtLevel[level]}");
         }
         _seenLevel[level] = true;
         _lastAtLevel[level] = pointer;
         _lastRightAtLevel[level] = right;
     }
 
+    private void Linkage(long offset, string message)
+    {
+        if (_long) Report(offset, message);
+        else _cx.Note($"{_name}: {message} (xfs_repair rebuilds this btree without counting it)");
+    }
+
     private void CheckLevelEnds()
     {
+        if (_long) return;
         for (int level = 0; level < MaxLevels; level++)
         {
             if (_seenLevel[level] && _lastRightAtLevel[level] != NullPointer)
-                _cx.Report(_name, _long ? null : _agno, _long ? null : null,
-                    $"last block of level {level} has right sibling {_lastRightAtLevel[level]} instead of none");
+                Linkage(-1, $"last block of level {level} has right sibling {_lastRightAtLevel[level]} instead of none");
         }
     }
 }

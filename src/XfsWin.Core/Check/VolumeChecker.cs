@@ -41,6 +41,15 @@ public static class VolumeChecker
         {
             volume = XfsVolume.Open(source, new VolumeOpenOptions { Partition = options.Partition, LogDevice = options.LogDevice, Replay = LogReplayMode.Memory });
         }
+        catch (XfsCorruptionException e) when (e.Structure.StartsWith("log record", StringComparison.Ordinal) && e.Problem.Contains("another file system", StringComparison.Ordinal))
+        {
+            // xfs_repair -n prints "mismatched uuid in log" without counting it (the log is for xfs_repair -L to clear):
+            // the metadata is checked without the log, and the report says why.
+            using var withoutLog = XfsVolume.Open(source, new VolumeOpenOptions { Partition = options.Partition, LogDevice = options.LogDevice, Replay = LogReplayMode.None });
+            return Check(source, withoutLog, options, clock, inUse: false, cancel,
+                $"the log's records carry another volume's UUID ({e.Problem}): Linux refuses to mount the volume until the log is cleared " +
+                "(xfs_repair -L); xfs_repair -n reports this without counting it as damage. The metadata was checked without the log.");
+        }
         catch (XfsCorruptionException e)
         {
             return new CheckReport(source, [new CheckProblem(e.Structure, null, e.ByteOffset >> 9, e.Problem)], 0, null,
@@ -75,10 +84,12 @@ public static class VolumeChecker
         });
     }
 
-    private static CheckReport Check(string source, XfsVolume volume, CheckOptions options, Stopwatch clock, bool inUse, CancellationToken cancel)
+    private static CheckReport Check(string source, XfsVolume volume, CheckOptions options, Stopwatch clock, bool inUse, CancellationToken cancel,
+        string? firstNote = null)
     {
         var mount = volume.Mount;
         var notes = new List<string>();
+        if (firstNote is not null) notes.Add(firstNote);
         // The superblock as the check sees it: read again from the (possibly replayed) device.
         var primary = new byte[Math.Max(mount.Superblock.SectorSize, SuperblockView.Size)];
         mount.Device.Read(0, primary.AsSpan(0, mount.Superblock.SectorSize));
@@ -100,6 +111,7 @@ public static class VolumeChecker
             LogState.Clean => "clean",
             LogState.ReplayedInMemory => "dirty: replayed in memory before checking (nothing was written)",
             LogState.External => "external log (not checked)",
+            LogState.Unknown => "unreadable (ignored)",
             var s => s.ToString(),
         };
         if (inUse)
@@ -179,7 +191,6 @@ public static class VolumeChecker
                 }
                 if (sb.HasReflink && ags[ag].AgfReadable)
                 {
-                    CrossCheckRefcounts(cx, (uint)ag, ags[ag].Refcounts);
                     cx.Rmaps.CheckRefcounts(cx, (uint)ag, ags[ag].Refcounts);
                 }
             });
@@ -218,7 +229,7 @@ public static class VolumeChecker
         var inodes = scanners.Where(s => s is not null).SelectMany(s => s.InUse).ToArray();
         Array.Sort(inodes, (x, y) => x.Ino.CompareTo(y.Ino));
         var maps = new ExtentMapCache(mount);
-        var names = new NamespaceChecker(cx, inodes, new InodeCache(mount), new DirectoryReader(mount, maps), new AttributeReader(mount, maps), maps);
+        var names = new NamespaceChecker(cx, inodes, new InodeCache(mount), new DirectoryReader(mount, maps), new AttributeReader(mount, maps) { ReadAsXfsRepair = true }, maps);
         var roots = new List<ulong> { sb.RootIno };
         if (sb.HasMetadir) roots.Add(sb.MetadirIno);
         var unnamed = new HashSet<ulong>();
@@ -283,9 +294,10 @@ public static class VolumeChecker
         var v = new SuperblockView(primary);
         foreach (var problem in SuperblockRules.Problems(primary.AsSpan(0, cx.Sb.SectorSize), default, isPrimary: true).Take(4))
             cx.Report("primary superblock", 0, 0, problem);
-        // xfs_repair corrects a bad_features2 that differs from features2 without counting it as damage.
-        if ((v.VersionNum & SuperblockFeatures.VersionMoreBits) != 0 && v.Features2 != v.BadFeatures2)
-            cx.Note($"primary superblock: features2 0x{v.Features2:x} and bad_features2 0x{v.BadFeatures2:x} differ (xfs_repair corrects this on its own)");
+        // xfs_repair: a bad_features2 of zero is left alone (older kernels wrote features2 only); any other that
+        // differs from features2 is "a features2 mismatch".
+        if ((v.VersionNum & SuperblockFeatures.VersionMoreBits) != 0 && v.BadFeatures2 != 0 && v.Features2 != v.BadFeatures2)
+            cx.Report("primary superblock", 0, 0, $"features2 0x{v.Features2:x} and bad_features2 0x{v.BadFeatures2:x} differ");
         if (cx.Sb.IsV5 && (v.FeaturesIncompat & SuperblockFeatures.IncompatNeedsRepair) != 0)
             cx.Report("primary superblock", 0, 0, "marked as needing repair");
     }
@@ -353,37 +365,6 @@ public static class VolumeChecker
                 cx.Report(name, agno, cx.AgDaddr(agno, b), $"blocks {b}-{end} ({BlockUsageMap.Describe(use)}) have no reverse mapping");
                 b = end;
             }
-        }
-    }
-
-    /// <summary>Each block of a shared-extent record is file data owned that many times; each block owned more than once has a record.</summary>
-    private static void CrossCheckRefcounts(CheckContext cx, uint agno, List<RefcountEntry> refcounts)
-    {
-        var usage = cx.Usage;
-        string name = $"refcount btree of AG {agno}";
-        var shared = refcounts.Where(r => !r.Cow).OrderBy(r => r.Start).ToArray();
-        foreach (var r in shared)
-        {
-            for (uint b = r.Start; b < r.Start + r.Count && b < usage.AgLength(agno); b++)
-            {
-                var use = usage.Get(agno, b);
-                int owners = usage.OwnersOf(agno, b);
-                if (use != BlockUse.FileData || owners != r.Refcount)
-                {
-                    cx.Report(name, agno, cx.AgDaddr(agno, b),
-                        $"record [{r.Start}+{r.Count}] says {r.Refcount} owners; block {b} is {BlockUsageMap.Describe(use)} with {(use == BlockUse.FileData ? owners : 0)}");
-                    break;
-                }
-            }
-        }
-        var starts = shared.Select(r => r.Start).ToArray();
-        foreach (var (block, owners) in usage.SharedBlocks(agno).OrderBy(p => p.Key))
-        {
-            int i = Array.BinarySearch(starts, (uint)block);
-            if (i < 0) i = ~i - 1;
-            if (i >= 0 && block < shared[i].Start + (ulong)shared[i].Count) continue;
-            cx.Report(name, agno, cx.AgDaddr(agno, (uint)block), $"block {block} is file data of {owners} owners but has no reference count record");
-            break;
         }
     }
 }

@@ -61,7 +61,17 @@ public static class LogRecovery
         }
         var area = LogArea.For(dataDevice, externalLogDevice, sb);
         var reader = new LogReader(area, sb.Uuid);
-        var pos = LogScanner.Find(reader, sb.HasLogV2 || sb.IsV5, sb.IsV5);
+        LogPosition pos;
+        try
+        {
+            pos = LogScanner.Find(reader, sb.HasLogV2 || sb.IsV5, sb.IsV5);
+        }
+        catch (XfsCorruptionException e) when (mode == LogReplayMode.None)
+        {
+            // Nothing is replayed anyway: an unreadable log only leaves the state unknown.
+            warnings.Add($"the log could not be read ({e.Problem}) and was ignored: if Linux did not unmount cleanly, the view may be stale");
+            return new InPlaceReplay(new LogRecoveryResult { State = LogState.Unknown, Device = dataDevice, Warnings = warnings }, sb);
+        }
         warnings.AddRange(pos.Warnings);
         var result = new LogRecoveryResult
         {
