@@ -24,6 +24,9 @@ fi
 
 dotnet build src/XfsWin.Cli -c Release -v quiet -nologo >/dev/null
 xfswin=src/XfsWin.Cli/bin/Release/net10.0/xfswin
+# The xfs_repair the check is judged against (6.13, scripts/install-deps.sh), else the system's.
+repair=${XFSWIN_CACHE:-/var/cache/xfswin}/xfsprogs-6.13/bin/xfs_repair
+[ -x "$repair" ] || repair=$(command -v xfs_repair)
 
 # Seconds taken by a command (its exit status 0 or 1 is what both tools say about the volume).
 seconds() {
@@ -37,10 +40,10 @@ drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 
 echo "image: $img ($(du -h --apparent-size "$img" | cut -f1) apparent, $(du -h "$img" | cut -f1) allocated)"
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -r)"
-echo "xfs_repair: $(xfs_repair -V)"
+echo "xfs_repair: $("$repair" -V) ($repair)"
 printf '%-5s %-22s %10s %10s\n' run tool cold_s warm_s
 for r in $(seq 1 "$runs"); do
-  drop; cold=$(seconds xfs_repair -n "$img"); warm=$(seconds xfs_repair -n "$img")
+  drop; cold=$(seconds "$repair" -n "$img"); warm=$(seconds "$repair" -n "$img")
   printf '%-5s %-22s %10.2f %10.2f\n' "$r" "xfs_repair -n" "$cold" "$warm"
   drop; cold=$(seconds "$xfswin" check --no-progress "$img"); warm=$(seconds "$xfswin" check --no-progress "$img")
   printf '%-5s %-22s %10.2f %10.2f\n' "$r" "xfswin check" "$cold" "$warm"

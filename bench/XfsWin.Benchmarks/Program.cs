@@ -17,4 +17,9 @@ if (args.Length > 0 && args[0] == "engine-write")
         args.Length > 2 ? int.Parse(args[2], System.Globalization.CultureInfo.InvariantCulture) : 1024);
     return;
 }
+if (args.Length > 0 && args[0] == "check-judge")
+{
+    CheckJudge.Run();
+    return;
+}
 BenchmarkSwitcher.FromAssembly(typeof(Program).Assembly).Run(args);

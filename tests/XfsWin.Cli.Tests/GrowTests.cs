@@ -18,14 +18,28 @@ public sealed class GrowVolumes : IDisposable
     private readonly object _lock = new();
 
     /// <summary>The filled volume made by mkfs.xfs <paramref name="version"/> and its kernel manifest (do not change it: copy it).</summary>
-    public (string Image, string Manifest) Get(string version)
+    public (string Image, string Manifest) Get(string version) => Make(version, $"base-{version}", 300L * 1024 * 1024 + 4096, []);
+
+    /// <summary>AG size and free tail of <see cref="GetShrinkable"/>'s volume, in blocks.</summary>
+    public const uint ShrinkableAgBlocks = 20000, ShrinkableTail = 3000;
+
+    /// <summary>
+    /// A volume whose last AG ends in free space by construction: mkfs.xfs 6.13 makes 300 MiB in AGs of 20000 blocks
+    /// (the last one 16800 blocks), the kernel fills it as <see cref="Get"/>'s, then the image grows by
+    /// <see cref="ShrinkableTail"/> blocks and the kernel's xfs_growfs extends the last AG into them: whatever the
+    /// kernel's allocator did while filling, the last AG's last 3000 blocks are free.
+    /// </summary>
+    public (string Image, string Manifest) GetShrinkable() =>
+        Make("6.13", "shrinkable", 300L * 1024 * 1024, ["-d", $"agsize={ShrinkableAgBlocks * 4096}"], ShrinkableTail);
+
+    private (string Image, string Manifest) Make(string version, string name, long bytes, string[] mkfsOptions, uint grownBy = 0)
     {
         lock (_lock)
         {
-            if (_made.TryGetValue(version, out var done)) return done;
-            string image = Path.Combine(Directory, $"base-{version}.img"), manifest = Path.Combine(Directory, $"base-{version}.json");
-            Shell.RunChecked("truncate", "-s", (300L * 1024 * 1024 + 4096).ToString(), image);
-            Shell.RunChecked(OracleImages.Tool("mkfs.xfs", version), "-q", "-f", image);
+            if (_made.TryGetValue(name, out var done)) return done;
+            string image = Path.Combine(Directory, $"{name}.img"), manifest = Path.Combine(Directory, $"{name}.json");
+            Shell.RunChecked("truncate", "-s", bytes.ToString(), image);
+            Shell.RunChecked(OracleImages.Tool("mkfs.xfs", version), ["-q", "-f", .. mkfsOptions, image]);
             using (var m = XfsWin.TestSupport.LoopMount.Mount(image, readOnly: false))
             {
                 string root = m.MountPoint;
@@ -37,9 +51,16 @@ public sealed class GrowVolumes : IDisposable
                 if (version == "6.13") Shell.RunChecked("cp", "--reflink=always", $"{root}/big.bin", $"{root}/shared.bin");
                 for (int i = 0; i < 300; i++) File.WriteAllText($"{root}/core/f{i}.txt", new string('x', i * 37));
             }
+            if (grownBy > 0)
+            {
+                long blocks = bytes / 4096 + grownBy;
+                Shell.RunChecked("truncate", "-s", (blocks * 4096).ToString(), image);
+                using var m = XfsWin.TestSupport.LoopMount.Mount(image, readOnly: false);
+                Shell.RunChecked(OracleImages.Tool("xfs_growfs", "6.13"), "-D", blocks.ToString(), m.MountPoint);
+            }
             using (var m = XfsWin.TestSupport.LoopMount.Mount(image, readOnly: true))
                 Shell.RunChecked("python3", Path.Combine(OracleImages.ScriptsDirectory, "manifest.py"), m.MountPoint, manifest);
-            _made[version] = (image, manifest);
+            _made[name] = (image, manifest);
             return (image, manifest);
         }
     }
@@ -387,14 +408,52 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         AssertSameFiles(ours, manifest);
     }
 
+    /// <summary>
+    /// The kernel's online shrink of <paramref name="image"/> to <paramref name="smallest"/> blocks succeeds, and of
+    /// <paramref name="copy"/> (the same volume) to one block less is refused.
+    /// </summary>
+    internal static void KernelShrinkTakesExactly(string image, string copy, ulong smallest)
+    {
+        var growfs = OracleImages.Tool("xfs_growfs", "6.13");
+        using (var m = XfsWin.TestSupport.LoopMount.Mount(copy, readOnly: false))
+        {
+            var beyond = Shell.Run(growfs, "-D", (smallest - 1).ToString(), m.MountPoint);
+            Assert.True(beyond.ExitCode != 0, $"the kernel shrank to {smallest - 1} blocks, below the smallest size we named");
+        }
+        using (var m = XfsWin.TestSupport.LoopMount.Mount(image, readOnly: false))
+        {
+            var at = Shell.Run(growfs, "-D", smallest.ToString(), m.MountPoint);
+            Assert.True(at.ExitCode == 0, $"the kernel refused to shrink to {smallest} blocks, the smallest size we named: {at.StandardError}");
+        }
+    }
+
+    /// <summary>The free extents of AG <paramref name="ag"/> as xfs_db's freesp -d lists them (the AGFL's blocks among them).</summary>
+    private static List<(uint Start, uint Length)> FreeExtents(string image, uint ag) =>
+        Db(image, $"freesp -d -a {ag}").Split('\n').Select(l => l.Split(' ', StringSplitOptions.RemoveEmptyEntries))
+            .Where(f => f.Length == 3 && f[0] == ag.ToString() && uint.TryParse(f[1], out _)).Select(f => (uint.Parse(f[1]), uint.Parse(f[2]))).ToList();
+
+    /// <summary>The shrinkable volume's last AG (AG 3) ends in at least <see cref="GrowVolumes.ShrinkableTail"/> free blocks: xfs_db says so.</summary>
+    internal static void AssertFreeTail(string image, uint agLength)
+    {
+        var tail = FreeExtents(image, 3).Where(e => e.Start + e.Length == agLength).ToList();
+        Assert.True(tail.Count == 1 && tail[0].Length >= GrowVolumes.ShrinkableTail,
+            $"AG 3 ({agLength} blocks) does not end in {GrowVolumes.ShrinkableTail} free blocks: {string.Join(", ", FreeExtents(image, 3).TakeLast(3))}");
+    }
+
     [Fact]
     public void Shrink_removes_the_free_tail_of_the_last_AG_as_the_kernel_does_and_refuses_more()
     {
-        var (baseImage, _) = volumes.Get("6.13");
+        var (baseImage, manifest) = volumes.GetShrinkable();
+        var before = Sb(baseImage);
+        ulong dblocks = ulong.Parse(before["dblocks"]), agblocks = ulong.Parse(before["agblocks"]);
+        Assert.Equal(GrowVolumes.ShrinkableAgBlocks.ToString(), before["agblocks"]);
+        Assert.Equal("4", before["agcount"]);
+        uint lastLength = (uint)(dblocks - 3 * agblocks);
+        AssertFreeTail(baseImage, lastLength);
+
         using var dir = new TempDir();
         string ours = Copy(baseImage, dir.Path, "ours.img"), theirs = Copy(baseImage, dir.Path, "theirs.img");
-        var before = Sb(ours);
-        ulong dblocks = ulong.Parse(before["dblocks"]), target = dblocks - 200;
+        ulong target = dblocks - 200;
         var r = Xfswin.Run("grow", ours, "-D", target.ToString());
         Assert.True(r.Code == 0, r.ToString());
         Assert.Contains("(shrunk)", r.Out, StringComparison.Ordinal);
@@ -404,10 +463,10 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         foreach (var f in SbFields) Assert.True(a[f] == b[f], $"sb {f}: ours {a[f]}, the kernel's {b[f]}");
         AssertSameAgHeaders(theirs, ours, 3, 4);
         AssertRepairClean(ours);
+        AssertSameFiles(ours, manifest);
 
         // Removing an AG, or more than its free tail, is refused by name and writes nothing.
         string hash = Hash(ours);
-        ulong agblocks = ulong.Parse(before["agblocks"]);
         var whole = Xfswin.Run("grow", ours, "-D", (3 * agblocks).ToString());
         Assert.NotEqual(0, whole.Code);
         Assert.Contains("end of the last AG", whole.Err, StringComparison.Ordinal);
@@ -417,20 +476,114 @@ public sealed class GrowTests(GrowVolumes volumes) : IClassFixture<GrowVolumes>
         Assert.Equal(hash, Hash(ours));
 
         // The smallest size named is the kernel's own limit: its shrink takes exactly that and refuses a block more.
+        // (A refused shrink still commits the kernel's AGFL fix-up, so each kernel attempt gets its own copy.)
         string edge = Copy(baseImage, dir.Path, "edge.img"), kernelEdge = Copy(baseImage, dir.Path, "kedge.img"), kernelBeyond = Copy(baseImage, dir.Path, "kbeyond.img");
         var probe = Xfswin.Run("grow", edge, "-D", (3 * agblocks + 64).ToString());
         Assert.NotEqual(0, probe.Code);
         ulong smallest = ulong.Parse(System.Text.RegularExpressions.Regex.Match(probe.Err, @"smallest size is (\d+)").Groups[1].Value);
+        Assert.True(smallest <= dblocks - GrowVolumes.ShrinkableTail / 2, $"smallest size {smallest} of {dblocks} blocks: most of the free tail should go");
         var atLimit = Xfswin.Run("grow", edge, "-D", smallest.ToString());
         Assert.True(atLimit.Code == 0, atLimit.ToString());
-        KernelGrow(kernelEdge, smallest);
-        using (var m = XfsWin.TestSupport.LoopMount.Mount(kernelBeyond, readOnly: false))
-            Assert.NotEqual(0, Shell.Run(OracleImages.Tool("xfs_growfs", "6.13"), "-D", (smallest - 1).ToString(), m.MountPoint).ExitCode);
+        KernelShrinkTakesExactly(kernelEdge, kernelBeyond, smallest);
         var e = Sb(edge);
         var k = Sb(kernelEdge);
         foreach (var f in SbFields) Assert.True(e[f] == k[f], $"sb {f} at the limit: ours {e[f]}, the kernel's {k[f]}");
         AssertSameAgHeaders(kernelEdge, edge, 3, 4);
         AssertRepairClean(edge);
+    }
+
+    /// <summary>
+    /// A full volume grown by the kernel by 10000 blocks (a new AG): nearly all its free space is the new tail, so what a
+    /// shrink may take is bounded by the kernel's free block counter (reservations, reserve pool, set-aside), not by
+    /// the tail.
+    /// </summary>
+    [Fact]
+    public void The_shrink_limit_of_a_full_volume_is_the_kernels_free_block_counter()
+    {
+        var (baseImage, _) = volumes.Get("6.13");
+        using var dir = new TempDir();
+        string full = Copy(baseImage, dir.Path, "full.img");
+        using (var m = XfsWin.TestSupport.LoopMount.Mount(full, readOnly: false))
+            Shell.Run("dd", "if=/dev/zero", $"of={m.MountPoint}/fill", "bs=1M", "status=none");
+        ulong dblocks = ulong.Parse(Sb(full)["dblocks"]) + 10000;
+        Shell.RunChecked("truncate", "-s", ((long)dblocks * 4096).ToString(), full);
+        KernelGrow(full, dblocks);
+        var sb = Sb(full);
+        Assert.Equal(dblocks.ToString(), sb["dblocks"]);
+        uint lastAg = uint.Parse(sb["agcount"]) - 1;
+        uint lastLength = (uint)(dblocks - lastAg * ulong.Parse(sb["agblocks"]));
+        var tail = FreeExtents(full, lastAg).Single(e => e.Start + e.Length == lastLength);
+        // Besides the tail only what the kernel keeps back when full is free (its reserve pool of 5% and the AG reservations).
+        Assert.True(ulong.Parse(sb["fdblocks"]) < tail.Length + dblocks / 20 + 2500, $"fdblocks {sb["fdblocks"]}: the volume is not full besides its {tail.Length}-block tail");
+
+        string ours = Copy(full, dir.Path, "ours.img"), theirs = Copy(full, dir.Path, "theirs.img"), beyond = Copy(full, dir.Path, "beyond.img");
+        var probe = Xfswin.Run("grow", ours, "-D", (dblocks - lastLength + VolumeGrower.MinAgBlocks).ToString());
+        Assert.NotEqual(0, probe.Code);
+        ulong smallest = ulong.Parse(System.Text.RegularExpressions.Regex.Match(probe.Err, @"smallest size is (\d+)").Groups[1].Value);
+        Assert.True(smallest < dblocks, probe.ToString());
+        Xfswin.Ok("grow", ours, "-D", smallest.ToString());
+        KernelShrinkTakesExactly(theirs, beyond, smallest);
+        var a = Sb(ours);
+        var b = Sb(theirs);
+        foreach (var f in SbFields) Assert.True(a[f] == b[f], $"sb {f}: ours {a[f]}, the kernel's {b[f]}");
+        AssertSameAgHeaders(theirs, ours, lastAg, lastAg + 1);
+        AssertRepairClean(ours);
+    }
+
+    [Fact]
+    public void Imaxpct_changes_alone_and_with_a_grow_as_xfs_growfs_m_does()
+    {
+        var (baseImage, manifest) = volumes.Get("6.13");
+        using var dir = new TempDir();
+        string ours = Copy(baseImage, dir.Path, "ours.img"), theirs = Copy(baseImage, dir.Path, "theirs.img");
+        var before = Sb(ours);
+        Assert.Equal("25", before["imax_pct"]);
+        // -m alone: only the inode limit changes (the image is larger, but the data section stays).
+        foreach (var f in new[] { ours, theirs }) Shell.RunChecked("truncate", "-s", "400M", f);
+        var r = Xfswin.Run("grow", "-m", "7", ours);
+        Assert.True(r.Code == 0, r.ToString());
+        Assert.Contains("inode max percent changed from 25 to 7", r.Out, StringComparison.Ordinal);
+        Assert.DoesNotContain("data blocks changed", r.Out, StringComparison.Ordinal);
+        using (var m = XfsWin.TestSupport.LoopMount.Mount(theirs, readOnly: false))
+            Shell.RunChecked(OracleImages.Tool("xfs_growfs", "6.13"), "-m", "7", m.MountPoint);
+        var a = Sb(ours);
+        var b = Sb(theirs);
+        foreach (var f in SbFields.Append("imax_pct")) Assert.True(a[f] == b[f], $"sb {f}: ours {a[f]}, the kernel's {b[f]}");
+        Assert.Equal(before["dblocks"], a["dblocks"]);
+        AssertSecondariesAgree(ours, a);
+        AssertRepairClean(ours);
+
+        // -m with -D: both, in one transaction (the kernel changes imaxpct first, then grows).
+        r = Xfswin.Run("grow", "-m", "50", "-D", "90000", ours);
+        Assert.True(r.Code == 0, r.ToString());
+        Assert.Contains("data blocks changed from", r.Out, StringComparison.Ordinal);
+        Assert.Contains("inode max percent changed from 7 to 50", r.Out, StringComparison.Ordinal);
+        using (var m = XfsWin.TestSupport.LoopMount.Mount(theirs, readOnly: false))
+            Shell.RunChecked(OracleImages.Tool("xfs_growfs", "6.13"), "-m", "50", "-D", "90000", m.MountPoint);
+        a = Sb(ours);
+        b = Sb(theirs);
+        foreach (var f in SbFields.Append("imax_pct")) Assert.True(a[f] == b[f], $"sb {f}: ours {a[f]}, the kernel's {b[f]}");
+        AssertSecondariesAgree(ours, a);
+        AssertRepairClean(ours);
+        AssertSameFiles(ours, manifest);
+
+        // Out of range is refused before anything is written.
+        string hash = Hash(ours);
+        var bad = Xfswin.Run("grow", "-m", "101", ours);
+        Assert.Equal(ExitCodes.Usage, bad.Code);
+        Assert.Contains("0 to 100", bad.Err, StringComparison.Ordinal);
+        Assert.Equal(hash, Hash(ours));
+    }
+
+    /// <summary>Every secondary superblock repeats the primary's size, AG count and imax_pct, and none is left in progress.</summary>
+    private static void AssertSecondariesAgree(string image, Dictionary<string, string> primary)
+    {
+        for (uint ag = 1; ag < uint.Parse(primary["agcount"]); ag++)
+        {
+            var s = XfsDb.Fields(Db(image, $"sb {ag}", "print"));
+            foreach (var f in new[] { "dblocks", "agcount", "imax_pct", "inprogress" })
+                Assert.True(s[f] == (f == "inprogress" ? "0" : primary[f]), $"secondary superblock {ag}: {f} {s[f]}");
+        }
     }
 
     private static string Hash(string file)

@@ -79,8 +79,12 @@ public sealed partial class MkfsTests : IDisposable
         AssertRepairClean(ours);
     }
 
+    /// <summary>The size matrix's ends and middle (sparse images: 300 MiB, 16 GiB, 2 TiB) and option sets the kernel fills.</summary>
     [Theory]
+    [InlineData("300M", "")]
     [InlineData("1G", "")]
+    [InlineData("16G", "-m metadir=1 -d agcount=7")]
+    [InlineData("2T", "")]
     [InlineData("1G", "-b size=1024 -n parent=1")]
     [InlineData("1G", "-d su=64k,sw=4 -i sparse=0")]
     public void KernelMountsFillsAndLeavesItClean(string size, string options)
@@ -94,7 +98,14 @@ public sealed partial class MkfsTests : IDisposable
         AssertRepairClean(image);
         var sb = ReadSuperblock(image);
         Assert.Equal("fresh", sb.Label);
+        ulong blocks = (ulong)ParseSize(size) / sb.BlockSize;
+        Assert.True(sb.DataBlocks <= blocks && sb.DataBlocks > blocks / 100 * 99, $"{sb.DataBlocks} data blocks on a {size} image"); // stripes round it down
+        // What the kernel left is what our own check finds clean too.
+        var check = Xfswin.Run("check", "--no-progress", image);
+        Assert.True(check.Code == 0, check.ToString());
     }
+
+    private static long ParseSize(string size) => long.Parse(size[..^1]) << (size[^1] switch { 'M' => 20, 'G' => 30, 'T' => 40, _ => 0 });
 
     /// <summary>A short deterministic workload: directories of every form, writes, deletes, renames, xattrs, hard links, symlinks.</summary>
     private static void Stress(string root)

@@ -184,9 +184,31 @@ public class PartitionTableTests
     [InlineData("a@1@3", "a@1", 3)]
     [InlineData("@2", "@2", null)]
     [InlineData("disk@", "disk@", null)]
+    [InlineData(@"\\.\PhysicalDrive2@1", @"\\.\PhysicalDrive2", 1)]
+    [InlineData(@"\\.\PhysicalDrive0", @"\\.\PhysicalDrive0", null)]
     public void PartitionSpec_splits_a_trailing_partition_number(string source, string path, int? partition)
     {
         Assert.Equal((path, partition), PartitionSpec.Parse(source));
+    }
+
+    /// <summary>
+    /// Windows disks and volumes are devices (mkfs writes them in place instead of making an image file; grow asks them
+    /// for their size again), whatever the platform the rule is asked on; file paths are not.
+    /// </summary>
+    [Theory]
+    [InlineData(@"\\.\PhysicalDrive2", true)]
+    [InlineData(@"\\.\PhysicalDrive12", true)]
+    [InlineData(@"\\.\E:", true)]
+    [InlineData(@"\\?\Volume{0b5e6a2e-0000-0000-0000-100000000000}\", true)]
+    [InlineData(@"\\.\", false)]
+    [InlineData(@"\\server\share\disk.img", false)]
+    [InlineData(@"\\?\C:\images\disk.img", false)]
+    [InlineData(@"C:\images\disk.img", false)]
+    [InlineData("/dev/sdb", false)]
+    [InlineData("disk.img", false)]
+    public void Windows_device_paths_are_told_from_files(string path, bool device)
+    {
+        Assert.Equal(device, DeviceRangeOps.IsWindowsDevicePath(path));
     }
 
     [Theory]

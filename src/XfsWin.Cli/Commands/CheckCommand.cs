@@ -8,8 +8,9 @@ using XfsWin.Cli.Output;
 namespace XfsWin.Cli.Commands;
 
 /// <summary>
-/// <c>xfswin check SOURCE [--json]</c>: the equivalent of <c>xfs_repair -n</c> for a volume that is not
-/// mounted. Changes nothing. Exit 0 when the volume is consistent, 1 when any problem was found
+/// <c>xfswin check SOURCE|MOUNTPOINT [--json]</c>: the equivalent of <c>xfs_repair -n</c> for a volume that is not
+/// mounted (or mounted read-only), or, through its mount point, one an xfswin server has mounted read-write. Changes nothing.
+/// A device Linux mounted read-write is refused, as xfs_repair -n refuses it. Exit 0 when the volume is consistent, 1 when any problem was found
 /// (each named with its structure and disk address); the usual exit codes otherwise (not XFS, I/O).
 /// </summary>
 public static class CheckCommand
@@ -36,6 +37,26 @@ public static class CheckCommand
 
     private static int Execute(CliConsole console, string source, int? partition, bool json, string? logDevice, bool? progressFlag)
     {
+        if (Directory.Exists(source) && partition is null) return ExecuteMounted(console, source, json, progressFlag);
+        var notes = new List<string>();
+        var (path, suffix) = Device.PartitionSpec.Parse(source);
+        foreach (var m in MountGuard.MountsOf(path, partition ?? suffix))
+        {
+            if (m.ReadWrite && m.ByXfswin)
+            {
+                console.Error.WriteLine($"xfswin check: {source} is mounted read-write by xfswin at {m.Target}: check it through its mount point " +
+                                        $"(xfswin check {m.Target}), which holds its changes off while checking. Nothing was checked.");
+                return ExitCodes.Refused;
+            }
+            if (m.ReadWrite)
+            {
+                console.Error.WriteLine($"xfswin check: {source} is mounted read-write at {m.Target} by Linux: its metadata changes while it is read, " +
+                                        "so it cannot be checked (xfs_repair -n refuses it too). Unmount it, or remount it read-only " +
+                                        $"(mount -o remount,ro {m.Target}), and check again; to check it while in use, run xfs_scrub on Linux. Nothing was checked.");
+                return ExitCodes.Refused;
+            }
+            notes.Add($"mounted read-only at {m.Target}{(m.ByXfswin ? " by xfswin" : " by Linux")}: checked as the device holds it (nothing writes to it while it is mounted read-only)");
+        }
         var bar = CliProgress.Start(console, progressFlag, "check");
         CheckReport report;
         try
@@ -46,6 +67,46 @@ public static class CheckCommand
         {
             bar.Finish();
         }
+        if (notes.Count > 0) report = report with { Notes = [.. notes, .. report.Notes] };
+        return Report(console, report, json);
+    }
+
+    /// <summary>A mount point: the xfswin server that mounted it read-write checks its volume, holding changes off meanwhile.</summary>
+    private static int ExecuteMounted(CliConsole console, string mountPoint, bool json, bool? progressFlag)
+    {
+        (CheckReport? Report, int ExitCode, string? Error)? answer;
+        var bar = CliProgress.Start(console, progressFlag, "check");
+        try
+        {
+            answer = MountControl.Check(mountPoint, bar.Enabled ? bar.For<CheckProgress>(v => (v.Phase, v.Done, v.Total)) : null);
+        }
+        catch (Exception e) when (e is IOException or System.Net.Sockets.SocketException or FormatException or JsonException)
+        {
+            console.Error.WriteLine($"xfswin check: talking to the mount server of {mountPoint} failed: {e.Message}");
+            return ExitCodes.IoError;
+        }
+        finally
+        {
+            bar.Finish();
+        }
+        if (answer is null)
+        {
+            console.Error.WriteLine($"xfswin check: {mountPoint} is a directory, but no read-write xfswin mount serves it. Give the volume's image file, " +
+                                    "device or partition (disk.img@2), or mount it with xfswin mount -o rw SOURCE DIR and check it through DIR; " +
+                                    "for a volume Linux mounted, use xfs_scrub (or unmount it and check the device).");
+            return ExitCodes.Usage;
+        }
+        var (report, code, error) = answer.Value;
+        if (report is null)
+        {
+            console.Error.WriteLine($"xfswin check: {error}");
+            return code;
+        }
+        return Report(console, report, json);
+    }
+
+    private static int Report(CliConsole console, CheckReport report, bool json)
+    {
         if (json)
         {
             console.Out.WriteLine(JsonSerializer.Serialize(ToJson(report), CheckJsonContext.Default.CheckJson));
@@ -117,3 +178,9 @@ public sealed record CheckProblemJson
     DefaultIgnoreCondition = JsonIgnoreCondition.Never)]
 [JsonSerializable(typeof(CheckJson))]
 public sealed partial class CheckJsonContext : JsonSerializerContext;
+
+/// <summary>The same document on one line: how a mount server sends a check's report over its control socket.</summary>
+[JsonSourceGenerationOptions(WriteIndented = false, PropertyNamingPolicy = JsonKnownNamingPolicy.CamelCase,
+    DefaultIgnoreCondition = JsonIgnoreCondition.Never)]
+[JsonSerializable(typeof(CheckJson))]
+internal sealed partial class CheckJsonLineContext : JsonSerializerContext;

@@ -16,14 +16,17 @@ public static class GrowCommand
     public const string Description = "Grow (or shrink the free tail of) a volume's data section, as xfs_growfs does (online on an xfswin rw mount)";
 
     public const string Usage =
-        "usage: xfswin grow TARGET [-D SIZE] [-n] [--log-device LOGDEV] [--progress|--no-progress]\n" +
+        "usage: xfswin grow TARGET [-d | -D SIZE] [-m IMAXPCT] [-n] [--log-device LOGDEV] [--progress|--no-progress]\n" +
         "  TARGET: an image file, block device or partition (disk.img@2). Extend an image file first\n" +
         "          (truncate -s 20G disk.img); without -D the data section grows to the whole device.\n" +
+        "  -d        grow the data section to the whole device (the default unless -m is given alone)\n" +
         "  -D SIZE   new size in file system blocks (as xfs_growfs), or with a suffix in bytes: 512k, 10g, 2t.\n" +
         "            Smaller than now shrinks: only free space at the end of the last allocation group can go.\n" +
+        "  -m IMAXPCT  the most of the data section inodes may take, in percent (0: no limit); alone it changes\n" +
+        "            only that, as xfs_growfs -m does\n" +
         "  -n        print the geometry and what would change; write nothing\n" +
         "  TARGET may also be the mount point of a volume xfswin mounted read-write (xfswin mount -o rw):\n" +
-        "  it then grows while in use (it cannot shrink while mounted).";
+        "  it then grows or shrinks while in use, as xfs_growfs does on a mounted volume.";
 
     public static int Run(string[] args) => Run(args, CliConsole.FromProcess());
 
@@ -31,8 +34,8 @@ public static class GrowCommand
     {
         var stdout = console.Out;
         var stderr = console.Error;
-        string? target = null, logDevice = null, size = null;
-        bool dryRun = false;
+        string? target = null, logDevice = null, size = null, imaxText = null;
+        bool dryRun = false, toDevice = false;
         bool? progressFlag = null;
         for (int i = 0; i < args.Length; i++)
         {
@@ -40,6 +43,8 @@ public static class GrowCommand
             switch (a)
             {
                 case "-D" when i + 1 < args.Length: size = args[++i]; break;
+                case "-d": toDevice = true; break;
+                case "-m" when i + 1 < args.Length: imaxText = args[++i]; break;
                 case "-n" or "--dry-run": dryRun = true; break;
                 case "--log-device" or "-l" when i + 1 < args.Length: logDevice = args[++i]; break;
                 case "--progress": progressFlag = true; break;
@@ -49,6 +54,7 @@ public static class GrowCommand
                     return ExitCodes.Ok;
                 default:
                     if (a.StartsWith("-D", StringComparison.Ordinal) && a.Length > 2) { size = a[2..]; break; }
+                    if (a.StartsWith("-m", StringComparison.Ordinal) && a.Length > 2) { imaxText = a[2..]; break; }
                     if (a.StartsWith('-') || target is not null)
                     {
                         stderr.WriteLine($"xfswin grow: unexpected argument '{a}'");
@@ -64,8 +70,20 @@ public static class GrowCommand
             stderr.WriteLine(Usage);
             return ExitCodes.Usage;
         }
+        int? imaxPct;
+        try
+        {
+            imaxPct = imaxText is null ? null : ParseImaxPct(imaxText);
+        }
+        catch (FormatException e)
+        {
+            stderr.WriteLine($"xfswin grow: {e.Message}");
+            return ExitCodes.Usage;
+        }
+        // As xfs_growfs: -m alone changes only the inode limit; otherwise the data section grows (to -D or the device).
+        bool keepSize = imaxPct is not null && size is null && !toDevice;
         if (Directory.Exists(target))
-            return GrowMounted(target, size, dryRun, progressFlag, console);
+            return GrowMounted(target, size, imaxPct, keepSize, dryRun, progressFlag, console);
 
         try
         {
@@ -93,15 +111,15 @@ public static class GrowCommand
             if (dryRun && WriteGate.Check(sector, WritePurpose.Grow) is { } refusal)
                 stderr.WriteLine($"xfswin grow: a grow would be refused: {refusal.Message}");
 
-            ulong requested = size is null ? VolumeGrower.DeviceBlocks(device.Length, sb.BlockSize) : ParseSize(size, sb.BlockSize);
-            if (size is null && requested < sb.DataBlocks)
+            ulong requested = keepSize ? sb.DataBlocks : size is null ? VolumeGrower.DeviceBlocks(device.Length, sb.BlockSize) : ParseSize(size, sb.BlockSize);
+            if (size is null && !keepSize && requested < sb.DataBlocks)
             {
                 // Only an explicit -D shrinks: a device smaller than its volume was cut short by mistake, not asked to shrink.
                 stderr.WriteLine($"xfswin grow: the device holds {requested} blocks but the volume has {sb.DataBlocks}: was the image or partition made smaller? " +
                                  "Nothing was written. To shrink the volume, give the new size with -D.");
                 return ExitCodes.Usage;
             }
-            var plan = VolumeGrower.Plan(sb, requested);
+            var plan = VolumeGrower.Plan(sb, requested, imaxPct);
             bool terminal = console.StdoutIsTerminal;
             if (dryRun)
             {
@@ -114,19 +132,18 @@ public static class GrowCommand
                 PrintPlan(stdout, terminal, plan, null);
                 stdout.WriteLine(requested > sb.DataBlocks
                     ? $"Nothing to do: {requested - sb.DataBlocks} more blocks would make an allocation group of fewer than {VolumeGrower.MinAgBlocks} blocks."
-                    : "Nothing to do: the volume already has this size.");
+                    : imaxPct is not null ? "Nothing to do: the volume already has this size and inode limit." : "Nothing to do: the volume already has this size.");
                 return ExitCodes.Ok;
             }
             GrowResult result;
             using (var bar = CliProgress.Start(console, progressFlag, "grow"))
             {
-                result = VolumeGrower.Run(access!, requested, bar.Enabled ? bar.For<GrowProgress>(p => (p.Stage, p.Done, p.Total)) : null);
+                result = VolumeGrower.Run(access!, requested, bar.Enabled ? bar.For<GrowProgress>(p => (p.Stage, p.Done, p.Total)) : null,
+                    new GrowOptions { ImaxPct = imaxPct });
                 bar.Finish();
             }
             PrintPlan(stdout, terminal, result.Plan, result);
-            stdout.WriteLine(result.Plan.Shrinks
-                ? $"data blocks changed from {result.Plan.OldDataBlocks} to {result.Plan.NewDataBlocks} (shrunk)"
-                : $"data blocks changed from {result.Plan.OldDataBlocks} to {result.Plan.NewDataBlocks}");
+            PrintChanges(stdout, result.Plan, online: false);
             return ExitCodes.Ok;
         }
         catch (FormatException e)
@@ -155,7 +172,7 @@ public static class GrowCommand
     /// Online grow: <paramref name="mountPoint"/> must be served read-write by an xfswin mount server, which grows the
     /// volume it holds open (see <see cref="MountControl"/>).
     /// </summary>
-    private static int GrowMounted(string mountPoint, string? size, bool dryRun, bool? progressFlag, CliConsole console)
+    private static int GrowMounted(string mountPoint, string? size, int? imaxPct, bool keepSize, bool dryRun, bool? progressFlag, CliConsole console)
     {
         var stderr = console.Error;
         if (dryRun)
@@ -168,7 +185,7 @@ public static class GrowCommand
             (GrowResult? Result, int ExitCode, string? Error)? answer;
             using (var bar = CliProgress.Start(console, progressFlag, "grow"))
             {
-                answer = MountControl.Grow(mountPoint, size, bar.Enabled ? bar.For<GrowProgress>(p => (p.Stage, p.Done, p.Total)) : null);
+                answer = MountControl.Grow(mountPoint, size, bar.Enabled ? bar.For<GrowProgress>(p => (p.Stage, p.Done, p.Total)) : null, imaxPct, keepSize);
                 bar.Finish();
             }
             if (answer is null)
@@ -185,9 +202,8 @@ public static class GrowCommand
                 return code;
             }
             PrintPlan(console.Out, console.StdoutIsTerminal, result.Plan, result);
-            console.Out.WriteLine(result.Plan.Changes
-                ? $"data blocks changed from {result.Plan.OldDataBlocks} to {result.Plan.NewDataBlocks} (online)"
-                : "Nothing to do: the volume already has this size.");
+            if (result.Plan.Changes) PrintChanges(console.Out, result.Plan, online: true);
+            else console.Out.WriteLine("Nothing to do: the volume already has this size.");
             return ExitCodes.Ok;
         }
         catch (Exception e) when (e is IOException or System.Net.Sockets.SocketException or FormatException)
@@ -195,6 +211,22 @@ public static class GrowCommand
             stderr.WriteLine($"xfswin grow: talking to the mount server of {mountPoint} failed: {e.Message}");
             return ExitCodes.IoError;
         }
+    }
+
+    /// <summary>What changed, in xfs_growfs's words (with "(shrunk)" and "(online)" where they apply).</summary>
+    private static void PrintChanges(TextWriter o, GrowPlan p, bool online)
+    {
+        string tag = (p.Shrinks, online) switch { (true, true) => " (shrunk, online)", (true, false) => " (shrunk)", (false, true) => " (online)", _ => "" };
+        if (p.Resizes) o.WriteLine($"data blocks changed from {p.OldDataBlocks} to {p.NewDataBlocks}{tag}");
+        if (p.ImaxPct != p.OldImaxPct) o.WriteLine($"inode max percent changed from {p.OldImaxPct} to {p.ImaxPct}{(p.Resizes ? "" : tag)}");
+    }
+
+    /// <summary>-m: a whole percentage from 0 to 100.</summary>
+    public static int ParseImaxPct(string text)
+    {
+        if (!int.TryParse(text, System.Globalization.NumberStyles.None, CultureInfo.InvariantCulture, out int pct) || pct > 100)
+            throw new FormatException($"-m: imaxpct is a percentage from 0 to 100 (0: no limit), not '{text}'");
+        return pct;
     }
 
     /// <summary>-D: a plain number is file system blocks (xfs_growfs); k, m, g, t, p, e suffixes (powers of 1024) are bytes.</summary>
@@ -219,7 +251,8 @@ public static class GrowCommand
             new[] { "allocation groups", p.OldAgCount.ToString(CultureInfo.InvariantCulture), p.NewAgCount.ToString(CultureInfo.InvariantCulture) },
             new[] { "agsize (blocks)", p.AgBlocks.ToString(CultureInfo.InvariantCulture), p.AgBlocks.ToString(CultureInfo.InvariantCulture) },
             new[] { "last AG (blocks)", p.OldLastAgLength.ToString(CultureInfo.InvariantCulture), p.NewLastAgLength.ToString(CultureInfo.InvariantCulture) },
-            new[] { "inode limit (imaxpct " + p.ImaxPct + ")", "", p.MaxInodes.ToString(CultureInfo.InvariantCulture) },
+            new[] { "imaxpct", p.OldImaxPct.ToString(CultureInfo.InvariantCulture), p.ImaxPct.ToString(CultureInfo.InvariantCulture) },
+            new[] { "inode limit", "", p.MaxInodes.ToString(CultureInfo.InvariantCulture) },
         };
         if (r is not null)
             rows.Add(new[] { "free blocks", r.FreeBlocksBefore.ToString(CultureInfo.InvariantCulture), r.FreeBlocksAfter.ToString(CultureInfo.InvariantCulture) });

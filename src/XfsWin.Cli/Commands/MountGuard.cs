@@ -26,7 +26,7 @@ public static class MountGuard
         var mounts = ReadMounts();
         if (full.StartsWith("/dev/", StringComparison.Ordinal))
         {
-            foreach (var (source, target) in mounts)
+            foreach (var (source, target, _, _) in mounts)
                 if (source == full) return $"{path} is mounted at {target}; unmount it first";
             return null;
         }
@@ -37,22 +37,91 @@ public static class MountGuard
             string? file = TryRead(backing)?.Trim();
             if (file is null || file != full) continue;
             string loop = "/dev/" + Path.GetFileName(dir);
-            foreach (var (source, target) in mounts)
+            foreach (var (source, target, _, _) in mounts)
                 if (source == loop) return $"{path} is mounted at {target} (through {loop}); unmount it and detach {loop} first";
             return $"{path} is attached to {loop}; detach it first (losetup -d {loop})";
         }
         return null;
     }
 
-    private static List<(string Source, string Target)> ReadMounts()
+    /// <summary>A mount of the volume a path names: where, by what (the kernel's XFS, or an xfswin FUSE server), and whether read-write.</summary>
+    public readonly record struct VolumeMount(string Target, bool ReadWrite, bool ByXfswin);
+
+    /// <summary>
+    /// Where the volume <paramref name="path"/> names is mounted: by the kernel (the block device itself, or the loop
+    /// device an image file is attached to) or by an xfswin FUSE server (whose fsname is the source it was given,
+    /// with or without a partition suffix). Empty when nothing has it mounted, and off Linux.
+    /// </summary>
+    public static List<VolumeMount> MountsOf(string path, int? partition = null)
     {
-        var list = new List<(string, string)>();
+        var found = new List<VolumeMount>();
+        if (!OperatingSystem.IsLinux()) return found;
+        string full;
+        try
+        {
+            full = Path.GetFullPath(path);
+            if (new FileInfo(full).LinkTarget is not null) full = new FileInfo(full).ResolveLinkTarget(returnFinalTarget: true)?.FullName ?? full;
+        }
+        catch (IOException)
+        {
+            return found;
+        }
+        // The device nodes the kernel may have mounted: the disk itself or its partition's node (sdb2, nvme0n1p2), and for
+        // an image file the loop devices attached to it (their partitions; one set to an offset may hold any of them).
+        var sources = new HashSet<string>(StringComparer.Ordinal);
+        void AddDevice(string dev)
+        {
+            if (partition is not int n) sources.Add(dev);
+            else
+            {
+                sources.Add(dev + n);
+                sources.Add(dev + "p" + n);
+            }
+        }
+        if (full.StartsWith("/dev/", StringComparison.Ordinal)) AddDevice(full);
+        else if (Directory.Exists("/sys/block"))
+        {
+            foreach (var dir in Directory.EnumerateDirectories("/sys/block", "loop*"))
+            {
+                if (TryRead(Path.Combine(dir, "loop", "backing_file"))?.Trim() != full) continue;
+                string loop = "/dev/" + Path.GetFileName(dir);
+                AddDevice(loop);
+                if (partition is not null && TryRead(Path.Combine(dir, "loop", "offset"))?.Trim() is { } offset && offset != "0") sources.Add(loop);
+            }
+        }
+        foreach (var m in ReadMounts())
+        {
+            bool rw = m.Options.Split(',').Contains("rw");
+            if (m.Type == "fuse.xfswin")
+            {
+                string source;
+                try
+                {
+                    source = Path.GetFullPath(Device.PartitionSpec.Parse(m.Source).Path);
+                }
+                catch (Exception e) when (e is ArgumentException or XfsException)
+                {
+                    continue;
+                }
+                if (source == full) found.Add(new VolumeMount(m.Target, rw, ByXfswin: true));
+            }
+            else if (sources.Contains(m.Source))
+            {
+                found.Add(new VolumeMount(m.Target, rw, ByXfswin: false));
+            }
+        }
+        return found;
+    }
+
+    private static List<(string Source, string Target, string Type, string Options)> ReadMounts()
+    {
+        var list = new List<(string, string, string, string)>();
         string? text = TryRead("/proc/self/mounts");
         if (text is null) return list;
         foreach (var line in text.Split('\n'))
         {
             var f = line.Split(' ');
-            if (f.Length >= 2) list.Add((Unescape(f[0]), Unescape(f[1])));
+            if (f.Length >= 4) list.Add((Unescape(f[0]), Unescape(f[1]), f[2], f[3]));
         }
         return list;
     }

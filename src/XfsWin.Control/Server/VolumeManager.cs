@@ -649,7 +649,7 @@ public sealed class VolumeManager : IDisposable, IAccessFacts
         return Superblock.Decode(sector);
     }
 
-    /// <summary>Online: the volume this server has mounted grows while in use (read-write mounts only).</summary>
+    /// <summary>Online: the volume this server has mounted grows or shrinks while in use (read-write mounts only).</summary>
     private GrowResultInfo GrowMounted(string key, string? size, bool dryRun, IProgress<Admin.GrowProgress>? progress)
     {
         Claim(key, mustBeMounted: true);
@@ -668,12 +668,15 @@ public sealed class VolumeManager : IDisposable, IAccessFacts
             if (dryRun)
             {
                 ulong requested = ParseGrowSize(size, deviceBlocks, (uint)info.BlockSize);
-                string what = requested > info.DataBlocks ? $"would grow from {info.DataBlocks} to about {requested} blocks" : "would not change (a mounted volume only grows)";
+                ulong smallest = Admin.VolumeGrower.SmallestSizeMounted(volume);
+                string what = requested > info.DataBlocks ? $"would grow from {info.DataBlocks} to about {requested} blocks"
+                    : requested < info.DataBlocks ? (requested >= smallest ? $"would shrink from {info.DataBlocks} to about {requested} blocks" : $"cannot shrink below {smallest} blocks")
+                    : "would not change";
                 return new GrowResultInfo
                 {
                     Source = key, DryRun = true, Online = true, BlockSize = info.BlockSize, OldDataBlocks = info.DataBlocks,
-                    NewDataBlocks = Math.Max(requested, info.DataBlocks), OldAgCount = info.AgCount, NewAgCount = info.AgCount, AgBlocks = info.AgBlocks,
-                    DeviceBlocks = deviceBlocks, SmallestBlocks = info.DataBlocks, FreeBlocksBefore = stats.FreeBlocks, FreeBlocksAfter = stats.FreeBlocks,
+                    NewDataBlocks = requested >= smallest ? requested : info.DataBlocks, OldAgCount = info.AgCount, NewAgCount = info.AgCount, AgBlocks = info.AgBlocks,
+                    DeviceBlocks = deviceBlocks, SmallestBlocks = smallest, FreeBlocksBefore = stats.FreeBlocks, FreeBlocksAfter = stats.FreeBlocks,
                     Message = $"{key} (mounted read-write at {active.Host.MountPoint}) {what} (dry run: nothing was written)",
                 };
             }
@@ -682,7 +685,7 @@ public sealed class VolumeManager : IDisposable, IAccessFacts
                 ulong? blocks = size is null ? null : ParseGrowSize(size, deviceBlocks, (uint)info.BlockSize);
                 var result = Admin.VolumeGrower.RunMounted(volume, blocks, progress);
                 var p = result.Plan;
-                string message = p.Changes ? $"{key} grown from {p.OldDataBlocks} to {p.NewDataBlocks} blocks while mounted at {active.Host.MountPoint}" : $"{key} already has this size";
+                string message = p.Changes ? $"{key} {(p.Shrinks ? "shrunk" : "grown")} from {p.OldDataBlocks} to {p.NewDataBlocks} blocks while mounted at {active.Host.MountPoint}" : $"{key} already has this size";
                 if (p.Changes) Raise(EventKinds.OperationFinished, key, active.Host.MountPoint, message, Operations.Grow);
                 return GrowInfo(key, p, Admin.VolumeGrower.DeviceBlocks(volume.DeviceLength(refresh: false), (uint)info.BlockSize), p.NewDataBlocks,
                     result.FreeBlocksBefore, result.FreeBlocksAfter, dryRun: false, online: true, message);

@@ -41,6 +41,7 @@ internal sealed class AgFreeSpace
     public uint Length => U32(_agf, AgfView.OffLength);
     public uint FreeBlocks => U32(_agf, AgfView.OffFreeblks);
     public uint FreeListCount => U32(_agf, AgfView.OffFlcount);
+    public uint Longest => U32(_agf, AgfView.OffLongest);
     public uint BtreeBlocks => U32(_agf, AgfView.OffBtreeblks);
     public uint AgiLength => U32(_agi, AgiView.OffLength);
     public uint InobtRoot => U32(_agi, AgiView.OffRoot);

@@ -1,3 +1,4 @@
+using XfsWin.Device;
 using XfsWin.Format;
 
 namespace XfsWin.Admin;
@@ -33,13 +34,18 @@ internal static class AgReservations
     private static ulong Usable(Superblock sb, uint agno, uint length) =>
         sb.LogStart != 0 && (uint)(sb.LogStart >> sb.AgBlkLog) == agno ? length - Math.Min(length, sb.LogBlocks) : length;
 
-    /// <summary>What xfs_ag_resv_init asks for an AG of <paramref name="length"/> blocks: (metadata, rmapbt).</summary>
-    public static (ulong Metadata, ulong Rmap) Ask(Superblock sb, uint agno, uint length)
+    /// <summary>
+    /// What xfs_ag_resv_init asks for an AG of <paramref name="length"/> blocks: (metadata, rmapbt). The finobt's part
+    /// is sized for <paramref name="finobtLength"/> blocks (default: the same): the kernel sizes it from the in-core AG
+    /// length (pag block_count), which a shrink moves only after the reservation was made again, while the refcountbt
+    /// and rmapbt parts read the AGF's new length.
+    /// </summary>
+    public static (ulong Metadata, ulong Rmap) Ask(Superblock sb, uint agno, uint length, uint? finobtLength = null)
     {
         ulong blocks = Usable(sb, agno, length);
         ulong metadata = 0, rmap = 0;
         if (sb.HasReflink) metadata += CalcSize(Min(sb, 12), Min(sb, 8), blocks);
-        if (sb.HasFinobt) metadata += CalcSize(Min(sb, 16), Min(sb, 8), blocks * (ulong)sb.InodesPerBlock / 64);
+        if (sb.HasFinobt) metadata += CalcSize(Min(sb, 16), Min(sb, 8), Usable(sb, agno, finobtLength ?? length) * (ulong)sb.InodesPerBlock / 64);
         if (sb.HasRmapbt) rmap = Math.Max(blocks / 100, CalcSize(Min(sb, 24), Min(sb, 44), blocks));
         return (metadata, rmap);
     }
@@ -57,6 +63,41 @@ internal static class AgReservations
         return usable > ask ? usable - ask : 0;
     }
 
+    /// <summary>
+    /// The most blocks one ordinary transaction can take out of the mounted kernel's free block counter: sb_fdblocks
+    /// less what the per-AG reservations hide (xfs_ag_resv_init: the metadata ask less the trees' blocks, the whole
+    /// rmapbt ask), less the reserve pool a mount sets aside (xfs_default_resblks: 5% of the volume, at most 8192
+    /// blocks), less what may never be allocated (m_alloc_set_aside, 8 blocks per AG, and the free-space btrees'
+    /// blocks beyond their roots). A shrink's transaction reserves the removed blocks from it (xfs_trans_alloc).
+    /// The finobt's blocks come from agi_fblocks (inobtcount volumes; elsewhere taken as none).
+    /// </summary>
+    public static ulong TransactionFreeLimit(IBlockDevice device, Superblock sb, ulong fdblocks)
+    {
+        long free = (long)fdblocks;
+        var sector = new byte[sb.SectorSize];
+        for (uint agno = 0; agno < sb.AgCount; agno++)
+        {
+            long agByte = sb.AgBlockToByte(agno, 0);
+            device.Read(agByte + sb.SectorSize, sector);
+            var agf = new AgfView(sector);
+            uint length = agf.Length, refcountBlocks = U32(sector, AgfView.OffRefcountBlocks), rmapBlocks = U32(sector, AgfView.OffRmapBlocks);
+            uint btreeBlocks = U32(sector, AgfView.OffBtreeblks);
+            device.Read(agByte + 2L * sb.SectorSize, sector);
+            uint finobtBlocks = (sb.RoCompat & SuperblockFeatures.RoCompatInobtCount) != 0 ? U32(sector, AgiView.OffFblocks) : 0;
+            var (metadata, rmap) = Ask(sb, agno, length);
+            ulong metadataUsed = (sb.HasReflink ? refcountBlocks : 0) + (sb.HasFinobt ? finobtBlocks : 0);
+            free -= (long)(Math.Max(metadata, metadataUsed) - metadataUsed);
+            if (sb.HasRmapbt) free -= (long)Math.Max(rmap, rmapBlocks);
+            // m_allocbt_blks: the bnobt and cntbt blocks past their roots (agf_btreeblks, less the rmapbt's share).
+            free -= sb.HasRmapbt ? (long)btreeBlocks - Math.Max(0, (long)rmapBlocks - 1) : btreeBlocks;
+            free -= 8;
+        }
+        free -= (long)Math.Min(sb.DataBlocks / 20, 8192);
+        return free > 0 ? (ulong)free : 0;
+    }
+
+    private static uint U32(byte[] b, int offset) => System.Buffers.Binary.BinaryPrimitives.ReadUInt32BigEndian(b.AsSpan(offset));
+
     /// <summary>xfs_alloc_min_freelist for the AG's current tree heights.</summary>
     public static uint MinFreelist(Superblock sb, AgFreeSpace ag)
     {
@@ -65,10 +106,14 @@ internal static class AgReservations
         return n;
     }
 
-    /// <summary>True when the AG, at <paramref name="length"/> blocks with <paramref name="freeBlocks"/> free, can hold its metadata reservation (the check xfs_ag_resv_init makes).</summary>
+    /// <summary>
+    /// True when the AG, shrunk to <paramref name="length"/> blocks with <paramref name="freeBlocks"/> free, can hold its
+    /// metadata reservation (the check xfs_ag_resv_init makes in xfs_ag_shrink_space; the finobt's part still for the
+    /// AG's length before the shrink, <see cref="AgFreeSpace.Length"/>).
+    /// </summary>
     public static bool Fits(Superblock sb, AgFreeSpace ag, uint agno, uint length, ulong freeBlocks)
     {
-        var (metadata, rmapAsk) = Ask(sb, agno, length);
+        var (metadata, rmapAsk) = Ask(sb, agno, length, finobtLength: ag.Length);
         ulong metadataUsed = (sb.HasReflink ? ag.RefcountBlocks : 0) + (sb.HasFinobt ? ag.FinobtBlocks : 0);
         ulong reserved = Math.Max(metadata, metadataUsed) - metadataUsed;
         if (sb.HasRmapbt) reserved += Math.Max(rmapAsk, ag.RmapBlocks) - ag.RmapBlocks;

@@ -8,10 +8,14 @@ using XfsWin.Volume;
 
 namespace XfsWin.Admin;
 
-/// <summary>What a grow (or shrink) of the data section will do, as xfs_growfs_data_private decides it.</summary>
-public sealed record GrowPlan(ulong RequestedBlocks, ulong OldDataBlocks, ulong NewDataBlocks, uint OldAgCount, uint NewAgCount, uint AgBlocks, uint BlockSize, int ImaxPct, int InoPBlog, uint InodeChunkBlocks)
+/// <summary>
+/// What a grow (or shrink) of the data section will do, as xfs_growfs_data_private decides it, and the inode limit
+/// before (<see cref="OldImaxPct"/>) and after (<see cref="ImaxPct"/>), as xfs_growfs_imaxpct sets it.
+/// </summary>
+public sealed record GrowPlan(ulong RequestedBlocks, ulong OldDataBlocks, ulong NewDataBlocks, uint OldAgCount, uint NewAgCount, uint AgBlocks, uint BlockSize, int ImaxPct, int InoPBlog, uint InodeChunkBlocks, int OldImaxPct)
 {
-    public bool Changes => NewDataBlocks != OldDataBlocks;
+    public bool Changes => NewDataBlocks != OldDataBlocks || ImaxPct != OldImaxPct;
+    public bool Resizes => NewDataBlocks != OldDataBlocks;
     public bool Shrinks => NewDataBlocks < OldDataBlocks;
     /// <summary>Length of the last AG before and after.</summary>
     public uint OldLastAgLength => (uint)(OldDataBlocks - (ulong)(OldAgCount - 1) * AgBlocks);
@@ -42,6 +46,9 @@ public sealed record GrowOptions
     /// the kernel does (false). Null: logged while they fit a quarter of the log.
     /// </summary>
     public bool? SecondariesInLog { get; init; }
+
+    /// <summary>A new sb_imax_pct (0 to 100: the most of the data section inodes may take; 0 is no limit), as xfs_growfs -m sets it; null keeps it.</summary>
+    public int? ImaxPct { get; init; }
 }
 
 /// <summary>
@@ -74,8 +81,10 @@ public static class VolumeGrower
     /// the last whole AG of at least <see cref="MinAgBlocks"/> makes a new (short) AG, a smaller one is dropped.
     /// Refuses what the kernel refuses: removing whole AGs and leaving fewer than two.
     /// </summary>
-    public static GrowPlan Plan(Superblock sb, ulong requestedBlocks)
+    public static GrowPlan Plan(Superblock sb, ulong requestedBlocks, int? imaxPct = null)
     {
+        if (imaxPct is < 0 or > 100)
+            throw new XfsException(XfsError.InvalidArgument, $"imaxpct {imaxPct} is not a percentage from 0 to 100 (0: no limit). Nothing was written.");
         ulong agblocks = sb.AgBlocks;
         ulong nb = requestedBlocks;
         ulong count = nb / agblocks, rest = nb % agblocks;
@@ -87,7 +96,8 @@ public static class VolumeGrower
             nb = count * agblocks;
         }
         uint chunkBlocks = (uint)Math.Max(1, 64 >> sb.InoPBlog);
-        var plan = new GrowPlan(requestedBlocks, sb.DataBlocks, nb, sb.AgCount, (uint)count, sb.AgBlocks, sb.BlockSize, sb.ImaxPct, sb.InoPBlog, chunkBlocks);
+        var plan = new GrowPlan(requestedBlocks, sb.DataBlocks, nb, sb.AgCount, (uint)count, sb.AgBlocks, sb.BlockSize, imaxPct ?? sb.ImaxPct, sb.InoPBlog,
+            chunkBlocks, sb.ImaxPct);
         if (nb < sb.DataBlocks)
         {
             ulong lastAgStart = (ulong)(sb.AgCount - 1) * agblocks;
@@ -125,8 +135,17 @@ public static class VolumeGrower
         if (MountedLog.NeedsReplay(area, sb))
             throw new XfsException(XfsError.ReadOnly, "the log is dirty: replay it first: xfswin recover (or mount the volume once with Linux). Nothing was written.");
 
-        var plan = Plan(sb, requestedBlocks);
+        var plan = Plan(sb, requestedBlocks, options.ImaxPct);
         if (!plan.Changes) return new GrowResult(plan, sb.Fdblocks, sb.Fdblocks, false);
+        if (plan.Shrinks)
+        {
+            // A shrink takes the tail through the allocator, as the kernel's does (its free-list fix included): the
+            // volume is opened read-write for that alone, and unmounted cleanly afterwards. Refusals come first, with
+            // nothing written.
+            CheckShrink(device, sb, plan, sbView.Fdblocks);
+            using var volume = XfsVolume.OpenWritable(device, access.Log, new VolumeOpenOptions { Writable = true, SpaceChangesOnly = true }, ownsDevices: false);
+            return RunMounted(volume, requestedBlocks, progress, options.ImaxPct);
+        }
         var (items, fdDelta, logSecondaries) = Prepare(device, sb, area, primary, plan, progress, options);
         ulong freeBefore = sbView.Fdblocks;
 
@@ -149,13 +168,15 @@ public static class VolumeGrower
     }
 
     /// <summary>
-    /// Grows a volume opened read-write and in use (xfs_growfs on a mounted volume) to <paramref name="requestedBlocks"/>
-    /// (see <see cref="Plan"/>; null: what the device holds now, re-read so an image file or disk extended since the
-    /// open counts). The same steps as <see cref="Run"/>, through the volume's own log, with every other change to the
-    /// volume held off while it runs (<see cref="XfsVolume.ChangeDataSection{T}"/>); afterwards the volume allocates
-    /// from the new space. Shrinking a mounted volume is refused (unmount it and run the offline grow).
+    /// Grows (or shrinks, or changes the imaxpct of) a volume opened read-write and in use (xfs_growfs on a mounted
+    /// volume) to <paramref name="requestedBlocks"/> (see <see cref="Plan"/>; null: what the device holds now, re-read
+    /// so an image file, disk or partition extended since the open counts; with <paramref name="imaxPct"/> alone the
+    /// size stays). The same steps and limits as <see cref="Run"/>, through the volume's own log, with every other
+    /// change to the volume held off while it runs (<see cref="XfsVolume.ChangeDataSection{T}"/>); afterwards the
+    /// volume allocates from the new space (or no longer from the removed tail).
     /// </summary>
-    public static GrowResult RunMounted(XfsVolume volume, ulong? requestedBlocks, IProgress<GrowProgress>? progress = null)
+    public static GrowResult RunMounted(XfsVolume volume, ulong? requestedBlocks, IProgress<GrowProgress>? progress = null, int? imaxPct = null,
+        bool keepSize = false)
     {
         ArgumentNullException.ThrowIfNull(volume);
         return volume.ChangeDataSection(q =>
@@ -163,17 +184,19 @@ public static class VolumeGrower
             var device = q.Data;
             var sb = q.Superblock;
             device.RefreshLength();
-            ulong requested = requestedBlocks ?? DeviceBlocks(device.Length, sb.BlockSize);
+            ulong requested = keepSize ? sb.DataBlocks : requestedBlocks ?? DeviceBlocks(device.Length, sb.BlockSize);
             var primary = new byte[sb.SectorSize];
             device.Read(0, primary);
             ulong freeBefore = new SuperblockView(primary).Fdblocks;
-            var plan = Plan(sb, requested);
-            if (!plan.Changes) return new DataSectionChange<GrowResult>(new GrowResult(plan, freeBefore, freeBefore, false), sb.DataBlocks, sb.AgCount);
-            if (plan.Shrinks)
+            if (requestedBlocks is null && !keepSize && requested < sb.DataBlocks)
                 throw new XfsException(XfsError.InvalidArgument,
-                    $"a mounted volume only grows ({plan.NewDataBlocks} blocks is smaller than its {plan.OldDataBlocks}): unmount it and run " +
-                    "xfswin grow -D SIZE on its device to shrink it. Nothing was written.");
-            var options = new GrowOptions();
+                    $"the device holds {requested} blocks but the volume has {sb.DataBlocks}: was the image or partition made smaller? " +
+                    "Nothing was written. To shrink the volume, give the new size with -D.");
+            var plan = Plan(sb, requested, imaxPct);
+            if (!plan.Changes)
+                return new DataSectionChange<GrowResult>(new GrowResult(plan, freeBefore, freeBefore, false), sb.DataBlocks, sb.AgCount, sb.ImaxPct);
+            if (plan.Shrinks) return ShrinkLastAg(q, plan, primary, progress);
+            var options = new GrowOptions { ImaxPct = imaxPct };
             var (items, fdDelta, logSecondaries) = Prepare(device, sb, q.Log.Area, primary, plan, progress, options);
             progress?.Report(new GrowProgress("committing through the log", 0, 1));
             long reservation = 0;
@@ -189,7 +212,7 @@ public static class VolumeGrower
             progress?.Report(new GrowProgress("committing through the log", 1, 1));
             if (!logSecondaries) UpdateSecondarySuperblocks(device, sb, plan.NewAgCount, progress);
             var result = new GrowResult(plan, freeBefore, (ulong)((long)freeBefore + fdDelta), false);
-            return new DataSectionChange<GrowResult>(result, plan.NewDataBlocks, plan.NewAgCount);
+            return new DataSectionChange<GrowResult>(result, plan.NewDataBlocks, plan.NewAgCount, plan.ImaxPct);
         });
     }
 
@@ -217,9 +240,10 @@ public static class VolumeGrower
 
         ulong freeBefore = new SuperblockView(primary).Fdblocks;
         long fdDelta;
-        if (plan.Shrinks)
+        if (plan.Shrinks) throw new InvalidOperationException("a shrink goes through ShrinkLastAg");
+        if (!plan.Resizes)
         {
-            fdDelta = ShrinkLastAg(sb, last, plan);
+            fdDelta = 0; // imaxpct alone
         }
         else
         {
@@ -245,6 +269,7 @@ public static class VolumeGrower
         var w = new SuperblockWriter(newPrimary);
         w.DataBlocks = plan.NewDataBlocks;
         w.AgCount = plan.NewAgCount;
+        w.ImaxPct = (byte)plan.ImaxPct;
         w.Fdblocks = (ulong)((long)freeBefore + fdDelta);
         w.StampCrc(sb.SectorSize);
         int sectorBB = sb.SectorSize >> LogArea.BBShift;
@@ -267,17 +292,22 @@ public static class VolumeGrower
     /// The free extent at the end of the last AG and how many of its blocks a shrink can remove: what the kernel's
     /// exact allocation of the tail can take (no more than one allocation may take, m_ag_max_usable, leaving the
     /// free list its minimum), while the AG keeps its metadata reservation at its new length (xfs_ag_resv_init) and
-    /// at least <see cref="MinAgBlocks"/> blocks.
+    /// at least <see cref="MinAgBlocks"/> blocks, and the mounted kernel's free block counter can give the shrink's
+    /// transaction that many blocks (<see cref="AgReservations.TransactionFreeLimit"/>).
     /// </summary>
-    private static (AllocRecord? Tail, ulong Removable) RemovableTail(Superblock sb, AgFreeSpace last, uint lastLength)
+    private static (AllocRecord? Tail, ulong Removable) RemovableTail(IBlockDevice device, Superblock sb, ulong fdblocks, AgFreeSpace last, uint lastLength)
     {
         uint agno = sb.AgCount - 1;
         var tail = last.TailExtent();
         ulong removable = tail?.BlockCount ?? 0;
         removable = Math.Min(removable, AgReservations.MaxUsable(sb));
+        if (removable > 0) removable = Math.Min(removable, AgReservations.TransactionFreeLimit(device, sb, fdblocks));
         ulong spare = (ulong)last.FreeBlocks + last.FreeListCount;
         uint need = AgReservations.MinFreelist(sb, last);
         removable = Math.Min(removable, spare > need ? spare - need : 0);
+        // xfs_alloc_longest_free_extent: an AGFL short of its minimum is refilled from the longest extent first.
+        ulong refill = need > last.FreeListCount ? need - last.FreeListCount : 0;
+        removable = Math.Min(removable, last.Longest > refill ? last.Longest - refill : 0);
         while (removable > 0 && !AgReservations.Fits(sb, last, agno, (uint)(lastLength - removable), last.FreeBlocks - removable))
             removable--;
         removable = Math.Min(removable, lastLength - MinAgBlocks);
@@ -294,7 +324,19 @@ public static class VolumeGrower
         ArgumentNullException.ThrowIfNull(sb);
         uint lastLength = (uint)(sb.DataBlocks - (ulong)(sb.AgCount - 1) * sb.AgBlocks);
         var last = new AgFreeSpace(new LoggedBuffers(device), sb, sb.AgCount - 1);
-        return sb.DataBlocks - RemovableTail(sb, last, lastLength).Removable;
+        var primary = new byte[sb.SectorSize];
+        device.Read(0, primary);
+        return sb.DataBlocks - RemovableTail(device, sb, new SuperblockView(primary).Fdblocks, last, lastLength).Removable;
+    }
+
+    /// <summary>
+    /// The smallest size (in blocks) a volume opened read-write and in use can shrink to (see <see cref="SmallestSize"/>),
+    /// read while its changes are held off and written in place.
+    /// </summary>
+    public static ulong SmallestSizeMounted(XfsVolume volume)
+    {
+        ArgumentNullException.ThrowIfNull(volume);
+        return volume.WhileQuiesced(q => SmallestSize(q.Data, q.Superblock));
     }
 
     /// <summary>A size as xfs_growfs -D takes it: a plain number is file system blocks; k, m, g, t, p, e suffixes (powers of 1024) are bytes.</summary>
@@ -316,30 +358,79 @@ public static class VolumeGrower
     }
 
     /// <summary>
-    /// The tail shrink (xfs_ag_shrink_space): the removed blocks must be one free extent at the end of the last AG
-    /// that the kernel's exact allocation could take (see <see cref="AgReservations"/>), the AG must keep its metadata
-    /// reservation, and no inode chunk may reach into them. Returns the change of sb_fdblocks.
+    /// Refuses a shrink the kernel would refuse, reading only: the removed blocks must be free space at the end of the
+    /// last AG that the kernel would give (<see cref="RemovableTail"/>), and no inode chunk may reach into them.
     /// </summary>
-    private static long ShrinkLastAg(Superblock sb, AgFreeSpace last, GrowPlan plan)
+    private static void CheckShrink(IBlockDevice device, Superblock sb, GrowPlan plan, ulong fdblocks)
     {
         uint agno = sb.AgCount - 1;
         uint remove = plan.OldLastAgLength - plan.NewLastAgLength;
-        var (tail, removable) = RemovableTail(sb, last, plan.OldLastAgLength);
-        ulong lastAgStart = (ulong)agno * sb.AgBlocks;
-        if (tail is not { } t || removable < remove)
+        var last = new AgFreeSpace(new LoggedBuffers(device), sb, agno);
+        if (last.Length != plan.OldLastAgLength || last.AgiLength != plan.OldLastAgLength)
+            throw new XfsCorruptionException($"AGF of AG {agno}", sb.AgBlockToByte(agno, 0) + sb.SectorSize,
+                $"the last AG is {last.Length} blocks long (AGI: {last.AgiLength}) but the superblock's {sb.DataBlocks} blocks make it {plan.OldLastAgLength}");
+        var (tail, removable) = RemovableTail(device, sb, fdblocks, last, plan.OldLastAgLength);
+        if (tail is null || removable < remove)
         {
-            ulong smallest = lastAgStart + plan.OldLastAgLength - removable;
+            ulong smallest = (ulong)agno * sb.AgBlocks + plan.OldLastAgLength - removable;
             throw new XfsException(XfsError.InvalidArgument,
                 $"only free space at the end of the last AG can be removed: AG {agno} ends with {tail?.BlockCount ?? 0} free blocks, of which " +
-                $"{removable} can go (the kernel's limits: one allocation's largest extent, the free list's minimum and the AG's metadata reservation), " +
-                $"so the smallest size is {smallest} blocks ({plan.RequestedBlocks} asked). Nothing was written.");
+                $"{removable} can go (the kernel's limits: one allocation's largest extent, the free list's minimum, the AG's metadata reservation " +
+                $"and the free blocks a transaction may take), so the smallest size is {smallest} blocks ({plan.RequestedBlocks} asked). Nothing was written.");
         }
         if (last.InodeChunkReaches(plan.NewLastAgLength))
             throw new XfsException(XfsError.InvalidArgument,
                 $"an inode chunk of AG {agno} reaches past block {plan.NewLastAgLength} of the AG; the volume cannot shrink to {plan.NewDataBlocks} blocks. Nothing was written.");
-        last.TrimTail(t, remove);
-        last.SetLength(plan.NewLastAgLength);
-        return -(long)remove;
+    }
+
+    /// <summary>
+    /// The tail shrink (xfs_growfs_data_private with a smaller size, xfs_ag_shrink_space) of a quiesced read-write
+    /// volume: refused, with nothing written, unless the removed blocks are free space at the end of the last AG that
+    /// the kernel would give (<see cref="RemovableTail"/>) and no inode chunk reaches into them; then one transaction
+    /// through the volume's log takes them out of free space (the allocator fixes the AG's free list first, as any
+    /// allocation does), shortens the AGF and AGI and sets the primary superblock's dblocks, fdblocks and imax_pct, and
+    /// the secondary superblocks while they fit a quarter of the log (else they are rewritten after the commit).
+    /// </summary>
+    private static DataSectionChange<GrowResult> ShrinkLastAg(QuiescedVolume q, GrowPlan plan, byte[] primary, IProgress<GrowProgress>? progress)
+    {
+        var device = q.Data;
+        var sb = q.Superblock;
+        uint agno = sb.AgCount - 1;
+        uint remove = plan.OldLastAgLength - plan.NewLastAgLength;
+        ulong freeBefore = new SuperblockView(primary).Fdblocks;
+        CheckShrink(device, sb, plan, freeBefore);
+
+        progress?.Report(new GrowProgress("shrinking the last allocation group", 0, 1));
+        long secondaryBytes = (plan.NewAgCount - 1L) * (sb.SectorSize + 256);
+        bool logSecondaries = secondaryBytes <= (q.Log.Area.Blocks << LogArea.BBShift) / 4;
+        // tr_growdata's reservation (free-space and rmap tree changes of one AG) plus the superblocks.
+        int reservation = checked(64 * (int)sb.BlockSize + (int)(plan.NewAgCount + 4) * (sb.SectorSize + 256));
+        ulong freeAfter;
+        using (var tx = q.BeginTransaction(reservation))
+        {
+            q.Allocator.RemoveTail(tx, agno, remove);
+            freeAfter = (ulong)(q.Allocator.FreeBlocks - remove);
+            var verifier = new SuperblockBufferVerifier(sb);
+            var buffer = tx.Read(0, sb.SectorSize, 0, verifier, verifier.ForWrite(), BufType.Superblock);
+            var w = new SuperblockWriter(buffer.Contents);
+            w.DataBlocks = plan.NewDataBlocks;
+            w.ImaxPct = (byte)plan.ImaxPct;
+            w.Fdblocks = freeAfter;
+            tx.LogRange(buffer, 0, SuperblockView.Size - 1);
+            if (logSecondaries)
+            {
+                var image = buffer.Contents.AsSpan(0, sb.SectorSize).ToArray();
+                new SuperblockWriter(image).StampCrc(sb.SectorSize);
+                int sectorBB = sb.SectorSize >> LogArea.BBShift;
+                for (uint ag = 1; ag < plan.NewAgCount; ag++)
+                    tx.Log(BufferLogItem.Create(sb.AgBlockToByte(ag, 0) >> LogArea.BBShift, sectorBB, BufType.Superblock, image, 0, SuperblockView.Size));
+            }
+            tx.Commit();
+        }
+        q.Log.PushAll();
+        progress?.Report(new GrowProgress("shrinking the last allocation group", 1, 1));
+        if (!logSecondaries) UpdateSecondarySuperblocks(device, sb, plan.NewAgCount, progress);
+        return new DataSectionChange<GrowResult>(new GrowResult(plan, freeBefore, freeAfter, false), plan.NewDataBlocks, plan.NewAgCount, plan.ImaxPct);
     }
 
     /// <summary>

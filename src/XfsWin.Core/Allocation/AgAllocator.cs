@@ -113,13 +113,14 @@ public sealed class AgAllocator
     public RefcountUpdateWork RefcountUpdates { get; }
 
     /// <summary>
-    /// An online grow committed and wrote in place: the old last AG's AGF (longer, more free space) and the AGFs of
-    /// AGs <c>[old count, <paramref name="newAgCount"/>)</c>. Their committed state is read again from disk (the
-    /// caller dropped the cached headers), the new AGs join, and <see cref="FreeBlocks"/> moves by what they
-    /// bring. Called with every change to the volume excluded (no transaction joined any AG), before the superblock
-    /// shows the new count.
+    /// An online grow or tail shrink committed and wrote in place: the old last AG's AGF (longer with more free space,
+    /// or shorter with less) and the AGFs of AGs <c>[old count, <paramref name="newAgCount"/>)</c>. Their committed
+    /// state is read again from disk (the caller dropped the cached headers), the new AGs join, and
+    /// <see cref="FreeBlocks"/> moves by the difference. Busy extents past a shortened AG's end are dropped (the space
+    /// is gone). Called with every change to the volume excluded (no transaction joined any AG) and the log forced,
+    /// before the superblock shows the new size.
     /// </summary>
-    internal void Grown(uint newAgCount)
+    internal void Resized(uint newAgCount)
     {
         var old = _ags;
         if (newAgCount < old.Length) throw new InvalidOperationException("AGs are never removed while mounted");
@@ -135,6 +136,7 @@ public sealed class AgAllocator
                 delta -= (long)s.FreeBlocks + s.FlCount + s.BtreeBlocks;
                 LoadCommitted(s, agf);
                 s.Length = U32(agf, AgfView.OffLength);
+                s.Busy.Remove(s.Length, uint.MaxValue - s.Length);
                 ComputeReservationAsks(s);
                 delta += (long)s.FreeBlocks + s.FlCount + s.BtreeBlocks;
             }
@@ -355,6 +357,50 @@ public sealed class AgAllocator
         return found;
     }
 
+    /// <summary>
+    /// The tail shrink of AG <paramref name="agno"/> (xfs_ag_shrink_space) inside <paramref name="tx"/>: with the AG's
+    /// reservations set aside (the kernel frees them for the shrink), its free list is fixed as for any allocation,
+    /// then blocks [length − <paramref name="delta"/>, length) are taken exactly from free space with no reverse mapping
+    /// (the space stops existing), and the AGI's and AGF's lengths shrink. The in-core length follows only through
+    /// <see cref="Resized"/> once the change is written in place. The caller checked the kernel's limits first; a tail
+    /// that is not free throws <see cref="XfsError.NoSpace"/> (cancel the transaction then).
+    /// </summary>
+    internal void RemoveTail(Transaction tx, uint agno, uint delta)
+    {
+        var work = WorkOf(tx);
+        if (work.Ags.Count > 0) throw new InvalidOperationException("a tail shrink runs in a transaction of its own");
+        // Lock order: the AGI before the AGF.
+        var agiVerifier = new AgiBufferVerifier(_sb, agno);
+        var agi = tx.Read(AgfOffset(agno) + _sb.SectorSize, _sb.SectorSize, agno, agiVerifier, agiVerifier.ForWrite(), BufType.Agi);
+        var w = Join(tx, work, agno);
+        var s = _ags[agno];
+        uint length = U32(w.Agf.Contents, AgfView.OffLength);
+        if (U32(agi.Contents, AgiView.OffLength) != length) throw _mount.Corrupt($"AGI of AG {agno}", agi.Offset + AgiView.OffLength, $"length differs from the AGF's {length}");
+        if (delta == 0 || delta >= length) throw new ArgumentOutOfRangeException(nameof(delta), $"{delta} of the {length} blocks of AG {agno}");
+        var req = new AllocationRequest
+        {
+            Target = ((ulong)agno << _sb.AgBlkLog) | (length - delta), MinLength = delta, MaxLength = delta,
+            Mode = AllocationMode.Exact, Scope = AllocationScope.ThisAg, Owner = RmapOwner.Ag,
+        };
+        for (int attempt = 0; ; attempt++)
+        {
+            if (!SpaceAvailable(w, req, out _, ignoreReservations: true) || !FixFreelist(tx, w, freeing: false)
+                || !SpaceAvailable(w, req, out _, ignoreReservations: true))
+                throw new XfsException(XfsError.NoSpace, $"AG {agno} cannot give its last {delta} blocks (too little free space after its free list's needs)");
+            w.BusySkipped = false;
+            if (SearchExact(tx, w, length - delta, delta, delta) is { } c)
+            {
+                RemoveFromTrees(tx, w, c.Fbno, c.Flen, c.Bno, c.Len);
+                break;
+            }
+            if (!w.BusySkipped || attempt >= 2 || !WaitForBusy(s))
+                throw new XfsException(XfsError.NoSpace, $"the last {delta} blocks of AG {agno} are not one free extent");
+        }
+        SetAgf(tx, w, AgfView.OffLength, length - delta);
+        BinaryPrimitives.WriteUInt32BigEndian(agi.Contents.AsSpan(AgiView.OffLength), length - delta);
+        tx.LogRange(agi, AgiView.OffLength, AgiView.OffLength + 3);
+    }
+
     /// <summary>Logs the primary superblock with the exact free block count (what unmount writes; the kernel's xfs_log_sb).</summary>
     public void LogSuperblockCounters(Transaction tx)
     {
@@ -483,11 +529,11 @@ public sealed class AgAllocator
     }
 
     /// <summary>xfs_alloc_space_available: room for the request after the freelist's needs, the reservations and minleft.</summary>
-    private bool SpaceAvailable(AgWork w, AllocationRequest req, out uint maxLength)
+    private bool SpaceAvailable(AgWork w, AllocationRequest req, out uint maxLength, bool ignoreReservations = false)
     {
         var a = w.Agf.Contents;
         uint minFree = MinFreelist(a);
-        uint reserved = ReservationNeeded(w.Agno, a, req.Reservation);
+        uint reserved = ignoreReservations ? 0 : ReservationNeeded(w.Agno, a, req.Reservation);
         uint freeblks = U32(a, AgfView.OffFreeblks), flcount = U32(a, AgfView.OffFlcount), longest = U32(a, AgfView.OffLongest);
         maxLength = req.MaxLength;
         long allocLen = (long)req.MinLength + req.Alignment - 1;

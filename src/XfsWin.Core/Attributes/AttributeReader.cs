@@ -30,6 +30,14 @@ public sealed class AttributeReader
         _blockSize = (int)_sb.BlockSize;
     }
 
+    /// <summary>
+    /// For the volume check: blocks are read as xfs_repair reads them, without the checks it does not make (a remote
+    /// value block's owner, value offset and byte count; the self-description of the blocks below the root of a node
+    /// form), so that what the check counts is what xfs_repair -n counts. Magic numbers, CRCs, a remote block's UUID,
+    /// address and byte bound stay checked.
+    /// </summary>
+    internal bool ReadAsXfsRepair { get; init; }
+
     /// <summary>XATTR_SIZE_MAX: the largest value Linux stores.</summary>
     public const int XattrMaxValueLength = 65536;
 
@@ -292,7 +300,7 @@ public sealed class AttributeReader
                 throw _mount.Corrupt($"remote attribute value of inode {inode.Number}", inode.ByteOffset, $"attribute block {fileBlock} is not mapped");
             long offset = _sb.FsbToByte(ext.StartBlock + (fileBlock - ext.FileOffset));
             int want = Math.Min(perBlock, length - done);
-            var block = _mount.Buffers.Read(offset, _blockSize, inode.Number, new RemoteValueVerifier(_sb, inode.Number, (uint)done, want));
+            var block = _mount.Buffers.Read(offset, _blockSize, inode.Number, new RemoteValueVerifier(_sb, inode.Number, (uint)done, want, ReadAsXfsRepair));
             block.AsSpan(_v5 ? RemoteBlockHeader.Size : 0, want).CopyTo(value.AsSpan(done));
             done += want;
             fileBlock++;
@@ -305,17 +313,39 @@ public sealed class AttributeReader
         if (!map.TryFind(fileBlock, out var ext, out _))
             throw _mount.Corrupt($"attribute fork of inode {inode.Number}", inode.ByteOffset, $"attribute block {fileBlock} is not mapped");
         long offset = _sb.FsbToByte(ext.StartBlock + (fileBlock - ext.FileOffset));
+        if (ReadAsXfsRepair && fileBlock != 0)
+            return _mount.Buffers.Read(offset, _blockSize, inode.Number, new BelowRootVerifier(_sb, inode.Number, magicA, magicB));
         return _mount.Buffers.Read(offset, _blockSize, inode.Number,
             new DaTreeBlockVerifier(_sb, inode.Number, magicA, magicB, magicB, "attribute leaf/node block", 30));
     }
 
-    private readonly struct RemoteValueVerifier(Superblock sb, ulong owner, uint valueOffset, int bytes) : IBufferVerifier
+    /// <summary>A block below the root of a node-form attribute fork as xfs_repair reads it: its magic and (V5) CRC.</summary>
+    private readonly struct BelowRootVerifier(Superblock sb, ulong owner, ushort magicA, ushort magicB) : IBufferVerifier
     {
-        public int Kind => 31;
+        public int Kind => 35;
+        public string Structure => $"attribute leaf/node block of inode {owner}";
+        public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset)
+        {
+            ushort magic = BinaryPrimitives.ReadUInt16BigEndian(buffer[DaBlockInfoView.OffMagic..]);
+            if (magic != magicA && magic != magicB) return VerifyResult.Fail($"bad magic 0x{magic:x4}", DaBlockInfoView.OffMagic);
+            return !sb.IsV5 || XfsCrc.Verify(buffer, DaBlockInfoView.OffCrc) ? VerifyResult.Ok : VerifyResult.Fail("CRC mismatch", DaBlockInfoView.OffCrc);
+        }
+    }
+
+    private readonly struct RemoteValueVerifier(Superblock sb, ulong owner, uint valueOffset, int bytes, bool asXfsRepair) : IBufferVerifier
+    {
+        public int Kind => asXfsRepair ? 34 : 31;
         public string Structure => $"remote attribute value block of inode {owner}";
         public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset)
         {
             if (!sb.IsV5) return VerifyResult.Ok;
+            if (asXfsRepair)
+            {
+                // The kernel's read verifier only (xfs_attr3_rmt_verify: magic, CRC, UUID, address, byte bound).
+                return RemoteBlockHeader.Verify(buffer, RemoteBlockHeader.AttrMagic, sb, byteOffset,
+                    BinaryPrimitives.ReadUInt64BigEndian(buffer[RemoteBlockHeader.OffOwner..]),
+                    BinaryPrimitives.ReadUInt32BigEndian(buffer[RemoteBlockHeader.OffOffset..]), out _);
+            }
             var r = RemoteBlockHeader.Verify(buffer, RemoteBlockHeader.AttrMagic, sb, byteOffset, owner, valueOffset, out int recorded);
             if (!r.IsOk) return r;
             return recorded == bytes ? VerifyResult.Ok : VerifyResult.Fail($"block holds {recorded} bytes, expected {bytes}", RemoteBlockHeader.OffBytes);

@@ -54,6 +54,7 @@ internal sealed class AgChecker
         int sect = _sb.SectorSize;
         uint headerBlocks = (uint)((4L * sect + _sb.BlockSize - 1) >> _sb.BlockLog);
         _cx.Claim(_agno, 0, headerBlocks, BlockUse.AgHeaders, Where("AG headers"));
+        _cx.Rmaps.Add(_agno, 0, headerBlocks, RmapRecord.OwnFs);
         if (_agno > 0) CheckSecondarySuperblock();
         CheckAgf();
         CheckAgi();
@@ -61,56 +62,14 @@ internal sealed class AgChecker
 
     // ------------------------------------------------------------ superblock copies
 
-    /// <summary>Geometry fields every superblock copy repeats from the primary (xfs_repair's compare_sb): offset and width.</summary>
-    private static readonly (int Offset, int Width, string Name)[] GeometryFields =
-    [
-        (SuperblockView.OffMagic, 4, "magic"), (SuperblockView.OffBlockSize, 4, "blocksize"), (SuperblockView.OffDataBlocks, 8, "dblocks"),
-        (SuperblockView.OffRtBlocks, 8, "rblocks"), (SuperblockView.OffRtExtents, 8, "rextents"), (SuperblockView.OffUuid, 16, "uuid"),
-        (SuperblockView.OffLogStart, 8, "logstart"), (SuperblockView.OffRtExtSize, 4, "rextsize"),
-        (SuperblockView.OffAgBlocks, 4, "agblocks"), (SuperblockView.OffAgCount, 4, "agcount"), (SuperblockView.OffRbmBlocks, 4, "rbmblocks"),
-        (SuperblockView.OffLogBlocks, 4, "logblocks"), (SuperblockView.OffSectSize, 2, "sectsize"), (SuperblockView.OffInodeSize, 2, "inodesize"),
-        (SuperblockView.OffInoPBlock, 2, "inopblock"), (SuperblockView.OffBlockLog, 1, "blocklog"), (SuperblockView.OffSectLog, 1, "sectlog"),
-        (SuperblockView.OffInodeLog, 1, "inodelog"), (SuperblockView.OffInoPBlog, 1, "inopblog"), (SuperblockView.OffAgBlkLog, 1, "agblklog"),
-        (SuperblockView.OffRextSlog, 1, "rextslog"), (SuperblockView.OffImaxPct, 1, "imax_pct"), (SuperblockView.OffInoAlignMt, 4, "inoalignmt"),
-        (SuperblockView.OffUnit, 4, "unit"), (SuperblockView.OffWidth, 4, "width"), (SuperblockView.OffDirBlkLog, 1, "dirblklog"),
-        (SuperblockView.OffLogSectLog, 1, "logsectlog"), (SuperblockView.OffLogSectSize, 2, "logsectsize"), (SuperblockView.OffLogSunit, 4, "logsunit"),
-    ];
-
     private void CheckSecondarySuperblock()
     {
         var sector = new byte[_sb.SectorSize];
         long offset = _sb.AgBlockToByte(_agno, 0);
         string name = Where("superblock copy");
         if (!_cx.TryRead(offset, sector, name)) return;
-        var v = new SuperblockView(sector);
-        if (v.MagicNumber != SuperblockView.Magic)
-        {
-            _cx.Report(name, _agno, Daddr(0), $"bad magic 0x{v.MagicNumber:x8}");
-            return;
-        }
-        if (_sb.IsV5 && !XfsCrc.Verify(sector, SuperblockView.OffCrc))
-            _cx.Report(name, _agno, Daddr(0), "CRC mismatch");
-        foreach (var (off, width, field) in GeometryFields)
-        {
-            if (!sector.AsSpan(off, width).SequenceEqual(_primarySb.AsSpan(off, width)))
-                _cx.Report(name, _agno, Daddr(0), $"{field} differs from the primary superblock");
-        }
-        // Feature words: equal to the primary's (NEEDSREPAIR aside). The attr, nlink and quota version
-        // bits are set on the primary alone when first used, so copies may lack them.
-        ushort versionMask = unchecked((ushort)~(SuperblockFeatures.VersionAttr | SuperblockFeatures.VersionNlink | SuperblockFeatures.VersionQuota));
-        if ((BinaryPrimitives.ReadUInt16BigEndian(sector.AsSpan(SuperblockView.OffVersionNum)) & versionMask) !=
-            (BinaryPrimitives.ReadUInt16BigEndian(_primarySb.AsSpan(SuperblockView.OffVersionNum)) & versionMask))
-            _cx.Report(name, _agno, Daddr(0), "versionnum differs from the primary superblock");
-        if (_sb.IsV5)
-        {
-            foreach (var (off, field, mask) in new[] { (SuperblockView.OffFeaturesCompat, "compat features", ~0u),
-                         (SuperblockView.OffFeaturesRoCompat, "ro-compat features", ~0u),
-                         (SuperblockView.OffFeaturesIncompat, "incompat features", ~SuperblockFeatures.IncompatNeedsRepair) })
-            {
-                if ((BinaryPrimitives.ReadUInt32BigEndian(sector.AsSpan(off)) & mask) != (BinaryPrimitives.ReadUInt32BigEndian(_primarySb.AsSpan(off)) & mask))
-                    _cx.Report(name, _agno, Daddr(0), $"{field} differ from the primary superblock");
-            }
-        }
+        foreach (var problem in SuperblockRules.Problems(sector, _primarySb, isPrimary: false).Take(4))
+            _cx.Report(name, _agno, Daddr(0), problem);
     }
 
     // ------------------------------------------------------------ AGF, AGFL, free space, rmap, refcount
@@ -129,6 +88,8 @@ internal sealed class AgChecker
         }
         var agf = new AgfView(sector);
         AgfReadable = true;
+        uint agfVersion = BinaryPrimitives.ReadUInt32BigEndian(sector.AsSpan(AgfView.OffVersion));
+        if (agfVersion != 1) _cx.ReportAt(name, offset, $"version {agfVersion}");
         if (agf.Length != _length) _cx.ReportAt(name, offset, $"length {agf.Length}, the AG has {_length} blocks");
         uint btreeblks = BinaryPrimitives.ReadUInt32BigEndian(sector.AsSpan(AgfView.OffBtreeblks));
         AgfFreeSum = (ulong)agf.FreeBlocks + agf.FlCount + btreeblks;
@@ -188,11 +149,14 @@ internal sealed class AgChecker
         int header = 0;
         if (_sb.IsV5)
         {
+            // xfs_repair -n rebuilds every AGFL in a repair, so a damaged AGFL header is reported but not counted.
             header = AgflLayout.SizeV5;
-            if (BinaryPrimitives.ReadUInt32BigEndian(sector) != AgflLayout.Magic) { _cx.ReportAt(name, offset, "bad magic"); return; }
-            if (!XfsCrc.Verify(sector, AgflLayout.OffCrc)) { _cx.ReportAt(name, offset, "CRC mismatch"); return; }
-            if (BinaryPrimitives.ReadUInt32BigEndian(sector.AsSpan(AgflLayout.OffSeqno)) != _agno) _cx.ReportAt(name, offset, "sequence number is not the AG's");
-            if (SuperblockView.ReadUuid(sector.AsSpan(AgflLayout.OffUuid, 16)) != _sb.MetaUuid) _cx.ReportAt(name, offset, "UUID does not match the volume");
+            string? bad = BinaryPrimitives.ReadUInt32BigEndian(sector) != AgflLayout.Magic ? "bad magic"
+                : !XfsCrc.Verify(sector, AgflLayout.OffCrc) ? "CRC mismatch"
+                : BinaryPrimitives.ReadUInt32BigEndian(sector.AsSpan(AgflLayout.OffSeqno)) != _agno ? "sequence number is not the AG's"
+                : SuperblockView.ReadUuid(sector.AsSpan(AgflLayout.OffUuid, 16)) != _sb.MetaUuid ? "UUID does not match the volume" : null;
+            if (bad is not null)
+                _cx.Note($"{name} (daddr 0x{offset >> 9:x}): {bad} (xfs_repair rebuilds free lists and does not count this as damage)");
         }
         uint size = (uint)((_sb.SectorSize - header) / 4);
         uint first = agf.FlFirst, last = agf.FlLast, count = agf.FlCount;
@@ -343,12 +307,14 @@ internal sealed class AgChecker
         }
         var agi = new AgiView(sector);
         AgiReadable = true;
+        uint agiVersion = BinaryPrimitives.ReadUInt32BigEndian(sector.AsSpan(AgiView.OffVersion));
+        if (agiVersion != 1) _cx.ReportAt(name, offset, $"version {agiVersion}");
         AgiCount = agi.Count;
         AgiFreeCount = agi.FreeCount;
         if (agi.Length != _length) _cx.ReportAt(name, offset, $"length {agi.Length}, the AG has {_length} blocks");
         for (int bucket = 0; bucket < AgiView.UnlinkedBuckets; bucket++)
         {
-            if (agi.Unlinked(bucket) != AgiView.NullAgino && !_cx.LogReplayed)
+            if (agi.Unlinked(bucket) != AgiView.NullAgino && !_cx.UnlinkedExpected)
                 _cx.ReportAt(name, offset, $"unlinked bucket {bucket} holds inode {agi.Unlinked(bucket)} (an inode was being deleted)");
         }
 
@@ -420,12 +386,28 @@ internal sealed class AgChecker
             if ((r.FreeMask & holes) != holes) _cx.ReportAt(name, blockOffset, $"chunk {r.StartIno}: holes not marked free");
             if (finobt && freeCount == 0) _cx.ReportAt(name, blockOffset, $"chunk {r.StartIno} has no free inodes");
             records.Add(r);
-            if (!finobt) ClaimChunk(r, holes, name);
+            if (!finobt)
+            {
+                ClaimChunk(r, holes, name);
+                ObserveChunk(r, holes);
+            }
         });
         uint magic = finobt ? (_sb.IsV5 ? BtreeMagic.FinoV5 : BtreeMagic.FinoV4) : (_sb.IsV5 ? BtreeMagic.InoV5 : BtreeMagic.InoV4);
         var walker = new TreeWalker(_cx, name, magic, false, InobtRecord.Size, InobtRecord.KeySize, _agno, _agno, Key32, Key32, visitor);
         walker.WalkFromAgRoot(root, levels, _length);
         return walker.BlocksVisited;
+    }
+
+    /// <summary>The chunk's reverse mapping as xfs_repair expects it (rmap_add_fixed_ag_rec): from its first inode, as many blocks as its inodes fill.</summary>
+    private void ObserveChunk(InobtRecord r, ulong holes)
+    {
+        int first = BitOperations.TrailingZeroCount(~holes);
+        if (first >= 64) return;
+        uint blocks = (uint)((64 - BitOperations.PopCount(holes)) >> _sb.InoPBlog);
+        if (blocks == 0) blocks = 1;
+        uint agino = r.StartIno + (uint)first;
+        if ((agino & ((1u << _sb.InoPBlog) - 1)) != 0) return;
+        _cx.Rmaps.Add(_agno, agino >> _sb.InoPBlog, blocks, RmapRecord.OwnInodes);
     }
 
     private void ClaimChunk(InobtRecord r, ulong holes, string name)

@@ -13,7 +13,10 @@ public enum BlockUse : byte
     InodeBtree,
     RefcountBtree,
     InodeChunk,
+    /// <summary>A regular file's data fork: the one use reflink volumes let several owners share.</summary>
     FileData,
+    /// <summary>The data fork of a directory, symbolic link or metadata file (never shared).</summary>
+    OtherData,
     AttrData,
     BmbtBlock,
     CowStaging,
@@ -23,26 +26,23 @@ public enum BlockUse : byte
 /// One byte per block of every AG saying what uses it: the per-AG block usage map every owner claims
 /// its blocks in, so that each block is found used exactly once (free space, headers, log, btree
 /// blocks, inode chunks, file extents). Claims from many threads are lock-free (compare-and-swap per
-/// block). Data blocks of reflink volumes may be claimed more than once: the extra owners are counted
-/// per block in <see cref="SharedCounts"/>, compared later with the refcount btree.
+/// block). Regular files' data blocks of reflink volumes may be claimed more than once (their reference
+/// counts are worked out from the reverse mappings, <see cref="ReverseMappings"/>).
 /// </summary>
 public sealed class BlockUsageMap
 {
     private readonly byte[][] _ags;
     private readonly bool _sharingAllowed;
     private readonly int[] _lengths;
-    private readonly System.Collections.Concurrent.ConcurrentDictionary<ulong, int>[] _shared;
 
     public BlockUsageMap(uint agCount, Func<uint, uint> agLength, bool sharingAllowed)
     {
         _ags = new byte[agCount][];
         _lengths = new int[agCount];
-        _shared = new System.Collections.Concurrent.ConcurrentDictionary<ulong, int>[agCount];
         for (uint ag = 0; ag < agCount; ag++)
         {
             _ags[ag] = new byte[(agLength(ag) + 3) & ~3u];
             _lengths[ag] = (int)agLength(ag);
-            _shared[ag] = new();
         }
         _sharingAllowed = sharingAllowed;
     }
@@ -50,12 +50,6 @@ public sealed class BlockUsageMap
     public int AgLength(uint agno) => _lengths[agno];
 
     public BlockUse Get(uint agno, uint agbno) => (BlockUse)Volatile.Read(ref _ags[agno][agbno]);
-
-    /// <summary>Owners of a block claimed more than once as file data (reflink): 1 when not shared.</summary>
-    public int OwnersOf(uint agno, uint agbno) => _shared[agno].TryGetValue(agbno, out int n) ? n : 1;
-
-    /// <summary>The shared data blocks of an AG and their owner counts (≥ 2).</summary>
-    public IEnumerable<KeyValuePair<ulong, int>> SharedBlocks(uint agno) => _shared[agno];
 
     /// <summary>
     /// Claims <paramref name="count"/> blocks from <paramref name="agbno"/> for <paramref name="use"/>.
@@ -72,12 +66,7 @@ public sealed class BlockUsageMap
             byte previous = CompareExchange(map, b, (byte)use);
             if (previous == 0) continue;
             var prev = (BlockUse)previous;
-            if (prev == use && IsShareable(use))
-            {
-                if (use == BlockUse.InodeChunk) continue;
-                _shared[agno].AddOrUpdate(b, 2, (_, n) => n + 1);
-                continue;
-            }
+            if (prev == use && IsShareable(use)) continue;
             if (conflict is null) conflict = (prev, b, 1);
             else if (conflict.Value.Item1 == prev && conflict.Value.Item2 + conflict.Value.Item3 == b)
                 conflict = (prev, conflict.Value.Item2, conflict.Value.Item3 + 1);
@@ -119,6 +108,7 @@ public sealed class BlockUsageMap
         BlockUse.RefcountBtree => "a refcount btree block",
         BlockUse.InodeChunk => "an inode chunk",
         BlockUse.FileData => "file data",
+        BlockUse.OtherData => "directory, link or metadata file data",
         BlockUse.AttrData => "attribute data",
         BlockUse.BmbtBlock => "an extent btree block",
         BlockUse.CowStaging => "a copy-on-write staging extent",

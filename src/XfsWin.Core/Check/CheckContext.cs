@@ -16,14 +16,22 @@ internal sealed class CheckContext
     private readonly ConcurrentQueue<CheckProblem> _problems = new();
     private int _listed, _notListed;
 
-    public CheckContext(MountContext mount, Superblock sb, bool logReplayed, CancellationToken cancel)
+    public CheckContext(MountContext mount, Superblock sb, bool logReplayed, CancellationToken cancel, bool inUse = false)
     {
         LogReplayed = logReplayed;
+        InUse = inUse;
         Mount = mount;
         Sb = sb;
         Cancel = cancel;
         Usage = new BlockUsageMap(sb.AgCount, AgLength, sb.HasReflink);
+        Rmaps = new ReverseMappings(sb);
     }
+
+    /// <summary>The reverse mappings the structures imply (collected on rmap and reflink volumes).</summary>
+    public ReverseMappings Rmaps { get; }
+
+    /// <summary>The superblock's quota and realtime inodes: files whose blocks are never shared (libxfs_internal_inum).</summary>
+    public IReadOnlySet<ulong> InternalInodes { get; init; } = new HashSet<ulong>();
 
     public MountContext Mount { get; }
     /// <summary>The primary superblock as read from the (replayed) device.</summary>
@@ -36,7 +44,20 @@ internal sealed class CheckContext
     /// system stopped; the kernel frees them) and copy-on-write staging extents (the kernel drops them).
     /// </summary>
     public bool LogReplayed { get; }
+
+    /// <summary>
+    /// The volume is mounted read-write by this process and was quiesced for the check: files unlinked while open are
+    /// legitimately on the AGI unlinked lists (freed at their last close), so such inodes are expected.
+    /// </summary>
+    public bool InUse { get; }
+
+    /// <summary>Inodes with no links left on the AGI unlinked lists are expected (after a replay, or held open while mounted).</summary>
+    public bool UnlinkedExpected => LogReplayed || InUse;
     public BlockUsageMap Usage { get; }
+
+    /// <summary>sb_rbmino and sb_rextsize of the primary superblock (the decoded superblock does not keep them).</summary>
+    public ulong RealtimeBitmapIno { get; init; }
+    public uint RtExtSize { get; init; }
 
     public uint AgLength(uint agno) =>
         agno == Sb.AgCount - 1 ? (uint)(Sb.DataBlocks - (ulong)agno * Sb.AgBlocks) : Sb.AgBlocks;
@@ -74,6 +95,19 @@ internal sealed class CheckContext
     }
 
     public IReadOnlyList<CheckProblem> Problems => _problems.ToArray();
+
+    private readonly ConcurrentQueue<string> _notes = new();
+
+    /// <summary>
+    /// Something found that xfs_repair -n reports without counting it as damage (it rebuilds or corrects it on its own
+    /// in any repair): listed in the report's notes, not a problem.
+    /// </summary>
+    public void Note(string note)
+    {
+        if (_notes.Count < 100) _notes.Enqueue(note);
+    }
+
+    public IEnumerable<string> Notes => _notes;
     public int NotListed => Volatile.Read(ref _notListed);
 
     /// <summary>

@@ -3,8 +3,17 @@ using XfsWin.Format;
 
 namespace XfsWin.Check;
 
-/// <summary>An in-use inode as the scan found it (what the namespace check needs).</summary>
-internal readonly record struct InodeEntry(ulong Ino, ushort Mode, uint Nlink, uint Generation, bool Unusable, bool HasAttrFork = false);
+/// <summary>An in-use inode as the scan found it (what the namespace and quota checks need).</summary>
+internal readonly record struct InodeEntry(ulong Ino, ushort Mode, uint Nlink, uint Generation, bool Unusable, bool HasAttrFork = false)
+{
+    public uint Uid { get; init; }
+    public uint Gid { get; init; }
+    public uint ProjectId { get; init; }
+    public ulong Nblocks { get; init; }
+    /// <summary>Realtime file (its data blocks count as realtime blocks) or metadata directory inode (not charged to quota).</summary>
+    public bool Realtime { get; init; }
+    public bool Metadata { get; init; }
+}
 
 /// <summary>
 /// Reads every inode of an AG's inode chunks (as the inobt lists them) and checks it: core verifier
@@ -70,7 +79,12 @@ internal sealed class InodeScanner
             return;
         }
         if (freeInInobt) _cx.ReportAt(name, offset, "in use, but the inode btree marks it free");
-        bool beingFreed = _cx.LogReplayed && d.LinkCount == 0;
+        if (InodeRules.Problem(raw, ino, _cx) is { } broken)
+        {
+            // The kernel refuses to read such an inode; xfs_repair would clear it or its flags.
+            _cx.ReportAt(name, offset, broken);
+        }
+        bool beingFreed = _cx.UnlinkedExpected && d.LinkCount == 0;
         if (d.NextUnlinked != AgiView.NullAgino && !beingFreed) _cx.ReportAt(name, offset, $"in use with next_unlinked {d.NextUnlinked} (left on an unlinked list)");
         int litSize = raw.Length - d.CoreSize;
         if (d.ForkOffset != 0 && d.ForkOffset * 8 >= litSize)
@@ -93,11 +107,15 @@ internal sealed class InodeScanner
         bool usable = true;
         bool realtime = (d.Flags & DinodeView.FlagRealtime) != 0;
         var dataFork = raw.Slice(d.CoreSize, d.DataForkSize(raw.Length));
-        usable &= CheckFork(ino, name, offset, d.Format, dataFork, d.DataExtentCount, attr: false, regular: type == 0x8000, realtime, ref blocks);
+        // Only a regular file's data may be shared (reflink); a metadata file's never is.
+        var owner = new ForkOwner(ino, Regular: type == 0x8000,
+            Shareable: type == 0x8000 && (d.Flags2 & DinodeView.Flag2Metadata) == 0 && !_cx.InternalInodes.Contains(ino),
+            Reflink: (d.Flags2 & DinodeView.Flag2Reflink) != 0);
+        usable &= CheckFork(owner, name, offset, d.Format, dataFork, d.DataExtentCount, attr: false, realtime, ref blocks);
         if (d.ForkOffset != 0)
         {
             var attrFork = raw.Slice(d.AttrForkOffset, d.AttrForkSize(raw.Length));
-            usable &= CheckFork(ino, name, offset, d.AttrFormat, attrFork, d.AttrExtentCount, attr: true, regular: false, realtime: false, ref blocks);
+            usable &= CheckFork(owner, name, offset, d.AttrFormat, attrFork, d.AttrExtentCount, attr: true, realtime: false, ref blocks);
         }
         else if (d.AttrExtentCount != 0)
         {
@@ -107,7 +125,11 @@ internal sealed class InodeScanner
             _cx.ReportAt(name, offset, $"nblocks {d.Nblocks}, counted {blocks}");
         if (type is 0x2000 or 0x6000 or 0x1000 or 0xC000 && d.Size != 0 && d.Format == ForkFormat.Device)
             _cx.ReportAt(name, offset, $"special file with size {d.Size}");
-        InUse.Add(new InodeEntry(ino, d.Mode, d.LinkCount, d.Generation, Unusable: !usable, HasAttrFork: d.ForkOffset != 0));
+        InUse.Add(new InodeEntry(ino, d.Mode, d.LinkCount, d.Generation, Unusable: !usable, HasAttrFork: d.ForkOffset != 0)
+        {
+            Uid = d.Uid, Gid = d.Gid, ProjectId = d.ProjectId, Nblocks = d.Nblocks, Realtime = realtime,
+            Metadata = (d.Flags2 & DinodeView.Flag2Metadata) != 0,
+        });
     }
 
     private void CheckNanoseconds(string name, long offset, string field, ulong raw)
@@ -117,15 +139,21 @@ internal sealed class InodeScanner
     }
 
     /// <summary>Checks one fork's mapping; adds its blocks (extents and non-root bmbt blocks) to <paramref name="blocks"/>. False when the fork is unreadable.</summary>
-    private bool CheckFork(ulong ino, string name, long offset, ForkFormat format, ReadOnlySpan<byte> fork, ulong extentCount, bool attr, bool regular,
+    private bool CheckFork(ForkOwner owner, string name, long offset, ForkFormat format, ReadOnlySpan<byte> fork, ulong extentCount, bool attr,
         bool realtime, ref ulong blocks)
     {
+        ulong ino = owner.Ino;
         string forkName = attr ? "attribute fork" : "data fork";
         switch (format)
         {
             case ForkFormat.Device:
             case ForkFormat.Local:
                 if (extentCount != 0) _cx.ReportAt(name, offset, $"{forkName} in {(format == ForkFormat.Local ? "local" : "device")} format with {extentCount} extents");
+                if (attr && format == ForkFormat.Local && ShortformAttributeProblem(fork) is { } sf)
+                {
+                    _cx.ReportAt(name, offset, $"short-form attributes: {sf}");
+                    return false;
+                }
                 return true;
             case ForkFormat.Extents:
             {
@@ -134,7 +162,7 @@ internal sealed class InodeScanner
                     _cx.ReportAt(name, offset, $"{extentCount} extents do not fit in the {forkName} ({fork.Length} bytes)");
                     return false;
                 }
-                var mapper = new ExtentChecker(this, ino, $"{name} {forkName}", attr, regular, realtime);
+                var mapper = new ExtentChecker(this, owner, $"{name} {forkName}", attr, realtime);
                 for (int i = 0; i < (int)extentCount; i++) mapper.Add(fork.Slice(i * BmbtRecord.Size, BmbtRecord.Size), offset);
                 blocks += mapper.Blocks;
                 return true;
@@ -143,7 +171,7 @@ internal sealed class InodeScanner
             {
                 if (extentCount <= (ulong)(fork.Length / BmbtRecord.Size))
                     _cx.ReportAt(name, offset, $"{forkName} is a btree but its {extentCount} extents would fit in the inode");
-                var mapper = new ExtentChecker(this, ino, $"{name} {forkName}", attr, regular, realtime);
+                var mapper = new ExtentChecker(this, owner, $"{name} {forkName}", attr, realtime);
                 var walker = new TreeWalker(_cx, $"extent btree of inode {ino} ({forkName})", _sb.IsV5 ? BtreeMagic.BmapV5 : BtreeMagic.BmapV4, true,
                     BmbtRecord.Size, 8, ino, 0, BmbtKey, BmbtNodeKey, mapper);
                 walker.WalkFromInodeRoot(fork, offset);
@@ -158,12 +186,46 @@ internal sealed class InodeScanner
         }
     }
 
+    /// <summary>
+    /// xfs_attr_shortform_verify and xfs_repair's short-form attribute rules: the header inside the fork, every entry
+    /// (a name, name and value inside totsize, no incomplete flag, a parent pointer's 12-byte value) and totsize equal
+    /// to where the entries end.
+    /// </summary>
+    private string? ShortformAttributeProblem(ReadOnlySpan<byte> fork)
+    {
+        if (fork.Length < AttrShortformView.HeaderSize) return "the fork is smaller than its header";
+        int total = BinaryPrimitives.ReadUInt16BigEndian(fork);
+        int count = fork[2];
+        if (total < AttrShortformView.HeaderSize || total > fork.Length) return $"totsize {total} in a {fork.Length}-byte fork";
+        int off = AttrShortformView.HeaderSize;
+        for (int i = 0; i < count; i++)
+        {
+            if (off + 3 > total) return $"entry {i} starts past totsize {total}";
+            int nameLength = fork[off], valueLength = fork[off + 1];
+            byte flags = fork[off + 2];
+            if (nameLength == 0) return $"entry {i} has no name";
+            var entryName = fork.Slice(off + 3, nameLength);
+            if ((flags & AttrFlags.Parent) == 0 ? entryName.IndexOf((byte)0) >= 0 : entryName.IndexOfAny((byte)0, (byte)'/') >= 0)
+                return $"entry {i}'s name holds a byte a name may not";
+            if (off + 3 + nameLength + valueLength > total) return $"entry {i} runs past totsize {total}";
+            if ((flags & AttrFlags.Incomplete) != 0 && !_cx.LogReplayed) return $"entry {i} is incomplete";
+            if ((flags & AttrFlags.Parent) != 0 && valueLength != 12) return $"parent pointer entry {i} has a {valueLength}-byte value";
+            off += 3 + nameLength + valueLength;
+        }
+        return off != total ? $"totsize {total}, the entries end at {off}" : null;
+    }
+
     private static UInt128 BmbtKey(ReadOnlySpan<byte> rec) => (BinaryPrimitives.ReadUInt64BigEndian(rec) & 0x7FFF_FFFF_FFFF_FFFFUL) >> 9;
     private static UInt128 BmbtNodeKey(ReadOnlySpan<byte> key) => BinaryPrimitives.ReadUInt64BigEndian(key);
 
     /// <summary>Checks a fork's extent records in order and claims their blocks; also the bmbt's blocks when walking a tree.</summary>
-    private sealed class ExtentChecker(InodeScanner owner, ulong ino, string name, bool attr, bool regular, bool realtime) : ITreeVisitor
+    /// <summary>The inode a fork belongs to: its number, whether it is a regular file, whether its data may be shared, its reflink flag.</summary>
+    private readonly record struct ForkOwner(ulong Ino, bool Regular, bool Shareable, bool Reflink);
+
+    private sealed class ExtentChecker(InodeScanner owner, ForkOwner file, string name, bool attr, bool realtime) : ITreeVisitor
     {
+        private readonly ulong ino = file.Ino;
+        private readonly bool regular = file.Regular;
         private ulong _nextFileBlock;
         private bool _first = true;
         public ulong Blocks;
@@ -175,7 +237,9 @@ internal sealed class InodeScanner
             var sb = owner._sb;
             uint agno = (uint)(pointer >> sb.AgBlkLog);
             uint agbno = (uint)(pointer & ((1UL << sb.AgBlkLog) - 1));
-            return owner._cx.Claim(agno, agbno, 1, BlockUse.BmbtBlock, $"extent btree of inode {ino}");
+            if (!owner._cx.Claim(agno, agbno, 1, BlockUse.BmbtBlock, $"extent btree of inode {ino}")) return false;
+            owner._cx.Rmaps.Add(agno, agbno, 1, ino, 0, RmapRecord.BmbtBlockFlag | (attr ? RmapRecord.AttrForkFlag : 0));
+            return true;
         }
 
         public void Add(ReadOnlySpan<byte> raw, long where)
@@ -203,7 +267,12 @@ internal sealed class InodeScanner
                 cx.ReportAt(name, where, $"extent [{e.FileOffset}+{e.BlockCount}] at block {e.StartBlock} (AG {agno} block {agbno}) is outside the volume or its AG");
                 return;
             }
-            cx.Claim(agno, agbno, e.BlockCount, attr ? BlockUse.AttrData : BlockUse.FileData, name);
+            var use = attr ? BlockUse.AttrData : file.Shareable ? BlockUse.FileData : BlockUse.OtherData;
+            if (cx.Claim(agno, agbno, e.BlockCount, use, name))
+            {
+                ulong flags = (attr ? RmapRecord.AttrForkFlag : 0) | (e.Unwritten ? RmapRecord.UnwrittenFlag : 0);
+                cx.Rmaps.Add(agno, agbno, e.BlockCount, ino, e.FileOffset, flags, shareable: !attr && file.Shareable, ownerReflink: file.Reflink);
+            }
         }
     }
 }

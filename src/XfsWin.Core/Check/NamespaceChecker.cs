@@ -30,9 +30,15 @@ internal sealed class NamespaceChecker
     private readonly bool _parentPointers;
     private long _entries, _directoriesWalked;
 
-    public NamespaceChecker(CheckContext cx, InodeEntry[] inodes, InodeCache cache, DirectoryReader directories, AttributeReader attributes)
+    private readonly Extents.ExtentMapCache _maps;
+    private readonly DirectoryLayoutChecker _layout;
+
+    public NamespaceChecker(CheckContext cx, InodeEntry[] inodes, InodeCache cache, DirectoryReader directories, AttributeReader attributes,
+        Extents.ExtentMapCache maps)
     {
         _cx = cx;
+        _maps = maps;
+        _layout = new DirectoryLayoutChecker(cx);
         _inodes = inodes;
         _numbers = inodes.Select(i => i.Ino).ToArray();
         _cache = cache;
@@ -78,7 +84,11 @@ internal sealed class NamespaceChecker
             progress?.Invoke(DirectoriesWalked);
             level = [.. next.Order()];
         }
-        Parallel.For(0, _inodes.Length, parallel, CheckAttributes);
+        Parallel.For(0, _inodes.Length, parallel, i =>
+        {
+            CheckAttributes(i);
+            if ((_inodes[i].Mode & 0xF000) == 0xA000) CheckSymlink(i);
+        });
         for (int i = 0; i < _inodes.Length; i++)
         {
             var e = _inodes[i];
@@ -88,7 +98,7 @@ internal sealed class NamespaceChecker
             if (!named)
             {
                 // An unnamed inode with no links after a replay was open when the system stopped: the kernel frees it at mount.
-                if (!unnamed.Contains(e.Ino) && !(_cx.LogReplayed && e.Nlink == 0))
+                if (!unnamed.Contains(e.Ino) && !(_cx.UnlinkedExpected && e.Nlink == 0))
                     _cx.ReportAt($"inode {e.Ino}", where, "in use but no directory names it (disconnected; xfs_repair would move it to lost+found)");
                 continue;
             }
@@ -134,6 +144,17 @@ internal sealed class NamespaceChecker
             _cx.ReportAt(name, _cx.Sb.InodeToByte(dirIno), $"unreadable: {e.Message}");
             return;
         }
+        if (dir.DataFormat != Format.ForkFormat.Local)
+        {
+            try
+            {
+                _layout.Check(dir, _maps.Get(dir, Extents.ForkKind.Data));
+            }
+            catch (XfsCorruptionException e)
+            {
+                _cx.Report(e);
+            }
+        }
         long where = dir.ByteOffset;
         bool sawDot = false, sawDotDot = false;
         var seenNames = new HashSet<byte[]>(ByteArrayComparer.Instance);
@@ -146,12 +167,14 @@ internal sealed class NamespaceChecker
             {
                 sawDot = true;
                 if (entry.Ino != dirIno) _cx.ReportAt(name, where, $"\".\" names inode {entry.Ino}, not itself");
+                if (_cx.Sb.HasFtype && entry.Type != Format.XfsFileType.Directory) _cx.ReportAt(name, where, $"\".\" has file type {entry.Type}");
                 continue;
             }
             if (n.AsSpan().SequenceEqual(".."u8))
             {
                 sawDotDot = true;
                 if (entry.Ino != _parent[index]) _cx.ReportAt(name, where, $"\"..\" names inode {entry.Ino}, but its parent is {_parent[index]}");
+                if (_cx.Sb.HasFtype && entry.Type != Format.XfsFileType.Directory) _cx.ReportAt(name, where, $"\"..\" has file type {entry.Type}");
                 continue;
             }
             if (!seenNames.Add(n)) _cx.ReportAt(name, where, $"{EntryName(n)} appears twice");
@@ -239,13 +262,41 @@ internal sealed class NamespaceChecker
             }
             ulong parent = BinaryPrimitives.ReadUInt64BigEndian(value);
             uint gen = BinaryPrimitives.ReadUInt32BigEndian(value.AsSpan(8));
-            // Several links may share one name in different directories; the lookup returns one of them.
-            if ((parent != dir || gen != dirGeneration) && _inodes[IndexOf(child)].Nlink <= 1)
+            // Several links may share one name in different directories; the lookup returns one of them. A directory has
+            // one name only.
+            var entry = _inodes[IndexOf(child)];
+            if ((parent != dir || gen != dirGeneration) && (IsDirectory(entry.Mode) || entry.Nlink <= 1))
                 _cx.ReportAt($"inode {child}", inode.ByteOffset, $"parent pointer for {what} names directory {parent} (generation {gen}), not {dir} ({dirGeneration})");
         }
         catch (XfsCorruptionException e)
         {
             _cx.Report(e);
+        }
+    }
+
+    /// <summary>A symlink's target: its remote blocks (header, CRC, bytes), a length of 1 to 1024 bytes, no NUL byte (xfs_repair's rules).</summary>
+    private void CheckSymlink(int index)
+    {
+        var e = _inodes[index];
+        if (e.Unusable) return;
+        try
+        {
+            var inode = _cache.Get(e.Ino);
+            if (inode.Size == 0 || inode.Size > SymlinkReader.MaxLength)
+            {
+                _cx.ReportAt($"inode {e.Ino}", inode.ByteOffset, $"symlink of {inode.Size} bytes");
+                return;
+            }
+            var target = SymlinkReader.Read(_cx.Mount, inode);
+            if (target.AsSpan().IndexOf((byte)0) >= 0) _cx.ReportAt($"inode {e.Ino}", inode.ByteOffset, "symlink target holds a NUL byte");
+        }
+        catch (XfsCorruptionException ex)
+        {
+            _cx.Report(ex);
+        }
+        catch (Exception ex) when (ex is XfsException or InvalidOperationException or IndexOutOfRangeException or ArgumentException or OverflowException)
+        {
+            _cx.ReportAt($"inode {e.Ino}", _cx.Sb.InodeToByte(e.Ino), $"symlink unreadable: {ex.Message}");
         }
     }
 
@@ -257,6 +308,8 @@ internal sealed class NamespaceChecker
         {
             var inode = _cache.Get(e.Ino);
             if (!inode.HasAttrFork) return;
+            if (inode.AttrFormat is Format.ForkFormat.Extents or Format.ForkFormat.Btree)
+                new AttributeLayoutChecker(_cx).Check(inode, _maps.Get(inode, Extents.ForkKind.Attr));
             var list = _attributes.List(inode, includeParentPointers: true);
             int parents = list.Count(a => a.Namespace == XattrNamespace.Parent);
             void CheckOne(XattrEntry a)

@@ -121,7 +121,8 @@ internal sealed class TreeWalker
             previous = key;
             ulong child = root.Pointer(i);
             if (!CheckPointer(child, inodeByteOffset)) continue;
-            Visit(child, level - 1, isRoot: false, parentByteOffset: inodeByteOffset, rootChild: true);
+            if (Visit(child, level - 1, isRoot: false, parentByteOffset: inodeByteOffset, rootChild: true) is { } childFirst && childFirst != key)
+                _cx.ReportAt(_name, inodeByteOffset, $"key {i} of the root in the inode does not match the first key of its child");
         }
         CheckLevelEnds();
     }
@@ -142,34 +143,35 @@ internal sealed class TreeWalker
         else _cx.Report(_name, _agno, null, message);
     }
 
-    private void Visit(ulong pointer, int expectedLevel, bool isRoot, long parentByteOffset, bool rootChild = false)
+    /// <summary>Checks the block and what is below it; returns its first key (what its parent's key must be), or null when it could not be read.</summary>
+    private UInt128? Visit(ulong pointer, int expectedLevel, bool isRoot, long parentByteOffset, bool rootChild = false)
     {
         long offset = ByteOffsetOf(pointer);
-        if (!_visitor.Block(pointer, offset, expectedLevel)) return;
+        if (!_visitor.Block(pointer, offset, expectedLevel)) return null;
         BlocksVisited++;
         byte[] block = ArrayPool<byte>.Shared.Rent(_blockSize);
         try
         {
             var span = block.AsSpan(0, _blockSize);
-            if (!_cx.TryRead(offset, span, _name)) return;
+            if (!_cx.TryRead(offset, span, _name)) return null;
             var verdict = BtreeBlockView.Verify(span, _magic, _long, _cx.Sb, offset, _owner);
             if (!verdict.IsOk)
             {
                 Report(offset, verdict.ToString());
-                return;
+                return null;
             }
             var view = new BtreeBlockView(span);
             if (view.Level != expectedLevel)
             {
                 Report(offset, $"level {view.Level} where level {expectedLevel} belongs");
-                return;
+                return null;
             }
             int n = view.NumRecs;
             int max = expectedLevel == 0 ? LeafMax : NodeMax;
             if (n > max)
             {
                 Report(offset, $"{n} records, room for {max}");
-                return;
+                return null;
             }
             if (!isRoot && !(rootChild && _rootChildrenExempt) && n < max / 2)
                 Report(offset, $"{n} records, fewer than the minimum {max / 2} of a non-root block");
@@ -181,20 +183,25 @@ internal sealed class TreeWalker
                     _visitor.Record(span.Slice(_headerSize + i * _recordSize, _recordSize), offset);
                     RecordsVisited++;
                 }
-                return;
+                return n > 0 ? _recordKey(span.Slice(_headerSize, _recordSize)) : null;
             }
             UInt128 previous = 0;
+            UInt128? first = null;
             int pointerArea = _headerSize + NodeMax * _keyEntrySize;
             for (int i = 0; i < n; i++)
             {
                 UInt128 key = _nodeKey(span.Slice(_headerSize + i * _keyEntrySize, _keyEntrySize));
                 if (i > 0 && key < previous) Report(offset, $"node keys out of order at {i}");
                 previous = key;
+                first ??= key;
                 var p = span[(pointerArea + i * _pointerSize)..];
                 ulong child = _long ? BinaryPrimitives.ReadUInt64BigEndian(p) : BinaryPrimitives.ReadUInt32BigEndian(p);
                 if (!CheckPointer(child, offset)) continue;
-                Visit(child, expectedLevel - 1, isRoot: false, parentByteOffset: offset);
+                // Each key is the first key of its child (the low key, in overlapping trees).
+                if (Visit(child, expectedLevel - 1, isRoot: false, parentByteOffset: offset) is { } childFirst && childFirst != key)
+                    Report(offset, $"node key {i} does not match the first key of its child");
             }
+            return first;
         }
         finally
         {
@@ -202,37 +209,58 @@ internal sealed class TreeWalker
         }
     }
 
+    /// <summary>
+    /// Sibling pointers. Every AG btree block's must be NULL or another block of the AG (the kernel's read verifier, which
+    /// xfs_repair applies); how they link a level matters to the extent btree only (xfs_repair's scan_bmapbt: the first
+    /// block of a level has no left sibling, each left sibling is the block before, each right sibling the block after;
+    /// the last block's right sibling is not looked at). AG btrees are rebuilt whole by xfs_repair, which does not count
+    /// their links: broken links there are noted, not counted.
+    /// </summary>
     private void CheckSiblings(BtreeBlockView view, ulong pointer, int level, long offset, bool isRoot)
     {
         ulong left = _long ? view.LongLeftSib : view.ShortLeftSib;
         ulong right = _long ? view.LongRightSib : view.ShortRightSib;
+        if (!_long)
+        {
+            uint firstBlock = (uint)((4L * _cx.Sb.SectorSize + _blockSize - 1) / _blockSize);
+            foreach (var (which, sibling) in new[] { ("left", left), ("right", right) })
+            {
+                if (sibling != NullPointer && (sibling < firstBlock || sibling >= _cx.AgLength(_agno) || sibling == pointer))
+                    Report(offset, $"{which} sibling {sibling} is not another block of the AG");
+            }
+        }
         if (isRoot)
         {
-            if (left != NullPointer || right != NullPointer) Report(offset, "root block has sibling pointers");
             _seenLevel[level] = true;
             return;
         }
         if (!_seenLevel[level])
         {
-            if (left != NullPointer) Report(offset, $"first block of level {level} has left sibling {left}");
+            if (left != NullPointer) Linkage(offset, $"first block of level {level} has left sibling {left}");
         }
         else
         {
-            if (left != _lastAtLevel[level]) Report(offset, $"left sibling {left}, but the block before it on level {level} is {_lastAtLevel[level]}");
-            if (_lastRightAtLevel[level] != pointer) Report(offset, $"the block before it on level {level} names right sibling {_lastRightAtLevel[level]}");
+            if (left != _lastAtLevel[level]) Linkage(offset, $"left sibling {left}, but the block before it on level {level} is {_lastAtLevel[level]}");
+            if (_lastRightAtLevel[level] != pointer) Linkage(offset, $"the block before it on level {level} names right sibling {_lastRightAtLevel[level]}");
         }
         _seenLevel[level] = true;
         _lastAtLevel[level] = pointer;
         _lastRightAtLevel[level] = right;
     }
 
+    private void Linkage(long offset, string message)
+    {
+        if (_long) Report(offset, message);
+        else _cx.Note($"{_name}: {message} (xfs_repair rebuilds this btree without counting it)");
+    }
+
     private void CheckLevelEnds()
     {
+        if (_long) return;
         for (int level = 0; level < MaxLevels; level++)
         {
             if (_seenLevel[level] && _lastRightAtLevel[level] != NullPointer)
-                _cx.Report(_name, _long ? null : _agno, _long ? null : null,
-                    $"last block of level {level} has right sibling {_lastRightAtLevel[level]} instead of none");
+                Linkage(-1, $"last block of level {level} has right sibling {_lastRightAtLevel[level]} instead of none");
         }
     }
 }

@@ -27,7 +27,7 @@ public sealed record CheckOptions
 /// Phases: (1) superblocks, AG headers and AG btrees, every AG in parallel, claiming blocks in the
 /// usage map; (2) every inode of every chunk, AGs in parallel, claiming file and bmbt blocks;
 /// (3) per AG, the usage map against the rmapbt and refcountbt; (4) summary counters; (5) the
-/// namespace: directories, link counts, connectivity, attributes, parent pointers.
+/// namespace: directories, link counts, connectivity, attributes, parent pointers; (6) quota counts.
 /// </summary>
 public static class VolumeChecker
 {
@@ -41,6 +41,15 @@ public static class VolumeChecker
         {
             volume = XfsVolume.Open(source, new VolumeOpenOptions { Partition = options.Partition, LogDevice = options.LogDevice, Replay = LogReplayMode.Memory });
         }
+        catch (XfsCorruptionException e) when (e.Structure.StartsWith("log record", StringComparison.Ordinal) && e.Problem.Contains("another file system", StringComparison.Ordinal))
+        {
+            // xfs_repair -n prints "mismatched uuid in log" without counting it (the log is for xfs_repair -L to clear):
+            // the metadata is checked without the log, and the report says why.
+            using var withoutLog = XfsVolume.Open(source, new VolumeOpenOptions { Partition = options.Partition, LogDevice = options.LogDevice, Replay = LogReplayMode.None });
+            return Check(source, withoutLog, options, clock, inUse: false, cancel,
+                $"the log's records carry another volume's UUID ({e.Problem}): Linux refuses to mount the volume until the log is cleared " +
+                "(xfs_repair -L); xfs_repair -n reports this without counting it as damage. The metadata was checked without the log.");
+        }
         catch (XfsCorruptionException e)
         {
             return new CheckReport(source, [new CheckProblem(e.Structure, null, e.ByteOffset >> 9, e.Problem)], 0, null,
@@ -52,35 +61,64 @@ public static class VolumeChecker
         }
         using (volume)
         {
-            return Check(source, volume, options, clock, cancel);
+            return Check(source, volume, options, clock, inUse: false, cancel);
         }
     }
 
-    private static CheckReport Check(string source, XfsVolume volume, CheckOptions options, Stopwatch clock, CancellationToken cancel)
+    /// <summary>
+    /// Checks a volume this process has open read-write and in use (a mount <c>xfswin mount -o rw</c> serves): every
+    /// other request to it is held off while the check runs (<see cref="XfsVolume.WhileQuiesced{T}"/>: the in-core
+    /// counters logged into the superblock, everything committed written in place), and the check reads the device
+    /// as it then is, through a read-only open of its own. Files unlinked while open are expected on the AGI unlinked
+    /// lists. <paramref name="source"/> names the volume in the report.
+    /// </summary>
+    public static CheckReport CheckMounted(XfsVolume volume, string source, CheckOptions? options = null, CancellationToken cancel = default)
+    {
+        ArgumentNullException.ThrowIfNull(volume);
+        options ??= new CheckOptions();
+        return volume.WhileQuiesced(q =>
+        {
+            var clock = Stopwatch.StartNew();
+            using var view = XfsVolume.Open(q.Data, new VolumeOpenOptions { Replay = LogReplayMode.None }, ownsDevice: false);
+            return Check(source, view, options, clock, inUse: true, cancel);
+        });
+    }
+
+    private static CheckReport Check(string source, XfsVolume volume, CheckOptions options, Stopwatch clock, bool inUse, CancellationToken cancel,
+        string? firstNote = null)
     {
         var mount = volume.Mount;
         var notes = new List<string>();
+        if (firstNote is not null) notes.Add(firstNote);
         // The superblock as the check sees it: read again from the (possibly replayed) device.
         var primary = new byte[Math.Max(mount.Superblock.SectorSize, SuperblockView.Size)];
         mount.Device.Read(0, primary.AsSpan(0, mount.Superblock.SectorSize));
         var sb = Superblock.Decode(primary);
-        var cx = new CheckContext(mount, sb, volume.Info.LogState == LogState.ReplayedInMemory, cancel);
+        var cx = new CheckContext(mount, sb, volume.Info.LogState == LogState.ReplayedInMemory, cancel, inUse)
+        {
+            RealtimeBitmapIno = new SuperblockView(primary).RbmIno,
+            RtExtSize = new SuperblockView(primary).RtExtSize,
+            InternalInodes = InternalInodesOf(new SuperblockView(primary)),
+        };
         var parallel = new ParallelOptions
         {
             MaxDegreeOfParallelism = options.Parallelism > 0 ? options.Parallelism : Environment.ProcessorCount,
             CancellationToken = cancel,
         };
         var progress = options.Progress;
-        string logState = volume.Info.LogState switch
+        string logState = inUse ? "in use by this mount: every change written in place and held off while checking" : volume.Info.LogState switch
         {
             LogState.Clean => "clean",
             LogState.ReplayedInMemory => "dirty: replayed in memory before checking (nothing was written)",
             LogState.External => "external log (not checked)",
+            LogState.Unknown => "unreadable (ignored)",
             var s => s.ToString(),
         };
-        if (volume.Info.LogState == LogState.ReplayedInMemory)
+        if (inUse)
+            notes.Add("checked while mounted read-write by xfswin: the volume's changes were written in place and held off until the check finished");
+        else if (volume.Info.LogState == LogState.ReplayedInMemory)
             notes.Add("Linux did not unmount this volume cleanly; its log was replayed in memory and the result checked, as the kernel would see it at its next mount");
-        notes.AddRange(volume.Info.Warnings.Where(w => !w.StartsWith("Linux did not unmount", StringComparison.Ordinal)));
+        notes.AddRange(volume.Info.Warnings.Where(w => !w.StartsWith("Linux did not unmount", StringComparison.Ordinal) && !(inUse && w.Contains("log", StringComparison.OrdinalIgnoreCase))));
 
         CheckPrimarySuperblock(cx, primary);
         if (sb.LogStart != 0)
@@ -88,7 +126,11 @@ public static class VolumeChecker
             if (!sb.IsValidFsb(sb.LogStart) || !sb.IsValidFsb(sb.LogStart + sb.LogBlocks - 1))
                 cx.Report("primary superblock", 0, 0, $"internal log at block {sb.LogStart} ({sb.LogBlocks} blocks) is outside the volume");
             else
-                cx.Claim((uint)(sb.LogStart >> sb.AgBlkLog), (uint)(sb.LogStart & ((1UL << sb.AgBlkLog) - 1)), sb.LogBlocks, BlockUse.Log, "internal log");
+            {
+                uint logAg = (uint)(sb.LogStart >> sb.AgBlkLog), logStart = (uint)(sb.LogStart & ((1UL << sb.AgBlkLog) - 1));
+                cx.Claim(logAg, logStart, sb.LogBlocks, BlockUse.Log, "internal log");
+                cx.Rmaps.Add(logAg, logStart, sb.LogBlocks, RmapRecord.OwnLog);
+            }
         }
 
         var phases = new List<CheckPhaseTime>();
@@ -142,8 +184,15 @@ public static class VolumeChecker
         {
             Guarded(cx, $"block usage of AG {ag}", () =>
             {
-                if (sb.HasRmapbt && ags[ag].AgfReadable) CrossCheckRmap(cx, (uint)ag, ags[ag].Rmaps);
-                if (sb.HasReflink && ags[ag].AgfReadable) CrossCheckRefcounts(cx, (uint)ag, ags[ag].Refcounts);
+                if (sb.HasRmapbt && ags[ag].AgfReadable)
+                {
+                    CrossCheckRmap(cx, (uint)ag, ags[ag].Rmaps);
+                    cx.Rmaps.CheckAgainstRmapbt(cx, (uint)ag, ags[ag].Rmaps);
+                }
+                if (sb.HasReflink && ags[ag].AgfReadable)
+                {
+                    cx.Rmaps.CheckRefcounts(cx, (uint)ag, ags[ag].Refcounts);
+                }
             });
         });
 
@@ -180,7 +229,7 @@ public static class VolumeChecker
         var inodes = scanners.Where(s => s is not null).SelectMany(s => s.InUse).ToArray();
         Array.Sort(inodes, (x, y) => x.Ino.CompareTo(y.Ino));
         var maps = new ExtentMapCache(mount);
-        var names = new NamespaceChecker(cx, inodes, new InodeCache(mount), new DirectoryReader(mount, maps), new AttributeReader(mount, maps));
+        var names = new NamespaceChecker(cx, inodes, new InodeCache(mount), new DirectoryReader(mount, maps), new AttributeReader(mount, maps) { ReadAsXfsRepair = true }, maps);
         var roots = new List<ulong> { sb.RootIno };
         if (sb.HasMetadir) roots.Add(sb.MetadirIno);
         var unnamed = new HashSet<ulong>();
@@ -193,6 +242,12 @@ public static class VolumeChecker
         Guarded(cx, "namespace", () => names.Run(roots, unnamed, parallel, done => progress?.Report(new CheckProgress("directories", done, 0))));
 
         PhaseDone("namespace");
+
+        // Phase 6: quota counts against the dquots.
+        progress?.Report(new CheckProgress("quota", 0, 1));
+        var directoryReader = new DirectoryReader(mount, maps);
+        Guarded(cx, "quota", () => new QuotaChecker(cx, new InodeCache(mount), maps, directoryReader).Run(primary, inodes));
+        PhaseDone("quota");
         var problems = cx.Problems.OrderBy(p => p.Ag ?? uint.MaxValue).ThenBy(p => p.Daddr ?? long.MaxValue)
             .ThenBy(p => p.Structure, StringComparer.Ordinal).ThenBy(p => p.Message, StringComparer.Ordinal).ToList();
         var summary = new CheckSummary
@@ -210,6 +265,7 @@ public static class VolumeChecker
             ElapsedSeconds = clock.Elapsed.TotalSeconds,
             Phases = phases,
         };
+        notes.AddRange(cx.Notes);
         return new CheckReport(source, problems, cx.NotListed, summary, notes);
     }
 
@@ -236,8 +292,11 @@ public static class VolumeChecker
     private static void CheckPrimarySuperblock(CheckContext cx, byte[] primary)
     {
         var v = new SuperblockView(primary);
-        if (v.InProgress != 0) cx.Report("primary superblock", 0, 0, "inprogress is set (mkfs did not finish)");
-        if ((v.VersionNum & SuperblockFeatures.VersionMoreBits) != 0 && v.Features2 != v.BadFeatures2)
+        foreach (var problem in SuperblockRules.Problems(primary.AsSpan(0, cx.Sb.SectorSize), default, isPrimary: true).Take(4))
+            cx.Report("primary superblock", 0, 0, problem);
+        // xfs_repair: a bad_features2 of zero is left alone (older kernels wrote features2 only); any other that
+        // differs from features2 is "a features2 mismatch".
+        if ((v.VersionNum & SuperblockFeatures.VersionMoreBits) != 0 && v.BadFeatures2 != 0 && v.Features2 != v.BadFeatures2)
             cx.Report("primary superblock", 0, 0, $"features2 0x{v.Features2:x} and bad_features2 0x{v.BadFeatures2:x} differ");
         if (cx.Sb.IsV5 && (v.FeaturesIncompat & SuperblockFeatures.IncompatNeedsRepair) != 0)
             cx.Report("primary superblock", 0, 0, "marked as needing repair");
@@ -254,8 +313,18 @@ public static class VolumeChecker
         RmapRecord.OwnCow => use == BlockUse.CowStaging,
         _ when (r.Offset & RmapRecord.BmbtBlockFlag) != 0 => use == BlockUse.BmbtBlock,
         _ when (r.Offset & RmapRecord.AttrForkFlag) != 0 => use == BlockUse.AttrData,
-        _ => use == BlockUse.FileData,
+        _ => use is BlockUse.FileData or BlockUse.OtherData,
     };
+
+    private static HashSet<ulong> InternalInodesOf(SuperblockView v)
+    {
+        var set = new HashSet<ulong>();
+        foreach (ulong ino in new[] { v.RbmIno, v.RsumIno, v.UquotIno, v.GquotIno, v.PquotIno })
+        {
+            if (ino != 0 && ino != ulong.MaxValue) set.Add(ino);
+        }
+        return set;
+    }
 
     /// <summary>Every used block has a reverse mapping of the right kind, and every reverse mapping covers blocks used that way.</summary>
     private static void CrossCheckRmap(CheckContext cx, uint agno, List<RmapEntry> rmaps)
@@ -296,37 +365,6 @@ public static class VolumeChecker
                 cx.Report(name, agno, cx.AgDaddr(agno, b), $"blocks {b}-{end} ({BlockUsageMap.Describe(use)}) have no reverse mapping");
                 b = end;
             }
-        }
-    }
-
-    /// <summary>Each block of a shared-extent record is file data owned that many times; each block owned more than once has a record.</summary>
-    private static void CrossCheckRefcounts(CheckContext cx, uint agno, List<RefcountEntry> refcounts)
-    {
-        var usage = cx.Usage;
-        string name = $"refcount btree of AG {agno}";
-        var shared = refcounts.Where(r => !r.Cow).OrderBy(r => r.Start).ToArray();
-        foreach (var r in shared)
-        {
-            for (uint b = r.Start; b < r.Start + r.Count && b < usage.AgLength(agno); b++)
-            {
-                var use = usage.Get(agno, b);
-                int owners = usage.OwnersOf(agno, b);
-                if (use != BlockUse.FileData || owners != r.Refcount)
-                {
-                    cx.Report(name, agno, cx.AgDaddr(agno, b),
-                        $"record [{r.Start}+{r.Count}] says {r.Refcount} owners; block {b} is {BlockUsageMap.Describe(use)} with {(use == BlockUse.FileData ? owners : 0)}");
-                    break;
-                }
-            }
-        }
-        var starts = shared.Select(r => r.Start).ToArray();
-        foreach (var (block, owners) in usage.SharedBlocks(agno).OrderBy(p => p.Key))
-        {
-            int i = Array.BinarySearch(starts, (uint)block);
-            if (i < 0) i = ~i - 1;
-            if (i >= 0 && block < shared[i].Start + (ulong)shared[i].Count) continue;
-            cx.Report(name, agno, cx.AgDaddr(agno, (uint)block), $"block {block} is file data of {owners} owners but has no reference count record");
-            break;
         }
     }
 }

@@ -5,8 +5,8 @@ namespace XfsWin.Device;
 /// <summary>
 /// Whole-range operations on an image file or block device that plain writes cannot express: zeroing
 /// without allocating (punched holes in files, BLKZEROOUT on devices), discard (BLKDISCARD), and what a
-/// block device reports about itself. Linux only; elsewhere every call answers "not done" and callers
-/// fall back to writing zeros or skip the step.
+/// block device reports about itself. Linux only (but for telling a Windows device path from a file);
+/// elsewhere every call answers "not done" and callers fall back to writing zeros or skip the step.
 /// </summary>
 public static partial class DeviceRangeOps
 {
@@ -29,9 +29,24 @@ public static partial class DeviceRangeOps
     [LibraryImport("libc", SetLastError = true)]
     private static partial int ioctl(int fd, ulong request, out int value);
 
-    /// <summary>True for a block device: a Linux device node (it has a /sys/class/block entry), a Windows <c>\\.\</c> device path.</summary>
+    /// <summary>
+    /// True for a disk rather than an image file: a Linux block device node (it has a /sys/class/block entry), or on
+    /// Windows a device path (<see cref="IsWindowsDevicePath"/>).
+    /// </summary>
     public static bool IsBlockDevice(string path) =>
-        OperatingSystem.IsWindows() ? path.StartsWith(@"\\.\", StringComparison.Ordinal) : SysfsDir(path) is not null;
+        OperatingSystem.IsWindows() ? IsWindowsDevicePath(path) : SysfsDir(path) is not null;
+
+    /// <summary>
+    /// A Windows device path: <c>\\.\PhysicalDriveN</c> (a whole disk; its partitions are named <c>\\.\PhysicalDriveN@K</c>),
+    /// a volume <c>\\.\X:</c> or <c>\\?\Volume{GUID}</c>, or another <c>\\.\</c> device. File paths, UNC shares
+    /// (<c>\\server\share</c>) and long file paths (<c>\\?\C:\dir\file</c>) are not.
+    /// </summary>
+    public static bool IsWindowsDevicePath(string path)
+    {
+        ArgumentNullException.ThrowIfNull(path);
+        if (path.StartsWith(@"\\.\", StringComparison.Ordinal)) return path.Length > 4 && path.IndexOf('\\', 4) < 0;
+        return path.StartsWith(@"\\?\Volume{", StringComparison.OrdinalIgnoreCase) && path.TrimEnd('\\').IndexOf('\\', 4) < 0;
+    }
 
     /// <summary>Makes [offset, offset+length) read as zeros without writing data: a hole in a file, BLKZEROOUT on a device.</summary>
     public static bool TryZeroRange(string path, bool blockDevice, long offset, long length)

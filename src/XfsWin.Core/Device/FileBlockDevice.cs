@@ -38,10 +38,15 @@ public sealed class FileBlockDevice : IBlockDevice
     private long _length;
     public long Length => Volatile.Read(ref _length);
 
+    /// <summary>How to ask a disk for its size again (a Windows physical drive answers only its own IOCTL); null for files and Linux devices.</summary>
+    private Func<SafeFileHandle, long>? _diskLength;
+
     /// <summary>The file's or disk's current size; a size that shrank below the open size is kept (the volume is not moved back).</summary>
     public long RefreshLength()
     {
-        long now = OperatingSystem.IsLinux() && LinuxNative.TryBlockDeviceSize((int)_handle.DangerousGetHandle(), out long disk) ? disk : RandomAccess.GetLength(_handle);
+        long now = _diskLength is not null ? _diskLength(_handle)
+            : OperatingSystem.IsLinux() && LinuxNative.TryBlockDeviceSize((int)_handle.DangerousGetHandle(), out long disk) ? disk
+            : RandomAccess.GetLength(_handle);
         if (now > Volatile.Read(ref _length)) Volatile.Write(ref _length, now);
         return Length;
     }
@@ -58,7 +63,7 @@ public sealed class FileBlockDevice : IBlockDevice
     }
 
     private static bool IsDevicePath(string path) =>
-        path.StartsWith(@"\\.\", StringComparison.Ordinal) || path.StartsWith("/dev/", StringComparison.Ordinal);
+        DeviceRangeOps.IsWindowsDevicePath(path) || path.StartsWith("/dev/", StringComparison.Ordinal);
 
     private static FileBlockDevice OpenUnix(string path, bool writable, bool unbuffered)
     {
@@ -113,8 +118,9 @@ public sealed class FileBlockDevice : IBlockDevice
         }
     }
 
-    internal static FileBlockDevice FromHandle(SafeFileHandle handle, long length, int sectorSize, bool direct, bool writable, string ioMode, string path) =>
-        new(handle, length, sectorSize, direct, writable, ioMode, path);
+    internal static FileBlockDevice FromHandle(SafeFileHandle handle, long length, int sectorSize, bool direct, bool writable, string ioMode, string path,
+        Func<SafeFileHandle, long>? diskLength = null) =>
+        new(handle, length, sectorSize, direct, writable, ioMode, path) { _diskLength = diskLength };
 
     /// <summary>
     /// Claims bytes [<paramref name="start"/>, +<paramref name="length"/>) of a device opened for writing, before the

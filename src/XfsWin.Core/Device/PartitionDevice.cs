@@ -3,12 +3,18 @@ namespace XfsWin.Device;
 /// <summary>
 /// A window over a base device: bytes [<see cref="Offset"/>, <see cref="Offset"/> + <see cref="Length"/>)
 /// of the base appear as bytes [0, Length) of this device. Every request is bounds-checked, so a
-/// volume inside a partition can never read or write its neighbours.
+/// volume inside a partition can never read or write its neighbours. A window opened as partition N of a
+/// table (<see cref="PartitionNumber"/>) re-reads that table when asked for its size again
+/// (<see cref="RefreshLength"/>): a partition extended in place since the open grows the window.
 /// </summary>
 public sealed class PartitionDevice : IBlockDevice
 {
     private readonly IBlockDevice _base;
     private readonly bool _ownsBase;
+    private long _length;
+
+    /// <summary>The partition's number in the base device's table, or null for a window given by bytes alone.</summary>
+    public int? PartitionNumber { get; init; }
 
     public PartitionDevice(IBlockDevice baseDevice, long offset, long length, bool ownsBase, string? description = null)
     {
@@ -20,14 +26,32 @@ public sealed class PartitionDevice : IBlockDevice
         _base = baseDevice;
         _ownsBase = ownsBase;
         Offset = offset;
-        Length = length;
+        _length = length;
         IoMode = description is null ? baseDevice.IoMode : $"{baseDevice.IoMode}, {description}";
     }
 
     /// <summary>Where the window starts on the base device, in bytes.</summary>
     public long Offset { get; }
 
-    public long Length { get; }
+    public long Length => Volatile.Read(ref _length);
+
+    /// <summary>
+    /// The partition's size as its table says now (the base device's size asked again first), for an online grow
+    /// after the partition was extended. The partition must still start where it did; a size below the open size is
+    /// not taken (the volume is not cut short). A window given by bytes alone keeps its size.
+    /// </summary>
+    public long RefreshLength()
+    {
+        if (PartitionNumber is not int number) return Length;
+        _base.RefreshLength();
+        var entry = PartitionTable.Read(_base).Get(number);
+        if (entry.StartByte != Offset)
+            throw new XfsException(XfsError.InvalidArgument,
+                $"partition {number} now starts at byte {entry.StartByte}, not at byte {Offset} where the volume is: a partition must keep its start " +
+                "to grow (extend it in place, e.g. delete and recreate it with the same start sector). Nothing was written.");
+        if (entry.LengthBytes > Volatile.Read(ref _length)) Volatile.Write(ref _length, entry.LengthBytes);
+        return Length;
+    }
 
     public int SectorSize => _base.SectorSize;
 

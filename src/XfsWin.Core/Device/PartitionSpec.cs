@@ -56,7 +56,7 @@ public static class PartitionSpec
             // Only the partition's bytes: Windows volumes elsewhere on the disk stay mounted.
             if (writable) disk.ClaimForWriting(entry.StartByte, entry.LengthBytes);
             return new PartitionDevice(disk, entry.StartByte, entry.LengthBytes, ownsBase: true,
-                $"partition {entry.Number} at byte {entry.StartByte}");
+                $"partition {entry.Number} at byte {entry.StartByte}") { PartitionNumber = entry.Number };
         }
         catch
         {

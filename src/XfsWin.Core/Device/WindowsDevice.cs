@@ -26,15 +26,16 @@ internal static partial class WindowsDevice
         {
             handle = File.OpenHandle(path, FileMode.Open, writable ? FileAccess.ReadWrite : FileAccess.Read, FileShare.ReadWrite, options);
         }
-        catch (UnauthorizedAccessException e) when (path.StartsWith(@"\\.\", StringComparison.Ordinal))
+        catch (UnauthorizedAccessException e) when (DeviceRangeOps.IsWindowsDevicePath(path))
         {
             throw new XfsException(XfsError.InvalidArgument, $"opening {path} needs administrator rights: run from an elevated prompt or use the XfsWin service. ({e.Message})", e);
         }
-        bool isDisk = path.StartsWith(@"\\.\", StringComparison.Ordinal);
+        bool isDisk = DeviceRangeOps.IsWindowsDevicePath(path);
         long length = isDisk ? DiskLength(handle, path) : RandomAccess.GetLength(handle);
         int sector = isDisk ? DiskSectorSize(handle) : 4096;
         string mode = unbuffered ? "unbuffered, overlapped (FILE_FLAG_NO_BUFFERING)" : "buffered (unbuffered I/O disabled by option)";
-        return FileBlockDevice.FromHandle(handle, length, unbuffered ? sector : 512, unbuffered, writable, mode, path);
+        return FileBlockDevice.FromHandle(handle, length, unbuffered ? sector : 512, unbuffered, writable, mode, path,
+            isDisk ? h => DiskLength(h, path) : null);
     }
 
     [SupportedOSPlatform("windows")]

@@ -394,8 +394,10 @@ public sealed class DirectoryReader
                 // end of the last extent, not at the size): a leaf directory that has shrunk back to one data block
                 // also has the size of one block, but keeps its leaf block at the leaf offset.
                 if (dir.Size == _dirBlockSize && !map.TryFind(LeafDaBlock, out _, out _)) return Form.Block;
-                if (dir.Size < _dirBlockSize || (dir.Size & (_dirBlockSize - 1)) != 0)
-                    throw _mount.Corrupt($"directory inode {dir.Number}", dir.ByteOffset, $"size {dir.Size} is not a whole number of directory blocks");
+                // Beyond block form the size does not shape anything (the kernel and xfs_repair go by the mapping); one
+                // that would fit in the inode contradicts the format, as xfs_repair says.
+                if (dir.Size <= dir.DataForkSize)
+                    throw _mount.Corrupt($"directory inode {dir.Number}", dir.ByteOffset, $"size {dir.Size} fits in the inode, but the directory is in {dir.DataFormat} format");
                 if (!map.TryFind(LeafDaBlock, out _, out _))
                     throw _mount.Corrupt($"directory inode {dir.Number}", dir.ByteOffset, "multi-block directory without a leaf block");
                 var first = ReadTreeBlock(dir, map, LeafDaBlock,

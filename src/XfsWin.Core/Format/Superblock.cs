@@ -86,6 +86,8 @@ public readonly ref struct SuperblockView
     public ulong RbmIno => U64(OffRbmIno);
     public ulong RsumIno => U64(OffRsumIno);
     public uint RtExtSize => U32(OffRtExtSize);
+    public uint RbmBlocks => U32(OffRbmBlocks);
+    public byte RextSlog => _b[OffRextSlog];
     public uint AgBlocks => U32(OffAgBlocks);
     public uint AgCount => U32(OffAgCount);
     public uint LogBlocks => U32(OffLogBlocks);
@@ -134,9 +136,10 @@ public readonly ref struct SuperblockView
 /// <summary>
 /// The decoded primary superblock with the geometry every layer derives addresses from.
 /// Produced by <see cref="Decode"/> only after <see cref="Verify"/> passed. Immutable but for the data section's
-/// size (<see cref="DataBlocks"/>, <see cref="AgCount"/>), which an online grow moves once its transaction is
-/// committed and written in place (<see cref="Grown"/>): every layer holding this object then sees the new size;
-/// and the label, which an online relabel changes once its transaction is committed (<see cref="Relabeled"/>).
+/// size (<see cref="DataBlocks"/>, <see cref="AgCount"/>) and the inode limit (<see cref="ImaxPct"/>), which an
+/// online grow or shrink moves once its transaction is committed and written in place (<see cref="Resized"/>): every
+/// layer holding this object then sees the new values; and the label, which an online relabel changes once its
+/// transaction is committed (<see cref="Relabeled"/>).
 /// </summary>
 public sealed class Superblock
 {
@@ -146,6 +149,7 @@ public sealed class Superblock
     private ulong _dataBlocks;
     private uint _agCount;
     private string _label = "";
+    private int _imaxPct;
 
     public required uint BlockSize { get; init; }
     public required int BlockLog { get; init; }
@@ -182,18 +186,22 @@ public sealed class Superblock
     public required string Label { get => Volatile.Read(ref _label); init => _label = value; }
     public required ulong Lsn { get; init; }
     /// <summary>Largest share of the data section (percent) inodes may take; 0 = no limit.</summary>
-    public required int ImaxPct { get; init; }
+    public required int ImaxPct { get => Volatile.Read(ref _imaxPct); init => _imaxPct = value; }
 
     /// <summary>
-    /// The data section grew to <paramref name="dataBlocks"/> in <paramref name="agCount"/> AGs (an online grow, after
-    /// its commit is on disk and the allocator knows the new AGs). The block count moves first: a reader that sees the
-    /// new AG count also sees the new size.
+    /// The data section is now <paramref name="dataBlocks"/> blocks in <paramref name="agCount"/> AGs and the inode limit
+    /// <paramref name="imaxPct"/> percent (an online grow or tail shrink, after its commit is on disk and the allocator
+    /// knows the new AGs). AGs are never removed (a shrink only shortens the last one). When AGs are added the block
+    /// count moves first, so a reader that sees the new AG count also sees the new size.
     /// </summary>
-    internal void Grown(ulong dataBlocks, uint agCount)
+    internal void Resized(ulong dataBlocks, uint agCount, int imaxPct)
     {
-        if (dataBlocks < _dataBlocks || agCount < _agCount) throw new InvalidOperationException("the data section only grows while mounted");
+        if (agCount < _agCount) throw new InvalidOperationException("allocation groups are never removed while mounted");
+        if (dataBlocks <= (ulong)(agCount - 1) * AgBlocks || dataBlocks > (ulong)agCount * AgBlocks)
+            throw new InvalidOperationException($"{dataBlocks} blocks do not make {agCount} AGs of {AgBlocks}");
         Volatile.Write(ref _dataBlocks, dataBlocks);
         Volatile.Write(ref _agCount, agCount);
+        Volatile.Write(ref _imaxPct, imaxPct);
     }
 
     /// <summary>The label changed to <paramref name="label"/> (an online relabel, after its transaction is committed).</summary>

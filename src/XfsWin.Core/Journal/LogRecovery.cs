@@ -59,14 +59,19 @@ public static class LogRecovery
                          "Pass the log device to replay it.");
             return new InPlaceReplay(new LogRecoveryResult { State = LogState.External, Device = dataDevice, Warnings = warnings }, sb);
         }
-        uint unknownLogIncompat = sb.LogIncompat & ~SuperblockFeatures.LogIncompatKnown;
-        if (unknownLogIncompat != 0)
-            throw new XfsException(XfsError.Unsupported,
-                $"the log uses incompatible log features XfsWin does not know (0x{unknownLogIncompat:x}); mount the volume on Linux to replay it.");
-
         var area = LogArea.For(dataDevice, externalLogDevice, sb);
         var reader = new LogReader(area, sb.Uuid);
-        var pos = LogScanner.Find(reader, sb.HasLogV2 || sb.IsV5, sb.IsV5);
+        LogPosition pos;
+        try
+        {
+            pos = LogScanner.Find(reader, sb.HasLogV2 || sb.IsV5, sb.IsV5);
+        }
+        catch (XfsCorruptionException e) when (mode == LogReplayMode.None)
+        {
+            // Nothing is replayed anyway: an unreadable log only leaves the state unknown.
+            warnings.Add($"the log could not be read ({e.Problem}) and was ignored: if Linux did not unmount cleanly, the view may be stale");
+            return new InPlaceReplay(new LogRecoveryResult { State = LogState.Unknown, Device = dataDevice, Warnings = warnings }, sb);
+        }
         warnings.AddRange(pos.Warnings);
         var result = new LogRecoveryResult
         {
@@ -87,6 +92,11 @@ public static class LogRecovery
             result.State = LogState.Dirty;
             return new InPlaceReplay(result, sb);
         }
+        // As xlog_recover: unknown incompatible log features only matter for a log that must be replayed.
+        uint unknownLogIncompat = sb.LogIncompat & ~SuperblockFeatures.LogIncompatKnown;
+        if (unknownLogIncompat != 0)
+            throw new XfsException(XfsError.Unsupported,
+                $"the log uses incompatible log features XfsWin does not know (0x{unknownLogIncompat:x}); mount the volume on Linux to replay it.");
         // xlog_valid_lsn: metadata can never carry an LSN beyond the head of the log that wrote it.
         if (sb.IsV5 && sb.Lsn != 0 && sb.Lsn != ulong.MaxValue && sb.Lsn > pos.HeadLsn)
             throw new XfsCorruptionException("superblock", 0, $"its LSN {Lsn.Format(sb.Lsn)} is ahead of the log head {Lsn.Format(pos.HeadLsn)}");

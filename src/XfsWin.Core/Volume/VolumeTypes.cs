@@ -17,6 +17,13 @@ public sealed record VolumeOpenOptions
 
     /// <summary>Metadata buffers kept in memory, in bytes.</summary>
     public long MetadataCacheBytes { get; init; } = 64L << 20;
+
+    /// <summary>
+    /// A read-write open for changes of the data section's space only (an offline shrink through the allocator): the
+    /// features the write path does not maintain for files (parent pointers, quota, realtime) do not make it read-only,
+    /// since no file, directory or inode is changed. Only the admin tools use it.
+    /// </summary>
+    internal bool SpaceChangesOnly { get; init; }
 }
 
 /// <summary>statfs(2) figures, from the superblock counters.</summary>

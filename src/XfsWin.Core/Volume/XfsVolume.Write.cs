@@ -56,14 +56,16 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
 
     /// <summary>
     /// The most inodes the volume may have (the kernel's m_maxicount): sb_imax_pct percent of the data blocks, in whole
-    /// inode chunks; no limit when imax_pct is 0. A new chunk past it is ENOSPC, as on Linux.
+    /// inode chunks; no limit when imax_pct is 0. A new chunk past it is ENOSPC, as on Linux. An online grow, shrink
+    /// or imaxpct change sets it again (under <see cref="Lock"/>), as the kernel's growfs does: then without the
+    /// rounding to whole chunks its mount applies.
     /// </summary>
-    public readonly long MaxInodes = MaxInodesOf(access.Superblock);
+    public long MaxInodes = MaxInodesOf(access.Superblock, wholeChunks: true);
 
-    private static long MaxInodesOf(Superblock sb)
+    public static long MaxInodesOf(Superblock sb, bool wholeChunks)
     {
         if (sb.ImaxPct == 0) return long.MaxValue;
-        ulong chunkBlocks = Math.Max(1UL, (ulong)InobtRecord.InodesPerChunk >> sb.InoPBlog);
+        ulong chunkBlocks = wholeChunks ? Math.Max(1UL, (ulong)InobtRecord.InodesPerChunk >> sb.InoPBlog) : 1;
         ulong blocks = sb.DataBlocks * (ulong)sb.ImaxPct / 100 / chunkBlocks * chunkBlocks;
         return (long)(blocks << sb.InoPBlog);
     }
@@ -106,13 +108,13 @@ public sealed partial class XfsVolume
     /// for the order of gate, replay and log). With <paramref name="ownsDevices"/> the volume closes them when it is
     /// disposed (and this method closes them when it throws); otherwise the caller keeps them.
     /// </summary>
-    private static XfsVolume OpenWritable(IBlockDevice data, IBlockDevice? logDevice, VolumeOpenOptions options, bool ownsDevices)
+    internal static XfsVolume OpenWritable(IBlockDevice data, IBlockDevice? logDevice, VolumeOpenOptions options, bool ownsDevices)
     {
         var sector = ReadSuperblockSector(data);
         var unmaintained = WriteGate.Unmaintained(sector);
         // The gate's hard refusals (needsrepair, unknown features, V4) throw here, before anything is written.
         var probe = WriteGate.Admit(data, logDevice, WritePurpose.LogRecovery);
-        if (unmaintained.Count > 0)
+        if (unmaintained.Count > 0 && !options.SpaceChangesOnly)
         {
             if (ownsDevices) logDevice?.Dispose();
             var reasons = unmaintained.Select(f => $"it uses {f.Name}, which XfsWin cannot keep consistent when it writes ({f.Why})").ToList();
@@ -396,12 +398,17 @@ public sealed partial class XfsVolume
 /// </summary>
 public sealed class QuiescedVolume
 {
-    internal QuiescedVolume(IBlockDevice data, IBlockDevice? log, Superblock superblock, MountedLog mountedLog)
+    private readonly MountContext _mount;
+
+    internal QuiescedVolume(IBlockDevice data, IBlockDevice? log, Superblock superblock, MountedLog mountedLog, MountContext mount,
+        Allocation.AgAllocator allocator)
     {
         Data = data;
         LogDevice = log;
         Superblock = superblock;
         Log = mountedLog;
+        _mount = mount;
+        Allocator = allocator;
     }
 
     public IBlockDevice Data { get; }
@@ -409,20 +416,26 @@ public sealed class QuiescedVolume
     /// <summary>The in-core superblock: the geometry before the change.</summary>
     public Superblock Superblock { get; }
     public MountedLog Log { get; }
+    /// <summary>The volume's space allocator (its committed state is what the device holds).</summary>
+    internal Allocation.AgAllocator Allocator { get; }
+
+    /// <summary>A transaction through the volume's buffer cache and log (for changes the allocator makes).</summary>
+    internal Transaction BeginTransaction(int logReservationBytes) => new(_mount, Log, logReservationBytes);
 }
 
-/// <summary>What <see cref="XfsVolume.ChangeDataSection{T}"/>'s change returns: its result and the new geometry.</summary>
-public readonly record struct DataSectionChange<T>(T Result, ulong DataBlocks, uint AgCount);
+/// <summary>What <see cref="XfsVolume.ChangeDataSection{T}"/>'s change returns: its result and the new geometry and inode limit.</summary>
+public readonly record struct DataSectionChange<T>(T Result, ulong DataBlocks, uint AgCount, int ImaxPct);
 
 public sealed partial class XfsVolume
 {
     /// <summary>
-    /// Runs an online grow of the data section (xfs_growfs on a mounted volume): under the write lock, the in-core
-    /// counters go to the primary superblock and everything committed is written in place; then
-    /// <paramref name="change"/> writes the new AG headers and commits its transaction through this volume's log;
-    /// that is written in place too, the cached metadata it may have made stale is dropped, and the in-core geometry
-    /// follows: the allocator's per-AG state (the longer last AG, the new AGs, the free count), then the superblock's
-    /// size (which the allocator, inode allocator, statfs and the verifiers read), then <see cref="Info"/>.
+    /// Runs an online change of the data section (xfs_growfs on a mounted volume: a grow, a shrink of the last AG's
+    /// free tail, a new imaxpct): under the write lock, the in-core counters go to the primary superblock and
+    /// everything committed is written in place; then <paramref name="change"/> writes any new AG headers and commits
+    /// its transaction through this volume's log; that is written in place too, the cached metadata it may have made
+    /// stale is dropped, and the in-core geometry follows: the allocator's per-AG state (the longer or shorter last
+    /// AG, the new AGs, the free count), then the superblock's size and imaxpct (which the allocator, inode allocator,
+    /// statfs and the verifiers read), the inode limit, then <see cref="Info"/>.
     /// A change that throws leaves the in-core geometry as it was (it must then have committed nothing).
     /// </summary>
     public T ChangeDataSection<T>(Func<QuiescedVolume, DataSectionChange<T>> change)
@@ -434,11 +447,12 @@ public sealed partial class XfsVolume
             if (w.Unmounted) throw new ObjectDisposedException(nameof(XfsVolume));
             var sb = _mount.Superblock;
             Quiesce(w, logCounters: true);
-            var outcome = change(new QuiescedVolume(w.Access.Data, w.Access.Log, sb, w.Log));
-            if (outcome.DataBlocks == sb.DataBlocks && outcome.AgCount == sb.AgCount) return outcome.Result;
+            var outcome = change(new QuiescedVolume(w.Access.Data, w.Access.Log, sb, w.Log, _mount, w.FileSpace.Allocator));
+            if (outcome.DataBlocks == sb.DataBlocks && outcome.AgCount == sb.AgCount && outcome.ImaxPct == sb.ImaxPct) return outcome.Result;
             Quiesce(w, logCounters: false);
-            w.FileSpace.Allocator.Grown(outcome.AgCount);
-            sb.Grown(outcome.DataBlocks, outcome.AgCount);
+            w.FileSpace.Allocator.Resized(outcome.AgCount);
+            sb.Resized(outcome.DataBlocks, outcome.AgCount, outcome.ImaxPct);
+            w.MaxInodes = VolumeWriteState.MaxInodesOf(sb, wholeChunks: false);
             _info = _info with
             {
                 DataBlocks = outcome.DataBlocks,
@@ -446,6 +460,26 @@ public sealed partial class XfsVolume
                 FreeBlocks = (ulong)Math.Max(0, w.FileSpace.Allocator.FreeBlocks),
             };
             return outcome.Result;
+        }
+    }
+
+    /// <summary>
+    /// Runs <paramref name="action"/> on the volume as its device holds it, with every other request to the volume
+    /// held off meanwhile (under the write lock, which reads on a read-write open take too): the in-core counters are
+    /// logged into the primary superblock, everything committed is written in place and made durable, and cached
+    /// metadata is dropped first, so the device holds exactly the volume's current, consistent metadata. The log has
+    /// no unmount record (the volume stays mounted); everything in it is also in place. <paramref name="action"/> must
+    /// only read (a check, a dry run); changes go through <see cref="ChangeDataSection{T}"/>.
+    /// </summary>
+    public T WhileQuiesced<T>(Func<QuiescedVolume, T> action)
+    {
+        ArgumentNullException.ThrowIfNull(action);
+        var w = Writer();
+        lock (w.Lock)
+        {
+            if (w.Unmounted) throw new ObjectDisposedException(nameof(XfsVolume));
+            Quiesce(w, logCounters: true);
+            return action(new QuiescedVolume(w.Access.Data, w.Access.Log, _mount.Superblock, w.Log, _mount, w.FileSpace.Allocator));
         }
     }
 

@@ -646,10 +646,9 @@ public sealed partial class XfsVolume : IDisposable
         ulong files = inodes + (free << sb.InoPBlog);
         if (sb.ImaxPct > 0)
         {
-            // Inode space is capped at imax_pct of the data blocks, in whole inode chunks.
-            ulong chunkBlocks = Math.Max(1UL, (ulong)InobtRecord.InodesPerChunk >> sb.InoPBlog);
-            ulong maxBlocks = sb.DataBlocks * (ulong)sb.ImaxPct / 100 / chunkBlocks * chunkBlocks;
-            files = Math.Min(files, maxBlocks << sb.InoPBlog);
+            // Inode space is capped at imax_pct of the data blocks (the kernel's m_maxicount: in whole inode chunks
+            // as a mount computes it, exact after an online grow, as growfs computes it).
+            files = Math.Min(files, (ulong)(w?.MaxInodes ?? VolumeWriteState.MaxInodesOf(sb, wholeChunks: true)));
         }
         files = Math.Max(files, inodes);
         ulong usedInodes = inodes - Math.Min(freeInodes, inodes);

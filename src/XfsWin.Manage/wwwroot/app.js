@@ -322,7 +322,7 @@ async function openGrow(v) {
     return;
   }
   document.getElementById('grow-where').textContent = d.online
-    ? 'Mounted read-write at ' + v.mountPoint + ': it grows while in use (it cannot shrink while mounted).'
+    ? 'Mounted read-write at ' + v.mountPoint + ': it grows (or shrinks) while in use.'
     : 'Not mounted: it grows (or shrinks) offline.';
   document.getElementById('grow-current').textContent = blocks(d.oldDataBlocks, d.blockSize) + ', ' + d.oldAgCount + ' allocation groups of ' + d.agBlocks + ' blocks';
   document.getElementById('grow-device').textContent = blocks(d.deviceBlocks, d.blockSize);

@@ -170,6 +170,38 @@ public sealed class VolumeCheckerTests(ITestOutputHelper output) : IDisposable
         Assert.True(DirtyLogScenarios.FilesEqual(copy, scenario.DirtyImage), "the check wrote to the volume");
     }
 
+    /// <summary>
+    /// Quota counts (the log tests' quota volume, made in user-mode Linux 6.1 with user, group and project quota and
+    /// replayed by that kernel): clean as xfs_repair -n finds it; a dquot's counts or header written with xfs_db
+    /// (CRC recomputed) are found as xfs_repair -n finds them, by the quota type and id.
+    /// </summary>
+    [Theory]
+    [InlineData("clean", null)]
+    [InlineData("dquot -u 1001", "write diskdq.bcount 31")]
+    [InlineData("dquot -g 2001", "write diskdq.icount 0")]
+    [InlineData("dquot -p 10", "write diskdq.bcount 0")]
+    [InlineData("dquot -u 0", "write diskdq.icount 1")]
+    [InlineData("dquot -u 1002", "write -d diskdq.id 1003")]
+    [InlineData("dquot -g 3002", "write -d diskdq.magic 0x4452")]
+    [InlineData("dquot -u 1001", "write diskdq.blk_hardlimit 1")]
+    public void QuotaCountsAgreeWithXfsRepair(string position, string? write)
+    {
+        var scenario = DirtyLogScenarios.Ensure("quota");
+        string copy = DirtyLogScenarios.Copy(scenario.KernelImage, _dir.FullName, "quota.img");
+        if (write is not null)
+        {
+            string written = XfsDb.Write(copy, "6.13", position, write);
+            Assert.DoesNotContain("error", written, StringComparison.OrdinalIgnoreCase);
+            Assert.False(DirtyLogScenarios.FilesEqual(copy, scenario.KernelImage), "xfs_db changed nothing");
+        }
+        int repair = RepairExit(OracleImages.Tool("xfs_repair", "6.13"), copy);
+        var report = CheckWithLimit(copy);
+        output.WriteLine($"{position} {write}: xfs_repair -n exit {repair}, xfswin check {(report.IsClean ? "clean" : $"{report.ProblemCount} problems")}");
+        Log(report);
+        Assert.Equal(repair == 0, report.IsClean);
+        if (repair != 0) Assert.Contains(report.Problems, p => p.Structure.Contains("quota file", StringComparison.Ordinal));
+    }
+
     [Fact]
     public void CommandExitsOneWithJsonProblemsAndZeroWhenClean()
     {

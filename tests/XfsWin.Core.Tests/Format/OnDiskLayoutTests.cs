@@ -76,6 +76,14 @@ public class OnDiskLayoutTests
         Assert.Equal(48, RemoteBlockHeader.OffLsn);
         Assert.Equal(16, RemoteBlockHeader.OffUuid);
         Assert.Equal(32, RemoteBlockHeader.OffOwner);
+        // xfs_dqblk: xfs_disk_dquot (104 bytes), dd_fill[4], crc, lsn, uuid.
+        Assert.Equal(136, DquotView.Size);
+        Assert.Equal(40, DquotView.OffBcount);
+        Assert.Equal(48, DquotView.OffIcount);
+        Assert.Equal(88, DquotView.OffRtbcount);
+        Assert.Equal(108, DquotView.OffCrc);
+        Assert.Equal(112, DquotView.OffLsn);
+        Assert.Equal(120, DquotView.OffUuid);
     }
 
     [Theory]
