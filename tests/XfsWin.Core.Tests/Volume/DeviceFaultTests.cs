@@ -1,4 +1,5 @@
 using System.Diagnostics;
+using System.Security.Cryptography;
 using Xunit;
 using Xunit.Abstractions;
 using XfsWin.Device;
@@ -131,5 +132,37 @@ public sealed class DeviceFaultTests(ITestOutputHelper output) : IDisposable
         }
         output.WriteLine($"total: {judged} faults, {failures.Count} failures, {total.Elapsed.TotalSeconds:F1} s");
         Assert.True(failures.Count == 0, $"{failures.Count} of {judged} faults failed:\n" + string.Join('\n', failures.Take(30)));
+    }
+
+    [Fact]
+    public void A_device_opened_read_only_is_refused_for_writing_with_nothing_written()
+    {
+        string image = Path.Combine(_tmp, "v.img");
+        Shell.RunChecked("truncate", "-s", "300M", image);
+        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-f", "-q", image);
+        string before = Convert.ToHexString(SHA256.HashData(File.ReadAllBytes(image)));
+        using (var device = FileBlockDevice.Open(image, writable: false))
+        {
+            var e = Assert.Throws<XfsException>(() => XfsVolume.Open(device, new VolumeOpenOptions { Writable = true }, ownsDevice: false).Dispose());
+            Assert.Equal(XfsError.ReadOnly, e.Error);
+            Assert.Contains("read-only", e.Message, StringComparison.Ordinal);
+            // The device still serves a read-only open.
+            using var v = XfsVolume.Open(device, new VolumeOpenOptions(), ownsDevice: false);
+            Assert.True(v.IsReadOnly);
+        }
+        // A read-only loop device (what a write-protected disk looks like): the open for writing fails clearly.
+        string loop = Shell.RunChecked("losetup", "--find", "--show", "--read-only", image).StandardOutput.Trim();
+        try
+        {
+            var e = Assert.ThrowsAny<XfsException>(() => XfsVolume.Open(loop, new VolumeOpenOptions { Writable = true }).Dispose());
+            output.WriteLine($"{loop}: {e.Error}: {e.Message}");
+            Assert.Equal(XfsError.ReadOnly, e.Error);
+            Assert.Contains("read-only", e.Message, StringComparison.Ordinal);
+        }
+        finally
+        {
+            Shell.Run("losetup", "-d", loop);
+        }
+        Assert.Equal(before, Convert.ToHexString(SHA256.HashData(File.ReadAllBytes(image))));
     }
 }
