@@ -181,8 +181,10 @@ public sealed unsafe partial class FuseHost : IDisposable
     }
 
     /// <summary>
-    /// Serves requests on <see cref="FuseMountOptions.MaxThreads"/> threads until the volume is
-    /// unmounted (fusermount3 -u, umount, <see cref="RequestUnmount"/>). Returns libfuse's result (0 = clean).
+    /// Serves requests on <see cref="FuseMountOptions.MaxThreads"/> threads of our own (see
+    /// <see cref="FuseDeviceLoop"/>) until the volume is unmounted (fusermount3 -u, umount,
+    /// <see cref="RequestUnmount"/>) or the connection is aborted. Returns 0 when the session ended
+    /// cleanly, else the negated errno of the device read that failed.
     /// </summary>
     public int Run()
     {
@@ -192,9 +194,12 @@ public sealed unsafe partial class FuseHost : IDisposable
         if (!raiseReadAhead)
             Volatile.Write(ref _readAheadState, ReadAheadSettled);
         _uring = FuseUringTransport.TryStart(this, _session, _options, _log, out _transportNote);
+        var cloneFd = _options.CloneFd;
         if (_uring is null && FuseUringTransport.InstallDeviceHooks(_session) is var hooks and not 0)
         {
-            _log.WriteLine($"xfswin: libfuse refused the device hooks ({hooks}); birth times (statx) are not served.");
+            // Without the writev hook a reply goes to the session's descriptor, never to a clone.
+            cloneFd = false;
+            _log.WriteLine($"xfswin: libfuse refused the device hooks ({hooks}); clone_fd is not used.");
             // Without the hooks the init reply cannot be seen: raise the readahead once it has likely been processed.
             if (raiseReadAhead)
                 _ = Task.Run(SetReadAheadAfterInit);
@@ -203,7 +208,7 @@ public sealed unsafe partial class FuseHost : IDisposable
         int rc;
         try
         {
-            rc = FuseNative.SessionLoopMultiThreaded(_session, (uint)Math.Max(1, _options.MaxThreads), _options.CloneFd);
+            rc = new FuseDeviceLoop(this, _session, _log).Run(Math.Max(1, _options.MaxThreads), cloneFd);
         }
         finally
         {
@@ -342,11 +347,13 @@ public sealed unsafe partial class FuseHost : IDisposable
         var mountPoint = _mountPoint;
         if (_session == 0 || mountPoint is null || Interlocked.Exchange(ref _unmountRequested, 1) != 0)
             return;
-        if (!TryUnmount(mountPoint, _log))
-        {
-            _log.WriteLine($"xfswin: could not unmount '{mountPoint}'; stopping the session anyway.");
-            FuseNative.fuse_session_exit(_session);
-        }
+        if (TryUnmount(mountPoint, _log))
+            return;
+        // The session ends with the connection: end it, so that callers get errors instead of waiting.
+        if (AbortConnection(out var how))
+            _log.WriteLine($"xfswin: could not unmount '{mountPoint}'; the connection was ended instead ({how}).");
+        else
+            _log.WriteLine($"xfswin: could not unmount '{mountPoint}' nor end its connection ({how}); serving until it is unmounted.");
     }
 
     /// <summary>Unmounts a FUSE mount point: umount2 as root, fusermount3 otherwise; lazily when busy.</summary>

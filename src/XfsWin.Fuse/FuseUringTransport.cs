@@ -29,8 +29,8 @@ public enum FuseTransport
 /// </para>
 /// <para>
 /// libfuse 3.14 knows nothing of io_uring, so the transport hooks into it instead of replacing it:
-/// fuse_session_custom_io installs our read and writev for the /dev/fuse descriptor. The read hook
-/// sees the kernel's FUSE_INIT (does it offer FUSE_OVER_IO_URING?); the writev hook adds the flag to
+/// the /dev/fuse loop (<see cref="FuseDeviceLoop"/>) shows it the kernel's FUSE_INIT (does it offer
+/// FUSE_OVER_IO_URING?), and the writev hook installed with fuse_session_custom_io adds the flag to
 /// libfuse's INIT reply and, once the kernel has it, lets the queue threads register. A request
 /// taken from a ring entry is laid out again in /dev/fuse's format (in header, opcode header,
 /// payload) and handed to fuse_session_process_buf, so libfuse parses it and runs the host's
@@ -38,7 +38,7 @@ public enum FuseTransport
 /// hook recognises the reply (same thread, same unique id) and copies it into the entry instead of
 /// writing it to /dev/fuse. Everything else (FUSE_INIT, FORGET and INTERRUPT, which the kernel
 /// always sends through /dev/fuse, requests made before the ring is ready) still goes through
-/// libfuse's loop on /dev/fuse.
+/// the /dev/fuse loop.
 /// </para>
 /// <para>
 /// Large reads are the exception to serving on the caller's CPU: a queue thread hands them to a few
@@ -342,9 +342,11 @@ internal sealed unsafe class FuseUringTransport
     // ---- device hooks (libfuse calls them for /dev/fuse; userdata is the FuseHost's handle) -----
 
     /// <summary>
-    /// Has libfuse read and write /dev/fuse through <see cref="OnDeviceRead"/> and
-    /// <see cref="OnDeviceWritev"/>: with io_uring they watch FUSE_INIT and route replies to the
-    /// ring; in every case the read hook answers the requests libfuse does not know (FUSE_STATX).
+    /// Has libfuse write to /dev/fuse through <see cref="OnDeviceWritev"/>: with io_uring it watches
+    /// the FUSE_INIT reply and routes replies to the ring, with clone_fd it sends each reply back
+    /// through the descriptor its request came from, and it sees the init reply (readahead). Requests
+    /// are read by <see cref="FuseDeviceLoop"/>, never by libfuse, so libfuse never calls the read
+    /// hook (<see cref="OnDeviceRead"/>, a plain read: fuse_session_custom_io wants both).
     /// Returns libfuse's result (0 = installed).
     /// </summary>
     internal static int InstallDeviceHooks(nint session)
@@ -368,30 +370,24 @@ internal sealed unsafe class FuseUringTransport
     [UnmanagedCallersOnly]
     private static nint OnDeviceRead(int fd, void* buffer, nuint length, nint userdata)
     {
-        while (true)
-        {
-            var host = HostOf(userdata);
-            var n = IoUringNative.read(fd, buffer, length);
-            var errno = Marshal.GetLastPInvokeError();
-            if (n >= FuseInHeader.Size && ((FuseInHeader*)buffer)->opcode == FuseUringConstants.FUSE_INIT)
-                host?.NoteInitRequest(((FuseInHeader*)buffer)->unique);
-            if (n >= FuseInHeader.Size && ((FuseInHeader*)buffer)->opcode == FuseStatxConstants.FUSE_STATX && TryAnswerOnDevice(fd, (FuseInHeader*)buffer, userdata))
-                continue;
-            if (n >= FuseInHeader.Size)
-            {
-                try
-                {
-                    host?.Uring?.SawDeviceRequest((FuseInHeader*)buffer, n);
-                }
-                catch (Exception)
-                {
-                    // Observation only: the request is served regardless.
-                }
-            }
-            // libfuse looks at errno after the call: it must be read's (ENODEV ends the loop at unmount).
-            Marshal.SetLastSystemError(errno);
-            return n;
-        }
+        var n = IoUringNative.read(fd, buffer, length);
+        Marshal.SetLastSystemError(Marshal.GetLastPInvokeError());
+        return n;
+    }
+
+    /// <summary>
+    /// Called by <see cref="FuseDeviceLoop"/> for each request read from /dev/fuse (on <paramref name="fd"/>),
+    /// before libfuse sees it: notes FUSE_INIT (for the readahead and the io_uring offer) and answers
+    /// FUSE_STATX, which libfuse does not know. True when the request is answered.
+    /// </summary>
+    internal static bool DeviceRequest(FuseHost host, int fd, FuseInHeader* request, nint length)
+    {
+        if (request->opcode == FuseUringConstants.FUSE_INIT)
+            host.NoteInitRequest(request->unique);
+        if (request->opcode == FuseStatxConstants.FUSE_STATX && TryAnswerOnDevice(host, fd, request))
+            return true;
+        host.Uring?.SawDeviceRequest(request, length);
+        return false;
     }
 
     /// <summary>The host's answer to FUSE_STATX as iovecs (out header, then the body unless it is an error); returns their count.</summary>
@@ -404,12 +400,10 @@ internal sealed unsafe class FuseUringTransport
     }
 
     /// <summary>Answers a request libfuse does not know straight on /dev/fuse; false leaves it to libfuse (which says ENOSYS).</summary>
-    private static bool TryAnswerOnDevice(int fd, FuseInHeader* request, nint userdata)
+    private static bool TryAnswerOnDevice(FuseHost host, int fd, FuseInHeader* request)
     {
         try
         {
-            if (HostOf(userdata) is not { } host)
-                return false;
             FuseOutHeader header;
             FuseStatxOut body;
             var iov = stackalloc IoVec[2];
@@ -427,6 +421,7 @@ internal sealed unsafe class FuseUringTransport
     [UnmanagedCallersOnly]
     private static nint OnDeviceWritev(int fd, IoVec* iov, int count, nint userdata)
     {
+        fd = FuseDeviceLoop.ReplyDescriptor(fd);
         FuseHost? host = null;
         nint n = -1;
         var written = false;
@@ -566,12 +561,16 @@ internal sealed unsafe class FuseUringTransport
             _log.WriteLine($"xfswin: request (opcode {opcode}) from the io_uring queue was not answered; replying EIO.");
     }
 
-    private void RegistrationFailed(int qid, int error)
+    /// <summary>
+    /// A queue will not be registered: the mount is served through /dev/fuse, and
+    /// <see cref="Description"/> says why from now on (callers may look as soon as the kernel falls back).
+    /// </summary>
+    private void RegistrationFailed(int qid, string reason)
     {
         if (Interlocked.Increment(ref _registrationFailures) == 1)
         {
-            _fallbackReason = $"the kernel refused to register queue {qid} (errno {error})";
-            _log.WriteLine($"xfswin: io_uring registration failed (queue {qid}, errno {error}); serving through /dev/fuse.");
+            _fallbackReason = reason;
+            _log.WriteLine($"xfswin: io_uring queue {qid} is not registered ({reason}); serving through /dev/fuse.");
         }
     }
 
@@ -663,6 +662,7 @@ internal sealed unsafe class FuseUringTransport
         private byte* _payloads;    // the entries' payload buffers, one anonymous mapping
         private nuint _payloadsSize;
         private byte* _scratch;     // a request laid out in /dev/fuse's format
+        private IoVec* _refusedIov; // the empty buffers of a registration made to be refused (GiveUpOnRing)
         private int _scratchSize;
         private int _live;          // entries registered and not yet ended by the kernel
         private int _doneFd = -1;   // signalled when handed-off requests are answered
@@ -726,7 +726,7 @@ internal sealed unsafe class FuseUringTransport
                 SetupError ??= e.Message;
                 _t._log.WriteLine($"xfswin: io_uring queue {_qid} failed: {e}");
                 if (registering && _live == 0)
-                    GiveUpOnRing();
+                    GiveUpOnRing(e.Message);
             }
             finally
             {
@@ -766,25 +766,28 @@ internal sealed unsafe class FuseUringTransport
         /// After FUSE_INIT promised io_uring, a queue that cannot register would leave the kernel
         /// holding every request back, waiting for the ring. A registration the kernel must refuse
         /// (empty buffers) makes it give up on io_uring for this mount and use /dev/fuse instead.
+        /// The reason is recorded before that registration is submitted: once the kernel has
+        /// refused it, requests flow and anyone may ask why the mount is on /dev/fuse.
         /// </summary>
-        private void GiveUpOnRing()
+        private void GiveUpOnRing(string why)
         {
+            _t.RegistrationFailed(_qid, $"queue {_qid} could not be set up after FUSE_INIT ({why}), so its registration was refused on purpose");
             try
             {
-                var iov = stackalloc IoVec[2];
-                new Span<byte>(iov, 2 * IoVec.Size).Clear();
                 var sqe = _ring?.NextSqe();
                 if (sqe == null)
                     return;
+                // The kernel may read the iovecs after this call returns (a command it finishes
+                // asynchronously): they live until the buffers are freed, not on this stack.
+                _refusedIov = (IoVec*)NativeMemory.AllocZeroed(2, (nuint)IoVec.Size);
                 sqe->opcode = IoUringConstants.IORING_OP_URING_CMD;
                 sqe->fd = _t._fuseFd;
                 sqe->cmd_op = FuseUringConstants.FUSE_IO_URING_CMD_REGISTER;
-                sqe->addr = (ulong)iov;
+                sqe->addr = (ulong)_refusedIov;
                 sqe->len = 2;
                 sqe->user_data = StopTag - 2;
                 ((FuseUringCmdReq*)IoUringRing.CommandArea(sqe))->qid = (ushort)_qid;
                 _ring!.SubmitAndWait(0);
-                _t.RegistrationFailed(_qid, 0);
             }
             catch (Exception e)
             {
@@ -855,6 +858,8 @@ internal sealed unsafe class FuseUringTransport
             _headers = null;
             NativeMemory.AlignedFree(_scratch);
             _scratch = null;
+            NativeMemory.Free(_refusedIov);
+            _refusedIov = null;
         }
 
         /// <summary>A free submission entry; when the kernel has not consumed earlier ones yet, they are submitted first.</summary>
@@ -1078,7 +1083,7 @@ internal sealed unsafe class FuseUringTransport
                             // Unmounted (ENOTCONN), aborted, or refused: the kernel is done with this entry.
                             EntryEnded(e);
                             if (e.LastCommand == FuseUringConstants.FUSE_IO_URING_CMD_REGISTER && c.res != -IoUringConstants.ENOTCONN)
-                                _t.RegistrationFailed(_qid, -c.res);
+                                _t.RegistrationFailed(_qid, $"the kernel refused to register queue {_qid} (errno {-c.res})");
                         }
                     }
                     n = 0;

@@ -36,7 +36,9 @@ public sealed class Arm64Tests
         // One target framework: the engine also builds for net8.0, whose arm64 packs are not needed here.
         var r = Shell.Run("dotnet", ["publish", Path.Combine(work, "src", "XfsWin.Cli", "XfsWin.Cli.csproj"), "-c", "Release",
             "-r", "linux-arm64", "--self-contained", "true", "-p:TargetFrameworks=net10.0", "-o", Path.Combine(work, "app")],
-            timeout: TimeSpan.FromMinutes(5));
+            // Only tells a hang from a slow machine: a CI run compiles this beside every other test assembly on 2 cores
+            // (over 5 minutes seen under that load).
+            timeout: TimeSpan.FromMinutes(30));
         Assert.True(r.ExitCode == 0, "publishing xfswin for linux-arm64 failed:\n" + r.Both);
         return Path.Combine(work, "app", "xfswin");
     }
@@ -70,7 +72,8 @@ public sealed class Arm64Tests
             while (!Shell.IsMounted(mountPoint, "fuse.xfswin"))
             {
                 Assert.False(server.HasExited, $"the arm64 server ended ({(server.HasExited ? server.ExitCode : 0)}): {stderr}");
-                Assert.True(sw.Elapsed < TimeSpan.FromSeconds(120), $"the arm64 server did not mount within 120 s: {stderr}");
+                // The JIT under qemu-user on a loaded machine is slow; the limit only tells a hang.
+                Assert.True(sw.Elapsed < TimeSpan.FromMinutes(10), $"the arm64 server did not mount within 10 minutes: {stderr}");
                 Thread.Sleep(100);
             }
             var actual = Shell.Bash($"cd {Q(mountPoint)}\n{Walk}");
@@ -100,7 +103,7 @@ public sealed class Arm64Tests
         try
         {
             var r = Shell.Run("qemu-aarch64", [xfswin, "mount", TestImages.Tree, mountPoint],
-                environment: new Dictionary<string, string> { ["DOTNET_EnableWriteXorExecute"] = "0" }, timeout: TimeSpan.FromMinutes(2));
+                environment: new Dictionary<string, string> { ["DOTNET_EnableWriteXorExecute"] = "0" }, timeout: TimeSpan.FromMinutes(10));
             if (File.Exists("/proc/sys/fs/binfmt_misc/qemu-aarch64"))
             {
                 Assert.True(r.ExitCode == 0, r.Both);

@@ -11,8 +11,15 @@ internal static unsafe partial class Libc
 {
     private const string C = "libc";
 
-    [LibraryImport(C, SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]
-    public static partial int open(string path, int flags, uint mode);
+    [LibraryImport(C, EntryPoint = "open", SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]
+    private static partial int OpenNative(string path, int flags, uint mode);
+
+    /// <summary>
+    /// open(2), always with O_CLOEXEC: a descriptor without it is inherited by every process this
+    /// test process starts meanwhile (other tests' tools, their background xfswin servers), and
+    /// such a child keeps the mount busy, and its unmount failing, for as long as it runs.
+    /// </summary>
+    public static int open(string path, int flags, uint mode) => OpenNative(path, flags | O_CLOEXEC, mode);
 
     [LibraryImport(C, SetLastError = true)]
     public static partial int close(int fd);
@@ -76,7 +83,7 @@ internal static unsafe partial class Libc
 
     public const int AT_FDCWD = -100;
     public const int AT_SYMLINK_NOFOLLOW = 0x100;
-    public const int O_RDONLY = 0, O_WRONLY = 1, O_RDWR = 2, O_CREAT = 0x40, O_EXCL = 0x80, O_TRUNC = 0x200, O_APPEND = 0x400;
+    public const int O_RDONLY = 0, O_WRONLY = 1, O_RDWR = 2, O_CREAT = 0x40, O_EXCL = 0x80, O_TRUNC = 0x200, O_APPEND = 0x400, O_CLOEXEC = 0x80000;
     public const long UTIME_NOW = (1L << 30) - 1, UTIME_OMIT = (1L << 30) - 2;
 
     [StructLayout(LayoutKind.Sequential)]

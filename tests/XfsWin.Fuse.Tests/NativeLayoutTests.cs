@@ -23,7 +23,6 @@ public sealed class NativeLayoutTests
         (typeof(FuseConnInfo), "struct fuse_conn_info"),
         (typeof(FuseArgs), "struct fuse_args"),
         (typeof(FuseContext), "struct fuse_ctx"),
-        (typeof(FuseLoopConfigV1), "struct fuse_loop_config_v1"),
         (typeof(FuseForgetData), "struct fuse_forget_data"),
         (typeof(FuseLowLevelOps), "struct fuse_lowlevel_ops"),
         (typeof(FuseMemBuf), "struct fuse_buf"),

@@ -24,16 +24,7 @@ internal static unsafe partial class FuseNative
     public static partial void fuse_session_destroy(nint session);
 
     [LibraryImport(LibFuse)]
-    public static partial void fuse_session_exit(nint session);
-
-    [LibraryImport(LibFuse)]
-    public static partial int fuse_session_exited(nint session);
-
-    [LibraryImport(LibFuse)]
     public static partial int fuse_session_fd(nint session);
-
-    [LibraryImport(LibFuse)]
-    public static partial int fuse_session_loop(nint session);
 
     [LibraryImport(LibFuse)]
     public static partial int fuse_version();
@@ -131,22 +122,6 @@ internal static unsafe partial class FuseNative
         return fuse_add_direntry_plus_native(req, buf, bufSize, name, &arm, nextOffset);
     }
 
-    // libfuse >= 3.12: an opaque loop configuration built with setters.
-    [LibraryImport(LibFuse)]
-    public static partial nint fuse_loop_cfg_create();
-
-    [LibraryImport(LibFuse)]
-    public static partial void fuse_loop_cfg_destroy(nint config);
-
-    [LibraryImport(LibFuse)]
-    public static partial void fuse_loop_cfg_set_max_threads(nint config, uint maxThreads);
-
-    [LibraryImport(LibFuse)]
-    public static partial void fuse_loop_cfg_set_idle_threads(nint config, uint idleThreads);
-
-    [LibraryImport(LibFuse)]
-    public static partial void fuse_loop_cfg_set_clone_fd(nint config, uint cloneFd);
-
     [LibraryImport(LibC, SetLastError = true)]
     public static partial int setsid();
 
@@ -159,43 +134,17 @@ internal static unsafe partial class FuseNative
     [LibraryImport(LibC, SetLastError = true)]
     public static partial int access(byte* path, int mode);
 
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int open(byte* path, int flags);
+
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int ioctl(int fd, nuint request, void* argument);
+
+    public const int O_RDWR = 2, O_CLOEXEC = 0x80000;
     public const int R_OK = 4;
     public const int W_OK = 2;
 
     public const int MNT_FORCE = 1;
     public const int MNT_DETACH = 2;
     public const int EBUSY = 16;
-
-    /// <summary>
-    /// Runs the multithreaded session loop with the newest entry point the installed libfuse has:
-    /// fuse_session_loop_mt_312 (3.12+, opaque config) or fuse_session_loop_mt_32 (3.2 to 3.11).
-    /// </summary>
-    public static int SessionLoopMultiThreaded(nint session, uint maxThreads, bool cloneFd)
-    {
-        var lib = NativeLibrary.Load(LibFuse, typeof(FuseNative).Assembly, null);
-        if (NativeLibrary.TryGetExport(lib, "fuse_session_loop_mt_312", out var loop312))
-        {
-            var config = fuse_loop_cfg_create();
-            if (config == 0)
-                throw new OutOfMemoryException("fuse_loop_cfg_create failed");
-            try
-            {
-                fuse_loop_cfg_set_max_threads(config, maxThreads);
-                // Keep idle workers alive: creating and tearing threads down per burst costs more than it saves.
-                fuse_loop_cfg_set_idle_threads(config, maxThreads);
-                fuse_loop_cfg_set_clone_fd(config, cloneFd ? 1u : 0u);
-                return ((delegate* unmanaged<nint, nint, int>)loop312)(session, config);
-            }
-            finally
-            {
-                fuse_loop_cfg_destroy(config);
-            }
-        }
-        if (NativeLibrary.TryGetExport(lib, "fuse_session_loop_mt_32", out var loop32))
-        {
-            var config = new FuseLoopConfigV1 { clone_fd = cloneFd ? 1 : 0, max_idle_threads = maxThreads };
-            return ((delegate* unmanaged<nint, FuseLoopConfigV1*, int>)loop32)(session, &config);
-        }
-        return fuse_session_loop(session);
-    }
 }

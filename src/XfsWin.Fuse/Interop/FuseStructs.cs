@@ -217,16 +217,6 @@ internal struct FuseForgetData
     [FieldOffset(8)] public ulong nlookup;
 }
 
-/// <summary>struct fuse_loop_config_v1 (what fuse_session_loop_mt_32 takes, libfuse 3.2 to 3.11).</summary>
-[StructLayout(LayoutKind.Explicit, Size = Size)]
-internal struct FuseLoopConfigV1
-{
-    public const int Size = 8;
-
-    [FieldOffset(0)] public int clone_fd;
-    [FieldOffset(4)] public uint max_idle_threads;
-}
-
 /// <summary>
 /// struct fuse_lowlevel_ops: one function pointer per request kind, in the header's order. A null
 /// entry makes libfuse answer ENOSYS (or a harmless default for forget/release/...).
