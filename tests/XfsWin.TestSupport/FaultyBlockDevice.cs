@@ -5,7 +5,10 @@ namespace XfsWin.TestSupport;
 /// <summary>What a <see cref="FaultyBlockDevice"/> fails.</summary>
 public enum FaultKind
 {
-    /// <summary>The Nth write: a seeded number of its leading 512-byte sectors (maybe none) reach the device, then it throws.</summary>
+    /// <summary>
+    /// The Nth write: a seeded number of its leading 512-byte sectors (maybe none) reach the device, then it throws; a
+    /// write of an in-place metadata block fails whole (see <see cref="FaultyBlockDevice"/>).
+    /// </summary>
     Write,
     /// <summary>The Nth flush throws (the writes before it are on the device, but the disk did not promise to keep them).</summary>
     Flush,
@@ -16,6 +19,12 @@ public enum FaultKind
 /// <see cref="Nth"/> write or flush (counted from 1) throws an <see cref="IOException"/>. With
 /// <see cref="Persistent"/> every write and flush after it fails too, writing nothing (the device is gone); without,
 /// only that one fails and the device works again (a transient error). Reads always pass.
+/// <para>
+/// A failed write of a metadata block in place (<see cref="CrashImage.IsMetadataBlock"/>) writes none of it: XFS's log
+/// recovery skips a logged buffer whose on-disk LSN is at least the item's, so a block whose first sector (holding the
+/// LSN) landed and whose other sectors did not stays torn whoever wrote it; the format relies on such writes being
+/// atomic. Log records and file data may land in part.
+/// </para>
 /// </summary>
 public sealed class FaultyBlockDevice(IBlockDevice inner, FaultKind kind, int nth, bool persistent, int seed) : IBlockDevice
 {
@@ -57,7 +66,7 @@ public sealed class FaultyBlockDevice(IBlockDevice inner, FaultKind kind, int nt
             {
                 Failed = true;
                 int sectors = (source.Length + CrashImage.SectorBytes - 1) / CrashImage.SectorBytes;
-                int kept = _rng.Next(sectors);
+                int kept = CrashImage.IsMetadataBlock(source) ? 0 : _rng.Next(sectors);
                 if (kept > 0) inner.Write(offset, source[..Math.Min(source.Length, kept * CrashImage.SectorBytes)]);
                 throw new IOException($"injected: write {nth} of {source.Length} bytes at {offset} failed after {kept} of {sectors} sectors");
             }

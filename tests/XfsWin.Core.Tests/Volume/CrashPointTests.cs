@@ -1,4 +1,3 @@
-using System.Buffers.Binary;
 using System.Diagnostics;
 using Xunit;
 using Xunit.Abstractions;
@@ -182,7 +181,7 @@ public sealed class CrashPointTests(ITestOutputHelper output) : IDisposable
         var sb = ReadSuperblock(baseImage);
         long logStart = sb.FsbToByte(sb.LogStart), logEnd = logStart + (long)sb.LogBlocks * sb.BlockSize;
         bool all = Environment.GetEnvironmentVariable("XFSWIN_CRASH_TEAR") == "all";
-        return e => all || (e.Offset >= logStart && e.Offset < logEnd) || !IsMetadata(e.Data!);
+        return e => all || (e.Offset >= logStart && e.Offset < logEnd) || !CrashImage.IsMetadataBlock(e.Data!);
     }
 
     private static Superblock ReadSuperblock(string image)
@@ -190,20 +189,6 @@ public sealed class CrashPointTests(ITestOutputHelper output) : IDisposable
         var sector = new byte[512];
         using (var f = File.OpenRead(image)) f.ReadExactly(sector);
         return Superblock.Decode(sector);
-    }
-
-    /// <summary>Whether a write starts with a V5 metadata block (magic at offset 0, or a dir/attr/da-node magic at 8, or an inode).</summary>
-    internal static bool IsMetadata(byte[] data)
-    {
-        if (data.Length < 12) return false;
-        uint m32 = BinaryPrimitives.ReadUInt32BigEndian(data);
-        ushort m16 = BinaryPrimitives.ReadUInt16BigEndian(data.AsSpan(8));
-        return m32 is 0x58465342 /* XFSB */ or 0x58414746 /* XAGF */ or 0x58414749 /* XAGI */ or 0x5841464C /* XAFL */
-                   or 0x5841524D /* XARM */ or 0x58534C4D /* XSLM */ or 0x58444233 /* XDB3 */ or 0x58444433 /* XDD3 */
-                   or 0x58444633 /* XDF3 */ or 0x41423342 /* AB3B */ or 0x41423343 /* AB3C */ or 0x49414233 /* IAB3 */
-                   or 0x46494233 /* FIB3 */ or 0x524D4233 /* RMB3 */ or 0x52334643 /* R3FC */ or 0x424D4133 /* BMA3 */
-            || m16 is 0x3DF1 or 0x3DFF or 0x3EBE or 0x3BEE
-            || BinaryPrimitives.ReadUInt16BigEndian(data) == 0x494E; // IN: an inode cluster
     }
 
     [Fact]

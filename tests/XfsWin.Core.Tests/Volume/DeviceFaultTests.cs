@@ -103,7 +103,18 @@ public sealed class DeviceFaultTests(ITestOutputHelper output) : IDisposable
         summary = $"{name} {kind} {nth}{(persistent ? " persistent" : " transient")}: fault {(faulty.Failed ? where : "never reached")}";
         if (!faulty.Failed) problems.Add("the fault was never reached");
         if (problems.Count > 0) return string.Join("; ", problems);
-        return CrashWorkloads.Judge(image, model!, events, new CrashPoint(events.Count, CrashSubset.All, 0));
+        string? kept = null;
+        if (Environment.GetEnvironmentVariable("XFSWIN_CRASH_KEEP") is { Length: > 0 } keep)
+        {
+            // Copied before the judge's kernel mount changes it; removed again when the judge finds nothing.
+            Directory.CreateDirectory(keep);
+            kept = Path.Combine(keep, $"fault-{name}-{kind}-{nth}-{(persistent ? "persistent" : "transient")}.img");
+            File.Delete(kept);
+            Shell.RunChecked("cp", "--sparse=always", image, kept);
+        }
+        string? verdict = CrashWorkloads.Judge(image, model!, events, new CrashPoint(events.Count, CrashSubset.All, 0));
+        if (verdict is null && kept is not null) File.Delete(kept);
+        return verdict;
     }
 
     [Fact]
