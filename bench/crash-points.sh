@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
-# Crash consistency at many points: runs CrashPointTests with POINTS crash points per workload (five workloads;
-# the CI sample uses 10). Every point is a crash image built from the recorded write stream (writes up to the last
-# flush, then none / all / a prefix / a random subset of the writes after it); the kernel mounts it (replaying our
-# log), every fsynced file is checked, and xfs_repair -n (6.13) runs after the kernel's unmount. Failing images are
-# kept in KEEP_DIR. Needs root (loop devices), xfsprogs 6.13 (scripts/install-deps.sh), the .NET SDK.
-# Usage: bench/crash-points.sh [POINTS] [KEEP_DIR]   (default: 210 points per workload, 1050 in all)
+# Crash consistency at many points: runs CrashPointTests with POINTS plain and TORN torn crash points per workload
+# (five workloads; the CI sample uses 10 and 4). Every point is a crash image built from the recorded write stream
+# (writes up to the last flush, then none / all / a prefix / a random subset of the writes after it); torn points also
+# leave writes of log records and file data in part (some 512-byte sectors new, others old), and are replayed twice: by
+# the kernel and by XfsWin's read-write open. The kernel mounts each image (replaying our log), every fsynced file is
+# checked, and xfs_repair -n (6.13) runs after the kernel's unmount. Failing images are kept in KEEP_DIR.
+# TEAR=all also tears metadata blocks written in place (a property of the format, not a test of XfsWin: see
+# docs/crash-consistency.md). Needs root (loop devices), xfsprogs 6.13 (scripts/install-deps.sh), the .NET SDK.
+# Usage: bench/crash-points.sh [POINTS] [TORN] [KEEP_DIR]   (default: 210 and 40 per workload, 1250 points in all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 points=${1:-210}
-keep=${2:-/var/tmp/xfswin-crash-failures}
+torn=${2:-40}
+keep=${3:-/var/tmp/xfswin-crash-failures}
 [ "$(id -u)" -eq 0 ] || { echo "Run as root: crash images are mounted through loop devices." >&2; exit 1; }
 
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)"
 dotnet build tests/XfsWin.Core.Tests -c Release -v quiet -nologo >/dev/null
 start=$(date +%s)
 status=0
-XFSWIN_CRASH_POINTS=$points XFSWIN_CRASH_KEEP=$keep dotnet test tests/XfsWin.Core.Tests -c Release --no-build -nologo \
+XFSWIN_CRASH_POINTS=$points XFSWIN_CRASH_TORN=$torn XFSWIN_CRASH_KEEP=$keep XFSWIN_CRASH_TEAR=${TEAR:-} \
+  dotnet test tests/XfsWin.Core.Tests -c Release --no-build -nologo \
   --filter "FullyQualifiedName~CrashPointTests" --logger "console;verbosity=detailed" \
   | grep -E '^ +[a-z-]+: |^ +total: |^ +FAIL |Passed!|Failed!' || status=$?
 echo "wall time: $(( $(date +%s) - start )) s; failing images (if any) in $keep"

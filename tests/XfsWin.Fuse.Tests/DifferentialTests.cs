@@ -62,9 +62,13 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
     public void Operation_groups_match_the_kernel(int seed, params VfsOp[] kinds) => Run(seed, kinds, "6.1");
 
     /// <summary>Runs the harness: <paramref name="kinds"/> is the set of operations drawn from (the lead widens it as the engine grows).</summary>
-    internal void Run(int seed, IReadOnlyList<VfsOp> kinds, string xfsprogs, Action<ReadWriteMount>? mounted = null)
+    internal void Run(int seed, IReadOnlyList<VfsOp> kinds, string xfsprogs, Action<ReadWriteMount>? mounted = null) =>
+        RunOn(KernelMadeImages.Make(_tmp, xfsprogs, "base.img"), seed, kinds, xfsprogs, Operations, mounted);
+
+    /// <summary>The harness on copies of <paramref name="baseImage"/>, <paramref name="operations"/> operations long.</summary>
+    internal void RunOn(string baseImage, int seed, IReadOnlyList<VfsOp> kinds, string xfsprogs, int operations, Action<ReadWriteMount>? mounted = null,
+        Action<string>? afterOurUnmount = null)
     {
-        var baseImage = KernelMadeImages.Make(_tmp, xfsprogs, "base.img");
         var kernelImage = Path.Combine(_tmp, "kernel.img");
         var ourImage = Path.Combine(_tmp, "xfswin.img");
         XfsWin.TestSupport.Shell.RunChecked("cp", "--sparse=always", baseImage, kernelImage);
@@ -79,7 +83,7 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             var runner = new Sequence(seed, kinds, kernel.MountPoint, ours.MountPoint);
             try
             {
-                for (var i = 0; i < Operations; i++)
+                for (var i = 0; i < operations; i++)
                 {
                     var (description, expected, actual) = runner.Step();
                     log.Add($"{i}: {description} -> {expected}");
@@ -91,10 +95,11 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             {
                 runner.CloseHeld();
             }
-            output.WriteLine($"seed {seed}: {Operations} operations, {log.Count(l => l.Contains("-> = ", StringComparison.Ordinal) || l.Contains("-> ok", StringComparison.Ordinal))} succeeded");
+            output.WriteLine($"seed {seed}: {operations} operations, {log.Count(l => l.Contains("-> = ", StringComparison.Ordinal) || l.Contains("-> ok", StringComparison.Ordinal))} succeeded");
             AssertSameTrees(ManifestComparison.Take(kernel.MountPoint), ManifestComparison.Take(ours.MountPoint), withBlocks: false, "live mounts");
             ours.Unmount();
         }
+        afterOurUnmount?.Invoke(ourImage);
 
         KernelManifest expectedTree, ourTree;
         using (var k = LoopMount.Mount(kernelImage, readOnly: true))

@@ -36,6 +36,16 @@ internal static unsafe partial class Libc
     [LibraryImport(C, SetLastError = true)]
     public static partial int fsync(int fd);
 
+    [LibraryImport(C, SetLastError = true)]
+    public static partial int fdatasync(int fd);
+
+    [LibraryImport(C, SetLastError = true)]
+    public static partial int kill(int pid, int signal);
+
+    public const int SIGKILL = 9;
+    /// <summary>O_DSYNC and O_SYNC (__O_SYNC | O_DSYNC) as x86-64 and arm64 define them.</summary>
+    public const int O_DSYNC = 0x1000, O_SYNC = 0x101000;
+
     [LibraryImport(C, SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]
     public static partial int mkdir(string path, uint mode);
 

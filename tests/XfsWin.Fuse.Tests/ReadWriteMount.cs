@@ -138,15 +138,18 @@ internal sealed partial class ReadWriteMount : IDisposable
 internal static class KernelMadeImages
 {
     /// <summary>
-    /// A 300 MiB volume made by mkfs.xfs of <paramref name="xfsprogs"/> and filled by the kernel:
+    /// A volume of <paramref name="size"/> (300 MiB) made by mkfs.xfs of <paramref name="xfsprogs"/> (with
+    /// <paramref name="mkfsOptions"/>) and filled by the kernel:
     /// /a (5 bytes), /b (10000 zero bytes), /d/c (5 bytes), /d/e (directory), /big (70000 bytes),
     /// /s (symlink to a), /d/h (hard link of a), user.x on /a; files 0644, directories 0755.
     /// </summary>
-    public static string Make(string directory, string xfsprogs, string name = "v.img")
+    public static string Make(string directory, string xfsprogs, string name = "v.img", IReadOnlyList<string>? mkfsOptions = null, string size = "300M")
     {
         var image = Path.Combine(directory, name);
-        XfsWin.TestSupport.Shell.RunChecked("truncate", "-s", "300M", image);
-        XfsWin.TestSupport.Shell.RunChecked(OracleImages.Tool("mkfs.xfs", xfsprogs), "-f", "-q", image);
+        XfsWin.TestSupport.Shell.RunChecked("truncate", "-s", size, image);
+        // Options may ask for what only fstests' mode allows (the smallest log); plain volumes are made as users make them.
+        XfsWin.TestSupport.Shell.RunChecked(OracleImages.Tool("mkfs.xfs", xfsprogs), ["-f", "-q", .. mkfsOptions ?? [], image],
+            environment: mkfsOptions is null ? null : MkfsTestMode);
         using var mount = LoopMount.Mount(image, readOnly: false);
         string P(string relative) => Path.Combine(mount.MountPoint, relative);
         Directory.CreateDirectory(P("d/e"));
@@ -161,6 +164,15 @@ internal static class KernelMadeImages
         XfsWin.TestSupport.Shell.RunChecked("chmod", "0755", P("d"), P("d/e"));
         return image;
     }
+
+    /// <summary>
+    /// fstests' variables: mkfs.xfs then lifts the floors it sets for production volumes (a 64 MiB log on volumes over
+    /// 300 MB), so that the smallest log a geometry allows can be made, as the kernel's own tests make it.
+    /// </summary>
+    public static readonly Dictionary<string, string> MkfsTestMode = new()
+    {
+        ["TEST_DIR"] = "/tmp", ["TEST_DEV"] = "/dev/null", ["QA_CHECK_FS"] = "xfs",
+    };
 
     /// <summary>xfs_repair -n of 6.1 (not for 6.13-made volumes, whose features it may not know) and 6.13; the failures as text.</summary>
     public static List<string> RepairProblems(string image, string xfsprogs)

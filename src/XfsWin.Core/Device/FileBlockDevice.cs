@@ -72,9 +72,17 @@ public sealed class FileBlockDevice : IBlockDevice
         {
             int flags = (writable ? LinuxNative.O_RDWR : LinuxNative.O_RDONLY) | LinuxNative.O_CLOEXEC | LinuxNative.ODirect;
             int fd = LinuxNative.open(path, flags);
+            if (fd < 0 && writable && Marshal.GetLastPInvokeError() is LinuxNative.EROFS or LinuxNative.EACCES or LinuxNative.EPERM)
+                throw ReadOnlyRefusal(path, Marshal.GetLastPInvokeErrorMessage());
             if (fd >= 0)
             {
                 var handle = new SafeFileHandle(fd, ownsHandle: true);
+                // A read-only block device may still open for writing; its writes would then fail one by one.
+                if (writable && LinuxNative.IsReadOnlyBlockDevice(fd))
+                {
+                    handle.Dispose();
+                    throw ReadOnlyRefusal(path, "the block device is read-only");
+                }
                 long length = LinuxNative.GetSize(fd, path);
                 int sector = LinuxNative.GetLogicalSectorSize(fd);
                 // O_DIRECT succeeded on open; some file systems still reject the first aligned read.
@@ -102,6 +110,10 @@ public sealed class FileBlockDevice : IBlockDevice
         long len = OperatingSystem.IsLinux() ? LinuxNative.GetSize((int)buffered.DangerousGetHandle(), path) : RandomAccess.GetLength(buffered);
         return new FileBlockDevice(buffered, len, 512, direct: false, writable, $"buffered ({fallbackReason})");
     }
+
+    private static XfsException ReadOnlyRefusal(string path, string why) =>
+        new(XfsError.ReadOnly, $"'{path}' cannot be opened for writing ({why}): it is read-only (write-protected media, a read-only loop " +
+            "device or mount) or this user may not write it. Nothing was written; open it read-only, or make it writable (or run as root) first.");
 
     private static bool ProbeDirectRead(SafeFileHandle handle, int sector, long length)
     {
@@ -321,6 +333,7 @@ public sealed class FileBlockDevice : IBlockDevice
 internal static partial class LinuxNative
 {
     public const int O_RDONLY = 0, O_RDWR = 2, O_CLOEXEC = 0x80000;
+    public const int EPERM = 1, EACCES = 13, EROFS = 30;
     public static int ODirect => RuntimeInformation.ProcessArchitecture is Architecture.Arm64 or Architecture.Arm ? 0x10000 : 0x4000;
     private const ulong BLKGETSIZE64 = 0x80081272, BLKSSZGET = 0x1268;
 
@@ -344,6 +357,11 @@ internal static partial class LinuxNative
     public static bool TryBlockDeviceSize(int fd, out long size) => ioctl(fd, BLKGETSIZE64, out size) == 0;
 
     public static int GetLogicalSectorSize(int fd) => ioctl(fd, BLKSSZGET, out int sector) == 0 && sector >= 512 ? sector : 512;
+
+    private const ulong BLKROGET = 0x125E;
+
+    /// <summary>Whether a block device is read-only (BLKROGET: write-protected media, a read-only loop device, blockdev --setro); false for a regular file.</summary>
+    public static bool IsReadOnlyBlockDevice(int fd) => ioctl(fd, BLKROGET, out int ro) == 0 && ro != 0;
 
     public static string ErrorText(int errno) => new Win32Exception(errno).Message;
 }

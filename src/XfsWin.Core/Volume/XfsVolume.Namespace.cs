@@ -379,7 +379,6 @@ public sealed partial class XfsVolume
             Inode? dst = targetExists ? _inodes.Get(target) : null;
             bool exchange = (flags & RenameFlags.Exchange) != 0;
             bool whiteout = (flags & RenameFlags.Whiteout) != 0;
-            var fromDirInode = fromDir;
             if (src.IsDirectory && parent != newParent && IsAncestor(source, newParent))
                 throw new XfsException(XfsError.WouldLoop, "a directory cannot be moved under itself");
             if (exchange && dst!.IsDirectory && parent != newParent && IsAncestor(target, parent))
@@ -459,9 +458,11 @@ public sealed partial class XfsVolume
                 }
                 if (whiteout)
                 {
-                    // RENAME_WHITEOUT: the source name now names a whiteout (a 0:0 character device, mode 0).
-                    var (wIno, wNew) = w.AllocateInode(tx, parent, directory: false);
-                    var white = NewInode(wIno, 0x2000, 0, 0, fromDirInode, now);
+                    // RENAME_WHITEOUT: the source name now names a whiteout (a 0:0 character device, mode 0). The kernel
+                    // makes it as a temporary file of the target directory (xfs_rename_alloc_whiteout gets target_dp):
+                    // it is allocated near that directory and takes its group when that directory is setgid.
+                    var (wIno, wNew) = w.AllocateInode(tx, newParent, directory: false);
+                    var white = NewInode(wIno, 0x2000, 0, 0, toDir, now);
                     white.DataFormat = ForkFormat.Device;
                     BinaryPrimitives.WriteUInt32BigEndian(white.DataFork, 0);
                     fromEditor.ReplaceEntry(name, wIno, XfsFileType.CharacterDevice);

@@ -71,6 +71,8 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     }
     public readonly TransactionReservations Reservations = new(ReservationGeometry.From(access.Superblock));
     public long InodeCount, FreeInodes;
+    /// <summary>Set by the first write or flush the device failed: the volume is shut down (see <see cref="ShutdownOnFailureDevice"/>).</summary>
+    public required DeviceShutdown Shutdown { get; init; }
     /// <summary>Dirty metadata the cache may hold before a full writeback lets it go (bounded memory).</summary>
     public const long PinnedBytesLimit = 256L << 20;
     public bool Unmounted;
@@ -113,7 +115,7 @@ public sealed partial class XfsVolume
         var sector = ReadSuperblockSector(data);
         var unmaintained = WriteGate.Unmaintained(sector);
         // The gate's hard refusals (needsrepair, unknown features, V4) throw here, before anything is written.
-        var probe = WriteGate.Admit(data, logDevice, WritePurpose.LogRecovery);
+        _ = WriteGate.Admit(data, logDevice, WritePurpose.LogRecovery);
         if (unmaintained.Count > 0 && !options.SpaceChangesOnly)
         {
             if (ownsDevices) logDevice?.Dispose();
@@ -123,6 +125,12 @@ public sealed partial class XfsVolume
             readOnly._info = readOnly._info with { ReadOnlyReasons = [.. reasons, .. readOnly._info.ReadOnlyReasons] };
             return readOnly;
         }
+        // Everything this open writes, from the log replay on, goes through devices that shut it down at the first write
+        // or flush the device fails.
+        var shutdown = new DeviceShutdown();
+        data = new ShutdownOnFailureDevice(data, shutdown);
+        if (logDevice is not null) logDevice = new ShutdownOnFailureDevice(logDevice, shutdown);
+        var probe = WriteGate.Admit(data, logDevice, WritePurpose.LogRecovery);
         // A log Linux left dirty is replayed onto the device first, as the kernel's mount does; what the replay leaves to
         // finish (intents, unlinked inodes, CoW staging extents) this volume's own engine finishes once its log is open.
         var prepared = InPlaceRecovery.Prepare(probe);
@@ -191,6 +199,7 @@ public sealed partial class XfsVolume
         _write = new VolumeWriteState(access, log, writeback, space, new InodeAllocator(sb, _inodes, space))
         {
             Data = data,
+            Shutdown = access.Data is ShutdownOnFailureDevice guarded ? guarded.Shutdown : new DeviceShutdown(),
             Unlinked = new UnlinkedList(sb, _inodes),
             InodeCount = (long)_agSummary.Inodes,
             FreeInodes = (long)_agSummary.FreeInodes,
@@ -216,6 +225,7 @@ public sealed partial class XfsVolume
             throw new XfsException(XfsError.ReadOnly,
                 $"the volume found corrupt metadata and stays read-only until xfs_repair has run ({_mount.Health.FirstCorruption?.Message})");
         if (w.Unmounted) throw new ObjectDisposedException(nameof(XfsVolume));
+        if (w.Shutdown.Reason is not null) throw w.Shutdown.Refusal("the change was refused");
         return w;
     }
 
@@ -309,8 +319,8 @@ public sealed partial class XfsVolume
             w.Unmounted = true;
             try
             {
-                // A log shut down by a failed device write is left as it is: its replay is what the disk holds.
-                if (_mount.Health.IsHealthy && w.Log.ShutdownReason is null)
+                // A volume shut down by a failed device write or flush is left as it is: its log's replay is what the disk holds.
+                if (_mount.Health.IsHealthy && w.Log.ShutdownReason is null && w.Shutdown.Reason is null)
                 {
                     // Holds end with the unmount: inodes unlinked while held are freed (and leave the unlinked lists).
                     lock (w.Holds) w.Holds.Clear();

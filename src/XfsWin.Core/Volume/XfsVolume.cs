@@ -180,8 +180,14 @@ public sealed partial class XfsVolume : IDisposable
 
     public ulong RootInode => _mount.Superblock.RootIno;
 
-    /// <summary>True when this open cannot write: opened read-only, or a read-write open that found corruption.</summary>
-    public bool IsReadOnly => _write is null || _write.Unmounted || !_mount.Health.IsHealthy || _write.Log.ShutdownReason is not null;
+    /// <summary>
+    /// True when this open cannot write: opened read-only, or a read-write open that found corruption or was shut down
+    /// by a write or flush the device failed (<see cref="ShutdownReason"/>).
+    /// </summary>
+    public bool IsReadOnly => _write is null || _write.Unmounted || !_mount.Health.IsHealthy || ShutdownReason is not null;
+
+    /// <summary>The device failure that shut a read-write open down (every later change fails with EIO), or null.</summary>
+    public Exception? ShutdownReason => _write is null ? null : _write.Shutdown.Reason ?? _write.Log.ShutdownReason;
 
     /// <summary>False once any corruption was found; the volume then stays read-only.</summary>
     public bool IsHealthy => _mount.Health.IsHealthy;
@@ -659,13 +665,20 @@ public sealed partial class XfsVolume : IDisposable
     {
         // Background read-ahead must not touch the devices once they are closed.
         if (Interlocked.Exchange(ref _disposed, 1) != 0) return;
-        // A read-write open unmounts cleanly first (superblock counters, writeback, unmount record).
-        FinishWriting();
-        _readAheadPlanner.Dispose();
-        WaitForReadAhead(TimeSpan.FromSeconds(10));
-        _mount.Buffers.Dispose();
-        if (_ownsDevice) _device.Dispose();
-        _ownedLogDevice?.Dispose();
-        if (!ReferenceEquals(_mount.Device, _device)) _mount.Device.Dispose();
+        try
+        {
+            // A read-write open unmounts cleanly first (superblock counters, writeback, unmount record); a device that
+            // fails then shuts it down, and the error (EIO) is the caller's after everything is released.
+            FinishWriting();
+        }
+        finally
+        {
+            _readAheadPlanner.Dispose();
+            WaitForReadAhead(TimeSpan.FromSeconds(10));
+            _mount.Buffers.Dispose();
+            if (_ownsDevice) _device.Dispose();
+            _ownedLogDevice?.Dispose();
+            if (!ReferenceEquals(_mount.Device, _device)) _mount.Device.Dispose();
+        }
     }
 }

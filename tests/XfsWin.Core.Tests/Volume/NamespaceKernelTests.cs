@@ -290,6 +290,51 @@ public sealed class NamespaceKernelTests(ITestOutputHelper output) : IDisposable
         Assert.Equal("kernel-dir kernel-file", string.Join(" ", Directory.GetFileSystemEntries(mount.MountPoint).Select(p => Path.GetFileName(p)).Order()));
     }
 
+    /// <summary>
+    /// RENAME_WHITEOUT into a setgid directory: the kernel makes the whiteout as a temporary file of the target directory,
+    /// so it takes that directory's group (found by the differential harness: ours kept the caller's). The same rename by
+    /// the kernel on a copy gives the same owner and mode.
+    /// </summary>
+    [Fact]
+    public void A_whiteout_takes_the_group_of_a_setgid_target_directory_as_the_kernels_does()
+    {
+        string image = Make("6.1", "");
+        using (var mount = LoopMount.Mount(image, readOnly: false))
+        {
+            string P(string r) => Path.Combine(mount.MountPoint, r);
+            Shell.RunChecked("mknod", P("dev"), "c", "0", "0");
+            Directory.CreateDirectory(P("sgid"));
+            Shell.RunChecked("chown", "5:1", P("sgid"));
+            Shell.RunChecked("chmod", "2755", P("sgid"));
+        }
+        string kernelCopy = Path.Combine(_tmp, "kernel-copy.img");
+        Shell.RunChecked("cp", "--sparse=always", image, kernelCopy);
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            ulong root = v.RootInode;
+            v.TryLookup(root, "sgid"u8, out ulong sgid);
+            v.Rename(root, "dev"u8, sgid, "moved"u8, RenameFlags.Whiteout);
+        }
+        AssertRepairClean(image, "6.1");
+        using (var mount = LoopMount.Mount(kernelCopy, readOnly: false))
+        {
+            var rename = Shell.Run("python3", "-c",
+                "import ctypes,sys; l=ctypes.CDLL(None, use_errno=True); sys.exit(0 if l.renameat2(-100, sys.argv[1].encode(), -100, sys.argv[2].encode(), 4) == 0 else ctypes.get_errno())",
+                Path.Combine(mount.MountPoint, "dev"), Path.Combine(mount.MountPoint, "sgid", "moved"));
+            Assert.Equal(0, rename.ExitCode);
+        }
+        string Owners(string img)
+        {
+            using var mount = LoopMount.Mount(img, readOnly: true);
+            return Shell.RunChecked("stat", "-c", "%n %F %a %u %g %t:%T", Path.Combine(mount.MountPoint, "dev"), Path.Combine(mount.MountPoint, "sgid", "moved"))
+                .StandardOutput.Replace(mount.MountPoint, "", StringComparison.Ordinal).Trim();
+        }
+        string kernel = Owners(kernelCopy), ours = Owners(image);
+        output.WriteLine(kernel);
+        Assert.Contains("/dev character special file 0 0 1 0:0", kernel, StringComparison.Ordinal);
+        Assert.Equal(kernel, ours);
+    }
+
     [Fact]
     public void Running_out_of_space_and_inodes_leaves_a_consistent_volume()
     {
