@@ -1,0 +1,184 @@
+using System.Text.RegularExpressions;
+using Xunit;
+using Xunit.Abstractions;
+using XfsWin.Attributes;
+using XfsWin.Check;
+using DirtyLogScenarios = XfsWin.Tests.Journal.DirtyLogScenarios;
+using XfsWin.TestSupport;
+using XfsWin.Volume;
+
+namespace XfsWin.Tests.Volume;
+
+/// <summary>
+/// Quota accounting kept by the write engine, judged by the kernel: volumes made by mkfs.xfs (6.1 and 6.13), filled
+/// and given limits by a kernel with XFS quota (user-mode Linux, ../Journal/uml.sh: the machine's kernel has none)
+/// mounted with uqnoenforce,gqnoenforce,pqnoenforce, are changed by the engine (creates by new and known owners,
+/// writes, a truncate, chowns, an unlink, a directory, a remote symlink, an xattr block, a file in a project
+/// directory); then the kernel mounts the result with the same options. It must trust our counts (no quotacheck at
+/// that mount), and what xfs_quota reports must be what the kernel's own quotacheck counts on a copy whose quota
+/// checked flags were cleared. xfs_repair -n (which checks the counts with quotacheck's rules) and xfswin check
+/// find nothing, before and after.
+/// </summary>
+public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDisposable
+{
+    private const string NoEnforce = "uqnoenforce,gqnoenforce,pqnoenforce";
+    private readonly string _tmp = Directory.CreateTempSubdirectory("xfswin-quota.").FullName;
+
+    public void Dispose() => Directory.Delete(_tmp, recursive: true);
+
+    private static string GuestScript => Path.Combine(OracleImages.RepoRoot, "tests", "XfsWin.Core.Tests", "Volume", "quota-guest.sh");
+
+    private static void Guest(string image, params string[] args)
+    {
+        var r = Shell.Run("bash", [DirtyLogScenarios.UmlScript, "run", image, "--", GuestScript, .. args], TimeSpan.FromMinutes(10),
+            new Dictionary<string, string> { ["XFSWIN_CACHE"] = OracleImages.CacheRoot });
+        if (r.ExitCode != 0) throw new InvalidOperationException($"quota-guest.sh {string.Join(' ', args)} failed ({r.ExitCode}):\n{r.StandardOutput}\n{r.StandardError}");
+    }
+
+    private string Make(string xfsprogs, string mkfsOptions)
+    {
+        string image = Path.Combine(_tmp, $"q-{xfsprogs}.img");
+        Shell.RunChecked("truncate", "-s", "300M", image);
+        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", xfsprogs), ["-f", "-q", .. mkfsOptions.Split(' ', StringSplitOptions.RemoveEmptyEntries), image]);
+        Guest(image, "fill", NoEnforce);
+        return image;
+    }
+
+    /// <summary>The engine's changes: every kind of change that moves inodes or blocks between dquots, new dquots included.</summary>
+    private static void Change(XfsVolume volume)
+    {
+        Assert.False(volume.IsReadOnly, string.Join("; ", volume.Info.ReadOnlyReasons));
+        ulong root = volume.RootInode;
+        // New owners (their dquots are made first: 123456's chunk lies far into the quota file).
+        var n = volume.CreateNode(root, "new5000"u8, 0x81A4, 5000, 6000);
+        volume.Write(n.Inode, 0, new byte[65536]);
+        var far = volume.CreateNode(root, "far"u8, 0x81A4, 123456, 654321);
+        volume.Write(far.Inode, 0, new byte[3 * 4096 + 17]);
+        // A known owner past its soft block limit (its timer starts), an inode of a known owner.
+        ulong u1001 = volume.ResolvePath("/u1001");
+        volume.Write(u1001, 10010, new byte[200_000]);
+        volume.CreateNode(volume.ResolvePath("/d"), "in-d"u8, 0x81A4, 1001, 2001);
+        // The project directory: what is made in it counts for project 10.
+        ulong p = volume.ResolvePath("/p");
+        var inProject = volume.CreateNode(p, "made"u8, 0x81A4, 1002, 2002);
+        volume.Write(inProject.Inode, 0, new byte[9000]);
+        var dir = volume.MakeDirectory(p, "sub"u8, 0x41ED, 1002, 2002);
+        volume.MakeSymlink(dir.Inode, "link"u8, System.Text.Encoding.ASCII.GetBytes(new string('t', 900)), 1002, 2002);
+        // An xattr too big for the inode: an attribute block.
+        volume.SetXattr(far.Inode, XattrNamespace.User, "big"u8, new byte[3000]);
+        // Truncate, chown to new owners, chown + truncate together, chgrp, unlink.
+        ulong u1002 = volume.ResolvePath("/u1002");
+        volume.SetAttributes(u1002, new AttributeChanges { Size = 0 });
+        volume.SetAttributes(n.Inode, new AttributeChanges { Uid = 7000, Gid = 7001 });
+        var big = volume.CreateNode(root, "big"u8, 0x81A4, 5000, 6000);
+        volume.Write(big.Inode, 0, new byte[300_000]);
+        volume.SetAttributes(big.Inode, new AttributeChanges { Uid = 1002, Size = 4096 });
+        volume.SetAttributes(volume.ResolvePath("/p/inproj"), new AttributeChanges { Gid = 2002 });
+        volume.Unlink(p, "made"u8);
+    }
+
+    /// <summary>xfs_quota's reports with running grace timers told apart from stopped ones only (their days depend on the hour).</summary>
+    private static string Normalise(string report) => GraceRegex().Replace(report.Trim(), m => m.Value == "[--------]" ? m.Value : "[running]");
+
+    [GeneratedRegex(@"\[[^\]]*\]")]
+    private static partial Regex GraceRegex();
+
+    /// <summary>
+    /// The kernel mounts <paramref name="image"/> (replaying its log when dirty) with quota and must need no quotacheck;
+    /// its reports must equal those of the kernel's own quotacheck of a copy.
+    /// </summary>
+    private void AssertKernelCountsAgree(string image)
+    {
+        string ours = Path.Combine(_tmp, "ours");
+        Guest(image, "report", NoEnforce, ours);
+        string dmesg = File.ReadAllText(ours + ".dmesg");
+        output.WriteLine(dmesg);
+        Assert.DoesNotContain("Quotacheck", dmesg, StringComparison.Ordinal);
+        // The truth: a copy with the checked flags cleared, which the kernel counts again from the inodes.
+        string copy = Path.Combine(_tmp, "recount.img");
+        File.Copy(image, copy, overwrite: true);
+        long qflags = XfsDb.Number(XfsDb.Fields(XfsDb.Run(copy, "6.13", "sb 0", "p qflags"))["qflags"]);
+        Assert.Equal(0x54DL, qflags & 0x54D); // accounting and checked bits of all three types, no enforcement
+        XfsDb.Write(copy, "6.13", "sb 0", $"write -d qflags {qflags & ~0x524L}");
+        string truth = Path.Combine(_tmp, "truth");
+        Guest(copy, "report", NoEnforce, truth);
+        Assert.Contains("Quotacheck", File.ReadAllText(truth + ".dmesg"), StringComparison.Ordinal);
+        foreach (var t in new[] { "u", "g", "p" })
+        {
+            string a = File.ReadAllText($"{ours}.{t}"), b = File.ReadAllText($"{truth}.{t}");
+            output.WriteLine($"{t}: ours\n{a}\nquotacheck\n{b}");
+            Assert.Equal(Normalise(b), Normalise(a));
+        }
+    }
+
+    private void AssertRepairClean(string image, string xfsprogs)
+    {
+        foreach (var version in new[] { "6.1", "6.13" }.Where(v => v == "6.13" || xfsprogs == "6.1"))
+        {
+            var repair = Shell.Run(OracleImages.Tool("xfs_repair", version), "-n", image);
+            output.WriteLine($"xfs_repair -n ({version}): exit {repair.ExitCode}\n{repair.StandardOutput}{repair.StandardError}");
+            Assert.True(repair.ExitCode == 0, $"xfs_repair -n {version} found problems:\n{repair.StandardOutput}{repair.StandardError}");
+        }
+        var check = VolumeChecker.Check(image);
+        Assert.True(check.IsClean, string.Join("\n", check.Problems.Select(p => p.ToString())));
+    }
+
+    [Theory]
+    [InlineData("6.1", "")]
+    [InlineData("6.13", "")]
+    [InlineData("6.13", "-b size=1024 -m rmapbt=1")]
+    public void Counts_kept_by_the_engine_are_what_the_kernel_counts(string xfsprogs, string mkfsOptions)
+    {
+        string image = Make(xfsprogs, mkfsOptions);
+        using (var volume = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+            Change(volume);
+        AssertRepairClean(image, xfsprogs);
+        // The user past its soft block limit has a running block timer; the new owners' dquots are there.
+        var dq = XfsDb.Fields(XfsDb.Run(image, "6.13", "dquot -u 1001", "p"));
+        Assert.NotEqual("0", dq["diskdq.btimer"]);
+        Assert.Equal("0", XfsDb.Fields(XfsDb.Run(image, "6.13", "dquot -u 1002", "p"))["diskdq.btimer"]);
+        Assert.Equal("1", XfsDb.Fields(XfsDb.Run(image, "6.13", "dquot -u 123456", "p"))["diskdq.icount"]);
+        AssertKernelCountsAgree(image);
+        AssertRepairClean(image, xfsprogs);
+    }
+
+    [Theory]
+    [InlineData("6.1")]
+    [InlineData("6.13")]
+    public void Counts_forced_to_the_log_survive_a_crash(string xfsprogs)
+    {
+        string image = Make(xfsprogs, "");
+        string crashed = Path.Combine(_tmp, "crashed.img");
+        using (var volume = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            Change(volume);
+            volume.Sync();
+            // The machine dies here: the dquots are in the log, not yet in place.
+            File.Copy(image, crashed);
+        }
+        // Our own replay (in memory) already agrees with quotacheck's rules.
+        var check = VolumeChecker.Check(crashed);
+        Assert.True(check.IsClean, string.Join("\n", check.Problems.Select(p => p.ToString())));
+        // The kernel replays our dquot items at its quota mount and trusts the counts.
+        AssertKernelCountsAgree(crashed);
+        AssertRepairClean(crashed, xfsprogs);
+    }
+
+    [Fact]
+    public void A_volume_with_enforced_limits_opens_read_only_naming_quota_enforcement()
+    {
+        string image = Path.Combine(_tmp, "enforced.img");
+        Shell.RunChecked("truncate", "-s", "300M", image);
+        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-f", "-q", image);
+        Guest(image, "fill", "uquota,gquota,pquota");
+        byte[] before = File.ReadAllBytes(image);
+        using (var volume = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            Assert.True(volume.IsReadOnly);
+            Assert.Contains(volume.Info.ReadOnlyReasons, r => r.Contains("quota enforcement", StringComparison.Ordinal));
+            var e = Assert.Throws<XfsException>(() => volume.SetAttributes(volume.RootInode, new AttributeChanges { Mode = 0x1FF }));
+            Assert.Equal(XfsError.ReadOnly, e.Error);
+        }
+        Assert.True(before.AsSpan().SequenceEqual(File.ReadAllBytes(image)), "a read-only open changed the image");
+    }
+}
