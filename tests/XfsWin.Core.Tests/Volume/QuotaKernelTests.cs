@@ -108,7 +108,21 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
             string a = File.ReadAllText($"{ours}.{t}"), b = File.ReadAllText($"{truth}.{t}");
             output.WriteLine($"{t}: ours\n{a}\nquotacheck\n{b}");
             Assert.Equal(Normalise(b), Normalise(a));
+            // Grace timers (xfs_quota shows none without enforcement): running or not as after the kernel's quotacheck.
+            var ids = IdRegex().Matches(a).Select(m => m.Groups[1].Value).Distinct().ToList();
+            Assert.Equal(Timers(copy, t, ids), Timers(image, t, ids));
         }
+    }
+
+    [GeneratedRegex(@"^#(\d+)", RegexOptions.Multiline)]
+    private static partial Regex IdRegex();
+
+    /// <summary>For each id, whether its dquot's block and inode timers run (xfs_db).</summary>
+    private static List<string> Timers(string image, string type, List<string> ids)
+    {
+        var commands = ids.SelectMany(id => new[] { $"dquot -{type} {id}", "p diskdq.id diskdq.btimer diskdq.itimer" }).ToArray();
+        var lines = XfsDb.Run(image, "6.13", commands).Split('\n', StringSplitOptions.RemoveEmptyEntries | StringSplitOptions.TrimEntries);
+        return lines.Select(l => l.StartsWith("diskdq.id", StringComparison.Ordinal) ? l : l.EndsWith(" = 0", StringComparison.Ordinal) ? l : l.Split(" = ")[0] + " running").ToList();
     }
 
     private void AssertRepairClean(string image, string xfsprogs)
