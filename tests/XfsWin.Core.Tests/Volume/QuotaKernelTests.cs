@@ -178,6 +178,25 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
         AssertRepairClean(crashed, xfsprogs);
     }
 
+    [Theory]
+    [InlineData("6.1")]
+    [InlineData("6.13")]
+    public void Unlinked_inodes_freed_by_in_place_recovery_leave_their_dquots(string xfsprogs)
+    {
+        // The kernel crashes with two files unlinked while open; our read-write open replays its log in place and
+        // frees them (as the kernel's mount does after its replay), taking them off their owners' dquots.
+        string image = Make(xfsprogs, "");
+        Guest(image, "crash-unlinked", NoEnforce);
+        using (var volume = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            Assert.False(volume.IsReadOnly, string.Join("; ", volume.Info.ReadOnlyReasons));
+            Assert.Equal(2, volume.RecoveredAtOpen?.UnlinkedInodesFreed);
+            Change(volume);
+        }
+        AssertRepairClean(image, xfsprogs);
+        AssertKernelCountsAgree(image);
+    }
+
     [Fact]
     public void A_volume_with_enforced_limits_opens_read_only_naming_quota_enforcement()
     {

@@ -4,6 +4,7 @@
 #
 # usage: quota-guest.sh fill OPTIONS               mount with OPTIONS, make the starting content (owners, a project,
 #                                                  limits), unmount
+#        quota-guest.sh crash-unlinked OPTIONS     mount, unlink two open files, shut down after a log flush
 #        quota-guest.sh report OPTIONS PREFIX      mount with OPTIONS (replaying the log if dirty), write
 #                                                  PREFIX.u, PREFIX.g, PREFIX.p (xfs_quota block and inode reports
 #                                                  without headers) and PREFIX.dmesg (the kernel's messages), unmount
@@ -23,6 +24,19 @@ fill)
     # Limits: a user's soft block limit the test's writes pass (its timer starts), a group's and a project's.
     xfs_quota -x -c 'limit -u bsoft=100k bhard=10m isoft=4 ihard=50 1001' -c 'limit -g bsoft=1m ihard=9 2002' \
         -c 'limit -p isoft=3 bhard=20m 10' "$M"
+    umount "$M"
+    ;;
+crash-unlinked)
+    # Files of two owners (one in project 10) unlinked while open, then a shutdown after a log flush: the log holds
+    # the unlinks, the inodes are still on the AGI unlinked lists, their dquots still count them.
+    mount -t xfs -o "$opts" /dev/ubda "$M"
+    head -c 50000 /dev/zero >"$M/held"; chown 1001:2001 "$M/held"
+    head -c 20000 /dev/zero >"$M/p/held2"; chown 1002:2002 "$M/p/held2"
+    sync
+    exec 3<"$M/held" 4<"$M/p/held2"
+    rm "$M/held" "$M/p/held2"
+    xfs_io -x -c 'shutdown -f' "$M"
+    exec 3<&- 4<&-
     umount "$M"
     ;;
 report)
