@@ -2,6 +2,7 @@ using System.Text.RegularExpressions;
 using Xunit;
 using Xunit.Abstractions;
 using XfsWin.Attributes;
+using XfsWin.Device;
 using XfsWin.Check;
 using DirtyLogScenarios = XfsWin.Tests.Journal.DirtyLogScenarios;
 using XfsWin.TestSupport;
@@ -45,36 +46,46 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
     }
 
     /// <summary>The engine's changes: every kind of change that moves inodes or blocks between dquots, new dquots included.</summary>
-    private static void Change(XfsVolume volume)
+    private static void Change(XfsVolume volume) => Change(volume, () => { });
+
+    /// <summary>The changes, calling <paramref name="between"/> after each.</summary>
+    private static void Change(XfsVolume volume, Action between)
     {
         Assert.False(volume.IsReadOnly, string.Join("; ", volume.Info.ReadOnlyReasons));
         ulong root = volume.RootInode;
-        // New owners (their dquots are made first: 123456's chunk lies far into the quota file).
-        var n = volume.CreateNode(root, "new5000"u8, 0x81A4, 5000, 6000);
-        volume.Write(n.Inode, 0, new byte[65536]);
-        var far = volume.CreateNode(root, "far"u8, 0x81A4, 123456, 654321);
-        volume.Write(far.Inode, 0, new byte[3 * 4096 + 17]);
-        // A known owner past its soft block limit (its timer starts), an inode of a known owner.
-        ulong u1001 = volume.ResolvePath("/u1001");
-        volume.Write(u1001, 10010, new byte[200_000]);
-        volume.CreateNode(volume.ResolvePath("/d"), "in-d"u8, 0x81A4, 1001, 2001);
-        // The project directory: what is made in it counts for project 10.
-        ulong p = volume.ResolvePath("/p");
-        var inProject = volume.CreateNode(p, "made"u8, 0x81A4, 1002, 2002);
-        volume.Write(inProject.Inode, 0, new byte[9000]);
-        var dir = volume.MakeDirectory(p, "sub"u8, 0x41ED, 1002, 2002);
-        volume.MakeSymlink(dir.Inode, "link"u8, System.Text.Encoding.ASCII.GetBytes(new string('t', 900)), 1002, 2002);
-        // An xattr too big for the inode: an attribute block.
-        volume.SetXattr(far.Inode, XattrNamespace.User, "big"u8, new byte[3000]);
-        // Truncate, chown to new owners, chown + truncate together, chgrp, unlink.
-        ulong u1002 = volume.ResolvePath("/u1002");
-        volume.SetAttributes(u1002, new AttributeChanges { Size = 0 });
-        volume.SetAttributes(n.Inode, new AttributeChanges { Uid = 7000, Gid = 7001 });
-        var big = volume.CreateNode(root, "big"u8, 0x81A4, 5000, 6000);
-        volume.Write(big.Inode, 0, new byte[300_000]);
-        volume.SetAttributes(big.Inode, new AttributeChanges { Uid = 1002, Size = 4096 });
-        volume.SetAttributes(volume.ResolvePath("/p/inproj"), new AttributeChanges { Gid = 2002 });
-        volume.Unlink(p, "made"u8);
+        ulong n = 0, far = 0, u1001 = 0, p = 0, made = 0, sub = 0, big = 0;
+        Action[] steps =
+        [
+            // New owners (their dquots are made first: 123456's chunk lies far into the quota file).
+            () => n = volume.CreateNode(root, "new5000"u8, 0x81A4, 5000, 6000).Inode,
+            () => volume.Write(n, 0, new byte[65536]),
+            () => far = volume.CreateNode(root, "far"u8, 0x81A4, 123456, 654321).Inode,
+            () => volume.Write(far, 0, new byte[3 * 4096 + 17]),
+            // A known owner past its soft block limit (its timer starts), an inode of a known owner.
+            () => volume.Write(u1001 = volume.ResolvePath("/u1001"), 10010, new byte[200_000]),
+            () => volume.CreateNode(volume.ResolvePath("/d"), "in-d"u8, 0x81A4, 1001, 2001),
+            // The project directory: what is made in it counts for project 10.
+            () => made = volume.CreateNode(p = volume.ResolvePath("/p"), "made"u8, 0x81A4, 1002, 2002).Inode,
+            () => volume.Write(made, 0, new byte[9000]),
+            () => sub = volume.MakeDirectory(p, "sub"u8, 0x41ED, 1002, 2002).Inode,
+            () => volume.MakeSymlink(sub, "link"u8, System.Text.Encoding.ASCII.GetBytes(new string('t', 900)), 1002, 2002),
+            // An xattr too big for the inode: an attribute block.
+            () => volume.SetXattr(far, XattrNamespace.User, "big"u8, new byte[3000]),
+            // Truncate, chown to new owners, chown + truncate together, chgrp, unlink.
+            () => volume.SetAttributes(volume.ResolvePath("/u1002"), new AttributeChanges { Size = 0 }),
+            () => volume.SetAttributes(n, new AttributeChanges { Uid = 7000, Gid = 7001 }),
+            () => big = volume.CreateNode(root, "big"u8, 0x81A4, 5000, 6000).Inode,
+            () => volume.Write(big, 0, new byte[300_000]),
+            () => volume.SetAttributes(big, new AttributeChanges { Uid = 1002, Size = 4096 }),
+            () => volume.SetAttributes(volume.ResolvePath("/p/inproj"), new AttributeChanges { Gid = 2002 }),
+            () => volume.Unlink(p, "made"u8),
+        ];
+        foreach (var step in steps)
+        {
+            step();
+            between();
+        }
+        _ = u1001;
     }
 
     /// <summary>xfs_quota's reports with running grace timers told apart from stopped ones only (their days depend on the hour).</summary>
@@ -194,6 +205,47 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
             Change(volume);
         }
         AssertRepairClean(image, xfsprogs);
+        AssertKernelCountsAgree(image);
+    }
+
+    [Fact]
+    public void Crash_points_of_quota_changes_recover_to_exact_counts()
+    {
+        // The changes run on a recording device with a sync after each; crash images are built at every flush and at
+        // points between (all writes since the last flush, none, or a random subset of them). Each is recovered by our
+        // read-write open (replaying our log in place, finishing its work, unmounting cleanly); then xfs_repair -n,
+        // which checks every dquot's counts against the inodes, and xfswin check must find nothing. The last image
+        // goes to the kernel too, which must trust the counts.
+        string baseImage = Make("6.13", "");
+        string work = Path.Combine(_tmp, "work.img");
+        File.Copy(baseImage, work);
+        var dev = new RecordingBlockDevice(PartitionSpec.Open(work, null, writable: true));
+        using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true }, ownsDevice: true))
+            Change(v, v.Sync);
+        var events = dev.Snapshot();
+        var flushes = Enumerable.Range(0, events.Count).Where(i => events[i].IsFlush).ToList();
+        var rng = new Random(4242);
+        var points = new List<CrashPoint>();
+        for (int i = 0; i < flushes.Count; i += Math.Max(1, flushes.Count / 8))
+            points.Add(new CrashPoint(flushes[i], CrashSubset.All, rng.Next()));
+        for (int i = 0; i < 6; i++)
+            points.Add(new CrashPoint(rng.Next(1, events.Count), i % 2 == 0 ? CrashSubset.Random : CrashSubset.None, rng.Next()));
+        points.Add(new CrashPoint(events.Count, CrashSubset.All, 0));
+        string image = Path.Combine(_tmp, "crash.img");
+        var failures = new List<string>();
+        foreach (var crash in points)
+        {
+            File.Delete(image);
+            CrashImage.Build(baseImage, events, CrashImage.DurableSectors(events, crash), image);
+            using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+                Assert.False(v.IsReadOnly);
+            var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
+            var check = VolumeChecker.Check(image);
+            if (repair.ExitCode != 0 || !check.IsClean)
+                failures.Add($"{crash}: xfs_repair -n exit {repair.ExitCode}\n{repair.StandardOutput}\n" + string.Join("\n", check.Problems.Take(10)));
+        }
+        output.WriteLine($"{points.Count} crash points of {events.Count} events ({flushes.Count} flushes)");
+        Assert.True(failures.Count == 0, string.Join("\n\n", failures));
         AssertKernelCountsAgree(image);
     }
 
