@@ -53,7 +53,7 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
     {
         Assert.False(volume.IsReadOnly, string.Join("; ", volume.Info.ReadOnlyReasons));
         ulong root = volume.RootInode;
-        ulong n = 0, far = 0, u1001 = 0, p = 0, made = 0, sub = 0, big = 0;
+        ulong n = 0, far = 0, p = 0, made = 0, sub = 0, big = 0;
         Action[] steps =
         [
             // New owners (their dquots are made first: 123456's chunk lies far into the quota file).
@@ -62,7 +62,7 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
             () => far = volume.CreateNode(root, "far"u8, 0x81A4, 123456, 654321).Inode,
             () => volume.Write(far, 0, new byte[3 * 4096 + 17]),
             // A known owner past its soft block limit (its timer starts), an inode of a known owner.
-            () => volume.Write(u1001 = volume.ResolvePath("/u1001"), 10010, new byte[200_000]),
+            () => volume.Write(volume.ResolvePath("/u1001"), 10010, new byte[200_000]),
             () => volume.CreateNode(volume.ResolvePath("/d"), "in-d"u8, 0x81A4, 1001, 2001),
             // The project directory: what is made in it counts for project 10.
             () => made = volume.CreateNode(p = volume.ResolvePath("/p"), "made"u8, 0x81A4, 1002, 2002).Inode,
@@ -85,7 +85,6 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
             step();
             between();
         }
-        _ = u1001;
     }
 
     /// <summary>xfs_quota's reports with running grace timers told apart from stopped ones only (their days depend on the hour).</summary>
