@@ -249,7 +249,7 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
     }
 
     [Fact]
-    public void A_volume_with_enforced_limits_opens_read_only_naming_quota_enforcement()
+    public void A_volume_with_enforced_limits_opens_read_only_naming_quota_enforcement_until_mounted_without()
     {
         string image = Path.Combine(_tmp, "enforced.img");
         Shell.RunChecked("truncate", "-s", "300M", image);
@@ -264,5 +264,11 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
             Assert.Equal(XfsError.ReadOnly, e.Error);
         }
         Assert.True(before.AsSpan().SequenceEqual(File.ReadAllBytes(image)), "a read-only open changed the image");
+        // Mounted once by Linux without enforcement (the superblock's enforcement bits go), it opens read-write.
+        Guest(image, "report", NoEnforce, Path.Combine(_tmp, "noenforce"));
+        using (var volume = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+            Change(volume);
+        AssertRepairClean(image, "6.13");
+        AssertKernelCountsAgree(image);
     }
 }
