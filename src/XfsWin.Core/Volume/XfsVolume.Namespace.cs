@@ -400,6 +400,13 @@ public sealed partial class XfsVolume
                 }
             }
 
+            // The whiteout's dquots (root's, or the setgid group and inherited project NewInode gives it) exist first.
+            if (whiteout)
+            {
+                const ushort ProjInherit = 0x200;
+                PrepareDquots(w, 0, (toDir.Mode & ModeSetgid) != 0 ? toDir.Attributes.Gid : 0,
+                    (toDir.Attributes.Flags & ProjInherit) != 0 ? toDir.Attributes.ProjectId : 0);
+            }
             using var tx = Begin(w, TransactionKind.Rename);
             var now = Now();
             var fromUpdate = new InodeUpdate(_inodes.Get(parent), _mount.Superblock);

@@ -79,6 +79,8 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
             () => volume.SetAttributes(big, new AttributeChanges { Uid = 1002, Size = 4096 }),
             () => volume.SetAttributes(volume.ResolvePath("/p/inproj"), new AttributeChanges { Gid = 2002 }),
             () => volume.Unlink(p, "made"u8),
+            // A rename leaving a whiteout (a new inode of root's, in the project directory).
+            () => volume.Rename(p, "inproj"u8, p, "moved"u8, RenameFlags.Whiteout),
         ];
         foreach (var step in steps)
         {
