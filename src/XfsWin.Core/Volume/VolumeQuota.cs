@@ -28,13 +28,9 @@ namespace XfsWin.Volume;
 /// </summary>
 internal sealed class VolumeQuota : IDquotAccounting
 {
-    // sb_qflags bits.
-    private const ushort UquotaAcct = 0x0001, UquotaEnfd = 0x0002, PquotaAcct = 0x0008, OquotaEnfd = 0x0010, GquotaAcct = 0x0040,
-        GquotaEnfd = 0x0080, PquotaEnfd = 0x0200;
-    /// <summary>sb_qflags accounting bits.</summary>
-    public const ushort AccountingFlags = UquotaAcct | PquotaAcct | GquotaAcct;
-    /// <summary>sb_qflags enforcement bits.</summary>
-    public const ushort EnforcementFlags = UquotaEnfd | OquotaEnfd | GquotaEnfd | PquotaEnfd;
+    // sb_qflags accounting bits (enforcement bits keep a volume read-only at the write gate).
+    private const ushort UquotaAcct = 0x0001, PquotaAcct = 0x0008, GquotaAcct = 0x0040;
+    private const ushort AccountingFlags = UquotaAcct | PquotaAcct | GquotaAcct;
     /// <summary>XFS_QM_BTIMELIMIT, ITIMELIMIT and RTBTIMELIMIT: the grace period when the id 0 dquot sets none.</summary>
     private const long DefaultGrace = 7 * 24 * 60 * 60;
     private const int VerifierKind = 41;
@@ -58,13 +54,16 @@ internal sealed class VolumeQuota : IDquotAccounting
     private sealed record Defaults(ulong BlkHard, ulong BlkSoft, ulong InoHard, ulong InoSoft, ulong RtbHard, ulong RtbSoft,
         long BlkGrace, long InoGrace, long RtbGrace);
 
-    private VolumeQuota(MountContext mount, InodeCache inodes, ExtentMapCache maps, byte types)
+    private VolumeQuota(MountContext mount, InodeCache inodes, ExtentMapCache maps, byte types, ulong userFile, ulong groupFile, ulong projectFile)
     {
         _mount = mount;
         _sb = mount.Superblock;
         _inodes = inodes;
         _maps = maps;
         Types = types;
+        _userFile = userFile;
+        _groupFile = groupFile;
+        _projectFile = projectFile;
     }
 
     public byte Types { get; }
@@ -76,7 +75,7 @@ internal sealed class VolumeQuota : IDquotAccounting
         _ => _projectFile,
     };
 
-    private ulong _userFile, _groupFile, _projectFile;
+    private readonly ulong _userFile, _groupFile, _projectFile;
 
     /// <summary>
     /// The accounting of the volume whose primary superblock sector is <paramref name="sector"/>, or null when no quota
@@ -93,12 +92,7 @@ internal sealed class VolumeQuota : IDquotAccounting
         if ((q & GquotaAcct) != 0 && Valid(view.GquotIno)) types |= DquotView.TypeGroup;
         if ((q & PquotaAcct) != 0 && Valid(view.PquotIno)) types |= DquotView.TypeProject;
         if (types == 0) return null;
-        return new VolumeQuota(mount, inodes, maps, types)
-        {
-            _userFile = view.UquotIno,
-            _groupFile = view.GquotIno,
-            _projectFile = view.PquotIno,
-        };
+        return new VolumeQuota(mount, inodes, maps, types, view.UquotIno, view.GquotIno, view.PquotIno);
     }
 
     public bool Accounts(ulong ino) => ino != _userFile && ino != _groupFile && ino != _projectFile;
