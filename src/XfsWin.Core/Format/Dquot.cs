@@ -53,3 +53,37 @@ public readonly ref struct DquotView
         return VerifyResult.Ok;
     }
 }
+
+/// <summary>
+/// Writes the fields of one xfs_dqblk (136 bytes, big-endian) as the kernel's xfs_dquot_to_disk and
+/// xfs_qm_init_dquot_blk do; <see cref="Seal"/> stamps the LSN and CRC as its dquot flush does.
+/// </summary>
+public static class DquotRecord
+{
+    /// <summary>A fresh record of a new dquot chunk: magic, version, type (bigtime timers for ids above 0 on bigtime volumes), id, UUID, CRC.</summary>
+    public static void Init(Span<byte> record, byte type, uint id, Superblock sb)
+    {
+        record[..DquotView.Size].Clear();
+        BinaryPrimitives.WriteUInt16BigEndian(record, DquotView.Magic);
+        record[DquotView.OffVersion] = DquotView.Version;
+        record[DquotView.OffType] = (byte)(type | (id > 0 && sb.HasBigtime ? DquotView.TypeBigtime : 0));
+        BinaryPrimitives.WriteUInt32BigEndian(record[DquotView.OffId..], id);
+        if (sb.IsV5)
+        {
+            sb.MetaUuid.TryWriteBytes(record.Slice(DquotView.OffUuid, 16), bigEndian: true, out _);
+            XfsCrc.Stamp(record[..DquotView.Size], DquotView.OffCrc);
+        }
+    }
+
+    public static ulong U64(ReadOnlySpan<byte> record, int offset) => BinaryPrimitives.ReadUInt64BigEndian(record[offset..]);
+    public static void SetU64(Span<byte> record, int offset, ulong value) => BinaryPrimitives.WriteUInt64BigEndian(record[offset..], value);
+    public static uint U32(ReadOnlySpan<byte> record, int offset) => BinaryPrimitives.ReadUInt32BigEndian(record[offset..]);
+    public static void SetU32(Span<byte> record, int offset, uint value) => BinaryPrimitives.WriteUInt32BigEndian(record[offset..], value);
+
+    /// <summary>The LSN (dd_lsn) and CRC of a V5 record going in place.</summary>
+    public static void Seal(Span<byte> record, ulong lsn)
+    {
+        BinaryPrimitives.WriteUInt64BigEndian(record[DquotView.OffLsn..], lsn);
+        XfsCrc.Stamp(record[..DquotView.Size], DquotView.OffCrc);
+    }
+}

@@ -31,6 +31,7 @@ public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode
         Number = inode.Number;
         ByteOffset = inode.ByteOffset;
         Image = (byte[])inode.Raw.Clone();
+        _charged = QuotaOwner;
     }
 
     /// <summary>A new inode's image (already initialised by the caller) at <paramref name="byteOffset"/>.</summary>
@@ -41,7 +42,15 @@ public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode
         ByteOffset = byteOffset;
         Image = image;
         Parts = InodeLogParts.DataFork | InodeLogParts.AttrFork;
+        // A new inode was free: no dquot counts it yet.
+        _charged = default;
     }
+
+    // What the dquots count for this inode as of its last logged image (see Log).
+    private QuotaOwner _charged;
+
+    /// <summary>What the quota owners of the inode are charged for in its current image: in use (mode set), owners, di_nblocks.</summary>
+    public QuotaOwner QuotaOwner => View.Mode == 0 ? default : new QuotaOwner(true, View.Uid, View.Gid, View.ProjectId, View.Nblocks);
 
     public ulong Number { get; }
     public long ByteOffset { get; }
@@ -156,6 +165,10 @@ public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode
     {
         _cache = cache;
         tx.JoinInode(this);
+        // Quota: what changed since the image last logged (or read) moves between the owners' dquots in this part.
+        var owner = QuotaOwner;
+        tx.ChargeInode(Number, _charged, owner);
+        _charged = owner;
         var (cluster, offset) = cache.JoinCluster(tx, Number);
         // Readers verify what they decode from the cluster bytes: the copy there carries a current CRC (the LSN is
         // stamped when the log writes the inode back).

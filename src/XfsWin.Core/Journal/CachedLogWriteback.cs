@@ -32,10 +32,13 @@ public sealed class CachedLogWriteback : ILogWriteback
 
     public long BuffersWritten { get; private set; }
     public long InodesWritten { get; private set; }
+    public long DquotsWritten { get; private set; }
 
     public void WriteBack(IReadOnlyList<JournalItem> items)
     {
-        // Images in the AIL's order, combined into cluster-sized and larger writes (see WritebackBatch).
+        // Images in the AIL's order, combined into cluster-sized and larger writes (see WritebackBatch); dquots are
+        // patched into their quota file blocks after those (a new chunk's logged buffer goes in place first).
+        List<DquotLogItem>? dquots = null;
         foreach (var item in items)
         {
             switch (item)
@@ -51,10 +54,18 @@ public sealed class CachedLogWriteback : ILogWriteback
                 case IcreateLogItem chunk:
                     _batch.Add(chunk.Daddr << LogArea.BBShift, chunk.ChunkImage(_sb));
                     break;
+                case DquotLogItem dquot:
+                    (dquots ??= new()).Add(dquot);
+                    break;
             }
         }
         _batch.WriteOut(_data);
         DeviceWrites += _batch.Writes;
+        if (dquots is not null)
+        {
+            DquotLogItem.WriteInPlace(_data, _sb, dquots);
+            DquotsWritten += dquots.Count;
+        }
     }
 
     private readonly WritebackBatch _batch = new();

@@ -27,6 +27,7 @@ public sealed class DeviceImageWriteback : ILogWriteback
     public void WriteBack(IReadOnlyList<JournalItem> items)
     {
         var batch = new WritebackBatch();
+        List<DquotLogItem>? dquots = null;
         foreach (var item in items)
         {
             switch (item)
@@ -44,9 +45,13 @@ public sealed class DeviceImageWriteback : ILogWriteback
                 case IcreateLogItem chunk:
                     batch.Add(chunk.Daddr << LogArea.BBShift, chunk.ChunkImage(_sb));
                     break;
+                case DquotLogItem dquot:
+                    (dquots ??= new()).Add(dquot);
+                    break;
             }
         }
         batch.WriteOut(_data);
+        if (dquots is not null) DquotLogItem.WriteInPlace(_data, _sb, dquots);
     }
 
     public void Flush() => _data.Flush();

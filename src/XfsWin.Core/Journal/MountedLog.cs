@@ -137,6 +137,12 @@ public sealed class MountedLog
     private static bool IsDirty(LogPosition pos) => !pos.Clean && pos.TailBlock != pos.HeadBlock;
 
     public LogArea Area => _area;
+
+    /// <summary>
+    /// The volume's quota accounting, when its superblock has quota accounting on: every transaction on this log charges
+    /// its inode changes to the dquots through it (set once, right after the log opens, before any transaction).
+    /// </summary>
+    public IDquotAccounting? Dquots { get; set; }
     public int RecordSize => _writer.RecordSize;
     public int HeaderBlocks => _writer.HeaderBlocks;
 

@@ -269,6 +269,38 @@ public sealed class Transaction : IDisposable
     /// <summary>The working copy of inode <paramref name="ino"/> joined to this transaction, or null.</summary>
     public IJoinedInode? FindInode(ulong ino) => _inodes is not null && _inodes.TryGetValue(ino, out var i) ? i : null;
 
+    // Dquot count changes of the current part (the kernel's t_dqinfo), applied and logged as it commits.
+    private Dictionary<DquotKey, DquotDelta>? _dquotDeltas;
+
+    /// <summary>
+    /// Inode <paramref name="ino"/> changed from <paramref name="before"/> to <paramref name="after"/> in this part: when
+    /// the log's volume accounts quota, its old owners' dquots lose what it counted for them and its new owners' gain
+    /// what it counts now (one inode, its blocks), applied to the dquots as the part commits.
+    /// </summary>
+    public void ChargeInode(ulong ino, QuotaOwner before, QuotaOwner after)
+    {
+        CheckOpen();
+        if (before == after || _mountedLog.Dquots is not { } quota || !quota.Accounts(ino)) return;
+        Charge(quota.Types, before, -1);
+        Charge(quota.Types, after, 1);
+    }
+
+    private void Charge(byte types, QuotaOwner owner, long sign)
+    {
+        if (!owner.Counted) return;
+        long blocks = sign * checked((long)owner.Blocks);
+        if ((types & 0x1) != 0) AddDelta(new DquotKey(0x1, owner.Uid), blocks, sign);
+        if ((types & 0x4) != 0) AddDelta(new DquotKey(0x4, owner.Gid), blocks, sign);
+        if ((types & 0x2) != 0) AddDelta(new DquotKey(0x2, owner.ProjectId), blocks, sign);
+    }
+
+    private void AddDelta(DquotKey key, long blocks, long inodes)
+    {
+        _dquotDeltas ??= new();
+        var d = _dquotDeltas.GetValueOrDefault(key);
+        _dquotDeltas[key] = new DquotDelta(d.Blocks + blocks, d.Inodes + inodes);
+    }
+
     /// <summary>Runs after the part that is committed next (publishing in-core state that mirrors the committed metadata).</summary>
     public void OnCommit(Action action)
     {
@@ -461,6 +493,12 @@ public sealed class Transaction : IDisposable
         List<(MetadataBuffer Cluster, int Offset, byte[] Inode)>? inPlace = null;
         try
         {
+            // The part's dquot changes become dquot items of this part (xfs_trans_apply_dquot_deltas).
+            if (_dquotDeltas is { Count: > 0 } deltas)
+            {
+                _dquotDeltas = null;
+                _mountedLog.Dquots!.Apply(this, deltas);
+            }
             // Inode bytes go into the private copies first (buffer items formatted from those copies then carry them);
             // a cluster this part made no copy of is patched in place once nothing can fail any more.
             if (_clusterPatches is not null)
@@ -477,7 +515,7 @@ public sealed class Transaction : IDisposable
                     // (the next change copies it); inode cluster bytes can be patched in place, so their item copies.
                     _log.Log(joined.Type == BufType.Dinode
                         ? BufferLogItem.Create(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map)
-                        : BufferLogItem.CreateShared(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map));
+                        : BufferLogItem.CreateShared(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map, DquotBufferFlag(joined.Type)));
             }
             if (_unlinkedFields is not null)
                 foreach (var (clusterDaddr, (buffer, start, lengthBB, map)) in _unlinkedFields)
@@ -528,6 +566,15 @@ public sealed class Transaction : IDisposable
             foreach (var action in onCommit) action();
     }
 
+    /// <summary>blf_flags of a dquot chunk buffer (xfs_trans_dquot_buf): recovery replays it only while its quota type is on.</summary>
+    private static ushort DquotBufferFlag(BufType type) => type switch
+    {
+        BufType.UserDquot => BufLogFormat.FlagUserDquot,
+        BufType.ProjectDquot => BufLogFormat.FlagProjectDquot,
+        BufType.GroupDquot => BufLogFormat.FlagGroupDquot,
+        _ => 0,
+    };
+
     /// <summary>
     /// Drops every change of the current part: the buffers keep what they had, the reservation goes back. Parts already
     /// committed by rolls stay; if they left intents without done items, the log shuts down (as the kernel's
@@ -544,6 +591,7 @@ public sealed class Transaction : IDisposable
     private void CancelPart()
     {
         _clusterPatches = null;
+        _dquotDeltas = null;
         _changes.Cancel();
         _log.Dispose();
         RunCancelActions();

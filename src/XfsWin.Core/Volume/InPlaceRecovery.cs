@@ -93,8 +93,8 @@ public static class InPlaceRecovery
 
     /// <summary>
     /// Why the work after the replay of the volume on <paramref name="replayed"/> (the replayed view) cannot be done
-    /// here, or null. The write path does not maintain realtime sections or charge quota, so it refuses work that
-    /// would need either; and exchanges that need short-form conversions afterwards.
+    /// here, or null. The write path does not maintain realtime sections or the quota files of a metadata directory,
+    /// so it refuses work that would need either; and exchanges that need short-form conversions afterwards.
     /// </summary>
     public static string? Refusal(IBlockDevice replayed, Superblock sb, IReadOnlyList<RecoveredIntent> intents, int unlinkedInodes)
     {
@@ -108,14 +108,10 @@ public static class InPlaceRecovery
         var sector = new byte[sb.SectorSize];
         replayed.Read(0, sector);
         bool quota = (BinaryPrimitives.ReadUInt16BigEndian(sector.AsSpan(SuperblockView.OffQflags)) & QuotaAccountingFlags) != 0;
-        if (quota)
-        {
-            if (unlinkedInodes > 0)
-                return $"{unlinkedInodes} unlinked-but-open inode(s) to free while quota accounting is on (their owners' dquots would change too, which this build does not do)";
-            var charged = intents.Where(i => i.Type is LogItemType.Bui or LogItemType.Xmi or LogItemType.Attri).ToList();
-            if (charged.Count > 0)
-                return $"{charged.Count} {string.Join("/", charged.Select(i => i.Kind).Distinct())} intent(s) while quota accounting is on (finishing them charges dquots, which this build does not do)";
-        }
+        // Quota accounting: the engine charges the dquots of what it frees and maps (VolumeQuota) in the quota files the
+        // superblock names; quota files inside a metadata directory it does not keep.
+        if (quota && sb.HasMetadir && (intents.Count > 0 || unlinkedInodes > 0))
+            return "quota accounting with the quota files in the metadata directory (finishing the work charges dquots there, which this build does not do)";
         foreach (var xmi in intents.Where(i => i.Type == LogItemType.Xmi))
         {
             var b = xmi.Regions[0].AsSpan();

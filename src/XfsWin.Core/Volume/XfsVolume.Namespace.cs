@@ -146,6 +146,10 @@ public sealed partial class XfsVolume
             bool isDir = (mode & TypeMask) == TypeDirectory;
             if (isDir && dir.Attributes.LinkCount >= MaxLinks)
                 throw new XfsException(XfsError.TooManyLinks, $"directory {parent} has the most subdirectories it can have");
+            // The new inode's dquots (owner, group as NewInode settles it, inherited project) exist before it is charged.
+            const ushort ProjInherit = 0x200;
+            PrepareDquots(w, uid, (dir.Mode & ModeSetgid) != 0 ? dir.Attributes.Gid : gid,
+                (dir.Attributes.Flags & ProjInherit) != 0 ? dir.Attributes.ProjectId : 0);
             using var tx = Begin(w, kind);
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, parent, dirUpdate.Image);
@@ -396,6 +400,13 @@ public sealed partial class XfsVolume
                 }
             }
 
+            // The whiteout's dquots (root's, or the setgid group and inherited project NewInode gives it) exist first.
+            if (whiteout)
+            {
+                const ushort ProjInherit = 0x200;
+                PrepareDquots(w, 0, (toDir.Mode & ModeSetgid) != 0 ? toDir.Attributes.Gid : 0,
+                    (toDir.Attributes.Flags & ProjInherit) != 0 ? toDir.Attributes.ProjectId : 0);
+            }
             using var tx = Begin(w, TransactionKind.Rename);
             var now = Now();
             var fromUpdate = new InodeUpdate(_inodes.Get(parent), _mount.Superblock);

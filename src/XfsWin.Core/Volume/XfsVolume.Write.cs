@@ -73,6 +73,8 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public long InodeCount, FreeInodes;
     /// <summary>Set by the first write or flush the device failed: the volume is shut down (see <see cref="ShutdownOnFailureDevice"/>).</summary>
     public required DeviceShutdown Shutdown { get; init; }
+    /// <summary>The dquots, when the volume accounts quota (the log's <see cref="MountedLog.Dquots"/>).</summary>
+    public VolumeQuota? Quota { get; init; }
     /// <summary>Dirty metadata the cache may hold before a full writeback lets it go (bounded memory).</summary>
     public const long PinnedBytesLimit = 256L << 20;
     public bool Unmounted;
@@ -196,11 +198,15 @@ public sealed partial class XfsVolume
             ? MountedLog.Open(area, sb, writeback, logOptions)
             : MountedLog.OpenAfterReplay(area, sb, writeback, after, intents ?? [], logOptions);
         var space = new VolumeSpace(new Allocation.AgAllocator(_mount, log), sb, data);
+        // Quota accounting on: every transaction on this log charges the dquots (set before the first transaction).
+        var quota = VolumeQuota.Create(ReadSuperblockSector(access.Data), _mount, _inodes, _maps);
+        log.Dquots = quota;
         _write = new VolumeWriteState(access, log, writeback, space, new InodeAllocator(sb, _inodes, space))
         {
             Data = data,
             Shutdown = access.Data is ShutdownOnFailureDevice guarded ? guarded.Shutdown : new DeviceShutdown(),
             Unlinked = new UnlinkedList(sb, _inodes),
+            Quota = quota,
             InodeCount = (long)_agSummary.Inodes,
             FreeInodes = (long)_agSummary.FreeInodes,
         };
@@ -263,8 +269,11 @@ public sealed partial class XfsVolume
                 if (size < 0) throw new XfsException(XfsError.InvalidArgument, "a size cannot be negative");
                 if (current.IsDirectory) throw new XfsException(XfsError.IsADirectory, "a directory has no size to set");
                 if (!current.IsRegular) throw new XfsException(XfsError.InvalidArgument, "only regular files can be truncated");
-                if (size < current.Size) return Truncate(w, current, size, changes);
             }
+            // A new owner's dquots exist before the change charges them (xfs_qm_vop_dqalloc).
+            if (changes.Uid is not null || changes.Gid is not null)
+                PrepareDquots(w, changes.Uid ?? current.Attributes.Uid, changes.Gid ?? current.Attributes.Gid, current.Attributes.ProjectId);
+            if (changes.Size is long newSize && newSize < current.Size) return Truncate(w, current, newSize, changes);
             using var tx = Begin(w, TransactionKind.Ichange);
             var update = new InodeUpdate(current, _mount.Superblock);
             Apply(update, changes);
@@ -272,6 +281,17 @@ public sealed partial class XfsVolume
             tx.Commit();
             return _inodes.Get(inode).Attributes;
         }
+    }
+
+    /// <summary>
+    /// Creates the dquots of <paramref name="uid"/>, <paramref name="gid"/> and <paramref name="projectId"/> that do not
+    /// exist yet, each chunk in its own transaction, before the transaction that charges them (no-op without quota).
+    /// </summary>
+    private void PrepareDquots(VolumeWriteState w, uint uid, uint gid, uint projectId)
+    {
+        if (w.Quota is not { } quota) return;
+        quota.Prepare(() => new Transaction(_mount, w.Log, w.Reservations[TransactionKind.QmDqAlloc].LogRes,
+            Math.Max(1, w.Reservations[TransactionKind.QmDqAlloc].LogCount)), w.FileSpace, uid, gid, projectId);
     }
 
     private static void Apply(InodeUpdate update, AttributeChanges changes)

@@ -161,13 +161,16 @@ public sealed class WriteGateTests : IDisposable
     public void A_read_write_open_names_the_features_writes_cannot_maintain()
     {
         string img = MakeVolume("plain");
-        // Quota accounting on (user quota accounting and enforcement bits in sb_qflags): a feature we know but do not maintain.
+        // Quota accounting alone (accounting and checked bits of all three types) is maintained: the gate lets it through.
+        XfsDb.Write(img, "6.1", "sb 0", "write -d qflags 0x54d");
+        using (WriteGate.Open(img, null, null, WritePurpose.Modify)) { }
+        // Enforced limits (user quota accounting and enforcement bits in sb_qflags): known, not maintained (no EDQUOT).
         XfsDb.Write(img, "6.1", "sb 0", "write -d qflags 3");
         using var volume = XfsVolume.Open(img, new VolumeOpenOptions { Writable = true });
         Assert.True(volume.IsReadOnly);
-        Assert.Contains(volume.Info.ReadOnlyReasons, r => r.Contains("quota accounting", StringComparison.Ordinal));
+        Assert.Contains(volume.Info.ReadOnlyReasons, r => r.Contains("quota enforcement", StringComparison.Ordinal));
         var refusal = Assert.ThrowsAny<XfsException>(() => WriteGate.Open(img, null, null, WritePurpose.Modify).Dispose());
-        Assert.Contains("quota accounting", refusal.Message, StringComparison.Ordinal);
+        Assert.Contains("quota enforcement", refusal.Message, StringComparison.Ordinal);
         using (WriteGate.Open(img, null, null, WritePurpose.LogRecovery)) { }
     }
 }
