@@ -38,7 +38,11 @@ internal sealed class FileDataCache : IDisposable
     private readonly object _lock = new();
     // Held blocks by device block number (device byte offset >> block log).
     private readonly Dictionary<long, byte[]> _blocks = new();
+    // Block arrays no longer held, for reuse. It keeps as many as the cache can hold at once (LimitBytes plus one
+    // held write), so a steady stream of small writes reuses the same arrays checkpoint after checkpoint and
+    // allocates none; what it retains is bounded by that peak.
     private readonly Stack<byte[]> _free = new();
+    private readonly int _freeLimit;
     private readonly List<long> _order = new();
     private AlignedBuffer? _writeBuffer;
 
@@ -47,6 +51,7 @@ internal sealed class FileDataCache : IDisposable
         _device = device;
         _blockSize = blockSize;
         _blockLog = System.Numerics.BitOperations.Log2((uint)blockSize);
+        _freeLimit = (int)((LimitBytes + HeldWriteLimit) >> _blockLog);
     }
 
     /// <summary>Blocks held now.</summary>
@@ -157,7 +162,7 @@ internal sealed class FileDataCache : IDisposable
 
     private void Release(long block)
     {
-        if (_blocks.Remove(block, out var bytes) && _free.Count < 1024) _free.Push(bytes);
+        if (_blocks.Remove(block, out var bytes) && _free.Count < _freeLimit) _free.Push(bytes);
     }
 
     /// <summary>
@@ -191,7 +196,7 @@ internal sealed class FileDataCache : IDisposable
                 BlocksWritten += run;
             }
             foreach (var bytes in _blocks.Values)
-                if (_free.Count < 1024) _free.Push(bytes);
+                if (_free.Count < _freeLimit) _free.Push(bytes);
             _blocks.Clear();
             _order.Clear();
         }

@@ -583,13 +583,17 @@ public sealed partial class XfsVolume
             ulong last = (ulong)(offset + data.Length - 1) >> sb.BlockLog;
             using var tx = Begin(w, TransactionKind.Write);
             var update = new InodeUpdate(current, sb);
-            var editor = new ExtentMapEditor(tx, update, w.FileSpace);
-            var fresh = editor.AllocateHoles(first, last - first + 1, unwritten: false);
+            // A write over blocks the inode's extent list already maps as written changes no mapping: no editor (it
+            // would only load the list and log nothing), the blocks are looked up in the inode's own fork bytes.
+            bool overwrite = IsWrittenInFork(current, first, last);
+            var editor = overwrite ? null : new ExtentMapEditor(tx, update, w.FileSpace);
+            var fresh = editor?.AllocateHoles(first, last - first + 1, unwritten: false);
             // Data goes to its blocks before the transaction that maps them commits: no crash exposes stale blocks.
-            byte[]? block = null;
             for (ulong fb = first; fb <= last;)
             {
-                if (!editor.TryMap(fb, out var extent)) throw new InvalidOperationException($"inode {inode}: block {fb} unmapped after allocation");
+                BmbtRecord extent;
+                if (editor is null ? !TryFindInFork(current, fb, out extent) : !editor.TryMap(fb, out extent))
+                    throw new InvalidOperationException($"inode {inode}: block {fb} unmapped after allocation");
                 long disk = sb.FsbToByte(extent.StartBlock + (fb - extent.FileOffset));
                 long blockStart = (long)(fb << sb.BlockLog);
                 int from = (int)Math.Max(0, offset - blockStart);
@@ -607,9 +611,9 @@ public sealed partial class XfsVolume
                 }
                 int to = (int)Math.Min(blockSize, offset + data.Length - blockStart);
                 var piece = data.Slice((int)(blockStart + from - offset), to - from);
-                bool isNew = extent.Unwritten || fresh.Any(e => fb >= e.FileOffset && fb < e.FileEnd);
+                bool isNew = extent.Unwritten || (fresh is not null && Covers(fresh, fb));
                 // Part of a block: what is not written reads as before (zeros for a new or unwritten block).
-                block ??= GC.AllocateUninitializedArray<byte>(blockSize);
+                var block = w.BlockScratch ??= GC.AllocateUninitializedArray<byte>(blockSize);
                 if (isNew || blockStart >= (long)current.Size) Array.Clear(block);
                 else w.Data.Read(disk, block);
                 if (!isNew && blockStart < (long)current.Size && blockStart + blockSize > (long)current.Size)
@@ -618,8 +622,8 @@ public sealed partial class XfsVolume
                 w.Data.Write(disk, block);
                 fb++;
             }
-            editor.MarkWritten(first, last - first + 1);
-            editor.Save();
+            editor?.MarkWritten(first, last - first + 1);
+            editor?.Save();
             long end = offset + data.Length;
             if (end > (long)update.Size) update.Size = (ulong)end;
             update.Touch(Now(), modified: true);
@@ -628,6 +632,46 @@ public sealed partial class XfsVolume
             AfterCommit(w);
             return data.Length;
         }
+    }
+
+    private static bool Covers(List<BmbtRecord> extents, ulong fileBlock)
+    {
+        foreach (var e in extents)
+            if (fileBlock >= e.FileOffset && fileBlock < e.FileEnd) return true;
+        return false;
+    }
+
+    /// <summary>True when the inode's data fork is an extent list mapping every block of [<paramref name="first"/>, <paramref name="last"/>] as written.</summary>
+    private static bool IsWrittenInFork(Inode inode, ulong first, ulong last)
+    {
+        if (inode.DataFormat != ForkFormat.Extents) return false;
+        for (ulong fb = first; fb <= last;)
+        {
+            if (!TryFindInFork(inode, fb, out var e) || e.Unwritten) return false;
+            fb = e.FileEnd;
+        }
+        return true;
+    }
+
+    /// <summary>The extent of an extent-list data fork that maps <paramref name="fileBlock"/> (a binary search of the sorted records).</summary>
+    private static bool TryFindInFork(Inode inode, ulong fileBlock, out BmbtRecord extent)
+    {
+        var fork = inode.DataFork;
+        int lo = 0, hi = (int)Math.Min(inode.DataExtentCount, (ulong)(fork.Length / BmbtRecord.Size)) - 1;
+        while (lo <= hi)
+        {
+            int mid = (lo + hi) >>> 1;
+            var e = BmbtRecord.Decode(fork.Slice(mid * BmbtRecord.Size, BmbtRecord.Size));
+            if (fileBlock < e.FileOffset) hi = mid - 1;
+            else if (fileBlock >= e.FileEnd) lo = mid + 1;
+            else
+            {
+                extent = e;
+                return true;
+            }
+        }
+        extent = default;
+        return false;
     }
 
     /// <summary>The largest size XFS files have (the kernel's MAX_LFS_FILESIZE on 64-bit).</summary>

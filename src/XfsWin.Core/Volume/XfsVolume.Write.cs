@@ -42,6 +42,8 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public required UnlinkedList Unlinked { get; init; }
     /// <summary>File data held until the checkpoint that maps it (see <see cref="FileDataCache"/>).</summary>
     public required FileDataCache Data { get; init; }
+    /// <summary>One block's bytes for a write's partial blocks (under <see cref="Lock"/>; the data cache copies what it keeps).</summary>
+    public byte[]? BlockScratch;
     public readonly object Lock = new();
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
