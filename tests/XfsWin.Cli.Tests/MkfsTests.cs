@@ -61,8 +61,10 @@ public sealed partial class MkfsTests : IDisposable
     public static TheoryData<string, string, string> Matrix61 => new()
     {
         // 6.1 knows these features but defaults them off: give them to it explicitly.
+        { "300M", "", "-m rmapbt=1 -i nrext64=1" },
         { "1G", "", "-m rmapbt=1 -i nrext64=1" },
         { "16G", "-b size=1024", "-m rmapbt=1 -i nrext64=1" },
+        { "2T", "", "-m rmapbt=1 -i nrext64=1" },
         { "1G", "-m rmapbt=0 -i nrext64=0", "" },
         { "1G", "-d su=256k,sw=8", "-m rmapbt=1 -i nrext64=1" },
     };
