@@ -27,6 +27,22 @@ internal sealed class CheckContext
         Rmaps = new ReverseMappings(sb);
     }
 
+    /// <summary>
+    /// The LSN of the log's head (0: unknown, an external log, or a volume in use whose log moves while it is checked).
+    /// No V5 metadata block may carry a later one: xfs_repair notes the highest it reads and, when that lies past the
+    /// head, would format the log, which counts as damage.
+    /// </summary>
+    public ulong LogHeadLsn { get; init; }
+
+    /// <summary>Reports the LSN at <paramref name="lsnOffset"/> of a V5 metadata block when it lies past the log's head (NULLCOMMITLSN, all ones, is allowed).</summary>
+    public void CheckLsn(string structure, long byteOffset, ReadOnlySpan<byte> block, int lsnOffset)
+    {
+        if (!Sb.IsV5 || LogHeadLsn == 0 || block.Length < lsnOffset + 8) return;
+        ulong lsn = System.Buffers.Binary.BinaryPrimitives.ReadUInt64BigEndian(block[lsnOffset..]);
+        if (lsn == ulong.MaxValue || lsn <= LogHeadLsn) return;
+        ReportAt(structure, byteOffset, $"LSN {lsn >> 32}:{(uint)lsn} is ahead of the log head {LogHeadLsn >> 32}:{(uint)LogHeadLsn} (xfs_repair would format the log)");
+    }
+
     /// <summary>The reverse mappings the structures imply (collected on rmap and reflink volumes).</summary>
     public ReverseMappings Rmaps { get; }
 
