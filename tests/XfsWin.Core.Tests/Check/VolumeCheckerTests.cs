@@ -89,6 +89,8 @@ public sealed class VolumeCheckerTests(ITestOutputHelper output) : IDisposable
         // LSNs past the log's head (xfs_repair would format the log): a directory free index block and an AGF.
         ["free-block-lsn-ahead"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/dirs/node")}", "dblock 16777216", "write fhdr.hdr.lsn 0x500000000"], "inode"),
         ["agf-lsn-ahead"] = new("rmap-nrext64", i => ["agf 1", "write lsn 0x500000000"], "AGF"),
+        // Cycle 0x80000001: negative as xfs_repair compares it, so not past the head (clean for both).
+        ["free-block-lsn-negative-cycle"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/dirs/node")}", "dblock 16777216", "fuzz -d fhdr.hdr.lsn firstbit"], "inode"),
     };
 
     private static ulong ParentOf(OracleImage image, ulong directory) =>
