@@ -102,7 +102,7 @@ internal static class InodeRules
         if ((flags2 & (Reflink | CowExtSize)) != 0 && !sb.HasReflink) return "reflink or copy-on-write hint flag on a volume without reflink";
         if ((flags2 & Reflink) != 0 && !reg) return "reflink flag on a non-file";
         if ((flags2 & Reflink) != 0 && (flags & Realtime) != 0) return "reflink flag on a realtime file";
-        if ((flags2 & Reflink) != 0 && (flags2 & Dax) != 0) return "reflink and DAX flags together";
+        // Reflink and DAX together are allowed (the kernel shares blocks of DAX files since 6.0; xfs_repair 6.13 accepts it).
         if ((flags2 & Dax) != 0 && !(reg || dir)) return "DAX flag on neither a file nor a directory";
         uint cow = BinaryPrimitives.ReadUInt32BigEndian(raw[DinodeView.OffCowextsize..]);
         bool cowHint = (flags2 & CowExtSize) != 0;

@@ -88,6 +88,9 @@ public sealed class VolumeCheckerTests(ITestOutputHelper output) : IDisposable
         ["dir-size-past-data-space"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/dirs/leaf")}", "write core.size 34359738369"], "inode"),
         // LSNs past the log's head (xfs_repair would format the log): a directory free index block and an AGF.
         ["free-block-lsn-ahead"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/dirs/node")}", "dblock 16777216", "write fhdr.hdr.lsn 0x500000000"], "inode"),
+        // The DAX flag on a reflinked file: allowed (clean for both).
+        ["reflink-dax"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/reflink/clone")}",
+            $"write v3.flags2 {Field(i, "v3.flags2", $"inode {Ino(i, e => e.Printable == "/reflink/clone")}") | 1}"], "inode"),
         ["agf-lsn-ahead"] = new("rmap-nrext64", i => ["agf 1", "write lsn 0x500000000"], "AGF"),
         // Cycle 0x80000001: negative as xfs_repair compares it, so not past the head (clean for both).
         ["free-block-lsn-negative-cycle"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/dirs/node")}", "dblock 16777216", "fuzz -d fhdr.hdr.lsn firstbit"], "inode"),
