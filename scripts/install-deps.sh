@@ -14,6 +14,9 @@ command -v gcc >/dev/null || need+=(gcc)
 command -v sfdisk >/dev/null || need+=(fdisk)
 command -v sgdisk >/dev/null || need+=(gdisk)
 command -v zstd >/dev/null || need+=(zstd)
+# mkfs's refusal tests make NTFS and FAT volumes to refuse.
+command -v mkntfs >/dev/null || need+=(ntfs-3g)
+command -v mkfs.fat >/dev/null || need+=(dosfstools)
 # The MSI (scripts/build-msi.sh) is built with wixl and checked with msiinfo and msiextract.
 command -v wixl >/dev/null || need+=(wixl)
 command -v msiextract >/dev/null || need+=(msitools)

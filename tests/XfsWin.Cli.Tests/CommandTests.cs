@@ -148,6 +148,34 @@ public class CommandTests
         Assert.Contains("/s", shown.Err, StringComparison.Ordinal);
     }
 
+    /// <summary>
+    /// check's progress: none on a pipe unless asked; forced there, one plain line per finished phase; on a terminal
+    /// the live Spectre.Console display on stderr. stdout holds the report alone in every case.
+    /// </summary>
+    [Fact]
+    public void Check_progress_is_live_on_a_terminal_plain_when_forced_and_never_on_stdout()
+    {
+        var quiet = Xfswin.Ok("check", Tree);
+        Assert.Equal("", quiet.Err);
+        Assert.Contains("no problems found", quiet.Out, StringComparison.Ordinal);
+
+        var forced = Xfswin.Ok("check", "--progress", Tree);
+        Assert.Equal(quiet.Out.Split('\n').Length, forced.Out.Split('\n').Length);
+        foreach (var phase in new[] { "allocation groups", "inodes", "block usage", "directories" })
+            Assert.Contains($"check: {phase}: done\n", forced.Err.Replace("\r\n", "\n"), StringComparison.Ordinal);
+
+        var error = new StringWriter();
+        var output = new StringWriter();
+        int code = Program.Run(["check", Tree], new CliConsole { Out = output, Error = error, StdoutStream = Stream.Null, StderrIsTerminal = true });
+        Assert.Equal(0, code);
+        Assert.Contains("no problems found", output.ToString(), StringComparison.Ordinal);
+        string live = error.ToString();
+        foreach (var phase in new[] { "check: allocation groups", "check: inodes", "check: directories" })
+            Assert.Contains(phase, live, StringComparison.Ordinal);
+        Assert.Contains("100%", live, StringComparison.Ordinal);
+        Assert.DoesNotContain("check:", output.ToString(), StringComparison.Ordinal);
+    }
+
     [Theory]
     [InlineData(2, "ls", "TREE", "/no/such/dir")]
     [InlineData(2, "cat", "TREE", "/dir/missing.txt")]

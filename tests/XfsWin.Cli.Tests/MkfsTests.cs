@@ -61,8 +61,10 @@ public sealed partial class MkfsTests : IDisposable
     public static TheoryData<string, string, string> Matrix61 => new()
     {
         // 6.1 knows these features but defaults them off: give them to it explicitly.
+        { "300M", "", "-m rmapbt=1 -i nrext64=1" },
         { "1G", "", "-m rmapbt=1 -i nrext64=1" },
         { "16G", "-b size=1024", "-m rmapbt=1 -i nrext64=1" },
+        { "2T", "", "-m rmapbt=1 -i nrext64=1" },
         { "1G", "-m rmapbt=0 -i nrext64=0", "" },
         { "1G", "-d su=256k,sw=8", "-m rmapbt=1 -i nrext64=1" },
     };
@@ -166,6 +168,8 @@ public sealed partial class MkfsTests : IDisposable
     {
         { "xfs", "an XFS file system labelled 'olddata'" },
         { "ext4", "an ext4 file system labelled 'oldext'" },
+        { "ntfs", "an NTFS file system" },
+        { "fat", "a FAT file system labelled 'OLDFAT'" },
         { "gpt", "a GPT partition table" },
         { "mbr", "an MBR partition table" },
     };
@@ -180,6 +184,8 @@ public sealed partial class MkfsTests : IDisposable
         {
             case "xfs": Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-q", "-L", "olddata", image); break;
             case "ext4": Shell.RunChecked("mkfs.ext4", "-q", "-F", "-L", "oldext", image); break;
+            case "ntfs": Shell.RunChecked("mkntfs", "-q", "-Q", "-F", "-L", "oldntfs", image); break;
+            case "fat": Shell.RunChecked("mkfs.fat", "-F", "32", "-n", "OLDFAT", image); break;
             case "gpt": Shell.RunChecked("sgdisk", "-n", "1:2048:+100M", image); break;
             case "mbr": Shell.RunChecked("bash", "-c", $"echo 'start=2048, size=204800, type=83' | sfdisk -q --label dos {image}"); break;
         }
@@ -229,6 +235,46 @@ public sealed partial class MkfsTests : IDisposable
             var ourSb = ReadSuperblock(theirs);
             Assert.Equal((theirSb.AgCount, theirSb.AgBlocks, theirSb.LogBlocks, theirSb.LogStart, theirSb.SectorSize, theirSb.RootIno),
                 (ourSb.AgCount, ourSb.AgBlocks, ourSb.LogBlocks, ourSb.LogStart, ourSb.SectorSize, ourSb.RootIno));
+            var r = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", loop);
+            Assert.True(r.ExitCode == 0, r.StandardOutput + r.StandardError);
+        }
+        finally
+        {
+            Shell.Run("losetup", "-d", loop);
+        }
+    }
+
+    /// <summary>
+    /// On a block device mkfs discards the whole device first (a file-backed loop device punches the range out, so it
+    /// reads back as zeroes) unless -K; data written past the new metadata shows which happened.
+    /// </summary>
+    [Theory]
+    [InlineData(false)]
+    [InlineData(true)]
+    public void DiscardsABlockDeviceUnlessK(bool keep)
+    {
+        string backing = Path.Combine(_dir, "discard.img");
+        Shell.RunChecked("truncate", "-s", "2G", backing);
+        string loop = Shell.RunChecked("losetup", "--find", "--show", backing).StandardOutput.Trim();
+        try
+        {
+            // 1 MiB of non-zero bytes in the middle of AG 2's free space (AGs of 512 MiB: nothing of mkfs goes there).
+            const long at = 1200L << 20;
+            var pattern = new byte[1 << 20];
+            new Random(7).NextBytes(pattern);
+            pattern[0] = 1;
+            using (var f = new FileStream(loop, FileMode.Open, FileAccess.Write))
+            {
+                f.Position = at;
+                f.Write(pattern);
+                f.Flush(flushToDisk: true);
+            }
+            RunOurs(0, keep ? ["-q", "-K", loop] : ["-q", loop]);
+            string copy = Path.Combine(_dir, "range.bin");
+            Shell.RunChecked("dd", $"if={loop}", $"of={copy}", "bs=1M", $"skip={at >> 20}", "count=1", "iflag=direct", "status=none");
+            var after = File.ReadAllBytes(copy);
+            if (keep) Assert.Equal(pattern, after);
+            else Assert.True(after.All(b => b == 0), "the range still holds data after mkfs without -K");
             var r = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", loop);
             Assert.True(r.ExitCode == 0, r.StandardOutput + r.StandardError);
         }

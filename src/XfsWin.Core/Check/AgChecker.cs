@@ -88,6 +88,7 @@ internal sealed class AgChecker
         }
         var agf = new AgfView(sector);
         AgfReadable = true;
+        _cx.CheckLsn(name, offset, sector, AgfView.OffLsn);
         uint agfVersion = BinaryPrimitives.ReadUInt32BigEndian(sector.AsSpan(AgfView.OffVersion));
         if (agfVersion != 1) _cx.ReportAt(name, offset, $"version {agfVersion}");
         if (agf.Length != _length) _cx.ReportAt(name, offset, $"length {agf.Length}, the AG has {_length} blocks");
@@ -157,6 +158,8 @@ internal sealed class AgChecker
                 : SuperblockView.ReadUuid(sector.AsSpan(AgflLayout.OffUuid, 16)) != _sb.MetaUuid ? "UUID does not match the volume" : null;
             if (bad is not null)
                 _cx.Note($"{name} (daddr 0x{offset >> 9:x}): {bad} (xfs_repair rebuilds free lists and does not count this as damage)");
+            else
+                _cx.CheckLsn(name, offset, sector, AgflLayout.OffLsn);
         }
         uint size = (uint)((_sb.SectorSize - header) / 4);
         uint first = agf.FlFirst, last = agf.FlLast, count = agf.FlCount;
@@ -307,6 +310,7 @@ internal sealed class AgChecker
         }
         var agi = new AgiView(sector);
         AgiReadable = true;
+        _cx.CheckLsn(name, offset, sector, AgiView.OffLsn);
         uint agiVersion = BinaryPrimitives.ReadUInt32BigEndian(sector.AsSpan(AgiView.OffVersion));
         if (agiVersion != 1) _cx.ReportAt(name, offset, $"version {agiVersion}");
         AgiCount = agi.Count;

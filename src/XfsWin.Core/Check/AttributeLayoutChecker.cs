@@ -59,6 +59,7 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
                 Report(st, r.Offset, $"attribute block {da}: magic 0x{info.Magic:x4}");
                 return null;
             }
+            if (V5) cx.CheckLsn(st.Name, r.Offset, r.Bytes, DaBlockInfoView.OffLsn);
             // xfs_repair reads the leaves below a node without their verifier: their self-description is not its concern.
             bool underNode = expectedLevel == 0;
             if (V5 && !underNode)

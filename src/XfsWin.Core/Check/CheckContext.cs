@@ -27,6 +27,27 @@ internal sealed class CheckContext
         Rmaps = new ReverseMappings(sb);
     }
 
+    /// <summary>
+    /// The LSN of the log's head (0: unknown, an external log, or a volume in use whose log moves while it is checked).
+    /// No V5 metadata block may carry a later one: xfs_repair notes the highest it reads and, when that lies past the
+    /// head, would format the log, which counts as damage.
+    /// </summary>
+    public ulong LogHeadLsn { get; init; }
+
+    /// <summary>
+    /// Reports the LSN at <paramref name="lsnOffset"/> of a V5 metadata block when it lies past the log's head. Cycle
+    /// and block compare as signed 32-bit numbers, as xfs_repair's tracking of the highest LSN does: an LSN whose cycle
+    /// has the top bit set (NULLCOMMITLSN, all ones, among them) is never past the head.
+    /// </summary>
+    public void CheckLsn(string structure, long byteOffset, ReadOnlySpan<byte> block, int lsnOffset)
+    {
+        if (!Sb.IsV5 || LogHeadLsn == 0 || block.Length < lsnOffset + 8) return;
+        ulong lsn = System.Buffers.Binary.BinaryPrimitives.ReadUInt64BigEndian(block[lsnOffset..]);
+        int cycle = (int)(lsn >> 32), blk = (int)lsn, headCycle = (int)(LogHeadLsn >> 32), headBlock = (int)LogHeadLsn;
+        if (cycle < headCycle || (cycle == headCycle && blk <= headBlock)) return;
+        ReportAt(structure, byteOffset, $"LSN {cycle}:{blk} is ahead of the log head {headCycle}:{headBlock} (xfs_repair would format the log)");
+    }
+
     /// <summary>The reverse mappings the structures imply (collected on rmap and reflink volumes).</summary>
     public ReverseMappings Rmaps { get; }
 

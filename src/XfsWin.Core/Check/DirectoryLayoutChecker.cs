@@ -227,6 +227,7 @@ internal sealed class DirectoryLayoutChecker
             st.Longest[db] = -1;
             return;
         }
+        if (_v5) _cx.CheckLsn(st.Name, b.ByteOffset, block, DirectoryDataBlock.OffLsn);
         int end = block.Length;
         int count = 0, stale = 0;
         int leafStart = end;
@@ -457,6 +458,7 @@ internal sealed class DirectoryLayoutChecker
                 Report(st, b.ByteOffset, $"{what}: {v}");
                 return false;
             }
+            _cx.CheckLsn(st.Name, b.ByteOffset, b.Bytes, DaBlockInfoView.OffLsn);
         }
         return true;
     }
@@ -594,6 +596,7 @@ internal sealed class DirectoryLayoutChecker
                     Report(st, b.ByteOffset, $"{what}: {v}");
                     continue;
                 }
+                _cx.CheckLsn(st.Name, b.ByteOffset, block, DirectoryDataBlock.OffLsn);
             }
             int h = _v5 ? 48 : 4;
             uint firstDb = BinaryPrimitives.ReadUInt32BigEndian(block.AsSpan(h));

@@ -38,6 +38,8 @@ internal static class InodeRules
         if (d.Version >= 3 && !metadata && d.OldLinkCount != 0) return $"onlink {d.OldLinkCount} on a version 3 inode";
         if (type is not (0x1000 or 0x2000 or 0x4000 or 0x6000 or 0x8000 or 0xA000 or 0xC000)) return $"mode 0{Convert.ToString(mode, 8)} is no file type";
         if ((dir || link) && d.Size == 0 && d.LinkCount != 0) return $"{(dir ? "directory" : "symlink")} of size 0 with links";
+        // Directory data lives below the leaf offset: xfs_repair counts a larger size as a bad directory size.
+        if (dir && d.Size > (ulong)Dir2Space.LeafOffset) return $"directory size {(long)d.Size} past the {Dir2Space.LeafOffset >> 30} GiB data space";
         if (d.Version >= 3)
         {
             if ((flags2 & Nrext64) != 0)
@@ -100,7 +102,7 @@ internal static class InodeRules
         if ((flags2 & (Reflink | CowExtSize)) != 0 && !sb.HasReflink) return "reflink or copy-on-write hint flag on a volume without reflink";
         if ((flags2 & Reflink) != 0 && !reg) return "reflink flag on a non-file";
         if ((flags2 & Reflink) != 0 && (flags & Realtime) != 0) return "reflink flag on a realtime file";
-        if ((flags2 & Reflink) != 0 && (flags2 & Dax) != 0) return "reflink and DAX flags together";
+        // Reflink and DAX together are allowed (the kernel shares blocks of DAX files since 6.0; xfs_repair 6.13 accepts it).
         if ((flags2 & Dax) != 0 && !(reg || dir)) return "DAX flag on neither a file nor a directory";
         uint cow = BinaryPrimitives.ReadUInt32BigEndian(raw[DinodeView.OffCowextsize..]);
         bool cowHint = (flags2 & CowExtSize) != 0;

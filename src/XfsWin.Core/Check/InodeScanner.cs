@@ -44,20 +44,53 @@ internal sealed class InodeScanner
     {
         var chunks = allChunks;
         int isize = _sb.InodeSize;
-        var buffer = new byte[64 * isize];
-        for (int c = from; c < to; c++)
+        int chunkBytes = 64 * isize;
+        // Chunks that follow each other on disk are read together, up to MaxRunBytes at a time (a volume's chunks
+        // mostly do): one read instead of one per chunk. A run that cannot be read whole is read chunk by chunk, so
+        // that each failure is reported for its own chunk.
+        int maxRun = Math.Max(1, MaxRunBytes / chunkBytes);
+        var buffer = new byte[Math.Min(maxRun, Math.Max(1, to - from)) * chunkBytes];
+        for (int c = from; c < to;)
         {
-            var chunk = chunks[c];
             _cx.Cancel.ThrowIfCancellationRequested();
-            ulong firstIno = ((ulong)_agno << _sb.AgInoLog) | chunk.StartIno;
-            long offset = _sb.InodeToByte(firstIno);
-            if (!_cx.TryRead(offset, buffer, $"inode chunk {firstIno}")) continue;
-            for (int i = 0; i < 64; i++)
+            long runOffset = ChunkOffset(chunks[c]);
+            int run = 1;
+            while (run < maxRun && c + run < to && ChunkOffset(chunks[c + run]) == runOffset + (long)run * chunkBytes) run++;
+            bool whole = run > 1 && runOffset >= 0 && runOffset + (long)run * chunkBytes <= _cx.Mount.Device.Length &&
+                         TryReadQuietly(runOffset, buffer.AsSpan(0, run * chunkBytes));
+            for (int k = 0; k < run; k++)
             {
-                if ((chunk.HoleMask & (1 << (i / 4))) != 0) continue;
-                bool free = (chunk.FreeMask & (1UL << i)) != 0;
-                CheckInode(firstIno + (ulong)i, buffer.AsSpan(i * isize, isize), offset + (long)i * isize, free);
+                var chunk = chunks[c + k];
+                ulong firstIno = ((ulong)_agno << _sb.AgInoLog) | chunk.StartIno;
+                long offset = _sb.InodeToByte(firstIno);
+                var bytes = buffer.AsSpan(whole ? k * chunkBytes : 0, chunkBytes);
+                if (!whole && !_cx.TryRead(offset, bytes, $"inode chunk {firstIno}")) continue;
+                for (int i = 0; i < 64; i++)
+                {
+                    if ((chunk.HoleMask & (1 << (i / 4))) != 0) continue;
+                    bool free = (chunk.FreeMask & (1UL << i)) != 0;
+                    CheckInode(firstIno + (ulong)i, bytes.Slice(i * isize, isize), offset + (long)i * isize, free);
+                }
             }
+            c += run;
+        }
+    }
+
+    /// <summary>Largest read of consecutive inode chunks.</summary>
+    private const int MaxRunBytes = 1024 * 1024;
+
+    private long ChunkOffset(InobtRecord chunk) => _sb.InodeToByte(((ulong)_agno << _sb.AgInoLog) | chunk.StartIno);
+
+    private bool TryReadQuietly(long offset, Span<byte> into)
+    {
+        try
+        {
+            _cx.Mount.Device.Read(offset, into);
+            return true;
+        }
+        catch (IOException)
+        {
+            return false;
         }
     }
 

@@ -160,6 +160,7 @@ internal sealed class TreeWalker
                 Report(offset, verdict.ToString());
                 return null;
             }
+            _cx.CheckLsn(_name, offset, span, _long ? BtreeBlockView.LongOffLsn : BtreeBlockView.ShortOffLsn);
             var view = new BtreeBlockView(span);
             if (view.Level != expectedLevel)
             {

@@ -96,6 +96,7 @@ public static class VolumeChecker
         var sb = Superblock.Decode(primary);
         var cx = new CheckContext(mount, sb, volume.Info.LogState == LogState.ReplayedInMemory, cancel, inUse)
         {
+            LogHeadLsn = inUse ? 0 : volume.Info.LogHeadLsn,
             RealtimeBitmapIno = new SuperblockView(primary).RbmIno,
             RtExtSize = new SuperblockView(primary).RtExtSize,
             InternalInodes = InternalInodesOf(new SuperblockView(primary)),

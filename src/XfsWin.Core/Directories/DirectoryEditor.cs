@@ -244,7 +244,7 @@ public sealed partial class DirectoryEditor
         var fork = _dir.DataFork;
         int size = (int)Math.Min(_dir.Size, (ulong)fork.Length);
         var view = new ShortformDirectoryView(fork, _ftype);
-        var check = view.Verify(size);
+        var check = view.Verify(size, _sb.IsV5);
         if (!check.IsOk || _dir.Size > (ulong)fork.Length)
             throw _tx.Mount.Corrupt($"short-form directory in inode {_dir.Number}", _sb.InodeToByte(_dir.Number), check.IsOk ? "size larger than the fork" : check.ToString());
         var list = new List<SfEntry>(view.Count);

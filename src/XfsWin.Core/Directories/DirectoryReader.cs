@@ -384,7 +384,7 @@ public sealed class DirectoryReader
         {
             case ForkFormat.Local:
             {
-                var check = new ShortformDirectoryView(dir.DataFork, _ftype).Verify((int)Math.Min(dir.Size, dir.DataForkSize));
+                var check = new ShortformDirectoryView(dir.DataFork, _ftype).Verify((int)Math.Min(dir.Size, dir.DataForkSize), _sb.IsV5);
                 if (!check.IsOk || dir.Size > dir.DataForkSize) throw _mount.Corrupt($"short-form directory in inode {dir.Number}", dir.ByteOffset, check.IsOk ? "size larger than the fork" : check.ToString());
                 return Form.Shortform;
             }

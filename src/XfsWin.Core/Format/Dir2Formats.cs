@@ -41,21 +41,25 @@ public readonly ref struct ShortformDirectoryView
 
     public int EntrySize(int nameLength) => 3 + nameLength + (_ftype ? 1 : 0) + InodeSize;
 
-    /// <summary>Checks that every entry lies inside <paramref name="size"/> bytes.</summary>
-    public VerifyResult Verify(int size)
+    /// <summary>
+    /// The kernel's xfs_dir2_sf_verify: every entry inside <paramref name="size"/> bytes, and each entry's offset (where
+    /// it would lie in a data block) at or past the end of the one before, the first past the data block header and
+    /// the "." and ".." entries (<paramref name="crc"/>: the V5 header).
+    /// </summary>
+    public VerifyResult Verify(int size, bool crc)
     {
         if (size < 6 || _b.Length < size) return VerifyResult.Fail("short-form directory shorter than its header");
         if (I8Count > Count) return VerifyResult.Fail("more 8-byte inode entries than entries", 1);
         int off = HeaderSize;
-        int lastOffset = 0;
+        int nextOffset = (crc ? 64 : 16) + DirectoryDataBlock.EntrySize(1, _ftype) + DirectoryDataBlock.EntrySize(2, _ftype);
         for (int i = 0; i < Count; i++)
         {
             if (off + 3 > size) return VerifyResult.Fail($"entry {i} runs past the fork", off);
             int len = _b[off];
             if (len == 0) return VerifyResult.Fail($"entry {i} has an empty name", off);
             int entryOffset = BinaryPrimitives.ReadUInt16BigEndian(_b[(off + 1)..]);
-            if (entryOffset < lastOffset) return VerifyResult.Fail($"entry {i} offsets out of order", off + 1);
-            lastOffset = entryOffset;
+            if (entryOffset < nextOffset) return VerifyResult.Fail($"entry {i} offsets out of order (offset {entryOffset}, at least {nextOffset})", off + 1);
+            nextOffset = entryOffset + DirectoryDataBlock.EntrySize(len, _ftype);
             if (off + EntrySize(len) > size) return VerifyResult.Fail($"entry {i} runs past the fork", off);
             if (_ftype && _b[off + 3 + len] > 8) return VerifyResult.Fail($"entry {i} has file type {_b[off + 3 + len]}", off + 3 + len);
             off += EntrySize(len);

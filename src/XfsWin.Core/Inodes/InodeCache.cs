@@ -36,6 +36,13 @@ public sealed class InodeCache
         return inode;
     }
 
+    /// <summary>
+    /// The inode <see cref="Get"/> returns, not kept when it was not cached already: for passes that visit each of
+    /// many inodes once (a check), where keeping them would only push out inodes that are used again and leave the
+    /// garbage collector copying short-lived inodes between generations.
+    /// </summary>
+    public Inode GetTransient(ulong ino) => _inodes.TryGetValue(ino, out var cached) ? cached : Load(ino);
+
     internal bool IsCached(ulong ino) => _inodes.ContainsKey(ino);
 
     /// <summary>Drops the cached copy of an inode a transaction changed: the next <see cref="Get"/> decodes the published cluster bytes.</summary>

@@ -46,7 +46,11 @@ public static class ExistingContent
         if (b.Length >= 512 && b.Slice(3, 8).SequenceEqual("NTFS    "u8)) return "an NTFS file system";
         if (b.Length >= 1024 && b.Slice(512, 8).SequenceEqual("EFI PART"u8)) return "a GPT partition table";
         if (b.Length >= 512 && (b.Slice(54, 5).SequenceEqual("FAT12"u8) || b.Slice(54, 5).SequenceEqual("FAT16"u8) || b.Slice(82, 5).SequenceEqual("FAT32"u8)))
-            return "a FAT file system";
+        {
+            // The boot sector's volume label: 11 bytes at 43 (FAT12/16) or 71 (FAT32), space-padded; "NO NAME" when unset.
+            string label = Encoding.ASCII.GetString(b.Slice(b.Slice(82, 5).SequenceEqual("FAT32"u8) ? 71 : 43, 11)).TrimEnd(' ', '\0');
+            return label.Length > 0 && label != "NO NAME" ? $"a FAT file system labelled '{label}'" : "a FAT file system";
+        }
         if (b.Length >= 512 && b.Slice(3, 8).SequenceEqual("EXFAT   "u8)) return "an exFAT file system";
         if (b.Length >= 512 && b[510] == 0x55 && b[511] == 0xAA)
         {

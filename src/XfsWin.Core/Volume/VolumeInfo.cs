@@ -23,6 +23,8 @@ public sealed record VolumeInfo
     public required uint LogBlocks { get; init; }
     public required bool ExternalLog { get; init; }
     public required LogState LogState { get; init; }
+    /// <summary>The LSN of the log's head when the volume was opened (0 when the log was not read: external or unreadable).</summary>
+    public ulong LogHeadLsn { get; init; }
     /// <summary>Intents left unfinished in a dirty log, by kind (EFI, RUI, CUI, BUI, ATTRI, XMI) and count.</summary>
     public IReadOnlyDictionary<string, int> UnfinishedLogIntents { get; init; } = new Dictionary<string, int>();
     /// <summary>Inodes unlinked while open when Linux stopped (hidden; Linux frees them at its next mount).</summary>

@@ -59,6 +59,7 @@ public sealed partial class XfsVolume : IDisposable
             LogBlocks = sb.LogBlocks,
             ExternalLog = sb.LogStart == 0,
             LogState = recovery.State,
+            LogHeadLsn = recovery.State is LogState.External or LogState.Unknown ? 0 : recovery.HeadLsn,
             UnfinishedLogIntents = recovery.UnfinishedIntents,
             UnlinkedInodesAtCrash = recovery.UnlinkedInodes,
             Features = sb.FeatureNames(),

@@ -81,6 +81,19 @@ public sealed class VolumeCheckerTests(ITestOutputHelper output) : IDisposable
         // An extent btree pointer far outside the volume.
         ["bmbt-pointer"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/extents/many-extents")}", "write u3.bmbt.ptrs[1] 1099511627775"], "extent btree of inode"),
         ["v4-dirent-inumber"] = new("v4", i => [$"inode {ShortDirIno(i)}", $"write u.sfdir3.list[0].inumber.i4 {FileIno(i)}"], "inode"),
+        // A short-form entry's offset overlapping the next one's (xfs_dir2_sf_verify: each at or past the end of the one before).
+        ["sf-dirent-offset"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/dirs/shortform")}",
+            $"write u3.sfdir3.list[0].offset {Field(i, "u3.sfdir3.list[1].offset", $"inode {Ino(i, e => e.Printable == "/dirs/shortform")}") - 8}"], "inode"),
+        // A leaf directory's size past the 32 GiB data space.
+        ["dir-size-past-data-space"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/dirs/leaf")}", "write core.size 34359738369"], "inode"),
+        // LSNs past the log's head (xfs_repair would format the log): a directory free index block and an AGF.
+        ["free-block-lsn-ahead"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/dirs/node")}", "dblock 16777216", "write fhdr.hdr.lsn 0x500000000"], "inode"),
+        // The DAX flag on a reflinked file: allowed (clean for both).
+        ["reflink-dax"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/reflink/clone")}",
+            $"write v3.flags2 {Field(i, "v3.flags2", $"inode {Ino(i, e => e.Printable == "/reflink/clone")}") | 1}"], "inode"),
+        ["agf-lsn-ahead"] = new("rmap-nrext64", i => ["agf 1", "write lsn 0x500000000"], "AGF"),
+        // Cycle 0x80000001: negative as xfs_repair compares it, so not past the head (clean for both).
+        ["free-block-lsn-negative-cycle"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/dirs/node")}", "dblock 16777216", "fuzz -d fhdr.hdr.lsn firstbit"], "inode"),
     };
 
     private static ulong ParentOf(OracleImage image, ulong directory) =>
