@@ -42,6 +42,8 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public required UnlinkedList Unlinked { get; init; }
     /// <summary>File data held until the checkpoint that maps it (see <see cref="FileDataCache"/>).</summary>
     public required FileDataCache Data { get; init; }
+    /// <summary>Mapping updates as deferred work (BUI/BUD): the remaps of reflink and copy-on-write.</summary>
+    public required Extents.BmapUpdateWork Bmaps { get; init; }
     public readonly object Lock = new();
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
@@ -139,6 +141,7 @@ public sealed partial class XfsVolume
         try
         {
             var volume = OpenDevice(data, options with { Replay = LogReplayMode.None, LogDevice = null }, ownsDevice: false);
+            volume._checkpointThresholdBytes = options.CheckpointThresholdBytes;
             try
             {
                 if (prepared.FollowUp is { } followUp)
@@ -171,6 +174,7 @@ public sealed partial class XfsVolume
     }
 
     private IReadOnlyList<string>? _extraReadOnlyReasons;
+    private long _checkpointThresholdBytes;
 
     private static byte[] ReadSuperblockSector(IBlockDevice device)
     {
@@ -191,7 +195,7 @@ public sealed partial class XfsVolume
         var area = LogArea.For(access.Data, access.Log, sb);
         var writeback = new CachedLogWriteback(access.Data, sb, _mount.Buffers);
         var data = new FileDataCache(access.Data, (int)sb.BlockSize);
-        var logOptions = new MountedLogOptions { BeforeCheckpoint = data.WriteOut };
+        var logOptions = new MountedLogOptions { BeforeCheckpoint = data.WriteOut, CheckpointThresholdBytes = _checkpointThresholdBytes };
         var log = after is null
             ? MountedLog.Open(area, sb, writeback, logOptions)
             : MountedLog.OpenAfterReplay(area, sb, writeback, after, intents ?? [], logOptions);
@@ -199,6 +203,7 @@ public sealed partial class XfsVolume
         _write = new VolumeWriteState(access, log, writeback, space, new InodeAllocator(sb, _inodes, space))
         {
             Data = data,
+            Bmaps = new Extents.BmapUpdateWork(_inodes, space),
             Shutdown = access.Data is ShutdownOnFailureDevice guarded ? guarded.Shutdown : new DeviceShutdown(),
             Unlinked = new UnlinkedList(sb, _inodes),
             InodeCount = (long)_agSummary.Inodes,
@@ -383,8 +388,6 @@ public sealed partial class XfsVolume
     private InodeAttributes Truncate(VolumeWriteState w, Inode current, long size, AttributeChanges changes)
     {
         var sb = _mount.Superblock;
-        if ((current.Attributes.Flags2 & DinodeView.Flag2Reflink) != 0)
-            throw new XfsException(XfsError.Unsupported, "truncating a reflinked file (shared blocks) is not supported by this build; nothing was changed");
         long blockEnd = (size + sb.BlockSize - 1) & ~((long)sb.BlockSize - 1);
         if (size % sb.BlockSize != 0) ZeroPartialBlocks(w, current, size, Math.Min(blockEnd, current.Size));
         using (var tx = Begin(w, TransactionKind.Itruncate))
