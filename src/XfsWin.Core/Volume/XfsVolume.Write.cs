@@ -389,7 +389,12 @@ public sealed partial class XfsVolume
     {
         var sb = _mount.Superblock;
         long blockEnd = (size + sb.BlockSize - 1) & ~((long)sb.BlockSize - 1);
-        if (size % sb.BlockSize != 0) ZeroPartialBlocks(w, current, size, Math.Min(blockEnd, current.Size));
+        if (size % sb.BlockSize != 0)
+        {
+            ZeroPartialBlocks(w, current, size, Math.Min(blockEnd, (long)current.Size));
+            // Zeroing a shared block copies it on write, which changes the mapping.
+            current = _inodes.Get(current.Number);
+        }
         using (var tx = Begin(w, TransactionKind.Itruncate))
         {
             var update = new InodeUpdate(current, sb);

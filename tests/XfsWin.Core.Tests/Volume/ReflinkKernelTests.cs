@@ -30,7 +30,7 @@ public sealed class ReflinkKernelTests(ITestOutputHelper output) : IDisposable
     private string Make(string xfsprogs, string mkfsOptions)
     {
         string image = Path.Combine(_tmp, $"v-{xfsprogs}-{Guid.NewGuid():N}.img");
-        Shell.RunChecked("truncate", "-s", "256M", image);
+        Shell.RunChecked("truncate", "-s", "512M", image);
         Shell.RunChecked(OracleImages.Tool("mkfs.xfs", xfsprogs), ["-f", "-q", .. mkfsOptions.Split(' ', StringSplitOptions.RemoveEmptyEntries), image]);
         using (var mount = LoopMount.Mount(image, readOnly: false))
         {
@@ -143,9 +143,14 @@ public sealed class ReflinkKernelTests(ITestOutputHelper output) : IDisposable
         using (var v = XfsVolume.Open(ours, new VolumeOpenOptions { Writable = true }))
         {
             blockSize = v.Info.BlockSize;
-            foreach (var op in Workload()) op.Engine(v);
+            foreach (var op in Workload().Take(int.Parse(Environment.GetEnvironmentVariable("REFLINK_OPS") ?? "99"))) op.Engine(v);
         }
-        RunKernel(theirs, Workload());
+        RunKernel(theirs, Workload().Take(int.Parse(Environment.GetEnvironmentVariable("REFLINK_OPS") ?? "99")));
+        if (Environment.GetEnvironmentVariable("REFLINK_DUMP") is not null)
+            foreach (var img in new[] { ours, theirs })
+                using (var mount = LoopMount.Mount(img, readOnly: true))
+                    foreach (var name in Files)
+                        output.WriteLine($"{img} {name}:\n" + Shell.RunChecked("xfs_io", "-r", "-c", "fiemap -v", Path.Combine(mount.MountPoint, name)).StandardOutput);
         AssertClean(ours);
         SortedDictionary<string, string> expected, actual;
         using (var mount = LoopMount.Mount(theirs, readOnly: true)) expected = Describe(mount.MountPoint, blockSize);
