@@ -172,8 +172,11 @@ public sealed class ReflinkKernelTests(ITestOutputHelper output) : IDisposable
         Shell.RunChecked("cp", "--sparse=always", image, theirs);
         using (var mount = LoopMount.Mount(theirs, readOnly: false))
         {
-            string Kernel(string command) => Shell.Run("sh", "-c", "xfs_io " + string.Format(command, mount.MountPoint)).StandardError +
-                                             Shell.Run("sh", "-c", "xfs_io " + string.Format(command, mount.MountPoint)).StandardOutput;
+            string Kernel(string command)
+            {
+                var run = Shell.Run("sh", "-c", "xfs_io " + string.Format(command, mount.MountPoint));
+                return run.StandardError + run.StandardOutput;
+            }
             Directory.CreateDirectory(Path.Combine(mount.MountPoint, "dir"));
             Assert.Contains("Invalid argument", Kernel("-c 'reflink {0}/a 100 0 4096' {0}/b"));      // unaligned offset
             Assert.Contains("Invalid argument", Kernel("-c 'reflink {0}/a 0 0 5000' {0}/b"));        // unaligned length inside EOF
