@@ -47,7 +47,7 @@ public sealed partial class XfsVolume
             if ((dst.Attributes.Flags & (DinodeView.FlagImmutable | DinodeView.FlagAppend)) != 0)
                 throw new XfsException(XfsError.NotPermitted, "the destination is immutable or append-only");
             long bs = sb.BlockSize;
-            long sizeIn = (long)src.Size;
+            long sizeIn = src.Size;
             // generic_remap_file_range_prep: a zero length reaches the source's EOF.
             if (length == 0)
             {
@@ -81,6 +81,65 @@ public sealed partial class XfsVolume
             TouchModified(w, destination);
             AfterCommit(w);
             return length;
+        }
+    }
+
+    /// <summary>
+    /// copy_file_range(2) as the kernel's XFS answers it (vfs_copy_file_range): at most <paramref name="length"/> bytes,
+    /// up to the source's EOF, 0 at or past it. Where the volume has reflink and both offsets are block-aligned, the
+    /// blocks are shared instead of copied (a remap that may shorten: to the source's EOF, or a whole number of blocks),
+    /// and the count remapped is returned, as the kernel's returns it; otherwise, or when no whole block fits, the bytes
+    /// are copied. Overlapping ranges of one file are <see cref="XfsError.InvalidArgument"/>.
+    /// </summary>
+    public long CopyFileRange(ulong source, long sourceOffset, ulong destination, long destinationOffset, long length)
+    {
+        if (sourceOffset < 0 || destinationOffset < 0 || length < 0)
+            throw new XfsException(XfsError.InvalidArgument, "copy offsets and length cannot be negative");
+        _ = Writer();
+        // MAX_RW_COUNT: what one call copies at most.
+        length = Math.Min(length, 0x7FFFF000L);
+        var src = GetAttributes(source);
+        var dst = GetAttributes(destination);
+        if (src.FileType == XfsFileType.Directory || dst.FileType == XfsFileType.Directory)
+            throw new XfsException(XfsError.IsADirectory, "a directory cannot be copied into or from");
+        if (src.FileType != XfsFileType.RegularFile || dst.FileType != XfsFileType.RegularFile) throw new XfsException(XfsError.InvalidArgument, "only regular files can be copied between");
+        long sizeIn = src.Size;
+        if (sourceOffset >= sizeIn || length == 0) return 0;
+        long count = Math.Min(length, sizeIn - sourceOffset);
+        if (source == destination && destinationOffset + count > sourceOffset && destinationOffset < sourceOffset + count)
+            throw new XfsException(XfsError.InvalidArgument, "the ranges overlap in the same file");
+        long bs = _mount.Superblock.BlockSize;
+        if (_mount.Superblock.HasReflink && sourceOffset % bs == 0 && destinationOffset % bs == 0)
+        {
+            long remap = sourceOffset + count == sizeIn ? count : count / bs * bs;
+            if (remap > 0)
+            {
+                try
+                {
+                    return CloneRange(source, sourceOffset, destination, destinationOffset, remap);
+                }
+                catch (XfsException e) when (e.Error is XfsError.InvalidArgument or XfsError.Unsupported)
+                {
+                    // The kernel falls back to copying the bytes (splice) whenever the remap is refused.
+                }
+            }
+        }
+        var buffer = ArrayPool<byte>.Shared.Rent((int)Math.Min(count, 1L << 20));
+        try
+        {
+            long done = 0;
+            while (done < count)
+            {
+                int n = Read(source, sourceOffset + done, buffer.AsSpan(0, (int)Math.Min(buffer.Length, count - done)));
+                if (n <= 0) break;
+                Write(destination, destinationOffset + done, buffer.AsSpan(0, n));
+                done += n;
+            }
+            return done;
+        }
+        finally
+        {
+            ArrayPool<byte>.Shared.Return(buffer);
         }
     }
 
