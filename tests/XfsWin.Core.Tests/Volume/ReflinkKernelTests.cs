@@ -63,6 +63,7 @@ public sealed class ReflinkKernelTests(ITestOutputHelper output) : IDisposable
             var d = v.CreateNode(v.RootInode, "d"u8, 0x81A4, 0, 0).Inode;
             Assert.Equal((1 << 20) + 1000, v.CloneRange(Ino(v, "a"), 0, d, 0, 0));
         }),
+        new("-c 'reflink {0}/a 4096 524288 65536' {0}/a", v => v.CloneRange(Ino(v, "a"), 4096, Ino(v, "a"), 524288, 65536)),
         new("-c 'reflink {0}/a 65536 131072 262144' {0}/b", v => v.CloneRange(Ino(v, "a"), 65536, Ino(v, "b"), 131072, 262144)),
         new("-c 'pwrite -S 0x5a 5000 3000' {0}/d", v => v.Write(Ino(v, "d"), 5000, Pattern(0x5a, 3000))),
         new("-c 'truncate 300000' {0}/d", v => v.SetAttributes(Ino(v, "d"), new AttributeChanges { Size = 300000 })),
