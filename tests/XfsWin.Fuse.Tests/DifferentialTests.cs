@@ -97,7 +97,6 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             {
                 runner.CloseHeld();
             }
-            foreach (var line in log.Where(l => Environment.GetEnvironmentVariable("DIFF_SHOW") is { } show && l.Contains(show, StringComparison.Ordinal))) output.WriteLine(line);
             output.WriteLine($"seed {seed}: {operations} operations, {log.Count(l => l.Contains("-> = ", StringComparison.Ordinal) || l.Contains("-> ok", StringComparison.Ordinal))} succeeded");
             AssertSameTrees(ManifestComparison.Take(kernel.MountPoint), ManifestComparison.Take(ours.MountPoint), withBlocks: false, "live mounts");
             ours.Unmount();
