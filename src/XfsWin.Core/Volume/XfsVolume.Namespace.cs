@@ -572,6 +572,7 @@ public sealed partial class XfsVolume
             {
                 // Shared blocks are copied on write first (new blocks holding the old bytes with these over them);
                 // the write below then goes to blocks this file alone uses.
+                current = ZeroTailOfShared(w, current, offset);
                 Unshare(w, inode, first, last + 1, offset, data);
                 current = _inodes.Get(inode);
             }
@@ -693,6 +694,12 @@ public sealed partial class XfsVolume
                     AfterCommit(w);
                     return;
                 }
+                case FallocateMode.CollapseRange:
+                    CollapseRange(w, current, offset, length);
+                    return;
+                case FallocateMode.InsertRange:
+                    InsertRange(w, current, offset, length);
+                    return;
                 default:
                     throw new XfsException(XfsError.Unsupported, $"fallocate mode {mode} is not supported by this build; nothing was changed");
             }

@@ -73,9 +73,7 @@ public sealed partial class XfsVolume
             // xfs_reflink_remap_prep: both files carry the reflink flag before any block is shared.
             SetReflinkFlags(w, source, destination);
             // Past the destination's EOF, what its old last block holds beyond EOF must read as zeros.
-            dst = _inodes.Get(destination);
-            if (destinationOffset > (long)dst.Size && (long)dst.Size % bs != 0)
-                ZeroPartialBlocks(w, dst, (long)dst.Size, Math.Min(destinationOffset, ((long)dst.Size + bs - 1) / bs * bs));
+            ZeroTailOfShared(w, _inodes.Get(destination), destinationOffset + length);
             RemapBlocks(w, source, (ulong)(sourceOffset >> sb.BlockLog), destination, (ulong)(destinationOffset >> sb.BlockLog),
                 (ulong)(blockLength >> sb.BlockLog), destinationOffset + length);
             TouchModified(w, destination);
@@ -141,6 +139,20 @@ public sealed partial class XfsVolume
         {
             ArrayPool<byte>.Shared.Return(buffer);
         }
+    }
+
+    /// <summary>
+    /// Before EOF moves up to <paramref name="newEnd"/> (a size change, a write or clone past EOF, an insert): the old
+    /// last block's bytes past EOF are zeroed as the kernel's xfs_zero_range does there, which for a reflinked file's
+    /// shared block means copy-on-write (so the file stops sharing it, as on the kernel). Other files' bytes past EOF
+    /// are zeros already. Returns the inode as it is now.
+    /// </summary>
+    private Inode ZeroTailOfShared(VolumeWriteState w, Inode current, long newEnd)
+    {
+        long bs = _mount.Superblock.BlockSize, size = current.Size;
+        if ((current.Attributes.Flags2 & DinodeView.Flag2Reflink) == 0 || size % bs == 0 || newEnd <= size) return current;
+        ZeroPartialBlocks(w, current, size, Math.Min(newEnd, (size + bs - 1) / bs * bs));
+        return _inodes.Get(current.Number);
     }
 
     /// <summary>xfs_reflink_set_inode_flag: XFS_DIFLAG2_REFLINK on both files (one transaction).</summary>

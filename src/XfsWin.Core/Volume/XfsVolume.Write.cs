@@ -269,6 +269,7 @@ public sealed partial class XfsVolume
                 if (current.IsDirectory) throw new XfsException(XfsError.IsADirectory, "a directory has no size to set");
                 if (!current.IsRegular) throw new XfsException(XfsError.InvalidArgument, "only regular files can be truncated");
                 if (size < current.Size) return Truncate(w, current, size, changes);
+                current = ZeroTailOfShared(w, current, size);
             }
             using var tx = Begin(w, TransactionKind.Ichange);
             var update = new InodeUpdate(current, _mount.Superblock);

@@ -160,6 +160,72 @@ public sealed class ReflinkKernelTests(ITestOutputHelper output) : IDisposable
         AssertClean(ours);
     }
 
+    /// <summary>Collapse and insert ranges, in plain files and in reflinked ones (shared extents move too), then a write over moved shared blocks.</summary>
+    private static List<Op> ShiftWorkload(bool reflink)
+    {
+        var ops = new List<Op>
+        {
+            new("-c 'fcollapse 65536 131072' {0}/a", v => v.Allocate(Ino(v, "a"), 65536, 131072, FallocateMode.CollapseRange)),
+            new("-c 'finsert 4096 8192' {0}/b", v => v.Allocate(Ino(v, "b"), 4096, 8192, FallocateMode.InsertRange)),
+            new("-c 'fcollapse 0 4096' {0}/c", v => v.Allocate(Ino(v, "c"), 0, 4096, FallocateMode.CollapseRange)),
+            new("-c 'finsert 102400 40960' {0}/e", v => v.Allocate(Ino(v, "e"), 102400, 40960, FallocateMode.InsertRange)),
+            new("-c 'fpunch 16384 8192' {0}/e", v => v.Allocate(Ino(v, "e"), 16384, 8192, FallocateMode.PunchHole)),
+            new("-c 'fcollapse 8192 12288' {0}/e", v => v.Allocate(Ino(v, "e"), 8192, 12288, FallocateMode.CollapseRange)),
+        };
+        if (reflink)
+            ops.AddRange(
+            [
+                new("-f -c 'reflink {0}/a' {0}/d", v => v.CloneRange(Ino(v, "a"), 0, v.CreateNode(v.RootInode, "d"u8, 0x81A4, 0, 0).Inode, 0, 0)),
+                new("-c 'fcollapse 0 4096' {0}/d", v => v.Allocate(Ino(v, "d"), 0, 4096, FallocateMode.CollapseRange)),
+                new("-c 'finsert 8192 4096' {0}/d", v => v.Allocate(Ino(v, "d"), 8192, 4096, FallocateMode.InsertRange)),
+                new("-c 'finsert 4096 12288' {0}/a", v => v.Allocate(Ino(v, "a"), 4096, 12288, FallocateMode.InsertRange)),
+                new("-c 'pwrite -S 0x44 0 20000' {0}/d", v => v.Write(Ino(v, "d"), 0, Pattern(0x44, 20000))),
+            ]);
+        return ops;
+    }
+
+    [Theory]
+    [InlineData("6.1", "")]
+    [InlineData("6.13", "")]
+    [InlineData("6.13", "-m reflink=0")]
+    public void Collapse_and_insert_give_what_the_kernel_gives(string xfsprogs, string mkfsOptions)
+    {
+        string ours = Make(xfsprogs, mkfsOptions);
+        string theirs = ours + ".kernel";
+        Shell.RunChecked("cp", "--sparse=always", ours, theirs);
+        bool reflink = !mkfsOptions.Contains("reflink=0", StringComparison.Ordinal);
+        int blockSize;
+        using (var v = XfsVolume.Open(ours, new VolumeOpenOptions { Writable = true }))
+        {
+            blockSize = v.Info.BlockSize;
+            foreach (var op in ShiftWorkload(reflink)) op.Engine(v);
+            // The kernel's EINVAL cases (checked against xfs_io below).
+            ulong c = Ino(v, "c");
+            long size = v.GetAttributes(c).Size;
+            Assert.Equal(XfsError.InvalidArgument, Assert.Throws<XfsException>(() => v.Allocate(c, 100, 4096, FallocateMode.CollapseRange)).Error);
+            Assert.Equal(XfsError.InvalidArgument, Assert.Throws<XfsException>(() => v.Allocate(c, 0, size / 4096 * 4096 + 4096, FallocateMode.CollapseRange)).Error);
+            Assert.Equal(XfsError.InvalidArgument, Assert.Throws<XfsException>(() => v.Allocate(c, size / 4096 * 4096 + 4096, 4096, FallocateMode.InsertRange)).Error);
+            Assert.Equal(size, v.GetAttributes(c).Size);
+        }
+        RunKernel(theirs, ShiftWorkload(reflink));
+        using (var mount = LoopMount.Mount(theirs, readOnly: false))
+        {
+            string c = Path.Combine(mount.MountPoint, "c");
+            long size = new FileInfo(c).Length;
+            foreach (var command in new[] { "fcollapse 100 4096", $"fcollapse 0 {size / 4096 * 4096 + 4096}", $"finsert {size / 4096 * 4096 + 4096} 4096" })
+            {
+                var run = Shell.Run("xfs_io", "-c", command, c);
+                Assert.Contains("Invalid argument", run.StandardOutput + run.StandardError);
+            }
+        }
+        AssertClean(ours);
+        SortedDictionary<string, string> expected, actual;
+        using (var mount = LoopMount.Mount(theirs, readOnly: true)) expected = Describe(mount.MountPoint, blockSize);
+        using (var mount = LoopMount.Mount(ours, readOnly: true)) actual = Describe(mount.MountPoint, blockSize);
+        output.WriteLine(string.Join("\n", actual.Select(kv => $"{kv.Key}: {kv.Value}")));
+        AssertSame(expected, actual);
+    }
+
     [Fact]
     public void Clone_checks_answer_as_the_kernel_does()
     {
