@@ -270,6 +270,42 @@ public sealed class ReflinkKernelTests(ITestOutputHelper output) : IDisposable
     }
 
     [Fact]
+    public void A_crash_during_copy_on_write_leaves_staging_extents_that_the_kernel_and_we_remove()
+    {
+        string image = Make("6.13", "");
+        string baseImage = image + ".base";
+        Shell.RunChecked("cp", "--sparse=always", image, baseImage);
+        var device = new RecordingBlockDevice(FileBlockDevice.Open(image, writable: true));
+        int start, end;
+        using (var v = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, CheckpointThresholdBytes = 1 }, ownsDevice: true))
+        {
+            Workload()[0].Engine(v); // d shares all of a's blocks
+            v.Sync();
+            start = device.EventCount;
+            v.Write(Ino(v, "d"), 5000, Pattern(0x5a, 3000)); // copy-on-write of two blocks
+            end = device.EventCount;
+        }
+        var events = device.Snapshot();
+        var flushes = Enumerable.Range(start, end - start).Where(i => events[i].IsFlush).ToList();
+        var problems = new List<string>();
+        int withStaging = 0;
+        foreach (int flush in flushes)
+        {
+            string crash = Path.Combine(_tmp, $"cow{flush}.img");
+            CrashImage.Build(baseImage, events, CrashImage.DurableWrites(events, new CrashPoint(flush + 1, CrashSubset.None, 0)), crash);
+            string counted = crash + ".count";
+            Shell.RunChecked("cp", "--sparse=always", crash, counted);
+            using (var data = FileBlockDevice.Open(counted, writable: true))
+                withStaging += InPlaceRecovery.Run(XfsWin.Metadata.WriteGate.Admit(data, null, XfsWin.Metadata.WritePurpose.LogRecovery)).CowStagingExtentsRemoved > 0 ? 1 : 0;
+            if (Journal.IntentChainTests.RecoverBothWays(crash, $"point {flush + 1}") is { } problem) problems.Add(problem);
+            foreach (var f in Directory.GetFiles(_tmp, Path.GetFileName(crash) + "*")) File.Delete(f);
+        }
+        output.WriteLine($"{flushes.Count} crash points in the copy-on-write, {withStaging} with staging extents left");
+        Assert.True(problems.Count == 0, string.Join("\n\n", problems));
+        Assert.True(withStaging > 0, $"none of {flushes.Count} crash points left a staging extent");
+    }
+
+    [Fact]
     public void Crashes_in_the_middle_of_clone_and_copy_on_write_chains_are_finished_by_the_kernel_and_by_us()
     {
         string image = Make("6.13", "");
