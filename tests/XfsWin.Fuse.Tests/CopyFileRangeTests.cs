@@ -24,6 +24,7 @@ public sealed unsafe class CopyFileRangeTests(ITestOutputHelper output) : IDispo
     [
         ("x", 0, "y", 0, 1 << 20),          // aligned, shortened to whole blocks
         ("x", 1 << 20, "y", 1 << 20, 4096), // the source's unaligned tail: to EOF
+        ("x", 1 << 20, "w", 0, 4096),       // the unaligned tail inside another file's data: bytes
         ("x", 8192, "z", 0, 65536),         // into an empty file
         ("x", 100, "z", 70000, 5000),       // unaligned: bytes
         ("y", 0, "z", 409600, 3000),        // aligned but under a block, not at EOF: bytes

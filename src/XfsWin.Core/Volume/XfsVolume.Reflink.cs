@@ -69,6 +69,9 @@ public sealed partial class XfsVolume
             else blockLength = length;
             if (source == destination && destinationOffset + blockLength > sourceOffset && destinationOffset < sourceOffset + blockLength)
                 throw new XfsException(XfsError.InvalidArgument, "the ranges overlap in the same file");
+            // The source's partial EOF block would bring its zeros past EOF inside the destination's data.
+            if (blockLength != length && destinationOffset + length < dst.Size)
+                throw new XfsException(XfsError.InvalidArgument, "a partial last block of the source cannot be cloned to before the destination's EOF");
 
             // xfs_reflink_remap_prep: both files carry the reflink flag before any block is shared.
             SetReflinkFlags(w, source, destination);

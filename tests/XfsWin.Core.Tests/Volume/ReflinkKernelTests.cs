@@ -246,6 +246,7 @@ public sealed class ReflinkKernelTests(ITestOutputHelper output) : IDisposable
             Assert.Contains("Invalid argument", Kernel("-c 'reflink {0}/c 0 0 1048576' {0}/b"));     // past the source's EOF
             Assert.Contains("Invalid argument", Kernel("-c 'reflink {0}/c 303104 0 4096' {0}/b"));   // starting past EOF
             Assert.Contains("Is a directory", Kernel("-c 'reflink {0}/dir' {0}/b"));
+            Assert.Contains("Invalid argument", Kernel("-c 'reflink {0}/c 294912 0 0' {0}/b"));      // c's partial last block inside b
         }
         using var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true });
         ulong a = Ino(v, "a"), b = Ino(v, "b"), c = Ino(v, "c");
@@ -257,6 +258,7 @@ public sealed class ReflinkKernelTests(ITestOutputHelper output) : IDisposable
         Assert.Equal(XfsError.InvalidArgument, Error(() => v.CloneRange(c, 0, b, 0, 1 << 20)));
         Assert.Equal(XfsError.InvalidArgument, Error(() => v.CloneRange(c, 303104, b, 0, 4096)));
         Assert.Equal(XfsError.IsADirectory, Error(() => v.CloneRange(dir, 0, b, 0, 0)));
+        Assert.Equal(XfsError.InvalidArgument, Error(() => v.CloneRange(c, 294912, b, 0, 0)));
         // Nothing was shared by the refused clones.
         Assert.Equal(0UL, v.GetAttributes(b).Flags2 & XfsWin.Format.DinodeView.Flag2Reflink);
     }
