@@ -24,7 +24,8 @@ public sealed partial class XfsVolume
     /// shrinks. Returns the bytes remapped. The checks are the VFS's (generic_remap_checks) and XFS's:
     /// <see cref="XfsError.Unsupported"/> on a volume without reflink, <see cref="XfsError.IsADirectory"/> /
     /// <see cref="XfsError.InvalidArgument"/> for other than regular files, unaligned or overlapping ranges, a source range
-    /// past EOF; <see cref="XfsError.NotPermitted"/> for an immutable or append-only destination.
+    /// past EOF, the source's partial last block going to before the destination's EOF;
+    /// <see cref="XfsError.NotPermitted"/> for an immutable or append-only destination.
     /// </summary>
     public long CloneRange(ulong source, long sourceOffset, ulong destination, long destinationOffset, long length)
     {
