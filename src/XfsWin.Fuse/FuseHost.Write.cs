@@ -156,6 +156,7 @@ public sealed unsafe partial class FuseHost
         ops.removexattr = (nint)(delegate* unmanaged<nint, ulong, byte*, void>)&OnRemoveXattr;
         ops.create = (nint)(delegate* unmanaged<nint, ulong, byte*, uint, FuseFileInfo*, void>)&OnCreate;
         ops.fallocate = (nint)(delegate* unmanaged<nint, ulong, int, long, long, FuseFileInfo*, void>)&OnFallocate;
+        ops.copy_file_range = (nint)(delegate* unmanaged<nint, ulong, long, FuseFileInfo*, ulong, long, FuseFileInfo*, nuint, int, void>)&OnCopyFileRange;
     }
 
     [UnmanagedCallersOnly]
@@ -454,6 +455,32 @@ public sealed unsafe partial class FuseHost
         catch (Exception ex)
         {
             ReplyError(req, ex, "fallocate", ino);
+        }
+    }
+
+    /// <summary>
+    /// FUSE_COPY_FILE_RANGE: the engine's copy_file_range, which shares blocks where the volume has reflink and both
+    /// offsets are block-aligned (as the kernel's XFS does) and copies bytes otherwise. The kernel has already checked
+    /// the VFS's rules (flags, open modes, overlap, EOF clamping against its cached size) and invalidates its cache of
+    /// the destination from the count we answer.
+    /// </summary>
+    [UnmanagedCallersOnly]
+    private static void OnCopyFileRange(nint req, ulong inoIn, long offIn, FuseFileInfo* fiIn, ulong inoOut, long offOut, FuseFileInfo* fiOut, nuint len, int flags)
+    {
+        try
+        {
+            if (flags != 0)
+            {
+                FuseNative.fuse_reply_err(req, EINVAL);
+                return;
+            }
+            var host = HostOf(req);
+            var copied = host._volume.CopyFileRange(host.ToXfsInode(inoIn), offIn, host.ToXfsInode(inoOut), offOut, (long)Math.Min((ulong)len, long.MaxValue));
+            FuseNative.fuse_reply_write(req, (nuint)copied);
+        }
+        catch (Exception ex)
+        {
+            ReplyError(req, ex, "copy_file_range to", inoOut);
         }
     }
 

@@ -16,6 +16,7 @@ public enum VfsOp
     Rename, RenameNoReplace, RenameExchange, RenameWhiteout,
     SetXattr, RemoveXattr, Fallocate,
     OpenHeld, WriteHeld, ReadHeld, CloseHeld,
+    CopyFileRange,
 }
 
 /// <summary>
@@ -59,6 +60,7 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
     [InlineData(22, VfsOp.Mkdir, VfsOp.Rmdir, VfsOp.Create, VfsOp.Unlink, VfsOp.Link, VfsOp.Symlink, VfsOp.Rename, VfsOp.RenameNoReplace, VfsOp.RenameExchange, VfsOp.RenameWhiteout)]
     [InlineData(23, VfsOp.SetXattr, VfsOp.RemoveXattr, VfsOp.Chmod, VfsOp.Read)]
     [InlineData(24, VfsOp.Create, VfsOp.OpenHeld, VfsOp.WriteHeld, VfsOp.ReadHeld, VfsOp.CloseHeld, VfsOp.Unlink, VfsOp.Rename, VfsOp.Write)]
+    [InlineData(25, VfsOp.Create, VfsOp.Write, VfsOp.CopyFileRange, VfsOp.CopyFileRange, VfsOp.Truncate, VfsOp.Read, VfsOp.Fallocate, VfsOp.Unlink)]
     public void Operation_groups_match_the_kernel(int seed, params VfsOp[] kinds) => Run(seed, kinds, "6.1");
 
     /// <summary>Runs the harness: <paramref name="kinds"/> is the set of operations drawn from (the lead widens it as the engine grows).</summary>
@@ -212,6 +214,8 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             var xattrValue = Data(Pick(XattrSizes));
             var xattrFlags = _random.Next(3);
             var fallocateMode = Pick(FallocateModes);
+            var copyTo = PickOffset();
+            var copyLength = Pick(new long[] { 1, 4096, 10000, 65536, 300_000, 1 << 20 });
             var createFlags = Libc.O_CREAT | Libc.O_WRONLY | (_random.Next(3) == 0 ? Libc.O_EXCL : 0) | (_random.Next(4) == 0 ? Libc.O_TRUNC : 0);
             var times = new Libc.Timespec[2];
             for (var i = 0; i < 2; i++)
@@ -254,6 +258,7 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
                 VfsOp.WriteHeld => $"pwrite [{slot}] {length} at {offset}",
                 VfsOp.ReadHeld => $"pread [{slot}] {length} at {offset}",
                 VfsOp.CloseHeld => $"close [{slot}]",
+                VfsOp.CopyFileRange => $"copy_file_range {p} at {offset} to {q} at {copyTo}, {copyLength} bytes",
                 _ => throw new ArgumentOutOfRangeException(nameof(kinds), op, null),
             };
 
@@ -287,10 +292,11 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
                     VfsOp.WriteHeld => fds[slot] < 0 ? "no file" : Write(fds[slot], data, offset),
                     VfsOp.ReadHeld => fds[slot] < 0 ? "no file" : Read(fds[slot], length, offset),
                     VfsOp.CloseHeld => CloseHeld(fds, slot),
+                    VfsOp.CopyFileRange => WithFile(P(p), Libc.O_RDONLY, 0, from => WithFile(P(q), Libc.O_RDWR, 0, to => CopyFileRange(from, offset, to, copyTo, copyLength))),
                     _ => throw new ArgumentOutOfRangeException(nameof(kinds), op, null),
                 };
                 // What the paths named now look like (also checks the kernel's cached copies of ours).
-                var touched = op is VfsOp.Link or VfsOp.Symlink or VfsOp.Rename or VfsOp.RenameNoReplace or VfsOp.RenameExchange or VfsOp.RenameWhiteout
+                var touched = op is VfsOp.CopyFileRange or VfsOp.Link or VfsOp.Symlink or VfsOp.Rename or VfsOp.RenameNoReplace or VfsOp.RenameExchange or VfsOp.RenameWhiteout
                     ? new[] { p, q } : [p];
                 var sb = new StringBuilder(r);
                 foreach (var t in touched)
@@ -352,6 +358,16 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
         {
             fixed (byte* b = data)
                 return Libc.Result(Libc.pwrite(fd, b, data.Length, offset));
+        }
+
+        /// <summary>copy_file_range(2); the count (the kernel's XFS may shorten a remap to whole blocks) and the contents copied.</summary>
+        private static string CopyFileRange(int from, long fromOffset, int to, long toOffset, long length)
+        {
+            long inOff = fromOffset, outOff = toOffset;
+            var n = Libc.copy_file_range(from, &inOff, to, &outOff, (nuint)length, 0);
+            if (n < 0)
+                return Libc.Result(n);
+            return $"= {n} offsets {inOff} {outOff} | copied {Read(to, (int)n, toOffset)}";
         }
 
         private static string SetXattr(string path, string name, byte[] value, int flags)

@@ -86,6 +86,9 @@ internal static unsafe partial class Libc
     public static partial int utimensat(int dirfd, string path, Timespec* times, int flags);
 
     [LibraryImport(C, SetLastError = true)]
+    public static partial nint copy_file_range(int fdIn, long* offIn, int fdOut, long* offOut, nuint length, uint flags);
+
+    [LibraryImport(C, SetLastError = true)]
     public static partial int fallocate(int fd, int mode, long offset, long length);
 
     [LibraryImport(C, SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]

@@ -339,6 +339,23 @@ public sealed class AgAllocator
         }
     }
 
+    /// <summary>
+    /// The shared runs (reference count two or more) of the extent at <paramref name="startBlock"/>, read in
+    /// <paramref name="tx"/> (which joins the AG's AGF); empty on a volume without a refcount btree.
+    /// </summary>
+    public List<(ulong StartBlock, uint Length)> SharedRuns(Transaction tx, ulong startBlock, uint length)
+    {
+        var found = new List<(ulong, uint)>();
+        if (!_sb.HasReflink || length == 0) return found;
+        uint agno = AgOf(startBlock);
+        uint agbno = (uint)(startBlock & ((1UL << _sb.AgBlkLog) - 1));
+        if (agno >= _sb.AgCount || (ulong)agbno + length > _ags[agno].Length)
+            throw new ArgumentOutOfRangeException(nameof(startBlock), $"extent {startBlock}+{length} is not inside the volume");
+        var w = Join(tx, WorkOf(tx), agno);
+        foreach (var (bno, len) in ReferenceCounts.SharedRuns(this, tx, w, agbno, length)) found.Add((Fsb(agno, bno), len));
+        return found;
+    }
+
     /// <summary>The copy-on-write staging extents of AG <paramref name="agno"/> (records of the refcount btree's CoW domain), read in <paramref name="tx"/>.</summary>
     public List<(ulong StartBlock, uint Length)> CowStagingExtents(Transaction tx, uint agno)
     {

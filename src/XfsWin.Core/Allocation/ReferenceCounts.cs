@@ -133,6 +133,25 @@ internal static class ReferenceCounts
         return rest;
     }
 
+    /// <summary>
+    /// The runs of [bno, bno+len) whose blocks are shared (reference count two or more), in order, adjacent records
+    /// joined (xfs_refcount_find_shared, asked until the range is exhausted).
+    /// </summary>
+    public static List<(uint Bno, uint Len)> SharedRuns(AgAllocator a, Transaction tx, AgAllocator.AgWork w, uint bno, uint len)
+    {
+        var cur = new BtreeCursor<RefcountbtOps>(a.RefcountStore(tx, w));
+        uint end = bno + len;
+        var runs = new List<(uint Bno, uint Len)>();
+        foreach (var r in Window(cur, bno, end, cow: false))
+        {
+            if (r.End <= bno || r.Start >= end) continue;
+            uint s = Math.Max(r.Start, bno), e = (uint)Math.Min(r.End, end);
+            if (runs.Count > 0 && runs[^1].Bno + runs[^1].Len == s) runs[^1] = (runs[^1].Bno, runs[^1].Len + (e - s));
+            else runs.Add((s, e - s));
+        }
+        return runs;
+    }
+
     private static IEnumerable<(uint Start, uint End)> Split(uint s, uint e, uint bno, uint end)
     {
         var cuts = new List<uint> { s };

@@ -30,7 +30,10 @@ internal static class ReverseMap
         Rec? left = null, right = null;
         foreach (var r in Query(cur, bno == 0 ? 0 : bno - 1, bno + len))
         {
-            if (r.Start < (ulong)bno + len && r.End > bno && (!a.Superblock.HasReflink || r.Owner == owner.Owner))
+            // On a reflink volume records may overlap (xfs_rmap_map_shared): other owners, and the same file mapping the
+            // same blocks at other offsets (a clone within one file); only the very same mapping again is wrong.
+            if (r.Start < (ulong)bno + len && r.End > bno && (!a.Superblock.HasReflink ||
+                (r.Owner == owner.Owner && (!owner.AdvancesOffset || (long)r.FileOffset - r.Start == (long)owner.Offset - bno))))
                 throw a.Corrupt(w, "rmapbt", $"mapping blocks {bno}+{len} to {owner}, but they are already mapped to owner {(long)r.Owner} ({r.Start}+{r.Count})");
             if (r.Owner != owner.Owner || r.Flags != flags) continue;
             if (r.End == bno && (!owner.AdvancesOffset || r.FileOffset + r.Count == owner.Offset)) left = r;

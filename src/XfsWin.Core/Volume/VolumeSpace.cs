@@ -51,6 +51,30 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
         return (got.StartBlock, got.Length);
     }
 
+    /// <summary>
+    /// Copy-on-write staging blocks for <paramref name="ino"/> (xfs_bmapi_write on the CoW fork): between one and
+    /// <paramref name="maxBlocks"/> contiguous blocks near <paramref name="nearFsb"/>, recorded as a staging extent in the
+    /// refcount btree's CoW domain with an OWN_COW reverse mapping (xfs_refcount_alloc_cow_extent, deferred work), so
+    /// that a crash before they are remapped into the file leaves them to the next mount's recovery to free.
+    /// </summary>
+    public (ulong Fsb, uint Blocks) AllocateCow(Transaction tx, ulong ino, ulong nearFsb, uint maxBlocks)
+    {
+        var got = allocator.Allocate(tx, new AllocationRequest
+        {
+            Target = Target(tx, nearFsb != 0 ? nearFsb : InodeBlock(ino)),
+            MinLength = 1,
+            MaxLength = maxBlocks,
+            Mode = AllocationMode.Near,
+            Scope = AllocationScope.StartAg,
+            Owner = RmapOwner.Null,
+            MinLeft = 8,
+        });
+        tx.Defer(allocator.RefcountUpdates, new RefcountUpdate(RefcountUpdateKind.AllocCow, got.StartBlock, got.Length));
+        if (sb.HasRmapbt)
+            tx.Defer(allocator.RmapUpdates, new RmapUpdate(RmapUpdateKind.Alloc, got.StartBlock, got.Length, RmapOwner.Cow));
+        return (got.StartBlock, got.Length);
+    }
+
     /// <summary>The file system block of the inode itself (where its data goes first).</summary>
     private ulong InodeBlock(ulong ino) =>
         ((ulong)sb.InoToAgno(ino) << sb.AgBlkLog) | (sb.InoToAgino(ino) >> sb.InoPBlog);

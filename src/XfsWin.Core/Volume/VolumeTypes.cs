@@ -24,6 +24,9 @@ public sealed record VolumeOpenOptions
     /// since no file, directory or inode is changed. Only the admin tools use it.
     /// </summary>
     internal bool SpaceChangesOnly { get; init; }
+
+    /// <summary>Committed bytes that start a log checkpoint (0: the log's default); tests set it low to cut crash images mid-chain.</summary>
+    internal long CheckpointThresholdBytes { get; init; }
 }
 
 /// <summary>statfs(2) figures, from the superblock counters.</summary>

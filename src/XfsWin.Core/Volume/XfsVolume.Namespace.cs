@@ -575,12 +575,18 @@ public sealed partial class XfsVolume
             var current = _inodes.Get(inode);
             if (current.IsDirectory) throw new XfsException(XfsError.IsADirectory, "a directory cannot be written as a file");
             if (!current.IsRegular) throw new XfsException(XfsError.InvalidArgument, "only regular files hold data");
-            if ((current.Attributes.Flags2 & DinodeView.Flag2Reflink) != 0)
-                throw new XfsException(XfsError.Unsupported, "writing a reflinked file (copy-on-write of shared blocks) is not supported by this build; nothing was changed");
             var sb = _mount.Superblock;
             int blockSize = (int)sb.BlockSize;
             ulong first = (ulong)offset >> sb.BlockLog;
             ulong last = (ulong)(offset + data.Length - 1) >> sb.BlockLog;
+            if ((current.Attributes.Flags2 & DinodeView.Flag2Reflink) != 0)
+            {
+                // Shared blocks are copied on write first (new blocks holding the old bytes with these over them);
+                // the write below then goes to blocks this file alone uses.
+                current = ZeroTailOfShared(w, current, offset);
+                Unshare(w, inode, first, last + 1, offset, data);
+                current = _inodes.Get(inode);
+            }
             using var tx = Begin(w, TransactionKind.Write);
             var update = new InodeUpdate(current, sb);
             // A write over blocks the inode's extent list already maps as written changes no mapping: no editor (it
@@ -686,8 +692,6 @@ public sealed partial class XfsVolume
         {
             var current = _inodes.Get(inode);
             if (!current.IsRegular) throw new XfsException(current.IsDirectory ? XfsError.IsADirectory : XfsError.InvalidArgument, "only regular files can be preallocated");
-            if ((current.Attributes.Flags2 & DinodeView.Flag2Reflink) != 0)
-                throw new XfsException(XfsError.Unsupported, "changing a reflinked file's blocks is not supported by this build; nothing was changed");
             var sb = _mount.Superblock;
             switch (mode)
             {
@@ -745,6 +749,12 @@ public sealed partial class XfsVolume
                     AfterCommit(w);
                     return;
                 }
+                case FallocateMode.CollapseRange:
+                    CollapseRange(w, current, offset, length);
+                    return;
+                case FallocateMode.InsertRange:
+                    InsertRange(w, current, offset, length);
+                    return;
                 default:
                     throw new XfsException(XfsError.Unsupported, $"fallocate mode {mode} is not supported by this build; nothing was changed");
             }
@@ -756,6 +766,13 @@ public sealed partial class XfsVolume
     {
         var sb = _mount.Superblock;
         int bs = (int)sb.BlockSize;
+        if ((current.Attributes.Flags2 & DinodeView.Flag2Reflink) != 0 && end > offset)
+        {
+            // Zeros go over shared blocks only through copy-on-write.
+            if (offset % bs != 0) Unshare(w, current.Number, (ulong)offset >> sb.BlockLog, ((ulong)offset >> sb.BlockLog) + 1, 0, default);
+            if (end % bs != 0) Unshare(w, current.Number, (ulong)end >> sb.BlockLog, ((ulong)end >> sb.BlockLog) + 1, 0, default);
+            current = _inodes.Get(current.Number);
+        }
         var map = _maps.Get(current, ForkKind.Data);
         void Zero(long from, long to)
         {

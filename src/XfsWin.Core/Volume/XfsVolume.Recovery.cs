@@ -82,7 +82,11 @@ public sealed partial class XfsVolume
 
             result.UnlinkedInodesFreed = FreeUnlinkedInodes(w);
             progress?.Report(0.9);
-            foreach (uint ag in cowAgs) result.CowStagingExtentsRemoved += RemoveCowStaging(w, ag);
+            // Finishing a CUI can itself leave a staging extent (a copy-on-write cut off before its remap): after
+            // intents, every AG is looked at, as the kernel's xfs_reflink_recover_cow does.
+            var sb = _mount.Superblock;
+            var agsToScan = intents.Count > 0 && sb.HasReflink ? Enumerable.Range(0, (int)sb.AgCount).Select(a => (uint)a).ToList() : cowAgs;
+            foreach (uint ag in agsToScan) result.CowStagingExtentsRemoved += RemoveCowStaging(w, ag);
             w.Log.Force();
             progress?.Report(1.0);
         }

@@ -44,6 +44,8 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public required FileDataCache Data { get; init; }
     /// <summary>One block's bytes for a write's partial blocks (under <see cref="Lock"/>; the data cache copies what it keeps).</summary>
     public byte[]? BlockScratch;
+    /// <summary>Mapping updates as deferred work (BUI/BUD): the remaps of reflink and copy-on-write.</summary>
+    public required Extents.BmapUpdateWork Bmaps { get; init; }
     public readonly object Lock = new();
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
@@ -143,6 +145,7 @@ public sealed partial class XfsVolume
         try
         {
             var volume = OpenDevice(data, options with { Replay = LogReplayMode.None, LogDevice = null }, ownsDevice: false);
+            volume._checkpointThresholdBytes = options.CheckpointThresholdBytes;
             try
             {
                 if (prepared.FollowUp is { } followUp)
@@ -175,6 +178,7 @@ public sealed partial class XfsVolume
     }
 
     private IReadOnlyList<string>? _extraReadOnlyReasons;
+    private long _checkpointThresholdBytes;
 
     private static byte[] ReadSuperblockSector(IBlockDevice device)
     {
@@ -195,7 +199,7 @@ public sealed partial class XfsVolume
         var area = LogArea.For(access.Data, access.Log, sb);
         var writeback = new CachedLogWriteback(access.Data, sb, _mount.Buffers);
         var data = new FileDataCache(access.Data, (int)sb.BlockSize);
-        var logOptions = new MountedLogOptions { BeforeCheckpoint = data.WriteOut };
+        var logOptions = new MountedLogOptions { BeforeCheckpoint = data.WriteOut, CheckpointThresholdBytes = _checkpointThresholdBytes };
         var log = after is null
             ? MountedLog.Open(area, sb, writeback, logOptions)
             : MountedLog.OpenAfterReplay(area, sb, writeback, after, intents ?? [], logOptions);
@@ -206,6 +210,7 @@ public sealed partial class XfsVolume
         _write = new VolumeWriteState(access, log, writeback, space, new InodeAllocator(sb, _inodes, space))
         {
             Data = data,
+            Bmaps = new Extents.BmapUpdateWork(_inodes, space),
             Shutdown = access.Data is ShutdownOnFailureDevice guarded ? guarded.Shutdown : new DeviceShutdown(),
             Unlinked = new UnlinkedList(sb, _inodes),
             Quota = quota,
@@ -276,6 +281,8 @@ public sealed partial class XfsVolume
             if (changes.Uid is not null || changes.Gid is not null)
                 PrepareDquots(w, changes.Uid ?? current.Attributes.Uid, changes.Gid ?? current.Attributes.Gid, current.Attributes.ProjectId);
             if (changes.Size is long newSize && newSize < current.Size) return Truncate(w, current, newSize, changes);
+            // EOF moving up zeroes the old last block's tail, copying it first when it is shared (reflink).
+            if (changes.Size is long grownSize) current = ZeroTailOfShared(w, current, grownSize);
             using var tx = Begin(w, TransactionKind.Ichange);
             var update = new InodeUpdate(current, _mount.Superblock);
             Apply(update, changes);
@@ -405,10 +412,13 @@ public sealed partial class XfsVolume
     private InodeAttributes Truncate(VolumeWriteState w, Inode current, long size, AttributeChanges changes)
     {
         var sb = _mount.Superblock;
-        if ((current.Attributes.Flags2 & DinodeView.Flag2Reflink) != 0)
-            throw new XfsException(XfsError.Unsupported, "truncating a reflinked file (shared blocks) is not supported by this build; nothing was changed");
         long blockEnd = (size + sb.BlockSize - 1) & ~((long)sb.BlockSize - 1);
-        if (size % sb.BlockSize != 0) ZeroPartialBlocks(w, current, size, Math.Min(blockEnd, current.Size));
+        if (size % sb.BlockSize != 0)
+        {
+            ZeroPartialBlocks(w, current, size, Math.Min(blockEnd, (long)current.Size));
+            // Zeroing a shared block copies it on write, which changes the mapping.
+            current = _inodes.Get(current.Number);
+        }
         using (var tx = Begin(w, TransactionKind.Itruncate))
         {
             var update = new InodeUpdate(current, sb);

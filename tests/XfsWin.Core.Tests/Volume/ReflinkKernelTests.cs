@@ -1,0 +1,343 @@
+using System.Security.Cryptography;
+using System.Text;
+using System.Text.RegularExpressions;
+using Xunit;
+using Xunit.Abstractions;
+using XfsWin.Check;
+using XfsWin.Device;
+using XfsWin.Journal;
+using XfsWin.TestSupport;
+using XfsWin.Volume;
+
+namespace XfsWin.Tests.Volume;
+
+/// <summary>
+/// Reflink (FICLONE, FICLONERANGE) and copy-on-write through the engine, judged by the kernel: the same operations
+/// are done by the kernel (xfs_io reflink, pwrite, truncate, fpunch, fzero) on a copy of the volume; then the file
+/// contents, and which blocks of each file fiemap reports shared, are equal; xfs_repair -n (which checks reference
+/// counts against the reverse mappings and the files' mappings) and our own check find nothing; crash images cut in
+/// the middle of the remap chains are recovered by the kernel and by us alike.
+/// </summary>
+public sealed class ReflinkKernelTests(ITestOutputHelper output) : IDisposable
+{
+    private readonly string _tmp = Directory.CreateTempSubdirectory("xfswin-reflink.").FullName;
+
+    public void Dispose() => Directory.Delete(_tmp, recursive: true);
+
+    private static readonly string[] Files = ["a", "b", "c", "d", "e"];
+
+    /// <summary>A volume where the kernel wrote a (1 MiB + 1000 bytes), b (512 KiB), c (300,000 bytes) and e (200 KiB) of seeded random bytes.</summary>
+    private string Make(string xfsprogs, string mkfsOptions)
+    {
+        string image = Path.Combine(_tmp, $"v-{xfsprogs}-{Guid.NewGuid():N}.img");
+        Shell.RunChecked("truncate", "-s", "512M", image);
+        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", xfsprogs), ["-f", "-q", .. mkfsOptions.Split(' ', StringSplitOptions.RemoveEmptyEntries), image]);
+        using (var mount = LoopMount.Mount(image, readOnly: false))
+        {
+            var rng = new Random(11);
+            foreach (var (name, size) in new[] { ("a", (1 << 20) + 1000), ("b", 512 << 10), ("c", 300_000), ("e", 200 << 10) })
+            {
+                var bytes = new byte[size];
+                rng.NextBytes(bytes);
+                File.WriteAllBytes(Path.Combine(mount.MountPoint, name), bytes);
+            }
+        }
+        return image;
+    }
+
+    /// <summary>One operation, as the engine does it and as xfs_io asks the kernel for it.</summary>
+    private sealed record Op(string Kernel, Action<XfsVolume> Engine);
+
+    private static ulong Ino(XfsVolume v, string name) => v.ResolvePath("/" + name);
+
+    private static byte[] Pattern(byte b, int length) => Enumerable.Repeat(b, length).ToArray();
+
+    /// <summary>
+    /// Clones whole and ranges (into a new file, over another file's blocks, to the source's unaligned EOF, growing the
+    /// destination), then writes, truncates, punches and zeroes over shared blocks, in source and destinations.
+    /// </summary>
+    private static List<Op> Workload() =>
+    [
+        new("-f -c 'reflink {0}/a' {0}/d", v =>
+        {
+            var d = v.CreateNode(v.RootInode, "d"u8, 0x81A4, 0, 0).Inode;
+            Assert.Equal((1 << 20) + 1000, v.CloneRange(Ino(v, "a"), 0, d, 0, 0));
+        }),
+        new("-c 'reflink {0}/a 4096 524288 65536' {0}/a", v => v.CloneRange(Ino(v, "a"), 4096, Ino(v, "a"), 524288, 65536)),
+        new("-c 'reflink {0}/a 65536 131072 262144' {0}/b", v => v.CloneRange(Ino(v, "a"), 65536, Ino(v, "b"), 131072, 262144)),
+        new("-c 'pwrite -S 0x5a 5000 3000' {0}/d", v => v.Write(Ino(v, "d"), 5000, Pattern(0x5a, 3000))),
+        new("-c 'truncate 300000' {0}/d", v => v.SetAttributes(Ino(v, "d"), new AttributeChanges { Size = 300000 })),
+        new("-c 'fpunch 8192 8192' {0}/a", v => v.Allocate(Ino(v, "a"), 8192, 8192, FallocateMode.PunchHole)),
+        new("-c 'fpunch 20000 10000' {0}/a", v => v.Allocate(Ino(v, "a"), 20000, 10000, FallocateMode.PunchHole)),
+        new("-c 'pwrite -S 0x33 140000 10000' {0}/b", v => v.Write(Ino(v, "b"), 140000, Pattern(0x33, 10000))),
+        new("-c 'reflink {0}/c 0 524288 0' {0}/b", v => Assert.Equal(300000, v.CloneRange(Ino(v, "c"), 0, Ino(v, "b"), 524288, 0))),
+        new("-c 'fzero 100000 50000' {0}/d", v => v.Allocate(Ino(v, "d"), 100000, 50000, FallocateMode.ZeroRange)),
+        new("-c 'reflink {0}/a 524288 0 131072' {0}/e", v => v.CloneRange(Ino(v, "a"), 524288, Ino(v, "e"), 0, 131072)),
+        new("-c 'pwrite -S 0x11 600000 100' {0}/a", v => v.Write(Ino(v, "a"), 600000, Pattern(0x11, 100))),
+        new("-c 'truncate 1000' {0}/c", v => v.SetAttributes(Ino(v, "c"), new AttributeChanges { Size = 1000 })),
+        new("-c 'pwrite -S 0x77 520000 20000' {0}/b", v => v.Write(Ino(v, "b"), 520000, Pattern(0x77, 20000))),
+    ];
+
+    /// <summary>Per file: its SHA-256 and size, and, per block within EOF, whether fiemap reports it shared (S), mapped (m) or a hole (-).</summary>
+    private static SortedDictionary<string, string> Describe(string mountPoint, int blockSize)
+    {
+        var result = new SortedDictionary<string, string>(StringComparer.Ordinal);
+        foreach (var name in Files)
+        {
+            string path = Path.Combine(mountPoint, name);
+            if (!File.Exists(path)) continue;
+            var bytes = File.ReadAllBytes(path);
+            int blocks = (bytes.Length + blockSize - 1) / blockSize;
+            var map = Enumerable.Repeat('-', blocks).ToArray();
+            var fiemap = Shell.RunChecked("xfs_io", "-r", "-c", "fiemap -v", path).StandardOutput;
+            foreach (Match m in Regex.Matches(fiemap, @"^\s*\d+:\s*\[(\d+)\.\.(\d+)\]:\s*(\S+)\s+\d+\s+0x([0-9a-f]+)\s*$", RegexOptions.Multiline))
+            {
+                if (m.Groups[3].Value == "hole") continue;
+                long from = long.Parse(m.Groups[1].Value) * 512 / blockSize, to = (long.Parse(m.Groups[2].Value) + 1) * 512 / blockSize;
+                bool shared = (Convert.ToInt32(m.Groups[4].Value, 16) & 0x2000) != 0;
+                for (long b = from; b < to && b < blocks; b++) map[b] = shared ? 'S' : 'm';
+            }
+            result[name] = $"{Convert.ToHexString(SHA256.HashData(bytes))} {bytes.Length}\n{new string(map)}";
+        }
+        return result;
+    }
+
+    private void AssertClean(string image)
+    {
+        foreach (var version in new[] { "6.1", "6.13" })
+        {
+            var repair = Shell.Run(OracleImages.Tool("xfs_repair", version), "-n", image);
+            Assert.True(repair.ExitCode == 0, $"xfs_repair -n {version} found problems:\n{repair.StandardOutput}{repair.StandardError}");
+        }
+        var report = VolumeChecker.Check(image);
+        Assert.True(report.IsClean, "xfswin check: " + string.Join("\n", report.Problems.Take(20)));
+    }
+
+    private static void AssertSame(SortedDictionary<string, string> kernel, SortedDictionary<string, string> ours)
+    {
+        var problems = kernel.Keys.Union(ours.Keys).Where(k => kernel.GetValueOrDefault(k) != ours.GetValueOrDefault(k))
+            .Select(k => $"{k}:\n kernel {kernel.GetValueOrDefault(k)}\n ours   {ours.GetValueOrDefault(k)}").ToList();
+        Assert.True(problems.Count == 0, string.Join("\n", problems));
+    }
+
+    private void RunKernel(string image, IEnumerable<Op> ops)
+    {
+        using var mount = LoopMount.Mount(image, readOnly: false);
+        foreach (var op in ops)
+        {
+            string command = "xfs_io " + string.Format(op.Kernel, mount.MountPoint);
+            var run = Shell.RunChecked("sh", "-c", command);
+            Assert.True(run.StandardError.Length == 0 && !run.StandardOutput.Contains(':'), $"{command}: {run.StandardOutput}{run.StandardError}");
+        }
+    }
+
+    [Theory]
+    [InlineData("6.1", "")]
+    [InlineData("6.13", "")]
+    [InlineData("6.13", "-b size=1024")]
+    public void Clones_and_copy_on_write_give_what_the_kernel_gives(string xfsprogs, string mkfsOptions)
+    {
+        string ours = Make(xfsprogs, mkfsOptions);
+        string theirs = ours + ".kernel";
+        Shell.RunChecked("cp", "--sparse=always", ours, theirs);
+        int blockSize;
+        using (var v = XfsVolume.Open(ours, new VolumeOpenOptions { Writable = true }))
+        {
+            blockSize = v.Info.BlockSize;
+            foreach (var op in Workload()) op.Engine(v);
+        }
+        RunKernel(theirs, Workload());
+        AssertClean(ours);
+        SortedDictionary<string, string> expected, actual;
+        using (var mount = LoopMount.Mount(theirs, readOnly: true)) expected = Describe(mount.MountPoint, blockSize);
+        using (var mount = LoopMount.Mount(ours, readOnly: true)) actual = Describe(mount.MountPoint, blockSize);
+        output.WriteLine(string.Join("\n", actual.Select(kv => $"{kv.Key}: {kv.Value}")));
+        AssertSame(expected, actual);
+        Assert.Contains('S', actual["d"]);
+        // Removing every file leaves no sharing and nothing leaked.
+        using (var v = XfsVolume.Open(ours, new VolumeOpenOptions { Writable = true }))
+            foreach (var name in Files) v.Unlink(v.RootInode, Encoding.UTF8.GetBytes(name));
+        AssertClean(ours);
+    }
+
+    /// <summary>Collapse and insert ranges, in plain files and in reflinked ones (shared extents move too), then a write over moved shared blocks.</summary>
+    private static List<Op> ShiftWorkload(bool reflink)
+    {
+        var ops = new List<Op>
+        {
+            new("-c 'fcollapse 65536 131072' {0}/a", v => v.Allocate(Ino(v, "a"), 65536, 131072, FallocateMode.CollapseRange)),
+            new("-c 'finsert 4096 8192' {0}/b", v => v.Allocate(Ino(v, "b"), 4096, 8192, FallocateMode.InsertRange)),
+            new("-c 'fcollapse 0 4096' {0}/c", v => v.Allocate(Ino(v, "c"), 0, 4096, FallocateMode.CollapseRange)),
+            new("-c 'finsert 102400 40960' {0}/e", v => v.Allocate(Ino(v, "e"), 102400, 40960, FallocateMode.InsertRange)),
+            new("-c 'fpunch 16384 8192' {0}/e", v => v.Allocate(Ino(v, "e"), 16384, 8192, FallocateMode.PunchHole)),
+            new("-c 'fcollapse 8192 12288' {0}/e", v => v.Allocate(Ino(v, "e"), 8192, 12288, FallocateMode.CollapseRange)),
+        };
+        if (reflink)
+            ops.AddRange(
+            [
+                new("-f -c 'reflink {0}/a' {0}/d", v => v.CloneRange(Ino(v, "a"), 0, v.CreateNode(v.RootInode, "d"u8, 0x81A4, 0, 0).Inode, 0, 0)),
+                new("-c 'fcollapse 0 4096' {0}/d", v => v.Allocate(Ino(v, "d"), 0, 4096, FallocateMode.CollapseRange)),
+                new("-c 'finsert 8192 4096' {0}/d", v => v.Allocate(Ino(v, "d"), 8192, 4096, FallocateMode.InsertRange)),
+                new("-c 'finsert 4096 12288' {0}/a", v => v.Allocate(Ino(v, "a"), 4096, 12288, FallocateMode.InsertRange)),
+                new("-c 'pwrite -S 0x44 0 20000' {0}/d", v => v.Write(Ino(v, "d"), 0, Pattern(0x44, 20000))),
+            ]);
+        return ops;
+    }
+
+    [Theory]
+    [InlineData("6.1", "")]
+    [InlineData("6.13", "")]
+    [InlineData("6.13", "-m reflink=0")]
+    public void Collapse_and_insert_give_what_the_kernel_gives(string xfsprogs, string mkfsOptions)
+    {
+        string ours = Make(xfsprogs, mkfsOptions);
+        string theirs = ours + ".kernel";
+        Shell.RunChecked("cp", "--sparse=always", ours, theirs);
+        bool reflink = !mkfsOptions.Contains("reflink=0", StringComparison.Ordinal);
+        int blockSize;
+        using (var v = XfsVolume.Open(ours, new VolumeOpenOptions { Writable = true }))
+        {
+            blockSize = v.Info.BlockSize;
+            foreach (var op in ShiftWorkload(reflink)) op.Engine(v);
+            // The kernel's EINVAL cases (checked against xfs_io below).
+            ulong c = Ino(v, "c");
+            long size = v.GetAttributes(c).Size;
+            Assert.Equal(XfsError.InvalidArgument, Assert.Throws<XfsException>(() => v.Allocate(c, 100, 4096, FallocateMode.CollapseRange)).Error);
+            Assert.Equal(XfsError.InvalidArgument, Assert.Throws<XfsException>(() => v.Allocate(c, 0, size / 4096 * 4096 + 4096, FallocateMode.CollapseRange)).Error);
+            Assert.Equal(XfsError.InvalidArgument, Assert.Throws<XfsException>(() => v.Allocate(c, size / 4096 * 4096 + 4096, 4096, FallocateMode.InsertRange)).Error);
+            Assert.Equal(size, v.GetAttributes(c).Size);
+        }
+        RunKernel(theirs, ShiftWorkload(reflink));
+        using (var mount = LoopMount.Mount(theirs, readOnly: false))
+        {
+            string c = Path.Combine(mount.MountPoint, "c");
+            long size = new FileInfo(c).Length;
+            foreach (var command in new[] { "fcollapse 100 4096", $"fcollapse 0 {size / 4096 * 4096 + 4096}", $"finsert {size / 4096 * 4096 + 4096} 4096" })
+            {
+                var run = Shell.Run("xfs_io", "-c", command, c);
+                Assert.Contains("Invalid argument", run.StandardOutput + run.StandardError);
+            }
+        }
+        AssertClean(ours);
+        SortedDictionary<string, string> expected, actual;
+        using (var mount = LoopMount.Mount(theirs, readOnly: true)) expected = Describe(mount.MountPoint, blockSize);
+        using (var mount = LoopMount.Mount(ours, readOnly: true)) actual = Describe(mount.MountPoint, blockSize);
+        output.WriteLine(string.Join("\n", actual.Select(kv => $"{kv.Key}: {kv.Value}")));
+        AssertSame(expected, actual);
+    }
+
+    [Fact]
+    public void Clone_checks_answer_as_the_kernel_does()
+    {
+        string image = Make("6.13", "");
+        string theirs = image + ".kernel";
+        Shell.RunChecked("cp", "--sparse=always", image, theirs);
+        using (var mount = LoopMount.Mount(theirs, readOnly: false))
+        {
+            string Kernel(string command)
+            {
+                var run = Shell.Run("sh", "-c", "xfs_io " + string.Format(command, mount.MountPoint));
+                return run.StandardError + run.StandardOutput;
+            }
+            Directory.CreateDirectory(Path.Combine(mount.MountPoint, "dir"));
+            Assert.Contains("Invalid argument", Kernel("-c 'reflink {0}/a 100 0 4096' {0}/b"));      // unaligned offset
+            Assert.Contains("Invalid argument", Kernel("-c 'reflink {0}/a 0 0 5000' {0}/b"));        // unaligned length inside EOF
+            Assert.Contains("Invalid argument", Kernel("-c 'reflink {0}/a 0 4096 65536' {0}/a"));    // overlap in one file
+            Assert.Contains("Invalid argument", Kernel("-c 'reflink {0}/c 0 0 1048576' {0}/b"));     // past the source's EOF
+            Assert.Contains("Invalid argument", Kernel("-c 'reflink {0}/c 303104 0 4096' {0}/b"));   // starting past EOF
+            Assert.Contains("Is a directory", Kernel("-c 'reflink {0}/dir' {0}/b"));
+            Assert.Contains("Invalid argument", Kernel("-c 'reflink {0}/c 294912 0 0' {0}/b"));      // c's partial last block inside b
+        }
+        using var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true });
+        ulong a = Ino(v, "a"), b = Ino(v, "b"), c = Ino(v, "c");
+        var dir = v.MakeDirectory(v.RootInode, "dir"u8, 0x1ED, 0, 0).Inode;
+        XfsError Error(Action act) => Assert.Throws<XfsException>(act).Error;
+        Assert.Equal(XfsError.InvalidArgument, Error(() => v.CloneRange(a, 100, b, 0, 4096)));
+        Assert.Equal(XfsError.InvalidArgument, Error(() => v.CloneRange(a, 0, b, 0, 5000)));
+        Assert.Equal(XfsError.InvalidArgument, Error(() => v.CloneRange(a, 0, a, 4096, 65536)));
+        Assert.Equal(XfsError.InvalidArgument, Error(() => v.CloneRange(c, 0, b, 0, 1 << 20)));
+        Assert.Equal(XfsError.InvalidArgument, Error(() => v.CloneRange(c, 303104, b, 0, 4096)));
+        Assert.Equal(XfsError.IsADirectory, Error(() => v.CloneRange(dir, 0, b, 0, 0)));
+        Assert.Equal(XfsError.InvalidArgument, Error(() => v.CloneRange(c, 294912, b, 0, 0)));
+        // Nothing was shared by the refused clones.
+        Assert.Equal(0UL, v.GetAttributes(b).Flags2 & XfsWin.Format.DinodeView.Flag2Reflink);
+    }
+
+    [Fact]
+    public void A_volume_without_reflink_refuses_clones()
+    {
+        string image = Make("6.13", "-m reflink=0");
+        using var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true });
+        Assert.Equal(XfsError.Unsupported, Assert.Throws<XfsException>(() => v.CloneRange(Ino(v, "a"), 0, Ino(v, "b"), 0, 0)).Error);
+    }
+
+    [Fact]
+    public void A_crash_during_copy_on_write_leaves_staging_extents_that_the_kernel_and_we_remove()
+    {
+        string image = Make("6.13", "");
+        string baseImage = image + ".base";
+        Shell.RunChecked("cp", "--sparse=always", image, baseImage);
+        var device = new RecordingBlockDevice(FileBlockDevice.Open(image, writable: true));
+        int start, end;
+        using (var v = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, CheckpointThresholdBytes = 1 }, ownsDevice: true))
+        {
+            Workload()[0].Engine(v); // d shares all of a's blocks
+            v.Sync();
+            start = device.EventCount;
+            v.Write(Ino(v, "d"), 5000, Pattern(0x5a, 3000)); // copy-on-write of two blocks
+            end = device.EventCount;
+        }
+        var events = device.Snapshot();
+        var flushes = Enumerable.Range(start, end - start).Where(i => events[i].IsFlush).ToList();
+        var problems = new List<string>();
+        int withStaging = 0;
+        foreach (int flush in flushes)
+        {
+            string crash = Path.Combine(_tmp, $"cow{flush}.img");
+            CrashImage.Build(baseImage, events, CrashImage.DurableWrites(events, new CrashPoint(flush + 1, CrashSubset.None, 0)), crash);
+            string counted = crash + ".count";
+            Shell.RunChecked("cp", "--sparse=always", crash, counted);
+            using (var data = FileBlockDevice.Open(counted, writable: true))
+                withStaging += InPlaceRecovery.Run(XfsWin.Metadata.WriteGate.Admit(data, null, XfsWin.Metadata.WritePurpose.LogRecovery)).CowStagingExtentsRemoved > 0 ? 1 : 0;
+            if (Journal.IntentChainTests.RecoverBothWays(crash, $"point {flush + 1}") is { } problem) problems.Add(problem);
+            foreach (var f in Directory.GetFiles(_tmp, Path.GetFileName(crash) + "*")) File.Delete(f);
+        }
+        output.WriteLine($"{flushes.Count} crash points in the copy-on-write, {withStaging} with staging extents left");
+        Assert.True(problems.Count == 0, string.Join("\n\n", problems));
+        Assert.True(withStaging > 0, $"none of {flushes.Count} crash points left a staging extent");
+    }
+
+    [Fact]
+    public void Crashes_in_the_middle_of_clone_and_copy_on_write_chains_are_finished_by_the_kernel_and_by_us()
+    {
+        string image = Make("6.13", "");
+        string baseImage = image + ".base";
+        Shell.RunChecked("cp", "--sparse=always", image, baseImage);
+        var device = new RecordingBlockDevice(FileBlockDevice.Open(image, writable: true));
+        int start;
+        using (var v = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, CheckpointThresholdBytes = 1 }, ownsDevice: true))
+        {
+            start = device.EventCount;
+            foreach (var op in Workload().Take(8)) op.Engine(v);
+        }
+        AssertClean(image);
+        var events = device.Snapshot();
+        var flushes = Enumerable.Range(start, events.Count - start).Where(i => events[i].IsFlush).ToList();
+        var kinds = new HashSet<string>();
+        var problems = new List<string>();
+        const int Points = 8;
+        for (int k = 1; k <= Points; k++)
+        {
+            int flush = flushes[(int)((long)k * (flushes.Count - 1) / (Points + 1))];
+            string crash = Path.Combine(_tmp, $"crash{flush}.img");
+            CrashImage.Build(baseImage, events, CrashImage.DurableWrites(events, new CrashPoint(flush + 1, CrashSubset.None, 0)), crash);
+            using (var data = FileBlockDevice.Open(crash, writable: false))
+                kinds.UnionWith(LogRecovery.Recover(data, null, Journal.DirtyLogScenarios.ReadSuperblock(data), LogReplayMode.Memory).UnfinishedIntents.Keys);
+            if (Journal.IntentChainTests.RecoverBothWays(crash, $"point {flush + 1}") is { } problem) problems.Add(problem);
+            foreach (var f in Directory.GetFiles(_tmp, Path.GetFileName(crash) + "*")) File.Delete(f);
+        }
+        output.WriteLine($"{flushes.Count} flushes; unfinished intents seen: {string.Join(", ", kinds)}");
+        Assert.True(problems.Count == 0, string.Join("\n\n", problems));
+        foreach (var kind in new[] { "BUI", "CUI" }) Assert.Contains(kind, kinds);
+    }
+}
