@@ -136,8 +136,6 @@ public static class WriteGate
             list.Add(new("zoned realtime groups", "not supported at all"));
         if ((view.Qflags & QuotaAccountingFlags) != 0)
             list.Add(new("quota accounting", "dquots are not charged"));
-        if ((view.FeaturesIncompat & SuperblockFeatures.IncompatParent) != 0)
-            list.Add(new("parent pointers", "the parent pointer attributes of created, linked, renamed and removed names are not kept"));
         if ((view.VersionNum & SuperblockFeatures.VersionBorg) != 0)
             list.Add(new("ascii-ci", "case-insensitive name hashing is not implemented"));
         return list;

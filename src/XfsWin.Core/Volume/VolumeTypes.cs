@@ -24,6 +24,12 @@ public sealed record VolumeOpenOptions
     /// since no file, directory or inode is changed. Only the admin tools use it.
     /// </summary>
     internal bool SpaceChangesOnly { get; init; }
+
+    /// <summary>
+    /// A read-write open writes a checkpoint once the committed items reach this many bytes; 0 (the default) is an eighth
+    /// of the log. Tests set 1 to put every transaction part in a checkpoint of its own (crash points between the parts).
+    /// </summary>
+    internal long CheckpointThresholdBytes { get; init; }
 }
 
 /// <summary>statfs(2) figures, from the superblock counters.</summary>

@@ -50,6 +50,9 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
 
     public Directories.IDirectorySpace DirectorySpace(Transaction tx, InodeUpdate directory) => FileSpace.ForDirectory(tx, directory);
 
+    /// <summary>The deferred parent-pointer updates of namespace operations (ATTRI/ATTRD chains); set when the writer starts.</summary>
+    public Attributes.AttrIntentWork? ParentPointerWork;
+
     /// <summary>A free inode for a new file in <paramref name="parent"/> (see <see cref="InodeAllocator.Allocate"/>).</summary>
     public (ulong Ino, int NewInodes) AllocateInode(Transaction tx, ulong parent, bool directory) =>
         InodeAllocator.Allocate(tx, parent, directory, ag => InodeCount + InobtRecord.InodesPerChunk <= MaxInodes && FileSpace.HasRoomForChunk(ag));
@@ -143,7 +146,7 @@ public sealed partial class XfsVolume
             {
                 if (prepared.FollowUp is { } followUp)
                 {
-                    volume.StartWriting(access, recovery, followUp.Position, followUp.Intents);
+                    volume.StartWriting(access, recovery, followUp.Position, followUp.Intents, options.CheckpointThresholdBytes);
                     volume.FinishRecovery(followUp.Intents, followUp.CowAgs, recovery, null);
                     InPlaceRecovery.ReportFollowUp(recovery);
                     // The open saw the log still dirty (the engine had yet to finish it); it is now this open's log, as after
@@ -154,7 +157,7 @@ public sealed partial class XfsVolume
                         Warnings = [.. volume._info.Warnings.Where(w => !w.StartsWith("the log is dirty", StringComparison.Ordinal))],
                     };
                 }
-                else volume.StartWriting(access, recovery);
+                else volume.StartWriting(access, recovery, checkpointThresholdBytes: options.CheckpointThresholdBytes);
                 return volume;
             }
             catch
@@ -185,13 +188,14 @@ public sealed partial class XfsVolume
     /// finish, at the head that replay found with its unfinished <paramref name="intents"/> holding the tail
     /// (<paramref name="after"/>).
     /// </summary>
-    private void StartWriting(WriteAccess access, LogRecoveryResult? recovery, LogPosition? after = null, IReadOnlyList<RecoveredIntent>? intents = null)
+    private void StartWriting(WriteAccess access, LogRecoveryResult? recovery, LogPosition? after = null, IReadOnlyList<RecoveredIntent>? intents = null,
+        long checkpointThresholdBytes = 0)
     {
         var sb = _mount.Superblock;
         var area = LogArea.For(access.Data, access.Log, sb);
         var writeback = new CachedLogWriteback(access.Data, sb, _mount.Buffers);
         var data = new FileDataCache(access.Data, (int)sb.BlockSize);
-        var logOptions = new MountedLogOptions { BeforeCheckpoint = data.WriteOut };
+        var logOptions = new MountedLogOptions { BeforeCheckpoint = data.WriteOut, CheckpointThresholdBytes = checkpointThresholdBytes };
         var log = after is null
             ? MountedLog.Open(area, sb, writeback, logOptions)
             : MountedLog.OpenAfterReplay(area, sb, writeback, after, intents ?? [], logOptions);
@@ -204,6 +208,9 @@ public sealed partial class XfsVolume
             InodeCount = (long)_agSummary.Inodes,
             FreeInodes = (long)_agSummary.FreeInodes,
         };
+        var w = _write;
+        if (sb.HasParentPointers)
+            w.ParentPointerWork = new Attributes.AttrIntentWork(_inodes, space, (tx, inode) => MoveLocalData(tx, w, inode)) { TouchInode = false };
         if (recovery?.State == LogState.ReplayedInPlace)
             _recoveredAtOpen = recovery;
     }
