@@ -15,9 +15,9 @@ namespace XfsWin.Fuse.Tests;
 /// exchange-range and the metadata directory tree (its defaults add rmapbt and reflink), with and without parent
 /// pointers.
 /// <para>
-/// Volumes with parent pointers open read-only while the write path does not keep them (<see cref="WriteGate.Unmaintained"/>):
-/// for them the test checks that refusal (the mount says why, a create fails with EROFS, the image is unchanged); once
-/// the gate lets them through, the same case runs the differential.
+/// A geometry whose volume carries a feature the write path does not keep (<see cref="WriteGate.Unmaintained"/>) checks
+/// the refusal instead (the mount says why, a create fails with EROFS, the image is unchanged); none of the geometries
+/// here has one: parent pointers are kept, and their case compares them as the kernel lists them.
 /// </para>
 /// </summary>
 public sealed partial class DifferentialGeometryTests(ITestOutputHelper output) : IDisposable
