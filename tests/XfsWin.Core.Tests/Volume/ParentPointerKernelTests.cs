@@ -16,7 +16,8 @@ namespace XfsWin.Tests.Volume;
 /// within and across directories, over a file that keeps other names and over one that is freed, RENAME_EXCHANGE of a
 /// directory with a fifo and of a file with a directory, RENAME_WHITEOUT, enough hard links to push a file's parent
 /// pointers out of the inode) is run by the engine on one copy of a kernel-made volume and by the kernel on another;
-/// xfs_repair -n (6.13, which checks every parent pointer against the directory entries) finds nothing in ours, and
+/// xfs_repair -n (6.13, which checks every parent pointer against the directory entries) and xfswin check find nothing
+/// in ours, and
 /// the kernel lists the same parent pointers (as paths, through file handles) and the same attribute fork shapes on
 /// both. A crash between the directory change and its parent-pointer update is finished by the kernel's log recovery
 /// and by ours alike.
@@ -182,6 +183,10 @@ public sealed class ParentPointerKernelTests(ITestOutputHelper output) : IDispos
         }
         RunOnKernel(kernel, [.. ops, new("unlink", "/d1/sub")]);
         AssertRepairClean(ours);
+        // xfswin check, which checks every parent pointer against the directory entries, agrees.
+        var report = XfsWin.Check.VolumeChecker.Check(ours);
+        foreach (var p in report.Problems.Take(10)) output.WriteLine(p.ToString());
+        Assert.True(report.IsClean, $"xfswin check: {report.ProblemCount} problems");
 
         using (var k = LoopMount.Mount(kernel, readOnly: true))
         using (var o = LoopMount.Mount(ours, readOnly: true))
