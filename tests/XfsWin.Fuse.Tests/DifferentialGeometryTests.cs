@@ -41,7 +41,7 @@ public sealed partial class DifferentialGeometryTests(ITestOutputHelper output) 
         ["exchange-metadir"] = new("6.13", ["-i", "exchange=1", "-m", "metadir=1"], "300M", 36, 300),
         ["parent-exchange-metadir"] = new("6.13", ["-n", "parent=1", "-i", "exchange=1", "-m", "metadir=1"], "300M", 37, 300),
         // Parent pointers under a sequence weighted to the operations that change them.
-        ["parent-namespace"] = new("6.13", ["-n", "parent=1"], "300M", 38, 1000,
+        ["parent-namespace"] = new("6.13", ["-n", "parent=1"], "300M", 38, 300,
             [.. Enumerable.Repeat(VfsOp.Create, 4), .. Enumerable.Repeat(VfsOp.Mkdir, 2), .. Enumerable.Repeat(VfsOp.Link, 6),
              .. Enumerable.Repeat(VfsOp.Rename, 3), .. Enumerable.Repeat(VfsOp.RenameExchange, 3), .. Enumerable.Repeat(VfsOp.RenameWhiteout, 2),
              VfsOp.Symlink, VfsOp.Symlink]),

@@ -95,7 +95,9 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             {
                 runner.CloseHeld();
             }
-            output.WriteLine($"seed {seed}: {operations} operations, {log.Count(l => l.Contains("-> = ", StringComparison.Ordinal) || l.Contains("-> ok", StringComparison.Ordinal))} succeeded");
+            var succeeded = log.Where(l => l.Contains("-> = ", StringComparison.Ordinal) || l.Contains("-> ok", StringComparison.Ordinal)).ToList();
+            output.WriteLine($"seed {seed}: {operations} operations, {succeeded.Count} succeeded: " + string.Join(", ", succeeded
+                .GroupBy(l => l.Split(' ') is var w && w[1] == "renameat2" ? "renameat2 " + w[4] : w[1]).OrderBy(g => g.Key, StringComparer.Ordinal).Select(g => $"{g.Key} {g.Count()}")));
             AssertSameTrees(ManifestComparison.Take(kernel.MountPoint), ManifestComparison.Take(ours.MountPoint), withBlocks: false, "live mounts");
             ours.Unmount();
         }
@@ -112,6 +114,8 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             if (HasParentPointers(ourImage))
             {
                 var parents = ParentPointers.Compare(k.MountPoint, o.MountPoint);
+                var listed = ParentPointers.List(o.MountPoint);
+                output.WriteLine($"parent pointers of {listed.Count} inodes compared: " + string.Join("; ", listed));
                 Assert.True(parents.Count == 0, string.Join("\n", parents));
             }
         }
