@@ -13,11 +13,11 @@ namespace XfsWin.Fuse.Tests;
 /// directory blocks, the smallest log the geometry allows (2.5 MiB: 1 KiB blocks, no reflink) with a sequence long enough to wrap
 /// it (xfs_logprint must find records of a later cycle), a nearly full volume whose free space is in 64 KiB pieces, and mkfs.xfs 6.13 with
 /// exchange-range and the metadata directory tree (its defaults add rmapbt and reflink), with and without parent
-/// pointers.
+/// pointers, and parent pointers under a sequence weighted to links, renames, exchanges and whiteouts.
 /// <para>
-/// Volumes with parent pointers open read-only while the write path does not keep them (<see cref="WriteGate.Unmaintained"/>):
-/// for them the test checks that refusal (the mount says why, a create fails with EROFS, the image is unchanged); once
-/// the gate lets them through, the same case runs the differential.
+/// A geometry whose volume carries a feature the write path does not keep (<see cref="WriteGate.Unmaintained"/>) checks
+/// the refusal instead (the mount says why, a create fails with EROFS, the image is unchanged); none of the geometries
+/// here has one: parent pointers are kept, and their case compares them as the kernel lists them.
 /// </para>
 /// </summary>
 public sealed partial class DifferentialGeometryTests(ITestOutputHelper output) : IDisposable
@@ -40,6 +40,11 @@ public sealed partial class DifferentialGeometryTests(ITestOutputHelper output) 
         ["nearly-full"] = new("6.1", [], "300M", 35, 300),
         ["exchange-metadir"] = new("6.13", ["-i", "exchange=1", "-m", "metadir=1"], "300M", 36, 300),
         ["parent-exchange-metadir"] = new("6.13", ["-n", "parent=1", "-i", "exchange=1", "-m", "metadir=1"], "300M", 37, 300),
+        // Parent pointers under a sequence weighted to the operations that change them.
+        ["parent-namespace"] = new("6.13", ["-n", "parent=1"], "300M", 38, 300,
+            [.. Enumerable.Repeat(VfsOp.Create, 4), .. Enumerable.Repeat(VfsOp.Mkdir, 2), .. Enumerable.Repeat(VfsOp.Link, 6),
+             .. Enumerable.Repeat(VfsOp.Rename, 3), .. Enumerable.Repeat(VfsOp.RenameExchange, 3), .. Enumerable.Repeat(VfsOp.RenameWhiteout, 2),
+             VfsOp.Symlink, VfsOp.Symlink]),
     };
 
     public static TheoryData<string> Names => [.. Geometries.Keys];

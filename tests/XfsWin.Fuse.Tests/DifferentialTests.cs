@@ -25,8 +25,8 @@ public enum VfsOp
 /// other by <c>xfswin mount -o rw</c>. Every result (return value or errno, bytes read, the
 /// attributes of the paths touched) must be equal; then the two trees (every stat field but times
 /// and inode numbers, contents, link targets, xattrs, names) must be equal; then both images are
-/// unmounted, mounted again by the kernel and compared again, and xfs_repair -n
-/// (6.1 and 6.13) finds nothing in ours.
+/// unmounted, mounted again by the kernel and compared again (on parent-pointer volumes with the parent
+/// pointers the kernel lists, see <see cref="ParentPointers"/>), and xfs_repair -n (6.1 and 6.13) finds nothing in ours.
 /// The operation kinds are a parameter: <see cref="Today"/> is what the engine serves now; the
 /// full set is run as its own cases.
 /// </summary>
@@ -97,7 +97,9 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             {
                 runner.CloseHeld();
             }
-            output.WriteLine($"seed {seed}: {operations} operations, {log.Count(l => l.Contains("-> = ", StringComparison.Ordinal) || l.Contains("-> ok", StringComparison.Ordinal))} succeeded");
+            var succeeded = log.Where(l => l.Contains("-> = ", StringComparison.Ordinal) || l.Contains("-> ok", StringComparison.Ordinal)).ToList();
+            output.WriteLine($"seed {seed}: {operations} operations, {succeeded.Count} succeeded: " + string.Join(", ", succeeded
+                .GroupBy(l => l.Split(' ') is var w && w[1] == "renameat2" ? "renameat2 " + w[4] : w[1]).OrderBy(g => g.Key, StringComparer.Ordinal).Select(g => $"{g.Key} {g.Count()}")));
             AssertSameTrees(ManifestComparison.Take(kernel.MountPoint), ManifestComparison.Take(ours.MountPoint), withBlocks: false, "live mounts");
             ours.Unmount();
         }
@@ -105,15 +107,33 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
 
         KernelManifest expectedTree, ourTree;
         using (var k = LoopMount.Mount(kernelImage, readOnly: true))
+        using (var o = LoopMount.Mount(ourImage, readOnly: true))
+        {
             expectedTree = ManifestComparison.Take(k.MountPoint);
-        using (var k = LoopMount.Mount(ourImage, readOnly: true))
-            ourTree = ManifestComparison.Take(k.MountPoint);
+            ourTree = ManifestComparison.Take(o.MountPoint);
+            // On a parent-pointer volume the kernel lists the same parent pointers (as paths) on both, and on ours
+            // exactly the names the tree has.
+            if (HasParentPointers(ourImage))
+            {
+                var parents = ParentPointers.Compare(k.MountPoint, o.MountPoint);
+                var listed = ParentPointers.List(o.MountPoint);
+                output.WriteLine($"parent pointers of {listed.Count} inodes compared: " + string.Join("; ", listed));
+                Assert.True(parents.Count == 0, string.Join("\n", parents));
+            }
+        }
         // Block counts are not compared: the kernel's own count depends on its speculative preallocation and on when
         // writeback ran (delayed allocation), so two kernel runs of one sequence can differ too; contents, sizes and
         // holes read back equal either way.
         AssertSameTrees(expectedTree, ourTree, withBlocks: false, "both images mounted by the kernel");
         var problems = KernelMadeImages.RepairProblems(ourImage, xfsprogs);
         Assert.True(problems.Count == 0, string.Join("\n", problems));
+    }
+
+    private static bool HasParentPointers(string image)
+    {
+        var sector = new byte[512];
+        using (var f = File.OpenRead(image)) f.ReadExactly(sector);
+        return (new XfsWin.Format.SuperblockView(sector).FeaturesIncompat & XfsWin.Format.SuperblockFeatures.IncompatParent) != 0;
     }
 
     /// <summary>Every manifest field but times and inode numbers; directory entries by name (sorted).</summary>

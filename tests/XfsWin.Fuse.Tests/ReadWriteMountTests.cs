@@ -134,10 +134,10 @@ public sealed class ReadWriteMountTests(ITestOutputHelper output) : IDisposable
     [Fact]
     public void A_volume_opened_read_only_despite_rw_mounts_read_only_naming_why()
     {
-        // Parent pointers (mkfs 6.13 -n parent=1) are a feature the write path does not maintain.
-        var image = Path.Combine(_tmp, "pptr.img");
+        // Quota accounting (mkfs 6.13 -m uquota) is a feature the write path does not maintain.
+        var image = Path.Combine(_tmp, "quota.img");
         XfsWin.TestSupport.Shell.RunChecked("truncate", "-s", "300M", image);
-        XfsWin.TestSupport.Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-f", "-q", "-n", "parent=1", image);
+        XfsWin.TestSupport.Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-f", "-q", "-m", "uquota", image);
         using var m = new ReadWriteMount(image);
         Assert.Contains("mounting read-only although 'rw' was asked for", m.Output, StringComparison.Ordinal);
         Assert.Contains("mounted read-only", m.Output, StringComparison.Ordinal);

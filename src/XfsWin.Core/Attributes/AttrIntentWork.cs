@@ -45,6 +45,13 @@ public readonly record struct AttrOperation(uint Op, ulong Ino, uint Generation,
 /// </summary>
 public sealed class AttrIntentWork(InodeCache inodes, IFileSpace space, Action<Transaction, InodeUpdate>? moveLocalData) : DeferredWorkType<AttrOperation>
 {
+    /// <summary>
+    /// Whether finishing an operation sets the inode's ctime. The namespace operations that queue parent-pointer
+    /// updates set the times themselves in the transaction that changes the directory, and the deferred attribute
+    /// work then leaves them (xfs_attr_finish_item changes no time); log recovery sets it.
+    /// </summary>
+    public bool TouchInode { get; init; } = true;
+
     public override string Name => "xattr operation";
     public override int MaxItems => 1;
 
@@ -84,9 +91,11 @@ public sealed class AttrIntentWork(InodeCache inodes, IFileSpace space, Action<T
                 editor.SetParent(o.NewName!, o.NewValue!);
                 break;
         }
-        // The kernel's attribute change sets the inode's ctime, also when recovery finishes it.
-        long ticks = DateTime.UtcNow.Ticks - DateTime.UnixEpoch.Ticks;
-        inode.Touch(new XfsTimestamp(ticks / TimeSpan.TicksPerSecond, (uint)(ticks % TimeSpan.TicksPerSecond * 100)), modified: false);
+        if (TouchInode)
+        {
+            long ticks = DateTime.UtcNow.Ticks - DateTime.UnixEpoch.Ticks;
+            inode.Touch(new XfsTimestamp(ticks / TimeSpan.TicksPerSecond, (uint)(ticks % TimeSpan.TicksPerSecond * 100)), modified: false);
+        }
         inode.Log(tx, inodes);
         return null;
     }

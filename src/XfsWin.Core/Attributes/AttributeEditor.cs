@@ -332,9 +332,19 @@ public sealed class AttributeEditor
     private int RemoteBlocks(int length) => Math.Max(1, (length + _bs - RemoteHeader - 1) / (_bs - RemoteHeader));
 
     /// <summary>The default attribute fork offset in bytes (xfs_default_attroffset).</summary>
-    private int DefaultAttrOffset => _sb.InodeSize == 256
-        ? _inode.LiteralSize - ExtentMapEditor.RootSpace(MinAttrBtreePointers)
+    private int DefaultAttrOffset => DefaultForkOffsetBytes(_sb, _inode.LiteralSize);
+
+    private static int DefaultForkOffsetBytes(Superblock sb, int literalSize) => sb.InodeSize == 256
+        ? literalSize - ExtentMapEditor.RootSpace(MinAttrBtreePointers)
         : ExtentMapEditor.RootSpace(6 * MinAttrBtreePointers);
+
+    /// <summary>
+    /// di_forkoff (8-byte units) of the empty attribute fork a new inode gets when attributes follow at once, as on
+    /// parent-pointer volumes (xfs_init_new_inode with XFS_ICREATE_INIT_XATTRS): xfs_default_attroffset, which for a
+    /// device inode is right after its 4-byte device number, rounded to 8.
+    /// </summary>
+    public static byte DefaultForkOffset(Superblock sb, int literalSize, bool deviceInode) =>
+        deviceInode ? (byte)1 : (byte)(DefaultForkOffsetBytes(sb, literalSize) >> 3);
 
     /// <summary>The data fork's extent btree root as the kernel sizes it in memory (a long-format block header and its records).</summary>
     private int DataBtreeRootSpace()
@@ -558,10 +568,16 @@ public sealed class AttributeEditor
         if (HasBlocks) FreeBlocks(keep);
         else
         {
-            // Short-form to leaf: the fork becomes an (empty) extent list first.
+            // Short-form to leaf: the fork becomes an (empty) extent list first, and its offset moves up to the default
+            // unless the data fork is a device or a btree (xfs_bmap_local_to_extents_empty, xfs_bmap_forkoff_reset).
             _inode.AttrFork.Clear();
             _inode.AttrFormat = ForkFormat.Extents;
             _inode.AttrExtentCount = 0;
+            if (_inode.DataFormat is not (ForkFormat.Device or ForkFormat.Btree) && DefaultAttrOffset >> 3 > _inode.ForkOffset)
+            {
+                SetForkOffset(DefaultAttrOffset >> 3);
+                _inode.AttrFork.Clear();
+            }
         }
         var map = new ExtentMapEditor(_tx, _inode, _space, ForkKind.Attr);
         foreach (var e in _entries)

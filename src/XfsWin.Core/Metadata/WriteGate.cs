@@ -140,8 +140,6 @@ public static class WriteGate
                 "opens read-write once Linux has mounted it with uqnoenforce/gqnoenforce/pqnoenforce"));
         if ((view.Qflags & QuotaAccountingFlags) != 0 && (view.FeaturesIncompat & SuperblockFeatures.IncompatMetadir) != 0)
             list.Add(new("quota files in the metadata directory", "dquots are charged only in the quota files the superblock names"));
-        if ((view.FeaturesIncompat & SuperblockFeatures.IncompatParent) != 0)
-            list.Add(new("parent pointers", "the parent pointer attributes of created, linked, renamed and removed names are not kept"));
         if ((view.VersionNum & SuperblockFeatures.VersionBorg) != 0)
             list.Add(new("ascii-ci", "case-insensitive name hashing is not implemented"));
         return list;

@@ -20,12 +20,15 @@ public sealed record VolumeOpenOptions
 
     /// <summary>
     /// A read-write open for changes of the data section's space only (an offline shrink through the allocator): the
-    /// features the write path does not maintain for files (parent pointers, enforced quota limits, realtime) do not make it read-only,
+    /// features the write path does not maintain for files (enforced quota limits, realtime) do not make it read-only,
     /// since no file, directory or inode is changed. Only the admin tools use it.
     /// </summary>
     internal bool SpaceChangesOnly { get; init; }
 
-    /// <summary>Committed bytes that start a log checkpoint (0: the log's default); tests set it low to cut crash images mid-chain.</summary>
+    /// <summary>
+    /// A read-write open writes a checkpoint once the committed items reach this many bytes; 0 (the default) is an eighth
+    /// of the log. Tests set 1 to put every transaction part in a checkpoint of its own (crash points between the parts).
+    /// </summary>
     internal long CheckpointThresholdBytes { get; init; }
 }
 

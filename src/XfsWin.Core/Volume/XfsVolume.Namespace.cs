@@ -167,10 +167,12 @@ public sealed partial class XfsVolume
             }
             var now = Now();
             var inode = NewInode(ino, mode, uid, gid, dir, now);
+            if (w.ParentPointerWork is not null) InitAttrFork(inode, Inode.FileTypeOf(mode));
             shape(tx, inode);
             // The name is looked up once, where it goes in; when it exists the transaction (inode allocation included) is cancelled.
             if (!editor.TryAddEntry(name, ino, Inode.FileTypeOf(mode)))
                 throw new XfsException(XfsError.Exists, $"\"{Show(name)}\" exists already");
+            DeferParentPointer(tx, w, AttrOperation.ParentSet, inode, name, dirUpdate);
             if (isDir) dirUpdate.LinkCount += 1;
             dirUpdate.Touch(now, modified: true);
             dirUpdate.Parts |= dirImage.LogParts;
@@ -243,7 +245,7 @@ public sealed partial class XfsVolume
             if (target.Attributes.LinkCount >= MaxLinks) throw new XfsException(XfsError.TooManyLinks, $"inode {inode} has the most links it can have");
             if (target.Attributes.LinkCount == 0) throw new XfsException(XfsError.NotFound, $"inode {inode} has been removed");
             var dir = DirectoryInode(newParent);
-            using var tx = Begin(w, TransactionKind.Link);
+            using var tx = BeginWithParentPointers(w, TransactionKind.Link, target);
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, newParent, dirUpdate.Image);
             var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(tx, dirUpdate));
@@ -254,6 +256,7 @@ public sealed partial class XfsVolume
             update.Touch(now, modified: false);
             dirUpdate.Touch(now, modified: true);
             dirUpdate.Parts |= dirImage.LogParts;
+            DeferParentPointer(tx, w, AttrOperation.ParentSet, update, newName, dirUpdate);
             update.Log(tx, _inodes);
             dirUpdate.Log(tx, _inodes);
             tx.Commit();
@@ -284,8 +287,8 @@ public sealed partial class XfsVolume
             bool last = target.Attributes.LinkCount <= 1 && !IsHeld(ino);
             if (last && target.IsRegular) ShrinkInSteps(w, ino, 0);
 
-            using var tx = Begin(w, TransactionKind.Remove);
             target = _inodes.Get(ino);
+            using var tx = BeginWithParentPointers(w, TransactionKind.Remove, target);
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, parent, dirUpdate.Image);
             var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(tx, dirUpdate));
@@ -305,6 +308,9 @@ public sealed partial class XfsVolume
             dirUpdate.Touch(now, modified: true);
             dirUpdate.Parts |= dirImage.LogParts;
             bool free = update.LinkCount == 0 && !IsHeld(ino);
+            // An inode freed here loses its whole attribute fork with it; one that stays (other names, or held open
+            // on the unlinked list) loses the parent pointer of this name.
+            if (!free) DeferParentPointer(tx, w, AttrOperation.ParentRemove, update, name, dirUpdate);
             if (free) FreeInode(tx, w, update);
             else if (update.LinkCount == 0)
             {
@@ -407,7 +413,7 @@ public sealed partial class XfsVolume
                 PrepareDquots(w, 0, (toDir.Mode & ModeSetgid) != 0 ? toDir.Attributes.Gid : 0,
                     (toDir.Attributes.Flags & ProjInherit) != 0 ? toDir.Attributes.ProjectId : 0);
             }
-            using var tx = Begin(w, TransactionKind.Rename);
+            using var tx = BeginWithParentPointers(w, TransactionKind.Rename, src, dst);
             var now = Now();
             var fromUpdate = new InodeUpdate(_inodes.Get(parent), _mount.Superblock);
             var fromImage = new DirectoryInodeImage(_mount.Superblock, parent, fromUpdate.Image);
@@ -429,6 +435,7 @@ public sealed partial class XfsVolume
             }
             var srcUpdate = new InodeUpdate(src, _mount.Superblock);
             InodeUpdate? dstUpdate = dst is null ? null : new InodeUpdate(dst, _mount.Superblock);
+            InodeUpdate? whiteUpdate = null;
 
             if (exchange)
             {
@@ -474,7 +481,9 @@ public sealed partial class XfsVolume
                     // it is allocated near that directory and takes its group when that directory is setgid.
                     var (wIno, wNew) = w.AllocateInode(tx, newParent, directory: false);
                     var white = NewInode(wIno, 0x2000, 0, 0, toDir, now);
+                    if (w.ParentPointerWork is not null) InitAttrFork(white, XfsFileType.CharacterDevice);
                     white.DataFormat = ForkFormat.Device;
+                    whiteUpdate = white;
                     BinaryPrimitives.WriteUInt32BigEndian(white.DataFork, 0);
                     fromEditor.ReplaceEntry(name, wIno, XfsFileType.CharacterDevice);
                     white.Log(tx, _inodes);
@@ -503,6 +512,14 @@ public sealed partial class XfsVolume
                 toUpdate.Touch(now, modified: true);
                 toUpdate.Parts |= toImage.LogParts;
             }
+            // Parent pointers in the kernel's order (xfs_dir_rename_children, xfs_dir_exchange_children): the whiteout's
+            // new one, the moved inode's replaced one, then the overwritten inode's removed one (unless it is freed here,
+            // attribute fork and all) or, for an exchange, the other inode's replaced one.
+            if (whiteUpdate is not null) DeferParentPointer(tx, w, AttrOperation.ParentSet, whiteUpdate, name, fromUpdate);
+            DeferParentPointer(tx, w, AttrOperation.ParentReplace, srcUpdate, name, fromUpdate, newName, toUpdate);
+            if (exchange) DeferParentPointer(tx, w, AttrOperation.ParentReplace, dstUpdate!, newName, toUpdate, name, fromUpdate);
+            else if (dstUpdate is not null && (dstUpdate.LinkCount > 0 || IsHeld(target)))
+                DeferParentPointer(tx, w, AttrOperation.ParentRemove, dstUpdate, newName, toUpdate);
             if (dstUpdate is not null && !exchange && dstUpdate.LinkCount == 0)
             {
                 if (IsHeld(target))
@@ -519,6 +536,64 @@ public sealed partial class XfsVolume
             tx.Commit();
             AfterCommit(w);
         }
+    }
+
+    // ---- parent pointers (xfs_parent.c) --------------------------------------------------------------------------
+    // On a parent-pointer volume every name of an inode is mirrored by an attribute of that inode in the parent
+    // namespace: its name is the entry's name, its value the directory's handle (xfs_parent_rec: inode number and
+    // generation, big-endian). A namespace operation queues the change as deferred xattr work: its ATTRI is logged in
+    // the part that changes the directory, the attribute changes in the next part with the ATTRD
+    // (xfs_parent_addname, xfs_parent_removename, xfs_parent_replacename), so that a crash in between leaves an
+    // intent that log recovery finishes.
+
+    /// <summary>
+    /// The transaction of a namespace operation that changes the parent pointers of <paramref name="children"/>: the
+    /// operation's reservation, raised to what an attribute change of the child with the most attributes may log.
+    /// </summary>
+    private Transaction BeginWithParentPointers(VolumeWriteState w, TransactionKind kind, params ReadOnlySpan<Inode?> children)
+    {
+        if (w.ParentPointerWork is null) return Begin(w, kind);
+        int bytes = 0;
+        foreach (var child in children)
+            if (child is not null) bytes = Math.Max(bytes, AttrReservation(w, child, ParentRecordSize));
+        return Begin(w, kind, bytes);
+    }
+
+    private const int ParentRecordSize = 12;
+
+    /// <summary>xfs_parent_rec of <paramref name="directory"/>.</summary>
+    private static byte[] ParentRecord(InodeUpdate directory)
+    {
+        var record = new byte[ParentRecordSize];
+        BinaryPrimitives.WriteUInt64BigEndian(record, directory.Number);
+        BinaryPrimitives.WriteUInt32BigEndian(record.AsSpan(8), new DinodeView(directory.Image).Generation);
+        return record;
+    }
+
+    /// <summary>
+    /// Queues parent-pointer operation <paramref name="op"/> on <paramref name="child"/> for the name
+    /// <paramref name="name"/> in <paramref name="directory"/> (and, for a replace, the new name and directory); does
+    /// nothing on a volume without parent pointers.
+    /// </summary>
+    private static void DeferParentPointer(Transaction tx, VolumeWriteState w, uint op, InodeUpdate child, ReadOnlySpan<byte> name, InodeUpdate directory,
+        ReadOnlySpan<byte> newName = default, InodeUpdate? newDirectory = null)
+    {
+        if (w.ParentPointerWork is not { } work) return;
+        tx.Defer(work, new AttrOperation(op, child.Number, new DinodeView(child.Image).Generation, AttrOperation.FilterParent,
+            name.ToArray(), ParentRecord(directory), newDirectory is null ? null : newName.ToArray(),
+            newDirectory is null ? null : ParentRecord(newDirectory)));
+    }
+
+    /// <summary>
+    /// A new inode on a parent-pointer volume starts with an empty attribute fork at the default offset, as the kernel's
+    /// create does when attributes follow at once (XFS_ICREATE_INIT_XATTRS); its data fork is sized by it from the start.
+    /// </summary>
+    private void InitAttrFork(InodeUpdate inode, XfsFileType type)
+    {
+        bool device = type is XfsFileType.CharacterDevice or XfsFileType.BlockDevice or XfsFileType.Fifo or XfsFileType.Socket;
+        inode.ForkOffset = AttributeEditor.DefaultForkOffset(_mount.Superblock, inode.LiteralSize, device);
+        inode.AttrFormat = ForkFormat.Extents;
+        inode.AttrExtentCount = 0;
     }
 
     /// <summary>Points a moved directory's ".." at its new parent.</summary>

@@ -54,6 +54,9 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
 
     public Directories.IDirectorySpace DirectorySpace(Transaction tx, InodeUpdate directory) => FileSpace.ForDirectory(tx, directory);
 
+    /// <summary>The deferred parent-pointer updates of namespace operations (ATTRI/ATTRD chains); set when the writer starts.</summary>
+    public Attributes.AttrIntentWork? ParentPointerWork;
+
     /// <summary>A free inode for a new file in <paramref name="parent"/> (see <see cref="InodeAllocator.Allocate"/>).</summary>
     public (ulong Ino, int NewInodes) AllocateInode(Transaction tx, ulong parent, bool directory) =>
         InodeAllocator.Allocate(tx, parent, directory, ag => InodeCount + InobtRecord.InodesPerChunk <= MaxInodes && FileSpace.HasRoomForChunk(ag));
@@ -217,6 +220,9 @@ public sealed partial class XfsVolume
             InodeCount = (long)_agSummary.Inodes,
             FreeInodes = (long)_agSummary.FreeInodes,
         };
+        var w = _write;
+        if (sb.HasParentPointers)
+            w.ParentPointerWork = new Attributes.AttrIntentWork(_inodes, space, (tx, inode) => MoveLocalData(tx, w, inode)) { TouchInode = false };
         if (recovery?.State == LogState.ReplayedInPlace)
             _recoveredAtOpen = recovery;
     }

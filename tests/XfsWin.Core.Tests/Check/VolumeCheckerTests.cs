@@ -80,6 +80,11 @@ public sealed class VolumeCheckerTests(ITestOutputHelper output) : IDisposable
         ["directory-loop"] = new("rmap-nrext64", i => [$"inode {ShortDirIno(i)}", $"write u3.sfdir3.list[0].inumber.i4 {ParentOf(i, ShortDirIno(i))}"], "directory inode"),
         // An extent btree pointer far outside the volume.
         ["bmbt-pointer"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/extents/many-extents")}", "write u3.bmbt.ptrs[1] 1099511627775"], "extent btree of inode"),
+        // Parent pointers (mkfs613): the one pointer of a file below the root names the root instead of its directory,
+        // or another generation of its directory, or stops being a parent pointer (a user attribute of the same name).
+        ["pptr-parent-inode"] = new("mkfs613", i => [$"inode {PlainFileBelowRoot(i)}", "write a.sfattr.list[0].parent_dir.inumber 128"], "inode"),
+        ["pptr-parent-gen"] = new("mkfs613", i => [$"inode {PlainFileBelowRoot(i)}", "write a.sfattr.list[0].parent_dir.gen 12345"], "inode"),
+        ["pptr-missing"] = new("mkfs613", i => [$"inode {PlainFileBelowRoot(i)}", "write a.sfattr.list[0].parent 0"], "inode"),
         ["v4-dirent-inumber"] = new("v4", i => [$"inode {ShortDirIno(i)}", $"write u.sfdir3.list[0].inumber.i4 {FileIno(i)}"], "inode"),
         // A short-form entry's offset overlapping the next one's (xfs_dir2_sf_verify: each at or past the end of the one before).
         ["sf-dirent-offset"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/dirs/shortform")}",
@@ -95,6 +100,10 @@ public sealed class VolumeCheckerTests(ITestOutputHelper output) : IDisposable
         // Cycle 0x80000001: negative as xfs_repair compares it, so not past the head (clean for both).
         ["free-block-lsn-negative-cycle"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/dirs/node")}", "dblock 16777216", "fuzz -d fhdr.hdr.lsn firstbit"], "inode"),
     };
+
+    /// <summary>A file with one name, in a directory other than the root, with no attributes but its parent pointer.</summary>
+    private static ulong PlainFileBelowRoot(OracleImage i) =>
+        Ino(i, e => e.Type == "file" && e.Nlink == 1 && e.Xattrs.Count == 0 && e.Printable.LastIndexOf('/') > 0);
 
     private static ulong ParentOf(OracleImage image, ulong directory) =>
         image.Manifest.Entries.First(e => e.IsDirectory && e.Children is { } c && c.Any(x => x.Ino == directory)).Ino;
