@@ -237,7 +237,8 @@ public sealed class AttributeReader
     private static bool HasAttributes(Inode inode) =>
         inode.HasAttrFork && !(inode.AttrFormat == ForkFormat.Extents && inode.AttrExtentCount == 0);
 
-    private int CheckShortform(Inode inode)
+    /// <summary>A short-form attribute fork's header and entry sizes against the fork (throws on corruption); its total size.</summary>
+    public int CheckShortform(Inode inode)
     {
         var fork = inode.AttrFork;
         if (fork.Length < AttrShortformView.HeaderSize) throw _mount.Corrupt($"short-form attributes of inode {inode.Number}", inode.ByteOffset, "fork smaller than its header");

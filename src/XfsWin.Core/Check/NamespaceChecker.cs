@@ -341,19 +341,7 @@ internal sealed class NamespaceChecker
             if (!inode.HasAttrFork) return;
             if (inode.AttrFormat is Format.ForkFormat.Extents or Format.ForkFormat.Btree)
                 new AttributeLayoutChecker(_cx).Check(inode, _maps.Get(inode, Extents.ForkKind.Attr));
-            var list = _attributes.List(inode, includeParentPointers: true);
-            int parents = list.Count(a => a.Namespace == XattrNamespace.Parent);
-            void CheckOne(XattrEntry a)
-            {
-                if (a.Namespace == XattrNamespace.Parent) return;
-                if (a.Name.Length == 0) _cx.ReportAt($"inode {e.Ino}", inode.ByteOffset, "attribute with an empty name");
-                if (!_attributes.TryGet(inode, a.Namespace, a.Name, out var value))
-                    _cx.ReportAt($"attributes of inode {e.Ino}", inode.ByteOffset, $"attribute {a.LinuxName} is listed but not found by its name hash");
-                else if (value.Length != a.ValueLength)
-                    _cx.ReportAt($"attributes of inode {e.Ino}", inode.ByteOffset, $"attribute {a.LinuxName}: value of {value.Length} bytes, {a.ValueLength} recorded");
-            }
-            // Each value is read back through a lookup by hash (remote values included).
-            foreach (var a in list) CheckOne(a);
+            int parents = inode.AttrFormat == Format.ForkFormat.Local ? CheckShortformAttributes(inode) : CheckListedAttributes(inode);
             if (_parentPointers && (IsDirectory(e.Mode) ? _parent[index] != 0 && e.Ino != _parent[index] : _entriesNaming[index] > 0))
             {
                 int expected = IsDirectory(e.Mode) ? 1 : Volatile.Read(ref _entriesNaming[index]);
@@ -369,5 +357,72 @@ internal sealed class NamespaceChecker
         {
             _cx.ReportAt($"attributes of inode {e.Ino}", _cx.Sb.InodeToByte(e.Ino), $"unreadable: {ex.Message}");
         }
+    }
+
+    /// <summary>
+    /// Leaf and node attribute forks: every listed attribute read back through a lookup by its name hash (remote values
+    /// included), its value of the recorded length. Returns the parent pointers listed.
+    /// </summary>
+    private int CheckListedAttributes(Inode inode)
+    {
+        var list = _attributes.List(inode, includeParentPointers: true);
+        int parents = 0;
+        foreach (var a in list)
+        {
+            if (a.Namespace == XattrNamespace.Parent)
+            {
+                parents++;
+                continue;
+            }
+            if (a.Name.Length == 0) _cx.ReportAt($"inode {inode.Number}", inode.ByteOffset, "attribute with an empty name");
+            if (!_attributes.TryGet(inode, a.Namespace, a.Name, out var value))
+                _cx.ReportAt($"attributes of inode {inode.Number}", inode.ByteOffset, $"attribute {a.LinuxName} is listed but not found by its name hash");
+            else if (value.Length != a.ValueLength)
+                _cx.ReportAt($"attributes of inode {inode.Number}", inode.ByteOffset, $"attribute {a.LinuxName}: value of {value.Length} bytes, {a.ValueLength} recorded");
+        }
+        return parents;
+    }
+
+    /// <summary>
+    /// A short-form attribute fork, in place and without allocating: its layout (<see cref="AttributeReader.CheckShortform"/>),
+    /// no empty name, and for a name given twice in one namespace the same value length in both (a lookup by name finds
+    /// the first). Returns the parent pointers in it.
+    /// </summary>
+    private int CheckShortformAttributes(Inode inode)
+    {
+        _attributes.CheckShortform(inode);
+        var fork = inode.AttrFork;
+        int count = fork[2], parents = 0;
+        int off = AttrShortformView.HeaderSize;
+        for (int i = 0; i < count; i++)
+        {
+            int nameLength = fork[off], valueLength = fork[off + 1];
+            byte flags = fork[off + 2];
+            int at = off;
+            off += 3 + nameLength + valueLength;
+            if ((flags & AttrFlags.Incomplete) != 0) continue;
+            if ((flags & AttrFlags.Parent) != 0)
+            {
+                parents++;
+                continue;
+            }
+            var name = fork.Slice(at + 3, nameLength);
+            if (nameLength == 0) _cx.ReportAt($"inode {inode.Number}", inode.ByteOffset, "attribute with an empty name");
+            // The first entry of this namespace and name (possibly this one).
+            for (int o = AttrShortformView.HeaderSize, j = 0; j < i; j++)
+            {
+                int nl = fork[o], vl = fork[o + 1];
+                byte f = fork[o + 2];
+                if ((f & AttrFlags.NamespaceMask) == (flags & AttrFlags.NamespaceMask) && (f & AttrFlags.Incomplete) == 0 && fork.Slice(o + 3, nl).SequenceEqual(name))
+                {
+                    if (vl != valueLength)
+                        _cx.ReportAt($"attributes of inode {inode.Number}", inode.ByteOffset,
+                            $"attribute {XattrNames.ToLinuxName(AttributeReader.NamespaceOf(flags), name)}: value of {vl} bytes, {valueLength} recorded");
+                    break;
+                }
+                o += 3 + nl + vl;
+            }
+        }
+        return parents;
     }
 }
