@@ -95,7 +95,7 @@ internal sealed class NamespaceChecker
             for (int i = from; i < to; i++)
             {
                 var e = _inodes[i];
-                if (!e.Unusable && (e.HasAttrFork || (e.Mode & 0xF000) == 0xA000)) wanted.Add(e.Ino);
+                if (!e.Unusable && ((e.HasAttrFork && e.ShortformParents == InodeEntry.AttrNotChecked) || (e.Mode & 0xF000) == 0xA000)) wanted.Add(e.Ino);
             }
             if (wanted.Count == 0) return;
             _cache.ReadAhead(wanted);
@@ -335,19 +335,22 @@ internal sealed class NamespaceChecker
     {
         var e = _inodes[index];
         if (e.Unusable || !e.HasAttrFork) return;
+        if (e.ShortformParents != InodeEntry.AttrNotChecked)
+        {
+            // A short-form fork, checked by the inode scan.
+            CheckParentCount(index, e.ShortformParents, _cx.Sb.InodeToByte(e.Ino));
+            return;
+        }
         try
         {
             var inode = _cache.GetTransient(e.Ino);
             if (!inode.HasAttrFork) return;
             if (inode.AttrFormat is Format.ForkFormat.Extents or Format.ForkFormat.Btree)
                 new AttributeLayoutChecker(_cx).Check(inode, _maps.Get(inode, Extents.ForkKind.Attr));
-            int parents = inode.AttrFormat == Format.ForkFormat.Local ? CheckShortformAttributes(inode) : CheckListedAttributes(inode);
-            if (_parentPointers && (IsDirectory(e.Mode) ? _parent[index] != 0 && e.Ino != _parent[index] : _entriesNaming[index] > 0))
-            {
-                int expected = IsDirectory(e.Mode) ? 1 : Volatile.Read(ref _entriesNaming[index]);
-                if (parents != expected)
-                    _cx.ReportAt($"attributes of inode {e.Ino}", inode.ByteOffset, $"{parents} parent pointers, but {expected} directory entries name it");
-            }
+            int parents = inode.AttrFormat == Format.ForkFormat.Local
+                ? AttributeLayoutChecker.CheckShortform(_cx, inode.Number, inode.ByteOffset, inode.AttrFork)
+                : CheckListedAttributes(inode);
+            CheckParentCount(index, parents, inode.ByteOffset);
         }
         catch (XfsCorruptionException ex)
         {
@@ -356,6 +359,19 @@ internal sealed class NamespaceChecker
         catch (Exception ex) when (ex is XfsException or InvalidOperationException or IndexOutOfRangeException or ArgumentException or OverflowException)
         {
             _cx.ReportAt($"attributes of inode {e.Ino}", _cx.Sb.InodeToByte(e.Ino), $"unreadable: {ex.Message}");
+        }
+    }
+
+    /// <summary>With parent pointers: a named inode holds one per directory entry naming it (a directory one).</summary>
+    private void CheckParentCount(int index, int parents, long where)
+    {
+        var e = _inodes[index];
+        if (parents < 0) return; // the fork's layout is broken (reported)
+        if (_parentPointers && (IsDirectory(e.Mode) ? _parent[index] != 0 && e.Ino != _parent[index] : _entriesNaming[index] > 0))
+        {
+            int expected = IsDirectory(e.Mode) ? 1 : Volatile.Read(ref _entriesNaming[index]);
+            if (parents != expected)
+                _cx.ReportAt($"attributes of inode {e.Ino}", where, $"{parents} parent pointers, but {expected} directory entries name it");
         }
     }
 
@@ -379,49 +395,6 @@ internal sealed class NamespaceChecker
                 _cx.ReportAt($"attributes of inode {inode.Number}", inode.ByteOffset, $"attribute {a.LinuxName} is listed but not found by its name hash");
             else if (value.Length != a.ValueLength)
                 _cx.ReportAt($"attributes of inode {inode.Number}", inode.ByteOffset, $"attribute {a.LinuxName}: value of {value.Length} bytes, {a.ValueLength} recorded");
-        }
-        return parents;
-    }
-
-    /// <summary>
-    /// A short-form attribute fork, in place and without allocating: its layout (<see cref="AttributeReader.CheckShortform"/>),
-    /// no empty name, and for a name given twice in one namespace the same value length in both (a lookup by name finds
-    /// the first). Returns the parent pointers in it.
-    /// </summary>
-    private int CheckShortformAttributes(Inode inode)
-    {
-        _attributes.CheckShortform(inode);
-        var fork = inode.AttrFork;
-        int count = fork[2], parents = 0;
-        int off = AttrShortformView.HeaderSize;
-        for (int i = 0; i < count; i++)
-        {
-            int nameLength = fork[off], valueLength = fork[off + 1];
-            byte flags = fork[off + 2];
-            int at = off;
-            off += 3 + nameLength + valueLength;
-            if ((flags & AttrFlags.Incomplete) != 0) continue;
-            if ((flags & AttrFlags.Parent) != 0)
-            {
-                parents++;
-                continue;
-            }
-            var name = fork.Slice(at + 3, nameLength);
-            if (nameLength == 0) _cx.ReportAt($"inode {inode.Number}", inode.ByteOffset, "attribute with an empty name");
-            // The first entry of this namespace and name (possibly this one).
-            for (int o = AttrShortformView.HeaderSize, j = 0; j < i; j++)
-            {
-                int nl = fork[o], vl = fork[o + 1];
-                byte f = fork[o + 2];
-                if ((f & AttrFlags.NamespaceMask) == (flags & AttrFlags.NamespaceMask) && (f & AttrFlags.Incomplete) == 0 && fork.Slice(o + 3, nl).SequenceEqual(name))
-                {
-                    if (vl != valueLength)
-                        _cx.ReportAt($"attributes of inode {inode.Number}", inode.ByteOffset,
-                            $"attribute {XattrNames.ToLinuxName(AttributeReader.NamespaceOf(flags), name)}: value of {vl} bytes, {valueLength} recorded");
-                    break;
-                }
-                o += 3 + nl + vl;
-            }
         }
         return parents;
     }
