@@ -95,7 +95,7 @@ internal sealed class NamespaceChecker
             for (int i = from; i < to; i++)
             {
                 var e = _inodes[i];
-                if (!e.Unusable && ((e.HasAttrFork && e.ShortformParents == InodeEntry.AttrNotChecked) || (e.Mode & 0xF000) == 0xA000)) wanted.Add(e.Ino);
+                if (!e.Unusable && ((e.HasAttrFork && e.ScannedAttrParents == InodeEntry.AttrNotChecked) || (e.Mode & 0xF000) == 0xA000)) wanted.Add(e.Ino);
             }
             if (wanted.Count == 0) return;
             _cache.ReadAhead(wanted);
@@ -335,10 +335,10 @@ internal sealed class NamespaceChecker
     {
         var e = _inodes[index];
         if (e.Unusable || !e.HasAttrFork) return;
-        if (e.ShortformParents != InodeEntry.AttrNotChecked)
+        if (e.ScannedAttrParents != InodeEntry.AttrNotChecked)
         {
-            // A short-form fork, checked by the inode scan.
-            CheckParentCount(index, e.ShortformParents, _cx.Sb.InodeToByte(e.Ino));
+            // A short-form or empty fork, checked by the inode scan.
+            CheckParentCount(index, e.ScannedAttrParents, _cx.Sb.InodeToByte(e.Ino));
             return;
         }
         try
