@@ -14,8 +14,9 @@ namespace XfsWin.Check;
 /// entry (name, target inode in use, file type; block, leaf and node form: the hash entries against the data entries, see
 /// <see cref="DirectoryLayoutChecker"/>), "." and "..", that each
 /// directory is named exactly once (no loops, no second parents), then link counts against the
-/// entries, that every in-use inode was reached, attribute forks (every name listed and every value
-/// read back, remote values included) and, where enabled, parent pointers against the entries.
+/// entries, that every in-use inode was reached, leaf and node attribute forks (every name listed and every value
+/// read back, remote values included; short-form and empty forks are checked by the inode scan) and, where enabled,
+/// parent pointers against the entries.
 /// </summary>
 internal sealed class NamespaceChecker
 {
