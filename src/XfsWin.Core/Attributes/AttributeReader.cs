@@ -239,18 +239,24 @@ public sealed class AttributeReader
 
     private int CheckShortform(Inode inode)
     {
-        var fork = inode.AttrFork;
-        if (fork.Length < AttrShortformView.HeaderSize) throw _mount.Corrupt($"short-form attributes of inode {inode.Number}", inode.ByteOffset, "fork smaller than its header");
+        if (ShortformProblem(inode.AttrFork) is { } problem)
+            throw _mount.Corrupt($"short-form attributes of inode {inode.Number}", inode.ByteOffset, problem);
+        return new AttrShortformView(inode.AttrFork).TotalSize;
+    }
+
+    /// <summary>What is wrong with a short-form attribute fork's header and entry sizes, or null when they fit the fork.</summary>
+    public static string? ShortformProblem(ReadOnlySpan<byte> fork)
+    {
+        if (fork.Length < AttrShortformView.HeaderSize) return "fork smaller than its header";
         int total = new AttrShortformView(fork).TotalSize;
-        if (total > fork.Length || total < AttrShortformView.HeaderSize) throw _mount.Corrupt($"short-form attributes of inode {inode.Number}", inode.ByteOffset, $"total size {total} larger than the fork ({fork.Length})");
+        if (total > fork.Length || total < AttrShortformView.HeaderSize) return $"total size {total} larger than the fork ({fork.Length})";
         int off = AttrShortformView.HeaderSize;
         for (int i = 0; i < fork[2]; i++)
         {
-            if (off + 3 > total || off + 3 + fork[off] + fork[off + 1] > total || fork[off] == 0)
-                throw _mount.Corrupt($"short-form attributes of inode {inode.Number}", inode.ByteOffset, $"entry {i} runs past the fork");
+            if (off + 3 > total || off + 3 + fork[off] + fork[off + 1] > total || fork[off] == 0) return $"entry {i} runs past the fork";
             off += 3 + fork[off] + fork[off + 1];
         }
-        return total;
+        return null;
     }
 
     private int CheckLeafCount(Inode inode, byte[] block)

@@ -17,6 +17,53 @@ namespace XfsWin.Check;
 /// </summary>
 internal sealed class AttributeLayoutChecker(CheckContext cx)
 {
+    /// <summary>
+    /// A short-form attribute fork, in place and without allocating: its layout
+    /// (<see cref="Attributes.AttributeReader.ShortformProblem"/>), no empty name, and for a name given twice in one
+    /// namespace the same value length in both (a lookup by name finds the first). Returns the parent pointers in it,
+    /// or -1 when the layout is broken (reported).
+    /// </summary>
+    public static int CheckShortform(CheckContext cx, ulong ino, long byteOffset, ReadOnlySpan<byte> fork)
+    {
+        if (Attributes.AttributeReader.ShortformProblem(fork) is { } problem)
+        {
+            cx.ReportAt($"short-form attributes of inode {ino}", byteOffset, problem);
+            return -1;
+        }
+        int count = fork[2], parents = 0;
+        int off = AttrShortformView.HeaderSize;
+        for (int i = 0; i < count; i++)
+        {
+            int nameLength = fork[off], valueLength = fork[off + 1];
+            byte flags = fork[off + 2];
+            int at = off;
+            off += 3 + nameLength + valueLength;
+            if ((flags & AttrFlags.Incomplete) != 0) continue;
+            if ((flags & AttrFlags.Parent) != 0)
+            {
+                parents++;
+                continue;
+            }
+            var name = fork.Slice(at + 3, nameLength);
+            if (nameLength == 0) cx.ReportAt($"inode {ino}", byteOffset, "attribute with an empty name");
+            // The first entry of this namespace and name (possibly this one).
+            for (int o = AttrShortformView.HeaderSize, j = 0; j < i; j++)
+            {
+                int nl = fork[o], vl = fork[o + 1];
+                byte f = fork[o + 2];
+                if ((f & AttrFlags.NamespaceMask) == (flags & AttrFlags.NamespaceMask) && (f & AttrFlags.Incomplete) == 0 && fork.Slice(o + 3, nl).SequenceEqual(name))
+                {
+                    if (vl != valueLength)
+                        cx.ReportAt($"attributes of inode {ino}", byteOffset,
+                            $"attribute {Attributes.XattrNames.ToLinuxName(Attributes.AttributeReader.NamespaceOf(flags), name)}: value of {vl} bytes, {valueLength} recorded");
+                    break;
+                }
+                o += 3 + nl + vl;
+            }
+        }
+        return parents;
+    }
+
     private readonly Superblock _sb = cx.Sb;
     private bool V5 => _sb.IsV5;
     private int LeafHeader => V5 ? 80 : 32;

@@ -66,8 +66,11 @@ internal sealed class DirectoryLayoutChecker
         public readonly string Name = $"directory inode {dir.Number}";
         /// <summary>Per data block index: its longest unused region (bestfree[0].length), or -1 when it failed its check.</summary>
         public readonly Dictionary<ulong, int> Longest = new();
-        /// <summary>Data entries by address (offset / 8) with their name's hash.</summary>
-        public readonly Dictionary<uint, uint> Entries = new();
+        /// <summary>
+        /// Data entries by address (offset / 8): their name's hash in the low 32 bits, bit 32 set once a live hash entry
+        /// names the entry (a second hash entry for the same address is a problem).
+        /// </summary>
+        public readonly Dictionary<uint, ulong> Entries = new();
         public long HashEntries;
         public bool Damaged;
         public int Reported;
@@ -340,7 +343,6 @@ internal sealed class DirectoryLayoutChecker
         // Block form: the hash array at the end of the block.
         int staleSeen = 0;
         uint previous = 0;
-        var named = new HashSet<uint>();
         for (int i = 0; i < count; i++)
         {
             uint hash = BinaryPrimitives.ReadUInt32BigEndian(block.AsSpan(leafStart + i * 8));
@@ -352,7 +354,7 @@ internal sealed class DirectoryLayoutChecker
                 staleSeen++;
                 continue;
             }
-            if (!st.Entries.TryGetValue(address, out uint entryHash) || entryHash != hash || !named.Add(address))
+            if (!NameOnce(st, address, hash))
             {
                 Bad($"hash entry {i} (hash 0x{hash:x8}, address {address}) does not name an entry with that hash once");
                 return;
@@ -363,6 +365,20 @@ internal sealed class DirectoryLayoutChecker
     }
 
     // ---------------------------------------------------------------- leaf and node blocks
+
+    /// <summary>
+    /// One live hash entry: true when <paramref name="address"/> is a data entry whose name has <paramref name="hash"/>
+    /// and no hash entry named it before; marks it named. With the live hash entries counted equal to the data entries,
+    /// this makes every data entry named by exactly one hash entry of its hash: what a lookup of every name by its hash
+    /// would find, in one pass over the hash entries (xfs_repair's way).
+    /// </summary>
+    private static bool NameOnce(State st, uint address, uint hash)
+    {
+        ref ulong e = ref System.Runtime.InteropServices.CollectionsMarshal.GetValueRefOrNullRef(st.Entries, address);
+        if (System.Runtime.CompilerServices.Unsafe.IsNullRef(ref e) || (uint)e != hash || (e >> 32) != 0) return false;
+        e |= 1UL << 32;
+        return true;
+    }
 
     /// <summary>A LEAF1 or LEAFN block: header counts, order, stale entries, addresses; for LEAF1 the bests array. Returns (first, last hash, ok).</summary>
     private (uint First, uint Last, bool Ok) CheckLeafBlock(State st, DirBlock b, bool leaf1)
@@ -409,9 +425,9 @@ internal sealed class DirectoryLayoutChecker
                 continue;
             }
             st.HashEntries++;
-            if (!st.Entries.TryGetValue(address, out uint entryHash) || entryHash != hash)
+            if (!NameOnce(st, address, hash))
             {
-                Report(st, b.ByteOffset, $"{what}: entry {i} (hash 0x{hash:x8}, address {address}) does not name an entry with that hash");
+                Report(st, b.ByteOffset, $"{what}: entry {i} (hash 0x{hash:x8}, address {address}) does not name an entry with that hash once");
                 return (0, 0, false);
             }
         }

@@ -13,6 +13,13 @@ internal readonly record struct InodeEntry(ulong Ino, ushort Mode, uint Nlink, u
     /// <summary>Realtime file (its data blocks count as realtime blocks) or metadata directory inode (not charged to quota).</summary>
     public bool Realtime { get; init; }
     public bool Metadata { get; init; }
+    /// <summary>
+    /// An attribute fork checked by the inode scan (short form, or extents form left empty): its parent pointers, or -1
+    /// when its layout is broken (reported); <see cref="AttrNotChecked"/> for leaf and node forks (the namespace pass
+    /// reads them).
+    /// </summary>
+    public int ScannedAttrParents { get; init; } = AttrNotChecked;
+    public const int AttrNotChecked = int.MinValue;
 }
 
 /// <summary>
@@ -158,8 +165,17 @@ internal sealed class InodeScanner
             _cx.ReportAt(name, offset, $"nblocks {d.Nblocks}, counted {blocks}");
         if (type is 0x2000 or 0x6000 or 0x1000 or 0xC000 && d.Size != 0 && d.Format == ForkFormat.Device)
             _cx.ReportAt(name, offset, $"special file with size {d.Size}");
+        // A short-form or empty attribute fork is checked here, in the bytes at hand, rather than read again by the
+        // namespace pass.
+        int scannedAttrParents = InodeEntry.AttrNotChecked;
+        if (usable && d.ForkOffset != 0 && d.AttrFormat == ForkFormat.Local)
+            scannedAttrParents = AttributeLayoutChecker.CheckShortform(_cx, ino, offset, raw.Slice(d.AttrForkOffset, d.AttrForkSize(raw.Length)));
+        else if (usable && d.ForkOffset != 0 && d.AttrFormat == ForkFormat.Extents && d.AttrExtentCount == 0)
+            scannedAttrParents = 0; // an attribute fork left empty (every attribute removed): nothing in it to check
+
         InUse.Add(new InodeEntry(ino, d.Mode, d.LinkCount, d.Generation, Unusable: !usable, HasAttrFork: d.ForkOffset != 0)
         {
+            ScannedAttrParents = scannedAttrParents,
             Uid = d.Uid, Gid = d.Gid, ProjectId = d.ProjectId, Nblocks = d.Nblocks, Realtime = realtime,
             Metadata = (d.Flags2 & DinodeView.Flag2Metadata) != 0,
         });

@@ -11,10 +11,12 @@ namespace XfsWin.Check;
 /// <summary>
 /// The namespace: walks every directory from the root (and the metadata directory root) level by
 /// level, directories of a level in parallel, through <see cref="DirectoryReader"/>. Checks each
-/// entry (name, target inode in use, file type, found again by hash lookup), "." and "..", that each
+/// entry (name, target inode in use, file type; block, leaf and node form: the hash entries against the data entries, see
+/// <see cref="DirectoryLayoutChecker"/>), "." and "..", that each
 /// directory is named exactly once (no loops, no second parents), then link counts against the
-/// entries, that every in-use inode was reached, attribute forks (every name listed and every value
-/// read back, remote values included) and, where enabled, parent pointers against the entries.
+/// entries, that every in-use inode was reached, leaf and node attribute forks (every name listed and every value
+/// read back, remote values included; short-form and empty forks are checked by the inode scan) and, where enabled,
+/// parent pointers against the entries.
 /// </summary>
 internal sealed class NamespaceChecker
 {
@@ -94,7 +96,7 @@ internal sealed class NamespaceChecker
             for (int i = from; i < to; i++)
             {
                 var e = _inodes[i];
-                if (!e.Unusable && (e.HasAttrFork || (e.Mode & 0xF000) == 0xA000)) wanted.Add(e.Ino);
+                if (!e.Unusable && ((e.HasAttrFork && e.ScannedAttrParents == InodeEntry.AttrNotChecked) || (e.Mode & 0xF000) == 0xA000)) wanted.Add(e.Ino);
             }
             if (wanted.Count == 0) return;
             _cache.ReadAhead(wanted);
@@ -123,14 +125,45 @@ internal sealed class NamespaceChecker
         }
     }
 
-    private readonly record struct Entry(byte[] Name, ulong Ino, XfsFileType Type);
+    /// <summary>One entry of a directory: its name is <c>Arena[NameOffset..+NameLength]</c> of the directory's <see cref="Listing"/>.</summary>
+    private readonly record struct Entry(int NameOffset, int NameLength, ulong Ino, XfsFileType Type);
 
-    private struct Collector(List<Entry> into) : IDirectoryVisitor
+    /// <summary>
+    /// A directory's entries as read: names packed into one growing byte array, so that reading a directory allocates
+    /// per directory, not per entry.
+    /// </summary>
+    private sealed class Listing : IEqualityComparer<int>
+    {
+        public byte[] Arena = new byte[256];
+        public int Used;
+        public readonly List<Entry> Entries = [];
+
+        public ReadOnlySpan<byte> Name(in Entry e) => Arena.AsSpan(e.NameOffset, e.NameLength);
+
+        public void Add(ReadOnlySpan<byte> name, ulong ino, XfsFileType type)
+        {
+            if (Used + name.Length > Arena.Length) Array.Resize(ref Arena, Math.Max(Arena.Length * 2, Used + name.Length));
+            name.CopyTo(Arena.AsSpan(Used));
+            Entries.Add(new Entry(Used, name.Length, ino, type));
+            Used += name.Length;
+        }
+
+        // Entry indices compared by name (duplicate names).
+        public bool Equals(int x, int y) => Name(Entries[x]).SequenceEqual(Name(Entries[y]));
+        public int GetHashCode(int i)
+        {
+            var h = new HashCode();
+            h.AddBytes(Name(Entries[i]));
+            return h.ToHashCode();
+        }
+    }
+
+    private readonly struct Collector(Listing into) : IDirectoryVisitor
     {
         public bool Visit(ReadOnlySpan<byte> name, ulong inode, XfsFileType fileType, long nextCookie)
         {
-            into.Add(new Entry(name.ToArray(), inode, fileType));
-            return into.Count < 50_000_000;
+            into.Add(name, inode, fileType);
+            return into.Entries.Count < 50_000_000;
         }
     }
 
@@ -142,11 +175,11 @@ internal sealed class NamespaceChecker
         Interlocked.Increment(ref _directoriesWalked);
         if (_inodes[index].Unusable) return;
         Inode dir;
-        var entries = new List<Entry>();
+        var listing = new Listing();
         try
         {
             dir = _cache.Get(dirIno);
-            var collector = new Collector(entries);
+            var collector = new Collector(listing);
             _directories.Enumerate(dir, 0, ref collector);
         }
         catch (XfsCorruptionException e)
@@ -159,6 +192,9 @@ internal sealed class NamespaceChecker
             _cx.ReportAt(name, _cx.Sb.InodeToByte(dirIno), $"unreadable: {e.Message}");
             return;
         }
+        // Block, leaf and node form: the hash entries against the data entries, in one pass per directory (every data
+        // entry named by exactly one live hash entry of its name's hash), besides the blocks' own layout. No entry is
+        // looked up again by its name.
         if (dir.DataFormat != Format.ForkFormat.Local)
         {
             try
@@ -172,107 +208,88 @@ internal sealed class NamespaceChecker
         }
         long where = dir.ByteOffset;
         bool sawDot = false, sawDotDot = false;
-        var seenNames = new HashSet<byte[]>(ByteArrayComparer.Instance);
-        var named = new List<Entry>(entries.Count);
-        foreach (var entry in entries)
+        var entries = listing.Entries;
+        var seenNames = new HashSet<int>(listing);
+        var named = new List<int>(entries.Count);
+        for (int k = 0; k < entries.Count; k++)
         {
+            var entry = entries[k];
             Interlocked.Increment(ref _entries);
-            var n = entry.Name;
-            if (n.AsSpan().SequenceEqual("."u8))
+            var n = listing.Name(entry);
+            if (n.SequenceEqual("."u8))
             {
                 sawDot = true;
                 if (entry.Ino != dirIno) _cx.ReportAt(name, where, $"\".\" names inode {entry.Ino}, not itself");
                 if (_cx.Sb.HasFtype && entry.Type != Format.XfsFileType.Directory) _cx.ReportAt(name, where, $"\".\" has file type {entry.Type}");
                 continue;
             }
-            if (n.AsSpan().SequenceEqual(".."u8))
+            if (n.SequenceEqual(".."u8))
             {
                 sawDotDot = true;
                 if (entry.Ino != _parent[index]) _cx.ReportAt(name, where, $"\"..\" names inode {entry.Ino}, but its parent is {_parent[index]}");
                 if (_cx.Sb.HasFtype && entry.Type != Format.XfsFileType.Directory) _cx.ReportAt(name, where, $"\"..\" has file type {entry.Type}");
                 continue;
             }
-            if (!seenNames.Add(n)) _cx.ReportAt(name, where, $"{EntryName(n)} appears twice");
-            named.Add(entry);
+            if (!seenNames.Add(k)) _cx.ReportAt(name, where, $"{EntryName(n)} appears twice");
+            named.Add(k);
         }
         if (!sawDot || !sawDotDot) _cx.ReportAt(name, where, $"no \"{(sawDot ? ".." : ".")}\" entry");
-        var state = new DirectoryState(dir, index, dir.DataFormat != Format.ForkFormat.Local);
-        // A big directory's entries (each looked up again by hash) are shared out between threads.
-        if (named.Count >= ParallelEntriesThreshold)
-            Parallel.For(0, named.Count, new ParallelOptions { CancellationToken = _cx.Cancel }, i => CheckEntry(state, named[i], next));
+        // A big directory's entries (parent pointers looked up in the children) are shared out between threads.
+        if (_parentPointers && named.Count >= ParallelEntriesThreshold)
+            Parallel.For(0, named.Count, new ParallelOptions { CancellationToken = _cx.Cancel }, i => CheckEntry(dir, index, listing, named[i], next));
         else
-            foreach (var entry in named) CheckEntry(state, entry, next);
+            foreach (int k in named) CheckEntry(dir, index, listing, k, next);
     }
 
     private const int ParallelEntriesThreshold = 4096;
 
-    private sealed class DirectoryState(Inode dir, int index, bool byHash)
-    {
-        public readonly Inode Dir = dir;
-        public readonly int Index = index;
-        /// <summary>1 while lookups by hash are worth doing (cleared when the hash structures turn out corrupt).</summary>
-        public int ByHash = byHash ? 1 : 0;
-    }
+    private static string EntryName(ReadOnlySpan<byte> n) => $"entry \"{System.Text.Encoding.UTF8.GetString(n)}\"";
 
-    private static string EntryName(byte[] n) => $"entry \"{System.Text.Encoding.UTF8.GetString(n)}\"";
-
-    private void CheckEntry(DirectoryState state, Entry entry, ConcurrentBag<int> next)
+    private void CheckEntry(Inode dir, int dirIndex, Listing listing, int k, ConcurrentBag<int> next)
     {
-        var dir = state.Dir;
+        var entry = listing.Entries[k];
         ulong dirIno = dir.Number;
-        string name = $"directory inode {dirIno}";
-        long where = dir.ByteOffset;
-        var n = entry.Name;
-        if (n.Length == 0 || n.AsSpan().IndexOfAny((byte)'/', (byte)0) >= 0)
-            _cx.ReportAt(name, where, $"{EntryName(n)}: invalid name");
+        var n = listing.Name(entry);
+        if (n.Length == 0 || n.IndexOfAny((byte)'/', (byte)0) >= 0)
+            _cx.ReportAt($"directory inode {dirIno}", dir.ByteOffset, $"{EntryName(n)}: invalid name");
         int target = _cx.Sb.IsValidInode(entry.Ino) ? IndexOf(entry.Ino) : -1;
         if (target < 0)
         {
-            _cx.ReportAt(name, where, $"{EntryName(n)} names inode {entry.Ino}, which is {(_cx.Sb.IsValidInode(entry.Ino) ? "free" : "outside the volume")}");
+            _cx.ReportAt($"directory inode {dirIno}", dir.ByteOffset,
+                $"{EntryName(n)} names inode {entry.Ino}, which is {(_cx.Sb.IsValidInode(entry.Ino) ? "free" : "outside the volume")}");
             return;
         }
         var t = _inodes[target];
         if (_cx.Sb.HasFtype && entry.Type != Inode.FileTypeOf(t.Mode))
-            _cx.ReportAt(name, where, $"{EntryName(n)}: file type {entry.Type} in the entry, {Inode.FileTypeOf(t.Mode)} in inode {entry.Ino}");
-        if (Volatile.Read(ref state.ByHash) != 0)
-        {
-            try
-            {
-                if (!_directories.TryLookup(dir, n, out ulong found) || found != entry.Ino)
-                    _cx.ReportAt(name, where, $"{EntryName(n)}: not found by its name hash (leaf or node blocks disagree with the data blocks)");
-            }
-            catch (XfsCorruptionException e)
-            {
-                if (Interlocked.Exchange(ref state.ByHash, 0) != 0) _cx.Report(e);
-            }
-        }
+            _cx.ReportAt($"directory inode {dirIno}", dir.ByteOffset, $"{EntryName(n)}: file type {entry.Type} in the entry, {Inode.FileTypeOf(t.Mode)} in inode {entry.Ino}");
         Interlocked.Increment(ref _entriesNaming[target]);
-        if (_parentPointers && !t.Unusable) CheckParentPointer(t.Ino, n, dirIno, _inodes[state.Index].Generation, EntryName(n));
+        if (_parentPointers && !t.Unusable) CheckParentPointer(t.Ino, n, dirIno, _inodes[dirIndex].Generation);
         if (IsDirectory(t.Mode))
         {
-            Interlocked.Increment(ref _subdirectories[state.Index]);
+            Interlocked.Increment(ref _subdirectories[dirIndex]);
             ulong previous = Interlocked.CompareExchange(ref _parent[target], dirIno, 0);
             if (previous != 0)
-                _cx.ReportAt(name, where, $"{EntryName(n)} names directory {entry.Ino}, which already has parent {previous} (a second link to a directory, or a loop)");
+                _cx.ReportAt($"directory inode {dirIno}", dir.ByteOffset,
+                    $"{EntryName(n)} names directory {entry.Ino}, which already has parent {previous} (a second link to a directory, or a loop)");
             else
                 next.Add(target);
         }
     }
 
     /// <summary>The child must hold a parent pointer named like the entry, whose value is this directory's number and generation.</summary>
-    private void CheckParentPointer(ulong child, byte[] entryName, ulong dir, uint dirGeneration, string what)
+    private void CheckParentPointer(ulong child, ReadOnlySpan<byte> entryName, ulong dir, uint dirGeneration)
     {
         try
         {
             var inode = _cache.Get(child);
             if (!_attributes.TryGet(inode, XattrNamespace.Parent, entryName, out var value))
             {
-                _cx.ReportAt($"inode {child}", inode.ByteOffset, $"no parent pointer for {what} in directory {dir}");
+                _cx.ReportAt($"inode {child}", inode.ByteOffset, $"no parent pointer for {EntryName(entryName)} in directory {dir}");
                 return;
             }
             if (value.Length != 12)
             {
-                _cx.ReportAt($"inode {child}", inode.ByteOffset, $"parent pointer for {what} has a {value.Length}-byte value");
+                _cx.ReportAt($"inode {child}", inode.ByteOffset, $"parent pointer for {EntryName(entryName)} has a {value.Length}-byte value");
                 return;
             }
             ulong parent = BinaryPrimitives.ReadUInt64BigEndian(value);
@@ -281,7 +298,7 @@ internal sealed class NamespaceChecker
             // one name only.
             var entry = _inodes[IndexOf(child)];
             if ((parent != dir || gen != dirGeneration) && (IsDirectory(entry.Mode) || entry.Nlink <= 1))
-                _cx.ReportAt($"inode {child}", inode.ByteOffset, $"parent pointer for {what} names directory {parent} (generation {gen}), not {dir} ({dirGeneration})");
+                _cx.ReportAt($"inode {child}", inode.ByteOffset, $"parent pointer for {EntryName(entryName)} names directory {parent} (generation {gen}), not {dir} ({dirGeneration})");
         }
         catch (XfsCorruptionException e)
         {
@@ -319,31 +336,22 @@ internal sealed class NamespaceChecker
     {
         var e = _inodes[index];
         if (e.Unusable || !e.HasAttrFork) return;
+        if (e.ScannedAttrParents != InodeEntry.AttrNotChecked)
+        {
+            // A short-form or empty fork, checked by the inode scan.
+            CheckParentCount(index, e.ScannedAttrParents, _cx.Sb.InodeToByte(e.Ino));
+            return;
+        }
         try
         {
             var inode = _cache.GetTransient(e.Ino);
             if (!inode.HasAttrFork) return;
             if (inode.AttrFormat is Format.ForkFormat.Extents or Format.ForkFormat.Btree)
                 new AttributeLayoutChecker(_cx).Check(inode, _maps.Get(inode, Extents.ForkKind.Attr));
-            var list = _attributes.List(inode, includeParentPointers: true);
-            int parents = list.Count(a => a.Namespace == XattrNamespace.Parent);
-            void CheckOne(XattrEntry a)
-            {
-                if (a.Namespace == XattrNamespace.Parent) return;
-                if (a.Name.Length == 0) _cx.ReportAt($"inode {e.Ino}", inode.ByteOffset, "attribute with an empty name");
-                if (!_attributes.TryGet(inode, a.Namespace, a.Name, out var value))
-                    _cx.ReportAt($"attributes of inode {e.Ino}", inode.ByteOffset, $"attribute {a.LinuxName} is listed but not found by its name hash");
-                else if (value.Length != a.ValueLength)
-                    _cx.ReportAt($"attributes of inode {e.Ino}", inode.ByteOffset, $"attribute {a.LinuxName}: value of {value.Length} bytes, {a.ValueLength} recorded");
-            }
-            // Each value is read back through a lookup by hash (remote values included).
-            foreach (var a in list) CheckOne(a);
-            if (_parentPointers && (IsDirectory(e.Mode) ? _parent[index] != 0 && e.Ino != _parent[index] : _entriesNaming[index] > 0))
-            {
-                int expected = IsDirectory(e.Mode) ? 1 : Volatile.Read(ref _entriesNaming[index]);
-                if (parents != expected)
-                    _cx.ReportAt($"attributes of inode {e.Ino}", inode.ByteOffset, $"{parents} parent pointers, but {expected} directory entries name it");
-            }
+            int parents = inode.AttrFormat == Format.ForkFormat.Local
+                ? AttributeLayoutChecker.CheckShortform(_cx, inode.Number, inode.ByteOffset, inode.AttrFork)
+                : CheckListedAttributes(inode);
+            CheckParentCount(index, parents, inode.ByteOffset);
         }
         catch (XfsCorruptionException ex)
         {
@@ -355,15 +363,40 @@ internal sealed class NamespaceChecker
         }
     }
 
-    private sealed class ByteArrayComparer : IEqualityComparer<byte[]>
+    /// <summary>With parent pointers: a named inode holds one per directory entry naming it (a directory one).</summary>
+    private void CheckParentCount(int index, int parents, long where)
     {
-        public static readonly ByteArrayComparer Instance = new();
-        public bool Equals(byte[]? x, byte[]? y) => x.AsSpan().SequenceEqual(y);
-        public int GetHashCode(byte[] obj)
+        var e = _inodes[index];
+        if (parents < 0) return; // the fork's layout is broken (reported)
+        if (_parentPointers && (IsDirectory(e.Mode) ? _parent[index] != 0 && e.Ino != _parent[index] : _entriesNaming[index] > 0))
         {
-            var h = new HashCode();
-            h.AddBytes(obj);
-            return h.ToHashCode();
+            int expected = IsDirectory(e.Mode) ? 1 : Volatile.Read(ref _entriesNaming[index]);
+            if (parents != expected)
+                _cx.ReportAt($"attributes of inode {e.Ino}", where, $"{parents} parent pointers, but {expected} directory entries name it");
         }
+    }
+
+    /// <summary>
+    /// Leaf and node attribute forks: every listed attribute read back through a lookup by its name hash (remote values
+    /// included), its value of the recorded length. Returns the parent pointers listed.
+    /// </summary>
+    private int CheckListedAttributes(Inode inode)
+    {
+        var list = _attributes.List(inode, includeParentPointers: true);
+        int parents = 0;
+        foreach (var a in list)
+        {
+            if (a.Namespace == XattrNamespace.Parent)
+            {
+                parents++;
+                continue;
+            }
+            if (a.Name.Length == 0) _cx.ReportAt($"inode {inode.Number}", inode.ByteOffset, "attribute with an empty name");
+            if (!_attributes.TryGet(inode, a.Namespace, a.Name, out var value))
+                _cx.ReportAt($"attributes of inode {inode.Number}", inode.ByteOffset, $"attribute {a.LinuxName} is listed but not found by its name hash");
+            else if (value.Length != a.ValueLength)
+                _cx.ReportAt($"attributes of inode {inode.Number}", inode.ByteOffset, $"attribute {a.LinuxName}: value of {value.Length} bytes, {a.ValueLength} recorded");
+        }
+        return parents;
     }
 }
