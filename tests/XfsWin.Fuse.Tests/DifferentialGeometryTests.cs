@@ -16,8 +16,8 @@ namespace XfsWin.Fuse.Tests;
 /// pointers, and parent pointers under a sequence weighted to links, renames, exchanges and whiteouts.
 /// <para>
 /// A geometry whose volume carries a feature the write path does not keep (<see cref="WriteGate.Unmaintained"/>) checks
-/// the refusal instead (the mount says why, a create fails with EROFS, the image is unchanged); none of the geometries
-/// here has one: parent pointers are kept, and their case compares them as the kernel lists them.
+/// the refusal instead (the mount says why, a create fails with EROFS, the image is unchanged): enforced quota limits
+/// here. Parent pointers are kept, and their cases compare them as the kernel lists them.
 /// </para>
 /// </summary>
 public sealed partial class DifferentialGeometryTests(ITestOutputHelper output) : IDisposable
@@ -26,8 +26,10 @@ public sealed partial class DifferentialGeometryTests(ITestOutputHelper output) 
 
     public void Dispose() => Directory.Delete(_tmp, recursive: true);
 
-    /// <summary>A volume to run on; <see cref="Weighted"/> are drawn that many times more often (fsyncs: a checkpoint each).</summary>
-    private sealed record Geometry(string Xfsprogs, string[] MkfsOptions, string Size, int Seed, int Operations, VfsOp[]? Weighted = null);
+    /// <summary>A volume to run on; <see cref="Weighted"/> are drawn that many times more often (fsyncs: a checkpoint each);
+    /// <see cref="ReadOnlyFor"/> names the unmaintained feature the mount must refuse the volume for.</summary>
+    private sealed record Geometry(string Xfsprogs, string[] MkfsOptions, string Size, int Seed, int Operations, VfsOp[]? Weighted = null,
+        string? ReadOnlyFor = null);
 
     private static readonly Dictionary<string, Geometry> Geometries = new()
     {
@@ -45,6 +47,8 @@ public sealed partial class DifferentialGeometryTests(ITestOutputHelper output) 
             [.. Enumerable.Repeat(VfsOp.Create, 4), .. Enumerable.Repeat(VfsOp.Mkdir, 2), .. Enumerable.Repeat(VfsOp.Link, 6),
              .. Enumerable.Repeat(VfsOp.Rename, 3), .. Enumerable.Repeat(VfsOp.RenameExchange, 3), .. Enumerable.Repeat(VfsOp.RenameWhiteout, 2),
              VfsOp.Symlink, VfsOp.Symlink]),
+        // Accounting with enforcement (mkfs -m uquota): a feature the write path does not keep, so the mount must refuse.
+        ["quota-enforced"] = new("6.13", ["-m", "uquota"], "300M", 39, 0, ReadOnlyFor: "quota enforcement"),
     };
 
     public static TheoryData<string> Names => [.. Geometries.Keys];
@@ -58,9 +62,16 @@ public sealed partial class DifferentialGeometryTests(ITestOutputHelper output) 
         if (geometry == "small-log") options.AddRange(["-l", $"size={MinimumLogBlocks(g.Xfsprogs, g.MkfsOptions)}b"]);
         var baseImage = KernelMadeImages.Make(_tmp, g.Xfsprogs, "base.img", options, g.Size);
         if (geometry == "nearly-full") FillFragmented(baseImage, leaveFree: 48L << 20);
+        // The kernel here has no quota support: its mount for the fill turned quota off. Accounting and enforcement go
+        // back on as a quota mount leaves them (counts not marked checked: nothing claims they are exact).
+        if (geometry == "quota-enforced")
+            XfsWin.TestSupport.Shell.RunChecked(OracleImages.Tool("xfs_db", g.Xfsprogs), "-x", "-c", "sb 0", "-c", "write qflags 3", baseImage);
 
-        if (WriteGate.Unmaintained(ReadSector(baseImage)) is { Count: > 0 } unmaintained)
+        var unmaintained = WriteGate.Unmaintained(ReadSector(baseImage));
+        Assert.Equal(g.ReadOnlyFor is not null, unmaintained.Count > 0);
+        if (g.ReadOnlyFor is not null)
         {
+            Assert.Contains(unmaintained, f => f.Name == g.ReadOnlyFor);
             AssertRefusedReadOnly(baseImage, g.Xfsprogs, unmaintained);
             return;
         }
