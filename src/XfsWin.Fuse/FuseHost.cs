@@ -633,6 +633,8 @@ public sealed unsafe partial class FuseHost : IDisposable
     {
         var ops = CreateReadOps();
         AddWriteOps(ref ops);
+        // Served on read-only mounts too: getting attributes is a read; setting them answers EROFS there.
+        ops.ioctl = (nint)(delegate* unmanaged<nint, ulong, uint, void*, FuseFileInfo*, uint, void*, nuint, nuint, void>)&OnIoctl;
         return ops;
     }
 
@@ -690,6 +692,8 @@ public sealed unsafe partial class FuseHost : IDisposable
             var wanted = FuseConstants.FUSE_CAP_ASYNC_READ | FuseConstants.FUSE_CAP_READDIRPLUS |
                          FuseConstants.FUSE_CAP_READDIRPLUS_AUTO | FuseConstants.FUSE_CAP_PARALLEL_DIROPS |
                          FuseConstants.FUSE_CAP_CACHE_SYMLINKS |
+                         // File attribute ioctls (FS_IOC_FSGETXATTR, ...) on directories too.
+                         FuseConstants.FUSE_CAP_IOCTL_DIR |
                          // ACLs are served in the Linux format; with this the kernel also enforces
                          // them (and the mode bits) itself, as it does for its own XFS.
                          FuseConstants.FUSE_CAP_POSIX_ACL;
@@ -792,6 +796,12 @@ public sealed unsafe partial class FuseHost : IDisposable
             if ((fi->flags & O_ACCMODE) != 0 && (host._options.ReadOnly || host._volume.IsReadOnly))
             {
                 FuseNative.fuse_reply_err(req, EROFS);
+                return;
+            }
+            // The VFS refuses these opens for its own file systems (IS_IMMUTABLE, IS_APPEND); FUSE inodes do not carry the flags.
+            if ((fi->flags & O_ACCMODE) != 0 && LockedAgainstOpen(host._volume.GetAttributes(host.ToXfsInode(ino)).Flags, fi->flags))
+            {
+                FuseNative.fuse_reply_err(req, EPERM);
                 return;
             }
             fi->bits |= FileOpenBits(host._options.ReadOnly);

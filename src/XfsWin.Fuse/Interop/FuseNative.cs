@@ -106,6 +106,9 @@ internal static unsafe partial class FuseNative
     [LibraryImport(LibFuse)]
     public static partial int fuse_reply_lseek(nint req, long offset);
 
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_reply_ioctl(nint req, int result, void* buf, nuint size);
+
     /// <summary>Packs a plain directory entry (libfuse reads st_ino and st_mode of the architecture's struct stat). The host packs its own; tests measure with this.</summary>
     [LibraryImport(LibFuse)]
     public static partial nuint fuse_add_direntry(nint req, byte* buf, nuint bufSize, byte* name, void* stat, long nextOffset);
