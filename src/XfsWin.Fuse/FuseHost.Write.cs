@@ -257,6 +257,8 @@ public sealed unsafe partial class FuseHost
             FuseEntryParam e;
             host.FillEntry(a, &e);
             fi->bits |= FileOpenBits(host._options.ReadOnly);
+            fi->fh = (ulong)(uint)fi->flags; // as OnOpen
+
             if (host.TracksHolds)
                 host._volume.Retain(a.Inode);
             if (FuseNative.fuse_reply_create(req, &e, fi) != 0 && host.TracksHolds)

@@ -589,7 +589,12 @@ public sealed unsafe partial class FuseHost : IDisposable
     {
         int errno;
         bool worthLogging;
-        if (e is XfsException x)
+        if (e is FuseErrnoException h)
+        {
+            errno = h.Errno;
+            worthLogging = false;
+        }
+        else if (e is XfsException x)
         {
             errno = x.Errno;
             worthLogging = x.Error is XfsError.Corrupt or XfsError.IoError or XfsError.NeedsRepair or XfsError.Unsupported;
@@ -805,6 +810,7 @@ public sealed unsafe partial class FuseHost : IDisposable
                 return;
             }
             fi->bits |= FileOpenBits(host._options.ReadOnly);
+            fi->fh = (ulong)(uint)fi->flags; // the open's flags, for ioctls that need its access mode
             FuseNative.fuse_reply_open(req, fi);
         }
         catch (Exception ex)

@@ -143,6 +143,13 @@ internal static unsafe partial class FuseNative
     [LibraryImport(LibC, SetLastError = true)]
     public static partial int ioctl(int fd, nuint request, void* argument);
 
+    /// <summary>statx(2) into a 256-byte struct statx (stx_ino at 32, stx_dev_major and _minor at 136 and 140).</summary>
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int statx(int dirfd, byte* path, int flags, uint mask, byte* buffer);
+
+    public const int AT_FDCWD = -100, AT_STATX_DONT_SYNC = 0x4000;
+    public const uint STATX_INO = 0x100;
+
     public const int O_RDWR = 2, O_CLOEXEC = 0x80000;
     public const int R_OK = 4;
     public const int W_OK = 2;
