@@ -144,10 +144,16 @@ public sealed unsafe partial class FuseHost
         string device = $"{*(uint*)(statx + 136)}:{*(uint*)(statx + 140)}";
         _mountDevice ??= _mountPoint is null ? null : MountDevice(_mountPoint);
         if (device != _mountDevice) throw new FuseErrnoException(EXDEV);
+        ulong inode1 = ToXfsInode(*(ulong*)(statx + 32));
+        // xfs_exchange_range's order: file types first, then how the files are open.
+        foreach (var type in new[] { _volume.GetAttributes(inode1).FileType, _volume.GetAttributes(inode2).FileType })
+        {
+            if (type == Format.XfsFileType.Directory) throw new XfsException(XfsError.IsADirectory, "a directory's contents cannot be exchanged");
+            if (type != Format.XfsFileType.RegularFile) throw new XfsException(XfsError.InvalidArgument, "only regular files' contents can be exchanged");
+        }
         int flags2 = (int)fi->fh;
         if ((flags1 & O_ACCMODE) != O_RDWR || (flags2 & O_ACCMODE) != O_RDWR || ((flags1 | flags2) & O_APPEND) != 0)
             throw new FuseErrnoException(EBADF);
-        ulong inode1 = ToXfsInode(*(ulong*)(statx + 32));
         _volume.ExchangeRange(inode1, offset1, inode2, offset2, length, (ExchangeRangeFlags)flags, privileged: caller.uid == 0);
         // The kernel's caches of both files (pages, sizes, times) are stale now: it does not know what the ioctl did.
         // (It holds no lock of either inode while it waits for this reply.)
