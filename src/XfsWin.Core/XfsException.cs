@@ -40,6 +40,8 @@ public enum XfsError
     FileTooLarge,
     /// <summary>A rename would move a directory under itself (EINVAL is what rename(2) answers).</summary>
     WouldLoop,
+    /// <summary>The change would cross a boundary the file system keeps (EXDEV: a link or rename out of a directory tree of another project).</summary>
+    CrossDevice,
 }
 
 /// <summary>
@@ -82,6 +84,7 @@ public class XfsException : IOException
         XfsError.NotPermitted => 1,      // EPERM
         XfsError.FileTooLarge => 27,     // EFBIG
         XfsError.WouldLoop => 22,        // EINVAL
+        XfsError.CrossDevice => 18,      // EXDEV
         _ => 5,
     };
 }

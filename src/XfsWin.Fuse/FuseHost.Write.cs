@@ -257,6 +257,8 @@ public sealed unsafe partial class FuseHost
             FuseEntryParam e;
             host.FillEntry(a, &e);
             fi->bits |= FileOpenBits(host._options.ReadOnly);
+            fi->fh = (ulong)(uint)fi->flags; // as OnOpen
+
             if (host.TracksHolds)
                 host._volume.Retain(a.Inode);
             if (FuseNative.fuse_reply_create(req, &e, fi) != 0 && host.TracksHolds)
@@ -520,13 +522,38 @@ public sealed unsafe partial class FuseHost
             }
             var data = new ReadOnlySpan<byte>(value, (int)size);
             byte[]? stored = null;
+            var inode = host.ToXfsInode(ino);
             if (linuxName.StartsWith("system.posix_acl_", StringComparison.Ordinal))
             {
                 if (!PosixAcl.TryParseLinux(data, out var acl, out var problem))
                     throw new XfsException(XfsError.InvalidArgument, $"{linuxName}: not a POSIX ACL ({problem})");
+                // With FUSE_CAP_POSIX_ACL the server keeps the mode in step with the access ACL (the kernel's
+                // posix_acl_update_mode, as xfs_set_acl does): an ACL the mode bits express is not stored at all.
+                if (linuxName == "system.posix_acl_access" && AccessAclMode(acl!, out bool equivalent) is var bits)
+                {
+                    if (equivalent)
+                    {
+                        try
+                        {
+                            host._volume.RemoveXattr(inode, ns, xfsName);
+                        }
+                        catch (XfsException e) when (e.Error == XfsError.NoAttribute)
+                        {
+                        }
+                    }
+                    else
+                    {
+                        host._volume.SetXattr(inode, ns, xfsName, acl!.ToXfs(), mode.Value);
+                    }
+                    var current = host._volume.GetAttributes(inode);
+                    if ((current.Mode & 0x1FF) != bits)
+                        host._volume.SetAttributes(inode, new AttributeChanges { Mode = (ushort)((current.Mode & 0xE00) | bits) });
+                    host.InvalidateAttributes(inode);
+                    FuseNative.fuse_reply_err(req, 0);
+                    return;
+                }
                 stored = acl!.ToXfs();
             }
-            var inode = host.ToXfsInode(ino);
             host._volume.SetXattr(inode, ns, xfsName, stored ?? data, mode.Value);
             FuseNative.fuse_reply_err(req, 0);
         }
@@ -551,5 +578,25 @@ public sealed unsafe partial class FuseHost
         {
             ReplyError(req, ex, "removexattr", ino);
         }
+    }
+
+    /// <summary>posix_acl_equiv_mode: the rwx bits an access ACL gives the mode, and whether the mode says all of it.</summary>
+    internal static uint AccessAclMode(PosixAcl acl, out bool equivalent)
+    {
+        uint bits = 0;
+        equivalent = true;
+        foreach (var e in acl.Entries)
+        {
+            uint perm = e.Permissions & 7u;
+            switch (e.Tag)
+            {
+                case PosixAclTag.UserObj: bits |= perm << 6; break;
+                case PosixAclTag.GroupObj: bits |= perm << 3; break;
+                case PosixAclTag.Other: bits |= perm; break;
+                case PosixAclTag.Mask: bits = (bits & ~0x38u) | (perm << 3); equivalent = false; break;
+                default: equivalent = false; break;
+            }
+        }
+        return bits;
     }
 }

@@ -13,6 +13,7 @@ public static class NtStatus
     public const int StoppedOnSymlink = unchecked((int)0x8000002D);
     public const int InvalidDeviceRequest = unchecked((int)0xC0000010);
     public const int InvalidParameter = unchecked((int)0xC000000D);
+    public const int NotSameDevice = unchecked((int)0xC00000D4); // STATUS_NOT_SAME_DEVICE
     public const int EndOfFile = unchecked((int)0xC0000011);
     public const int AccessDenied = unchecked((int)0xC0000022);
     public const int BufferTooSmall = unchecked((int)0xC0000023);
@@ -80,6 +81,7 @@ public static class NtStatus
         XfsError.NotPermitted => AccessDenied,
         XfsError.FileTooLarge => FileTooLarge,
         XfsError.WouldLoop => InvalidParameter,
+        XfsError.CrossDevice => NotSameDevice,
         _ => IoDeviceError,
     };
 

@@ -144,6 +144,7 @@ public sealed partial class XfsVolume
         {
             var dir = DirectoryInode(parent);
             bool isDir = (mode & TypeMask) == TypeDirectory;
+            RefuseIfLocked(dir, "a new name", appendAllowed: true);
             if (isDir && dir.Attributes.LinkCount >= MaxLinks)
                 throw new XfsException(XfsError.TooManyLinks, $"directory {parent} has the most subdirectories it can have");
             // The new inode's dquots (owner, group as NewInode settles it, inherited project) exist before it is charged.
@@ -220,16 +221,11 @@ public sealed partial class XfsVolume
         w.ChangeTime = t;
         w.CreationTime = t;
         var update = new InodeUpdate(ino, sb.InodeToByte(ino), image, sb);
-        // Inherited flags (xfs_inode_inherit_flags): the ones every child takes, and project inheritance for directories.
-        ushort parentFlags = parent.Attributes.Flags;
-        const ushort Sync = 0x20, NoAtime = 0x40, NoDump = 0x80, ProjInherit = 0x200, NoDefrag = 0x2000;
-        ushort flags = (ushort)(parentFlags & (Sync | NoAtime | NoDump | NoDefrag));
-        if ((parentFlags & ProjInherit) != 0)
-        {
-            update.ProjectId = parent.Attributes.ProjectId;
-            if (isDir) flags |= ProjInherit;
-        }
-        update.Flags = flags;
+        // The project id of a project-inheriting parent (xfs_get_initial_prid), for every kind of inode; flags and hints
+        // (xfs_inode_inherit_flags, _flags2) for regular files and directories only.
+        const ushort ProjInherit = 0x200;
+        if ((parent.Attributes.Flags & ProjInherit) != 0) update.ProjectId = parent.Attributes.ProjectId;
+        if (isDir || (mode & TypeMask) == 0x8000) InheritFlags(update, parent, isDir);
         return update;
     }
 
@@ -245,6 +241,9 @@ public sealed partial class XfsVolume
             if (target.Attributes.LinkCount >= MaxLinks) throw new XfsException(XfsError.TooManyLinks, $"inode {inode} has the most links it can have");
             if (target.Attributes.LinkCount == 0) throw new XfsException(XfsError.NotFound, $"inode {inode} has been removed");
             var dir = DirectoryInode(newParent);
+            RefuseIfLocked(target, "a new link");
+            RefuseIfLocked(dir, "a new name", appendAllowed: true);
+            RefuseOtherProject(dir, target);
             using var tx = BeginWithParentPointers(w, TransactionKind.Link, target);
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, newParent, dirUpdate.Image);
@@ -283,6 +282,8 @@ public sealed partial class XfsVolume
             if (directory && !target.IsDirectory) throw new XfsException(XfsError.NotADirectory, $"\"{Show(name)}\" is not a directory");
             if (!directory && target.IsDirectory) throw new XfsException(XfsError.IsADirectory, $"\"{Show(name)}\" is a directory");
             if (directory && !IsEmptyDirectory(target)) throw new XfsException(XfsError.NotEmpty, $"directory \"{Show(name)}\" is not empty");
+            RefuseIfLocked(dir, "removing a name");
+            RefuseIfLocked(target, "removing it");
             // A large file loses its blocks first, in transactions of their own: a crash in between leaves it linked and shorter.
             bool last = target.Attributes.LinkCount <= 1 && !IsHeld(ino);
             if (last && target.IsRegular) ShrinkInSteps(w, ino, 0);
@@ -389,6 +390,12 @@ public sealed partial class XfsVolume
             Inode? dst = targetExists ? _inodes.Get(target) : null;
             bool exchange = (flags & RenameFlags.Exchange) != 0;
             bool whiteout = (flags & RenameFlags.Whiteout) != 0;
+            // may_delete and may_create of the VFS, then xfs_rename's project boundary.
+            RefuseIfLocked(fromDir, "removing a name");
+            RefuseIfLocked(src, "renaming it");
+            RefuseIfLocked(toDir, "a new name", appendAllowed: dst is null);
+            if (dst is not null) RefuseIfLocked(dst, "replacing it");
+            RefuseOtherProject(toDir, src);
             if (src.IsDirectory && parent != newParent && IsAncestor(source, newParent))
                 throw new XfsException(XfsError.WouldLoop, "a directory cannot be moved under itself");
             if (exchange && dst!.IsDirectory && parent != newParent && IsAncestor(target, parent))
@@ -650,6 +657,8 @@ public sealed partial class XfsVolume
             var current = _inodes.Get(inode);
             if (current.IsDirectory) throw new XfsException(XfsError.IsADirectory, "a directory cannot be written as a file");
             if (!current.IsRegular) throw new XfsException(XfsError.InvalidArgument, "only regular files hold data");
+            // An append-only file takes writes at its end only (the VFS refuses opening it for writing without O_APPEND).
+            RefuseIfLocked(current, "writing inside it", appendAllowed: offset >= current.Size);
             var sb = _mount.Superblock;
             int blockSize = (int)sb.BlockSize;
             ulong first = (ulong)offset >> sb.BlockLog;
@@ -767,6 +776,8 @@ public sealed partial class XfsVolume
         {
             var current = _inodes.Get(inode);
             if (!current.IsRegular) throw new XfsException(current.IsDirectory ? XfsError.IsADirectory : XfsError.InvalidArgument, "only regular files can be preallocated");
+            // vfs_fallocate: append-only files may only have space added.
+            RefuseIfLocked(current, "fallocate", appendAllowed: mode is FallocateMode.Allocate or FallocateMode.KeepSize);
             var sb = _mount.Superblock;
             switch (mode)
             {
@@ -930,6 +941,7 @@ public sealed partial class XfsVolume
         {
             var current = _inodes.Get(inode);
             if (current.Attributes.LinkCount == 0 && !IsHeld(inode)) throw new XfsException(XfsError.NotFound, $"inode {inode} has been removed");
+            RefuseIfLocked(current, "setting an extended attribute");
             using var tx = Begin(w, TransactionKind.AttrSetM, AttrReservation(w, current, value.Length));
             var update = new InodeUpdate(current, _mount.Superblock);
             var editor = new AttributeEditor(tx, update, w.FileSpace, inode => MoveLocalData(tx, w, inode));
@@ -952,6 +964,7 @@ public sealed partial class XfsVolume
         using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
+            RefuseIfLocked(current, "removing an extended attribute");
             using var tx = Begin(w, TransactionKind.AttrRm, AttrReservation(w, current, 0));
             var update = new InodeUpdate(current, _mount.Superblock);
             var editor = new AttributeEditor(tx, update, w.FileSpace, inode => MoveLocalData(tx, w, inode));

@@ -278,6 +278,8 @@ public sealed partial class XfsVolume
         using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
+            // notify_change: an immutable or append-only inode keeps its attributes.
+            RefuseIfLocked(current, "changing its attributes");
             if (changes.Size is long size)
             {
                 if (size < 0) throw new XfsException(XfsError.InvalidArgument, "a size cannot be negative");

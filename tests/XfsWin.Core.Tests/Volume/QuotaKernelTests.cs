@@ -15,10 +15,10 @@ namespace XfsWin.Tests.Volume;
 /// and given limits by a kernel with XFS quota (user-mode Linux, ../Journal/uml.sh: the machine's kernel has none)
 /// mounted with uqnoenforce,gqnoenforce,pqnoenforce, are changed by the engine (creates by new and known owners,
 /// writes, a truncate, chowns, an unlink, a directory, a remote symlink, an xattr block, a file in a project
-/// directory); then the kernel mounts the result with the same options. It must trust our counts (no quotacheck at
-/// that mount), and what xfs_quota reports must be what the kernel's own quotacheck counts on a copy whose quota
-/// checked flags were cleared. xfs_repair -n (which checks the counts with quotacheck's rules) and xfswin check
-/// find nothing, before and after.
+/// directory, project ids changed through FS_IOC_FSSETXATTR); then the kernel mounts the result with the same
+/// options. It must trust our counts (no quotacheck at that mount), and what xfs_quota reports must be what the
+/// kernel's own quotacheck counts on a copy whose quota checked flags were cleared. xfs_repair -n (which checks the
+/// counts with quotacheck's rules) and xfswin check find nothing, before and after.
 /// </summary>
 public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDisposable
 {
@@ -81,6 +81,9 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
             () => volume.Unlink(p, "made"u8),
             // A rename leaving a whiteout (a new inode of root's, in the project directory).
             () => volume.Rename(p, "inproj"u8, p, "moved"u8, RenameFlags.Whiteout),
+            // FS_IOC_FSSETXATTR: a file with blocks into a new project (its dquot is made first), a directory out of one.
+            () => ChangeProject(volume, volume.ResolvePath("/u1001"), 20),
+            () => ChangeProject(volume, sub, 0),
         ];
         foreach (var step in steps)
         {
@@ -88,6 +91,9 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
             between();
         }
     }
+
+    private static void ChangeProject(XfsVolume volume, ulong inode, uint project) =>
+        volume.SetFileXattr(inode, volume.GetFileXattr(inode) with { ProjectId = project }, FileAttrCaller.Root);
 
     /// <summary>xfs_quota's reports with running grace timers told apart from stopped ones only (their days depend on the hour).</summary>
     private static string Normalise(string report) => GraceRegex().Replace(report.Trim(), m => m.Value == "[--------]" ? m.Value : "[running]");
