@@ -391,7 +391,16 @@ public sealed unsafe partial class FuseHost
             var done = 0;
             while (done < total)
             {
-                var n = host._volume.Write(inode, offset + done, new ReadOnlySpan<byte>(buf + done, total - done));
+                int n;
+                try
+                {
+                    n = host._volume.Write(inode, offset + done, new ReadOnlySpan<byte>(buf + done, total - done));
+                }
+                catch (XfsException e) when (done > 0 && e.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
+                {
+                    // A write stopped short by a quota limit (or a full volume) answers what it wrote, as write(2) does.
+                    break;
+                }
                 if (n <= 0)
                     break;
                 done += n;

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+# The quota enforcement scenario of QuotaEnforcementTests, run as root against a mount point: the kernel's XFS
+# mounted with uquota,gquota,pquota (in user-mode Linux, through quota-guest.sh edquot) and `xfswin mount -o rw`
+# (on the host). Each step runs in a child process as an ordinary user (setgroups, setgid, setuid) and goes on
+# until the file system refuses; the outcome of every step (how far it got, the errno name) is written as JSON
+# to the file named second, so the two runs can be compared.
+#
+# usage: quota-edquot.py MOUNTPOINT RESULT.json
+#
+# The volume (quota-guest.sh limits) has /w (mode 0777, owned by 1000:1000), /pj (mode 0777, project 20,
+# inherited) and /u1001 (100000 bytes of user 1001, past its soft block limit with an expired timer); limits:
+# user 1000 bsoft=256k bhard=1m isoft=5 ihard=12, user 1002 isoft=3 ihard=6, user 1001 bsoft=64k bhard=10m,
+# group default (id 0) bhard=2m, project 20 ihard=3.
+import errno
+import json
+import os
+import sys
+
+M, RESULT = sys.argv[1], sys.argv[2]
+BLOCK = b"\xab" * 4096
+LIMIT = 100000
+
+
+def as_user(uid, gid, step):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            outcome = step()
+        except OSError as e:
+            outcome = ["unexpected", errno.errorcode.get(e.errno, str(e.errno))]
+        os.write(w, json.dumps(outcome).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def err(e):
+    return errno.errorcode.get(e.errno, str(e.errno))
+
+
+def write_until(path, at=0):
+    """4 KiB writes one after another until one fails: the blocks written and the errno."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    n = 0
+    try:
+        while n < LIMIT:
+            done = os.pwrite(fd, BLOCK, at + n * 4096)
+            if done != 4096:
+                return [n, "short write of %d" % done]
+            n += 1
+        return [n, "no error"]
+    except OSError as e:
+        return [n, err(e)]
+    finally:
+        os.close(fd)
+
+
+def create_until(directory, prefix):
+    """Empty files made one after another until one fails: how many and the errno."""
+    n = 0
+    try:
+        while n < 1000:
+            os.close(os.open(os.path.join(directory, "%s%d" % (prefix, n)), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            n += 1
+        return [n, "no error"]
+    except OSError as e:
+        return [n, err(e)]
+
+
+def attempt(action):
+    try:
+        action()
+        return "ok"
+    except OSError as e:
+        return err(e)
+
+
+def truncate(path, size):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+w, pj = os.path.join(M, "w"), os.path.join(M, "pj")
+steps = [
+    # User 1000 writes to its hard block limit (crossing the soft one starts its block timer).
+    ("u1000 writes", 1000, 1000, lambda: write_until(os.path.join(w, "f"))),
+    # At the hard block limit a create is refused for the blocks it reserves, inodes to spare or not.
+    ("u1000 creates at its block limit", 1000, 1000, lambda: attempt(lambda: os.close(os.open(os.path.join(w, "g"), os.O_WRONLY | os.O_CREAT, 0o644)))),
+    ("u1000 mkdir at its block limit", 1000, 1000, lambda: attempt(lambda: os.mkdir(os.path.join(w, "d")))),
+    # A user xattr on an inode without an attribute fork reserves the fork's blocks.
+    ("u1000 setxattr at its block limit", 1000, 1000, lambda: attempt(lambda: os.setxattr(os.path.join(w, "f"), "user.a", b"v"))),
+    # Overwriting what is allocated needs nothing more.
+    ("u1000 overwrites", 1000, 1000, lambda: attempt(lambda: write_over(os.path.join(w, "f")))),
+    # Freed blocks make room again.
+    ("u1000 truncates to 8 KiB", 1000, 1000, lambda: attempt(lambda: truncate(os.path.join(w, "f"), 8192))),
+    ("u1000 creates to its hard inode limit", 1000, 1000, lambda: create_until(w, "e")),
+    ("u1000 setxattr", 1000, 1000, lambda: attempt(lambda: os.setxattr(os.path.join(w, "f"), "user.a", b"v" * 100))),
+    # User 1002: its own inode limits.
+    ("u1002 creates", 1002, 1002, lambda: create_until(w, "i")),
+    # User 1001: past its soft block limit with the grace time over, no block more, though far from its hard limit.
+    ("u1001 writes past an expired soft limit", 1001, 1001, lambda: write_until(os.path.join(w, "s"))),
+    ("u1001 appends", 1001, 1001, lambda: write_until(os.path.join(M, "u1001"), 100000)),
+    # User 1003 in group 1000, which has no limits of its own: the group default (2 MiB) applies.
+    ("u1003 in group 1000 writes", 1003, 1000, lambda: write_until(os.path.join(w, "h"))),
+    # Project 20 (its directory counts): ENOSPC, not EDQUOT.
+    ("u1004 creates in project 20", 1004, 1004, lambda: create_until(pj, "x")),
+]
+
+
+def write_over(path):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for i in range(4):
+            os.pwrite(fd, BLOCK, i * 4096)
+    finally:
+        os.close(fd)
+
+
+results = []
+for name, uid, gid, step in steps:
+    results.append([name, as_user(uid, gid, step)])
+with open(RESULT, "w") as f:
+    json.dump(results, f, indent=1)
