@@ -116,11 +116,34 @@ steps = [
     # User 1001: past its soft block limit with the grace time over, no block more, though far from its hard limit.
     ("u1001 writes past an expired soft limit", 1001, 1001, lambda: write_until(os.path.join(w, "s"))),
     ("u1001 appends", 1001, 1001, lambda: write_until(os.path.join(M, "u1001"), 100000)),
+    # User 1000 past its soft block limit, under its hard one: its block timer runs at the end.
+    ("u1000 writes 300 KiB", 1000, 1000, lambda: attempt(lambda: write_blocks(os.path.join(w, "f"), 2, 75))),
+    # fallocate reserves its whole range and a mapping split: 800 KiB no longer fits under the hard limit, 100 KiB does.
+    ("u1000 fallocates 800 KiB", 1000, 1000, lambda: attempt(lambda: fallocate(os.path.join(w, "f"), 400 * 1024, 800 * 1024))),
+    ("u1000 fallocates 100 KiB", 1000, 1000, lambda: attempt(lambda: fallocate(os.path.join(w, "f"), 400 * 1024, 100 * 1024))),
     # User 1003 in group 1000, which has no limits of its own: the group default (2 MiB) applies.
     ("u1003 in group 1000 writes", 1003, 1000, lambda: write_until(os.path.join(w, "h"))),
     # Project 20 (its directory counts): ENOSPC, not EDQUOT.
     ("u1004 creates in project 20", 1004, 1004, lambda: create_until(pj, "x")),
 ]
+
+
+def fallocate(path, offset, length):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.posix_fallocate(fd, offset, length)
+    finally:
+        os.close(fd)
+
+
+def write_blocks(path, first, count):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for i in range(first, first + count):
+            os.pwrite(fd, BLOCK, i * 4096)
+    finally:
+        os.close(fd)
+
 
 
 def write_over(path):
