@@ -27,7 +27,8 @@ public sealed partial class QuotaEnforcementTests(ITestOutputHelper output) : ID
 
     private static string Scenario => TestsPath("XfsWin.Fuse.Tests", "quota-edquot.py");
 
-    private static void Guest(string image, params string[] args)
+    /// <summary>Runs ../XfsWin.Core.Tests/Volume/quota-guest.sh in user-mode Linux with <paramref name="image"/> attached.</summary>
+    internal static void Guest(string image, params string[] args)
     {
         var r = XfsWin.TestSupport.Shell.Run("bash", [TestsPath("XfsWin.Core.Tests", "Journal", "uml.sh"), "run", image, "--",
             TestsPath("XfsWin.Core.Tests", "Volume", "quota-guest.sh"), .. args], TimeSpan.FromMinutes(10),

@@ -7,6 +7,8 @@
 #        quota-guest.sh crash-unlinked OPTIONS     mount, unlink two open files, shut down after a log flush
 #        quota-guest.sh limits OPTIONS             mount with OPTIONS, make the starting content of the enforcement
 #                                                  scenario (../../XfsWin.Fuse.Tests/quota-edquot.py) and its limits
+#        quota-guest.sh defaults OPTIONS           mount with OPTIONS (a quotacheck when quota was off), set default
+#                                                  limits no ordinary use of a 300 MiB volume reaches, unmount
 #        quota-guest.sh scenario OPTIONS SCRIPT RESULT
 #                                                  mount with OPTIONS, run python3 SCRIPT MOUNTPOINT RESULT, unmount
 #        quota-guest.sh report OPTIONS PREFIX      mount with OPTIONS (replaying the log if dirty), write
@@ -55,6 +57,11 @@ limits)
         -c 'timer -u -b 3d' -c 'timer -u -i 2d' "$M"
     umount "$M"
     ;;
+defaults)
+    mount -t xfs -o "$opts" /dev/ubda "$M"
+    xfs_quota -x -c 'limit -u bsoft=400m bhard=500m isoft=100000 ihard=200000 0' -c 'limit -g bhard=500m ihard=200000 0' "$M"
+    umount "$M"
+    ;;
 scenario)
     mount -t xfs -o "$opts" /dev/ubda "$M"
     python3 "$3" "$M" "$4"
@@ -69,5 +76,5 @@ report)
     dmesg >"$prefix.dmesg"
     ;;
 *)
-    echo "usage: quota-guest.sh fill|crash-unlinked|limits OPTIONS | scenario OPTIONS SCRIPT RESULT | report OPTIONS PREFIX" >&2; exit 2 ;;
+    echo "usage: quota-guest.sh fill|crash-unlinked|limits|defaults OPTIONS | scenario OPTIONS SCRIPT RESULT | report OPTIONS PREFIX" >&2; exit 2 ;;
 esac
