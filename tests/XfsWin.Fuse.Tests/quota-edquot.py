@@ -103,8 +103,11 @@ steps = [
     # At the hard block limit a create is refused for the blocks it reserves, inodes to spare or not.
     ("u1000 creates at its block limit", 1000, 1000, lambda: attempt(lambda: os.close(os.open(os.path.join(w, "g"), os.O_WRONLY | os.O_CREAT, 0o644)))),
     ("u1000 mkdir at its block limit", 1000, 1000, lambda: attempt(lambda: os.mkdir(os.path.join(w, "d")))),
-    # A user xattr on an inode without an attribute fork reserves the fork's blocks.
+    # A user xattr on an inode without an attribute fork reserves the fork's blocks; removing one reserves too.
     ("u1000 setxattr at its block limit", 1000, 1000, lambda: attempt(lambda: os.setxattr(os.path.join(w, "f"), "user.a", b"v"))),
+    ("u1000 removexattr at its block limit", 1000, 1000, lambda: attempt(lambda: os.removexattr(os.path.join(w, "f"), "user.a"))),
+    # A hard link in its own directory: refused the reservation, it still goes in where the entry fits.
+    ("u1000 links at its block limit", 1000, 1000, lambda: attempt(lambda: os.link(os.path.join(w, "f"), os.path.join(w, "l")))),
     # Overwriting what is allocated needs nothing more.
     ("u1000 overwrites", 1000, 1000, lambda: attempt(lambda: write_over(os.path.join(w, "f")))),
     # Freed blocks make room again.
@@ -125,7 +128,18 @@ steps = [
     ("u1003 in group 1000 writes", 1003, 1000, lambda: write_until(os.path.join(w, "h"))),
     # Project 20 (its directory counts): ENOSPC, not EDQUOT.
     ("u1004 creates in project 20", 1004, 1004, lambda: create_until(pj, "x")),
+    # A rename leaving a whiteout (root only): the whiteout is a new inode of project 20, which has none to spare.
+    ("root renames with a whiteout in project 20", 0, 0, lambda: attempt(lambda: rename_whiteout(os.path.join(pj, "x0"), os.path.join(pj, "y0")))),
 ]
+
+
+def rename_whiteout(old, new):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_whiteout_flag = -100, 4
+    if libc.renameat2(at_fdcwd, old.encode(), at_fdcwd, new.encode(), rename_whiteout_flag) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
 
 
 def fallocate(path, offset, length):
