@@ -29,7 +29,7 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
 
     private static string GuestScript => Path.Combine(OracleImages.RepoRoot, "tests", "XfsWin.Core.Tests", "Volume", "quota-guest.sh");
 
-    private static void Guest(string image, params string[] args)
+    internal static void Guest(string image, params string[] args)
     {
         var r = Shell.Run("bash", [DirtyLogScenarios.UmlScript, "run", image, "--", GuestScript, .. args], TimeSpan.FromMinutes(10),
             new Dictionary<string, string> { ["XFSWIN_CACHE"] = OracleImages.CacheRoot });
