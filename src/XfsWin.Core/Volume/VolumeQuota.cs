@@ -106,7 +106,7 @@ internal sealed class VolumeQuota : IDquotAccounting
         if ((q & GquotaAcct) != 0 && Valid(view.GquotIno)) types |= DquotView.TypeGroup;
         if ((q & PquotaAcct) != 0 && Valid(view.PquotIno)) types |= DquotView.TypeProject;
         if (types == 0) return null;
-        // xfs_sb_quota_from_disk: a V4 superblock's one "other" enforcement bit is the group's or the project's,
+        // xfs_sb_quota_from_disk: a V4 superblock's one "other" enforcement bit is the project's or the group's,
         // whichever is accounted; V5 superblocks have a bit per type.
         byte enforced = 0;
         if ((q & UquotaEnfd) != 0) enforced |= DquotView.TypeUser;
@@ -117,7 +117,7 @@ internal sealed class VolumeQuota : IDquotAccounting
         }
         else if ((q & OquotaEnfd) != 0)
         {
-            enforced |= (q & GquotaAcct) != 0 ? DquotView.TypeGroup : (q & PquotaAcct) != 0 ? DquotView.TypeProject : (byte)0;
+            enforced |= (q & PquotaAcct) != 0 ? DquotView.TypeProject : (q & GquotaAcct) != 0 ? DquotView.TypeGroup : (byte)0;
         }
         return new VolumeQuota(mount, inodes, maps, types, (byte)(enforced & types), view.UquotIno, view.GquotIno, view.PquotIno);
     }
