@@ -103,6 +103,7 @@ steps = [
     # At the hard block limit a create is refused for the blocks it reserves, inodes to spare or not.
     ("u1000 creates at its block limit", 1000, 1000, lambda: attempt(lambda: os.close(os.open(os.path.join(w, "g"), os.O_WRONLY | os.O_CREAT, 0o644)))),
     ("u1000 mkdir at its block limit", 1000, 1000, lambda: attempt(lambda: os.mkdir(os.path.join(w, "d")))),
+    ("u1000 symlink at its block limit", 1000, 1000, lambda: attempt(lambda: os.symlink("t", os.path.join(w, "sl")))),
     # A user xattr on an inode without an attribute fork reserves the fork's blocks; removing one reserves too.
     ("u1000 setxattr at its block limit", 1000, 1000, lambda: attempt(lambda: os.setxattr(os.path.join(w, "f"), "user.a", b"v"))),
     ("u1000 removexattr at its block limit", 1000, 1000, lambda: attempt(lambda: os.removexattr(os.path.join(w, "f"), "user.a"))),
@@ -112,6 +113,9 @@ steps = [
     ("u1000 overwrites", 1000, 1000, lambda: attempt(lambda: write_over(os.path.join(w, "f")))),
     # Freed blocks make room again.
     ("u1000 truncates to 8 KiB", 1000, 1000, lambda: attempt(lambda: truncate(os.path.join(w, "f"), 8192))),
+    # A symlink whose target needs a block of its own, a directory.
+    ("u1000 remote symlink", 1000, 1000, lambda: attempt(lambda: os.symlink("t" * 900, os.path.join(w, "rl")))),
+    ("u1000 mkdir", 1000, 1000, lambda: attempt(lambda: os.mkdir(os.path.join(w, "d")))),
     ("u1000 creates to its hard inode limit", 1000, 1000, lambda: create_until(w, "e")),
     ("u1000 setxattr", 1000, 1000, lambda: attempt(lambda: os.setxattr(os.path.join(w, "f"), "user.a", b"v" * 100))),
     # User 1002: its own inode limits.
