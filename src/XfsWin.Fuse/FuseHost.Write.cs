@@ -218,6 +218,10 @@ public sealed unsafe partial class FuseHost
             var host = HostOf(req);
             var inode = host.ToXfsInode(ino);
             var changes = ChangesFor(attr, toSet, Now);
+            // Only root may give files away freely: other callers' chown/chgrp is held to the new owner's quota (the
+            // kernel's CAP_FOWNER test, approximated by the caller's uid).
+            if (changes is not null && (changes.Uid is not null || changes.Gid is not null) && CallerOf(req).uid != 0)
+                changes = changes with { CheckQuota = true };
             var result = changes is null ? host._volume.GetAttributes(inode) : host._volume.SetAttributes(inode, changes);
             NativeStat st;
             host.FillStat(result, &st);

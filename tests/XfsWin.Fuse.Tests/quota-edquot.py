@@ -21,13 +21,13 @@ BLOCK = b"\xab" * 4096
 LIMIT = 100000
 
 
-def as_user(uid, gid, step):
+def as_user(uid, gid, step, groups=()):
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
         try:
-            os.setgroups([])
+            os.setgroups(list(groups))
             os.setgid(gid)
             os.setuid(uid)
             outcome = step()
@@ -130,11 +130,24 @@ steps = [
     ("u1000 fallocates 100 KiB", 1000, 1000, lambda: attempt(lambda: fallocate(os.path.join(w, "f"), 400 * 1024, 100 * 1024))),
     # User 1003 in group 1000, which has no limits of its own: the group default (2 MiB) applies.
     ("u1003 in group 1000 writes", 1003, 1000, lambda: write_until(os.path.join(w, "h"))),
+    # A chgrp to a full group by a member: the file's blocks must fit the group's quota; an empty file's do.
+    ("u1003 chgrp of a written file to full group 1000", 1003, 1003, lambda: attempt(lambda: chgrp_written(os.path.join(w, "h2"), 10)), [1000]),
+    ("u1003 chgrp of an empty file to full group 1000", 1003, 1003, lambda: attempt(lambda: chgrp_written(os.path.join(w, "h3"), 0)), [1000]),
     # Project 20 (its directory counts): ENOSPC, not EDQUOT.
     ("u1004 creates in project 20", 1004, 1004, lambda: create_until(pj, "x")),
     # A rename leaving a whiteout (root only): the whiteout is a new inode of project 20, which has none to spare.
     ("root renames with a whiteout in project 20", 0, 0, lambda: attempt(lambda: rename_whiteout(os.path.join(pj, "x0"), os.path.join(pj, "y0")))),
 ]
+
+
+def chgrp_written(path, blocks):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for i in range(blocks):
+            os.pwrite(fd, BLOCK, i * 4096)
+    finally:
+        os.close(fd)
+    os.chown(path, -1, 1000)
 
 
 def rename_whiteout(old, new):
@@ -174,7 +187,7 @@ def write_over(path):
 
 
 results = []
-for name, uid, gid, step in steps:
-    results.append([name, as_user(uid, gid, step)])
+for name, uid, gid, step, *groups in steps:
+    results.append([name, as_user(uid, gid, step, *groups)])
 with open(RESULT, "w") as f:
     json.dump(results, f, indent=1)

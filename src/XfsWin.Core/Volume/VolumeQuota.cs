@@ -149,16 +149,17 @@ internal sealed class VolumeQuota : IDquotAccounting
     /// <paramref name="projectId"/> when, for an enforced type (users first, then groups, then projects), the dquot's
     /// count plus that would pass its hard limit, or pass its soft limit after its grace timer expired (xfs_dqresv_check);
     /// <paramref name="freedBlocks"/> are blocks the change frees before it allocates (taken off the count first).
-    /// Limits of 0 take the type's defaults (the id 0 dquot's). Throws <see cref="XfsError.QuotaExceeded"/> (users and
-    /// groups) or <see cref="XfsError.NoSpace"/> (projects, as the kernel answers); changes nothing.
+    /// Limits of 0 take the type's defaults (the id 0 dquot's). Only the types in <paramref name="types"/> are checked
+    /// (a chown reserves against the dquots it moves the file to). Throws <see cref="XfsError.QuotaExceeded"/> (users
+    /// and groups) or <see cref="XfsError.NoSpace"/> (projects, as the kernel answers); changes nothing.
     /// </summary>
-    public void Reserve(uint uid, uint gid, uint projectId, long blocks, long inodes, long freedBlocks = 0)
+    public void Reserve(uint uid, uint gid, uint projectId, long blocks, long inodes, long freedBlocks = 0, byte types = DquotView.TypeMask)
     {
-        if (Enforced == 0 || blocks <= 0 && inodes <= 0) return;
+        if ((Enforced & types) == 0 || blocks <= 0 && inodes <= 0) return;
         long now = XfsVolume.Now().Seconds;
         foreach (byte type in AllTypes)
         {
-            if ((Enforced & type) == 0) continue;
+            if ((Enforced & types & type) == 0) continue;
             uint id = type switch { DquotView.TypeUser => uid, DquotView.TypeGroup => gid, _ => projectId };
             // The id 0 dquot holds the defaults; it is counted but never enforced.
             if (id == 0) continue;
