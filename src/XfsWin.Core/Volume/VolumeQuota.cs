@@ -31,8 +31,8 @@ namespace XfsWin.Volume;
 /// Invariants: the in-core dquots are never dropped while the volume is open, so a dquot not in core is as the quota
 /// file held it at open (or as its chunk was initialised); every change of an in-core dquot is a logged dquot item,
 /// written in place only after its checkpoint (<see cref="DquotLogItem"/>). The sb_qflags checked bits are not
-/// touched: counts stay exact, so the kernel's next mount trusts them without a quotacheck. All calls come under the
-/// volume's write lock.
+/// touched: counts stay exact, so the kernel's next mount trusts them without a quotacheck. All calls come with the
+/// volume's change lock held exclusively.
 /// </para>
 /// </summary>
 internal sealed class VolumeQuota : IDquotAccounting

@@ -147,7 +147,7 @@ public sealed partial class XfsVolume
     {
         ValidateName(name);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var dir = DirectoryInode(parent);
             bool isDir = (mode & TypeMask) == TypeDirectory;
@@ -247,7 +247,7 @@ public sealed partial class XfsVolume
     {
         ValidateName(newName);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var target = _inodes.Get(inode);
             if (target.IsDirectory) throw new XfsException(XfsError.NotPermitted, "directories cannot have hard links");
@@ -298,7 +298,7 @@ public sealed partial class XfsVolume
     {
         ValidateName(name);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var dir = DirectoryInode(parent);
             if (!_directories.TryLookup(dir, name, out ulong ino)) throw new XfsException(XfsError.NotFound, $"\"{Show(name)}\" does not exist");
@@ -399,7 +399,7 @@ public sealed partial class XfsVolume
         if ((flags & RenameFlags.Exchange) != 0 && (flags & (RenameFlags.NoReplace | RenameFlags.Whiteout)) != 0)
             throw new XfsException(XfsError.InvalidArgument, "RENAME_EXCHANGE cannot be combined with RENAME_NOREPLACE or RENAME_WHITEOUT");
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var fromDir = DirectoryInode(parent);
             var toDir = parent == newParent ? fromDir : DirectoryInode(newParent);
@@ -675,7 +675,7 @@ public sealed partial class XfsVolume
         if (data.IsEmpty) return 0;
         if (offset + (long)data.Length > MaxFileSize) throw new XfsException(XfsError.FileTooLarge, $"a write past {MaxFileSize} bytes");
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
             if (current.IsDirectory) throw new XfsException(XfsError.IsADirectory, "a directory cannot be written as a file");
@@ -875,7 +875,7 @@ public sealed partial class XfsVolume
     {
         if (offset < 0 || length <= 0) throw new XfsException(XfsError.InvalidArgument, "fallocate needs a non-negative offset and a positive length");
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
             if (!current.IsRegular) throw new XfsException(current.IsDirectory ? XfsError.IsADirectory : XfsError.InvalidArgument, "only regular files can be preallocated");
@@ -1050,7 +1050,7 @@ public sealed partial class XfsVolume
         if (value.Length > AttributeReader.XattrMaxValueLength)
             throw new XfsException(XfsError.InvalidArgument, $"an extended attribute value has at most {AttributeReader.XattrMaxValueLength} bytes, not {value.Length}");
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
             if (current.Attributes.LinkCount == 0 && !IsHeld(inode)) throw new XfsException(XfsError.NotFound, $"inode {inode} has been removed");
@@ -1080,7 +1080,7 @@ public sealed partial class XfsVolume
     {
         ValidateXattr(ns, name);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
             if (ns != XattrNamespace.Trusted) ReserveQuota(w, current, w.Reservations.AttrRemoveSpaceBlocks);
@@ -1179,7 +1179,7 @@ public sealed partial class XfsVolume
             w.Holds.Remove(inode);
         }
         if (w.Unmounted || !_mount.Health.IsHealthy) return;
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             if (!w.Orphans.Remove(inode)) return;
             FreeOrphan(w, inode);

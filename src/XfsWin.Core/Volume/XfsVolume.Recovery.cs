@@ -49,7 +49,7 @@ public sealed partial class XfsVolume
     internal void FinishRecovery(IReadOnlyList<RecoveredIntent> intents, IReadOnlyList<uint> cowAgs, LogRecoveryResult result, IProgress<double>? progress)
     {
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var allocator = w.FileSpace.Allocator;
             var bmaps = new BmapUpdateWork(_inodes, w.FileSpace) { KeepEditors = true };

@@ -34,7 +34,7 @@ public sealed partial class XfsVolume
         var w = Writer();
         var sb = _mount.Superblock;
         if (!sb.HasReflink) throw new XfsException(XfsError.Unsupported, "the volume was made without reflink (mkfs.xfs -m reflink=1)");
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var src = _inodes.Get(source);
             var dst = _inodes.Get(destination);

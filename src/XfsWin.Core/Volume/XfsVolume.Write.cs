@@ -31,7 +31,7 @@ public sealed record AttributeChanges
 /// changes, and the in-core superblock counters (the kernel's lazy counters, written to the primary superblock at
 /// a clean unmount).
 /// <para>
-/// Lock order: <see cref="Lock"/> (one change to the namespace or an inode at a time), then buffer locks as
+/// Lock order: <see cref="Changes"/> (one change to the namespace or an inode at a time, reads shared), then buffer locks as
 /// <see cref="Transaction"/> documents (AG headers ascending, AGI before AGF, then other buffers), then the log's
 /// own lock inside commit.
 /// </para>
@@ -48,14 +48,15 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public required UnlinkedList Unlinked { get; init; }
     /// <summary>File data held until the checkpoint that maps it (see <see cref="FileDataCache"/>).</summary>
     public required FileDataCache Data { get; init; }
-    /// <summary>One block's bytes for a write's partial blocks (under <see cref="Lock"/>; the data cache copies what it keeps).</summary>
+    /// <summary>One block's bytes for a write's partial blocks (under <see cref="Changes"/>; the data cache copies what it keeps).</summary>
     public byte[]? BlockScratch;
     /// <summary>Mapping updates as deferred work (BUI/BUD): the remaps of reflink and copy-on-write.</summary>
     public required Extents.BmapUpdateWork Bmaps { get; init; }
-    public readonly object Lock = new();
+    /// <summary>Changes hold it exclusively, reads shared (see <see cref="VolumeChangeLock"/>).</summary>
+    public readonly VolumeChangeLock Changes = new();
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
-    /// <summary>Inodes with no name left that are kept while held; freed at their last release (under <see cref="Lock"/>).</summary>
+    /// <summary>Inodes with no name left that are kept while held; freed at their last release (under <see cref="Changes"/>).</summary>
     public readonly HashSet<ulong> Orphans = new();
 
     public Directories.IDirectorySpace DirectorySpace(Transaction tx, InodeUpdate directory) => FileSpace.ForDirectory(tx, directory);
@@ -70,7 +71,7 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     /// <summary>
     /// The most inodes the volume may have (the kernel's m_maxicount): sb_imax_pct percent of the data blocks, in whole
     /// inode chunks; no limit when imax_pct is 0. A new chunk past it is ENOSPC, as on Linux. An online grow, shrink
-    /// or imaxpct change sets it again (under <see cref="Lock"/>), as the kernel's growfs does: then without the
+    /// or imaxpct change sets it again (under <see cref="Changes"/>), as the kernel's growfs does: then without the
     /// rounding to whole chunks its mount applies.
     /// </summary>
     public long MaxInodes = MaxInodesOf(access.Superblock, wholeChunks: true);
@@ -280,7 +281,7 @@ public sealed partial class XfsVolume
     {
         ArgumentNullException.ThrowIfNull(changes);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
             if (changes.Size is long size)
@@ -366,7 +367,7 @@ public sealed partial class XfsVolume
     {
         var w = _write;
         if (w is null || w.Unmounted) return;
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             w.Unmounted = true;
             try
@@ -495,7 +496,7 @@ public sealed partial class XfsVolume
 {
     /// <summary>
     /// Runs an online change of the data section (xfs_growfs on a mounted volume: a grow, a shrink of the last AG's
-    /// free tail, a new imaxpct): under the write lock, the in-core counters go to the primary superblock and
+    /// free tail, a new imaxpct): holding the change lock exclusively, the in-core counters go to the primary superblock and
     /// everything committed is written in place; then <paramref name="change"/> writes any new AG headers and commits
     /// its transaction through this volume's log; that is written in place too, the cached metadata it may have made
     /// stale is dropped, and the in-core geometry follows: the allocator's per-AG state (the longer or shorter last
@@ -507,7 +508,7 @@ public sealed partial class XfsVolume
     {
         ArgumentNullException.ThrowIfNull(change);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             if (w.Unmounted) throw new ObjectDisposedException(nameof(XfsVolume));
             var sb = _mount.Superblock;
@@ -530,7 +531,7 @@ public sealed partial class XfsVolume
 
     /// <summary>
     /// Runs <paramref name="action"/> on the volume as its device holds it, with every other request to the volume
-    /// held off meanwhile (under the write lock, which reads on a read-write open take too): the in-core counters are
+    /// held off meanwhile (holding the change lock exclusively, which reads on a read-write open share): the in-core counters are
     /// logged into the primary superblock, everything committed is written in place and made durable, and cached
     /// metadata is dropped first, so the device holds exactly the volume's current, consistent metadata. The log has
     /// no unmount record (the volume stays mounted); everything in it is also in place. <paramref name="action"/> must
@@ -540,7 +541,7 @@ public sealed partial class XfsVolume
     {
         ArgumentNullException.ThrowIfNull(action);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             if (w.Unmounted) throw new ObjectDisposedException(nameof(XfsVolume));
             Quiesce(w, logCounters: true);
@@ -560,7 +561,7 @@ public sealed partial class XfsVolume
 
     /// <summary>
     /// Every committed change written in place and made durable, the log's tail at its head, and every cached buffer
-    /// that can be dropped dropped (so later reads see what a change made on the device). Under <see cref="VolumeWriteState.Lock"/>.
+    /// that can be dropped dropped (so later reads see what a change made on the device). Under <see cref="VolumeWriteState.Changes"/>.
     /// </summary>
     private void Quiesce(VolumeWriteState w, bool logCounters)
     {
