@@ -23,9 +23,9 @@ namespace XfsWin.Volume;
 /// change may add (the kernel's reservation for it) against each dquot of a type whose limits the superblock says are
 /// enforced: past a hard limit, or past a soft limit whose grace timer has expired, the change is refused before
 /// anything is written (EDQUOT for users and groups, ENOSPC for projects). The id 0 dquots are never enforced (they
-/// hold the defaults); a dquot without a limit of its own takes the type's default. All calls come under the
-/// volume's write lock, one change at a time, so the dquots' committed counts are all that is reserved besides the
-/// change being checked.
+/// hold the defaults); a dquot without a limit of its own takes the type's default. All calls come with the
+/// volume's change lock held exclusively, one change at a time, so the dquots' committed counts are all that is
+/// reserved besides the change being checked.
 /// </para>
 /// <para>
 /// Invariants: the in-core dquots are never dropped while the volume is open, so a dquot not in core is as the quota
