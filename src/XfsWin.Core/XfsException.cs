@@ -42,6 +42,11 @@ public enum XfsError
     WouldLoop,
     /// <summary>The change would cross a boundary the file system keeps (EXDEV: a link or rename out of a directory tree of another project).</summary>
     CrossDevice,
+    /// <summary>
+    /// The change would take a user's or group's dquot past an enforced limit (EDQUOT / STATUS_DISK_QUOTA_EXCEEDED);
+    /// nothing was changed. An enforced project limit answers <see cref="NoSpace"/>, as the kernel does.
+    /// </summary>
+    QuotaExceeded,
 }
 
 /// <summary>
@@ -85,6 +90,7 @@ public class XfsException : IOException
         XfsError.FileTooLarge => 27,     // EFBIG
         XfsError.WouldLoop => 22,        // EINVAL
         XfsError.CrossDevice => 18,      // EXDEV
+        XfsError.QuotaExceeded => 122,   // EDQUOT
         _ => 5,
     };
 }

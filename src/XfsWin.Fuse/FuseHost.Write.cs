@@ -218,6 +218,10 @@ public sealed unsafe partial class FuseHost
             var host = HostOf(req);
             var inode = host.ToXfsInode(ino);
             var changes = ChangesFor(attr, toSet, Now);
+            // Only root may give files away freely: other callers' chown/chgrp is held to the new owner's quota (the
+            // kernel's CAP_FOWNER test, approximated by the caller's uid).
+            if (changes is not null && (changes.Uid is not null || changes.Gid is not null) && CallerOf(req).uid != 0)
+                changes = changes with { CheckQuota = true };
             var result = changes is null ? host._volume.GetAttributes(inode) : host._volume.SetAttributes(inode, changes);
             NativeStat st;
             host.FillStat(result, &st);
@@ -393,7 +397,16 @@ public sealed unsafe partial class FuseHost
             var done = 0;
             while (done < total)
             {
-                var n = host._volume.Write(inode, offset + done, new ReadOnlySpan<byte>(buf + done, total - done));
+                int n;
+                try
+                {
+                    n = host._volume.Write(inode, offset + done, new ReadOnlySpan<byte>(buf + done, total - done));
+                }
+                catch (XfsException e) when (done > 0 && e.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
+                {
+                    // A write stopped short by a quota limit (or a full volume) answers what it wrote, as write(2) does.
+                    break;
+                }
                 if (n <= 0)
                     break;
                 done += n;

@@ -36,6 +36,7 @@ public static class NtStatus
     public const int NotAReparsePoint = unchecked((int)0xC0000275);
     public const int ReparsePointNotResolved = unchecked((int)0xC0000280);
     public const int DiskFull = unchecked((int)0xC000007F);
+    public const int DiskQuotaExceeded = unchecked((int)0xC0000044);
     public const int DllNotFound = unchecked((int)0xC0000135);
     public const int UnexpectedError = unchecked((int)0xC00000E5); // STATUS_INTERNAL_ERROR
     public const int DirectoryNotEmpty = unchecked((int)0xC0000101);
@@ -82,6 +83,7 @@ public static class NtStatus
         XfsError.FileTooLarge => FileTooLarge,
         XfsError.WouldLoop => InvalidParameter,
         XfsError.CrossDevice => NotSameDevice,
+        XfsError.QuotaExceeded => DiskQuotaExceeded,
         _ => IoDeviceError,
     };
 

@@ -18,6 +18,12 @@ public sealed record AttributeChanges
     public XfsTimestamp? ModifyTime { get; init; }
     /// <summary>A new size (truncate). Growing only moves EOF: the new range reads as zeros.</summary>
     public long? Size { get; init; }
+    /// <summary>
+    /// The caller lacks CAP_FOWNER (hosts set it for callers other than root): a new owner's or group's dquots must
+    /// have room for the file's blocks and inode under enforced limits (xfs_trans_alloc_ichange without force).
+    /// Unset, a chown or chgrp is charged without that check, as the kernel does for a privileged caller.
+    /// </summary>
+    public bool CheckQuota { get; init; }
 }
 
 /// <summary>
@@ -289,6 +295,17 @@ public sealed partial class XfsVolume
             // A new owner's dquots exist before the change charges them (xfs_qm_vop_dqalloc).
             if (changes.Uid is not null || changes.Gid is not null)
                 PrepareDquots(w, changes.Uid ?? current.Attributes.Uid, changes.Gid ?? current.Attributes.Gid, current.Attributes.ProjectId);
+            // xfs_trans_alloc_ichange: the dquots the file moves to are reserved its blocks and its inode, unforced only
+            // for an unprivileged caller.
+            if (changes.CheckQuota && w.Quota is { Enforced: not 0 } quota)
+            {
+                byte types = 0;
+                if (changes.Uid is uint u && u != current.Attributes.Uid) types |= DquotView.TypeUser;
+                if (changes.Gid is uint g && g != current.Attributes.Gid) types |= DquotView.TypeGroup;
+                if (types != 0)
+                    quota.Reserve(changes.Uid ?? current.Attributes.Uid, changes.Gid ?? current.Attributes.Gid, current.Attributes.ProjectId,
+                        current.Attributes.AllocatedBytes >> _mount.Superblock.BlockLog, 1, types: types);
+            }
             if (changes.Size is long newSize && newSize < current.Size) return Truncate(w, current, newSize, changes);
             // EOF moving up zeroes the old last block's tail, copying it first when it is shared (reflink).
             if (changes.Size is long grownSize) current = ZeroTailOfShared(w, current, grownSize);
