@@ -23,14 +23,16 @@ namespace XfsWin.Check;
 /// blocks (firstdb, nvalid, nused, each best equal to its data block's longest unused region);</item>
 /// <item>across the directory: the hash entries that are not stale number the data entries.</item>
 /// </list>
-/// Problems are reported against the directory with the block's disk address. Runs on one directory at a time
-/// (the caller runs directories in parallel).
+/// Problems are reported against the directory with the block's disk address. The entries of the data blocks are
+/// listed from the same bytes for the namespace check, so each directory block is read once. Runs on one directory
+/// at a time (the caller runs directories in parallel).
 /// </summary>
 internal sealed class DirectoryLayoutChecker
 {
     private const ushort NullDataOffset = 0xFFFF;
     private const int FreeMagicV4 = 0x58443246, FreeMagicV5 = 0x58444633; // XD2F, XDF3
     private const int DaNodeMaxDepth = 5;
+    private const int MaxExtents = 1_000_000;
 
     private readonly CheckContext _cx;
     private readonly Superblock _sb;
@@ -65,7 +67,7 @@ internal sealed class DirectoryLayoutChecker
         public readonly Inode Dir = dir;
         /// <summary>The entries of the data blocks that passed their check, in directory order.</summary>
         public readonly DirectoryListing Listing = listing;
-        /// <summary>More entries than a listing holds (<see cref="DirectoryListing.MaxEntries"/>).</summary>
+        /// <summary>More entries than a listing holds (<see cref="DirectoryListing.MaxEntries"/>), or more extents than are read.</summary>
         public bool Truncated;
         public readonly string Name = $"directory inode {dir.Number}";
         /// <summary>Per data block index: its longest unused region (bestfree[0].length), or -1 when it failed its check.</summary>
@@ -145,7 +147,7 @@ internal sealed class DirectoryLayoutChecker
             map.Walk(0, e =>
             {
                 extents.Add(e);
-                return extents.Count < 1_000_000;
+                return extents.Count < MaxExtents;
             });
         }
         catch (XfsCorruptionException e)
@@ -153,6 +155,7 @@ internal sealed class DirectoryLayoutChecker
             _cx.Report(e);
             return null;
         }
+        if (extents.Count >= MaxExtents) st.Truncated = true; // only the blocks of the first extents are checked and listed
         // Each extent is read in runs of up to 1 MiB (one read per run, not per block), kept by file offset.
         var runs = new List<(ulong FileOffset, long ByteOffset, byte[] Bytes)>();
         int runBlocks = Math.Max(1, (1 << 20) >> _sb.BlockLog);

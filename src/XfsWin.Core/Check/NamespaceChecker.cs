@@ -10,13 +10,14 @@ namespace XfsWin.Check;
 
 /// <summary>
 /// The namespace: walks every directory from the root (and the metadata directory root) level by
-/// level, directories of a level in parallel, through <see cref="DirectoryReader"/>. Checks each
-/// entry (name, target inode in use, file type; block, leaf and node form: the hash entries against the data entries, see
-/// <see cref="DirectoryLayoutChecker"/>), "." and "..", that each
+/// level, directories of a level in parallel: block, leaf and node directories listed from the blocks their layout check
+/// reads (<see cref="DirectoryLayoutChecker"/>: the hash entries against the data entries too), short-form ones and
+/// those whose layout shows a problem through <see cref="DirectoryReader"/>. Checks each entry (name, target inode in
+/// use, file type), "." and "..", that each
 /// directory is named exactly once (no loops, no second parents), then link counts against the
-/// entries, that every in-use inode was reached, leaf and node attribute forks (every name listed and every value
-/// read back, remote values included; short-form and empty forks are checked by the inode scan) and, where enabled,
-/// parent pointers against the entries.
+/// entries, that every in-use inode was reached, leaf and node attribute forks (every attribute where a lookup by its
+/// name finds it and every remote value read back, in the walk of the fork's layout, <see cref="AttributeLayoutChecker"/>;
+/// short-form and empty forks are checked by the inode scan) and, where enabled, parent pointers against the entries.
 /// </summary>
 internal sealed class NamespaceChecker
 {
