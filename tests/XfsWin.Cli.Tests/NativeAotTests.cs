@@ -16,7 +16,7 @@ public sealed class NativeAotBinary : IDisposable
     public NativeAotBinary()
     {
         _dir = Sh.Check("mktemp", "-d", "/tmp/xfswin-aot-test.XXXXXX").Trim();
-        var r = Sh.Run("bash", Path.Combine(XfsWin.TestSupport.OracleImages.RepoRoot, "scripts", "publish-cli.sh"), Path.Combine(_dir, "out"));
+        var r = Sh.Run("bash", System.IO.Path.Combine(XfsWin.TestSupport.OracleImages.RepoRoot, "scripts", "publish-cli.sh"), System.IO.Path.Combine(_dir, "out"));
         if (r.Code != 0) throw new InvalidOperationException($"scripts/publish-cli.sh failed with exit code {r.Code}:\n{r.Err}\n{r.Out}");
         Path = r.Out.Trim();
     }
@@ -46,21 +46,22 @@ public sealed class NativeAotTests(NativeAotBinary aot) : IClassFixture<NativeAo
     [InlineData("cat", "TREE", "/big.bin")]
     [InlineData("cat", "TREE", "/sparse.bin")]
     [InlineData("ls", "TREE", "/no/such/dir")]
-    public void Gives_the_same_output_and_exit_code_as_the_cli_in_process(params string[] args)
+    public async Task Gives_the_same_output_and_exit_code_as_the_cli_in_process(params string[] args)
     {
         args = args.Select(a => a == "TREE" ? Tree : a).ToArray();
         var expected = Xfswin.Run(args);
         var psi = new ProcessStartInfo(aot.Path) { RedirectStandardOutput = true, RedirectStandardError = true, UseShellExecute = false };
         foreach (var a in args) psi.ArgumentList.Add(a);
         using var p = Process.Start(psi)!;
-        var err = p.StandardError.ReadToEndAsync();
+        var errTask = p.StandardError.ReadToEndAsync();
         using var stdout = new MemoryStream();
-        p.StandardOutput.BaseStream.CopyTo(stdout);
-        p.WaitForExit();
-        Assert.True(expected.Code == p.ExitCode, $"exit {p.ExitCode}, in process {expected.Code}; stderr: {err.Result}");
+        await p.StandardOutput.BaseStream.CopyToAsync(stdout);
+        await p.WaitForExitAsync();
+        string err = await errTask;
+        Assert.True(expected.Code == p.ExitCode, $"exit {p.ExitCode}, in process {expected.Code}; stderr: {err}");
         byte[] want = expected.Stdout.Length > 0 ? expected.Stdout : System.Text.Encoding.UTF8.GetBytes(expected.Out);
         Assert.True(want.AsSpan().SequenceEqual(stdout.ToArray()), $"xfswin {string.Join(' ', args)}: {stdout.Length} bytes from the AOT binary, {want.Length} in process");
-        Assert.Equal(expected.Err.Length == 0, err.Result.Length == 0);
+        Assert.Equal(expected.Err.Length == 0, err.Length == 0);
     }
 
     [Fact]
