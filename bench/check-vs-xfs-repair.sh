@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# `xfswin check` (the CLI published ReadyToRun, as it ships) against `xfs_repair -n` (6.13) on the same images, in the same run, cold (page cache dropped before
+# `xfswin check` (the CLI as it ships on Linux: Native AOT, scripts/publish-cli.sh) against `xfs_repair -n` (6.13) on the same images, in the same run, cold (page cache dropped before
 # every run) and warm (run again at once). Both only read; both report the same verdict (the script says so).
 # Default images, built once into $XFSWIN_BENCH_CACHE (/var/tmp/xfswin-bench):
 #   rmap-nrext64  512 MiB, ~3,600 inodes (the oracle matrix's, scripts/oracles/make-images.sh)
 #   default       1 GiB, ~112,000 inodes, a 100,000-entry directory, a 10,240-extent file (the oracle matrix's)
 #   many-4g       4 GiB, mkfs.xfs 6.13 defaults (rmapbt, reflink), ~300,000 files in 300 directories, xattrs, hard
 #                 links, symlinks, reflinked copies, written by the kernel through a loop mount (made here)
-# Needs root (loop mounts, dropping the page cache), xfsprogs 6.13, the .NET SDK.
+# Needs root (loop mounts, dropping the page cache), xfsprogs 6.13, the .NET SDK, clang and zlib1g-dev.
 # Usage: bench/check-vs-xfs-repair.sh [--runs N] [IMAGE...]   (default: the three images above, 3 runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,12 +78,8 @@ if [ ${#images[@]} -eq 0 ]; then
   images+=("$cache/many-4g.img")
 fi
 
-# The CLI as it ships: published ReadyToRun (compiled ahead, as scripts/build-msi.sh publishes it), in a build tree
-# of its own (a RID-specific restore in the source tree would change later builds).
-r2r=$cache/xfswin-r2r
-dotnet publish src/XfsWin.Cli -c Release -r linux-x64 --self-contained false -p:PublishReadyToRun=true -v quiet -nologo \
-  --artifacts-path "$r2r/build" -o "$r2r/publish" >/dev/null
-xfswin=$r2r/publish/xfswin
+# The CLI as it ships on Linux: the Native AOT binary scripts/publish-cli.sh makes (its build tree beside it).
+xfswin=$(scripts/publish-cli.sh "$cache/xfswin-aot")
 
 # Seconds taken by a command; its exit status (0 clean, 1 problems) goes to the file $verdict.
 verdict=$(mktemp)

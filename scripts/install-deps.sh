@@ -14,6 +14,9 @@ command -v gcc >/dev/null || need+=(gcc)
 command -v sfdisk >/dev/null || need+=(fdisk)
 command -v sgdisk >/dev/null || need+=(gdisk)
 command -v zstd >/dev/null || need+=(zstd)
+# Native AOT (the xfswin binary for Linux, scripts/publish-cli.sh) compiles and links with clang against zlib.
+command -v clang >/dev/null || need+=(clang)
+[ -e /usr/include/zlib.h ] || need+=(zlib1g-dev)
 # mkfs's refusal tests make NTFS and FAT volumes to refuse.
 command -v mkntfs >/dev/null || need+=(ntfs-3g)
 command -v mkfs.fat >/dev/null || need+=(dosfstools)

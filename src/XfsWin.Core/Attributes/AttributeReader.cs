@@ -294,7 +294,11 @@ public sealed class AttributeReader
         return (idx + 9, rNameLen, (int)remoteLen, -1, valueBlock);
     }
 
-    private byte[] ReadRemoteValue(Inode inode, ExtentMap map, uint firstBlock, int length)
+    /// <summary>
+    /// A remote value of <paramref name="length"/> bytes from its first block, as a lookup reads it (the volume check
+    /// reads every remote value this way while it walks the leaves, instead of looking each name up).
+    /// </summary>
+    internal byte[] ReadRemoteValue(Inode inode, ExtentMap map, uint firstBlock, int length)
     {
         var value = new byte[length];
         int perBlock = _v5 ? _blockSize - RemoteBlockHeader.Size : _blockSize;

@@ -69,11 +69,25 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
     private int LeafHeader => V5 ? 80 : 32;
     private int BlockSize => (int)_sb.BlockSize;
 
-    private sealed class State(Inode inode)
+    private sealed class State(Inode inode, ExtentMap map, Attributes.AttributeReader reader)
     {
         public readonly Inode Inode = inode;
+        public readonly ExtentMap Map = map;
+        public readonly Attributes.AttributeReader Reader = reader;
         public readonly string Name = $"attributes of inode {inode.Number}";
         public bool Damaged;
+
+        // The attributes as a reader meets them, leaf by leaf in hash order (see ListLeaf).
+        public int Parents, Leaves;
+        /// <summary>Something a listing or a lookup by name would find wrong: the caller lists and looks up again to report it.</summary>
+        public bool Unsure;
+        /// <summary>The last hash of the latest leaf that had entries.</summary>
+        public uint PreviousLeafLast;
+        public bool AnyLeaf;
+        /// <summary>The named entries with the current hash so far (possibly over several leaves): block, entry index.</summary>
+        public readonly List<(byte[] Block, int Index)> Run = [];
+        public uint RunHash;
+        public int RunLeaves;
     }
 
     private void Report(State st, long byteOffset, string message)
@@ -83,9 +97,17 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
         cx.ReportAt(st.Name, byteOffset >= 0 ? byteOffset : st.Inode.ByteOffset, message);
     }
 
-    public void Check(Inode inode, ExtentMap map)
+    /// <summary>
+    /// Checks the layout of a leaf or node attribute fork and, in the same pass over its leaves, what listing the
+    /// attributes and looking each one up by its name would meet (<see cref="Attributes.AttributeReader.List"/>,
+    /// <see cref="Attributes.AttributeReader.TryGet"/>): every remote value is read back through
+    /// <paramref name="reader"/>, and every name must be where a lookup by its hash finds it first. Returns the parent
+    /// pointers in the fork, or -1 when a problem was found or a listing or lookup might find one: the caller then lists
+    /// and looks up through the reader, which reports it.
+    /// </summary>
+    public int Check(Inode inode, ExtentMap map, Attributes.AttributeReader reader)
     {
-        var st = new State(inode);
+        var st = new State(inode, map, reader);
         var visited = new HashSet<ulong>();
         var lastAtLevel = new Dictionary<int, (ulong Da, byte[] Bytes, long Offset)>();
         ushort nodeMagic = V5 ? DaBlockInfoView.DaNodeV5 : DaBlockInfoView.DaNodeV4;
@@ -134,7 +156,12 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
                 Report(st, r.Offset, $"first attribute block of level {level} has a back pointer");
             }
             lastAtLevel[level] = (da, r.Bytes, r.Offset);
-            if (level == 0) return CheckLeaf(st, r.Bytes, r.Offset, da, underNode);
+            if (level == 0)
+            {
+                var leafLast = CheckLeaf(st, r.Bytes, r.Offset, da, underNode);
+                if (leafLast is not null && !st.Damaged) ListLeaf(st, r.Bytes, underNode);
+                return leafLast;
+            }
             var node = new DaNodeView(r.Bytes, V5);
             int count = node.Count;
             if (count == 0 || count > node.MaxEntries || level > 5)
@@ -177,12 +204,100 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
         catch (XfsCorruptionException e)
         {
             cx.Report(e);
-            return;
+            return -1;
         }
-        if (!any) return;
-        if (Visit(0, -1) is null) return;
+        if (!any) return inode.AttrExtentCount == 0 ? 0 : -1;
+        if (Visit(0, -1) is null) return -1;
         foreach (var (level, last) in lastAtLevel)
             if (new DaBlockInfoView(last.Bytes).Forw != 0) Report(st, last.Offset, $"last attribute block of level {level} has a forward pointer");
+        // A listing follows the leaf chain for at most as many leaves as the inode has blocks.
+        if (st.Leaves > (long)Math.Max(inode.Nblocks, 1)) st.Unsure = true;
+        return st.Damaged || st.Unsure ? -1 : st.Parents;
+    }
+
+    /// <summary>
+    /// One leaf that passed <see cref="CheckLeaf"/>, as a listing and lookups by name meet it: counts its parent pointers
+    /// and reads its remote values back. An entry a lookup by its name would not find first (a hash below the previous
+    /// leaf's last, where the lookup stops; a second entry of the same namespace and name; more than one namespace flag)
+    /// or a value that does not read back leaves the fork <see cref="State.Unsure"/>.
+    /// </summary>
+    private void ListLeaf(State st, byte[] b, bool underNode)
+    {
+        st.Leaves++;
+        // The blocks below a node are read with their CRC checked by the reader (xfs_repair's way), not by the walk.
+        if (V5 && underNode && !XfsCrc.Verify(b, DaBlockInfoView.OffCrc))
+        {
+            st.Unsure = true;
+            return;
+        }
+        var view = new AttrLeafView(b, V5);
+        int count = BinaryPrimitives.ReadUInt16BigEndian(b.AsSpan(V5 ? DaBlockInfoView.SizeV5 : DaBlockInfoView.SizeV4));
+        if (count == 0 || st.Unsure) return;
+        // A lookup goes on to the next leaf while the hash continues, for up to 1024 leaves.
+        if (st.AnyLeaf && st.RunHash == view.HashVal(0) && ++st.RunLeaves >= 1000) st.Unsure = true;
+        for (int i = 0; i < count && !st.Unsure; i++)
+        {
+            uint hash = view.HashVal(i);
+            byte flags = view.Flags(i);
+            if (hash != st.RunHash || !st.AnyLeaf && i == 0)
+            {
+                st.Run.Clear();
+                st.RunHash = hash;
+                st.RunLeaves = 0;
+            }
+            if ((flags & AttrFlags.Incomplete) != 0) continue;
+            int nameIdx = view.NameIndex(i);
+            bool local = (flags & AttrFlags.Local) != 0;
+            int nameLength = local ? b[nameIdx + 2] : b[nameIdx + 8];
+            int nameAt = local ? nameIdx + 3 : nameIdx + 9;
+            uint remoteLength = local ? 0 : BinaryPrimitives.ReadUInt32BigEndian(b.AsSpan(nameIdx + 4));
+            if (remoteLength > Attributes.AttributeReader.XattrMaxValueLength)
+            {
+                st.Unsure = true;
+                break;
+            }
+            if ((flags & AttrFlags.Parent) != 0)
+            {
+                st.Parents++;
+                continue;
+            }
+            var ns = Attributes.AttributeReader.NamespaceOf(flags);
+            byte nsFlags = (byte)(flags & AttrFlags.NamespaceMask);
+            if (nsFlags != (ns == Attributes.XattrNamespace.Trusted ? AttrFlags.Root : ns == Attributes.XattrNamespace.Secure ? AttrFlags.Secure : 0)
+                || (st.AnyLeaf && hash < st.PreviousLeafLast))
+            {
+                st.Unsure = true;
+                break;
+            }
+            var name = b.AsSpan(nameAt, nameLength);
+            foreach (var (other, j) in st.Run)
+            {
+                var ov = new AttrLeafView(other, V5);
+                byte of = ov.Flags(j);
+                int oi = ov.NameIndex(j);
+                bool ol = (of & AttrFlags.Local) != 0;
+                if ((of & AttrFlags.NamespaceMask) == nsFlags && other.AsSpan(ol ? oi + 3 : oi + 9, ol ? other[oi + 2] : other[oi + 8]).SequenceEqual(name))
+                {
+                    st.Unsure = true; // the lookup finds the other one first and compares its value's length
+                    break;
+                }
+            }
+            if (st.Unsure) break;
+            st.Run.Add((b, i));
+            if (!local && remoteLength > 0)
+            {
+                try
+                {
+                    st.Reader.ReadRemoteValue(st.Inode, st.Map, BinaryPrimitives.ReadUInt32BigEndian(b.AsSpan(nameIdx)), (int)remoteLength);
+                }
+                catch (Exception e) when (e is XfsException or InvalidOperationException or IndexOutOfRangeException or ArgumentException or OverflowException)
+                {
+                    st.Unsure = true;
+                }
+            }
+        }
+        st.AnyLeaf = true;
+        st.PreviousLeafLast = view.HashVal(count - 1);
     }
 
     private (byte[] Bytes, long Offset)? Read(State st, ExtentMap map, ulong da)

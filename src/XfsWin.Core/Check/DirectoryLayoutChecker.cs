@@ -23,14 +23,16 @@ namespace XfsWin.Check;
 /// blocks (firstdb, nvalid, nused, each best equal to its data block's longest unused region);</item>
 /// <item>across the directory: the hash entries that are not stale number the data entries.</item>
 /// </list>
-/// Problems are reported against the directory with the block's disk address. Runs on one directory at a time
-/// (the caller runs directories in parallel).
+/// Problems are reported against the directory with the block's disk address. The entries of the data blocks are
+/// listed from the same bytes for the namespace check, so each directory block is read once. Runs on one directory
+/// at a time (the caller runs directories in parallel).
 /// </summary>
 internal sealed class DirectoryLayoutChecker
 {
     private const ushort NullDataOffset = 0xFFFF;
     private const int FreeMagicV4 = 0x58443246, FreeMagicV5 = 0x58444633; // XD2F, XDF3
     private const int DaNodeMaxDepth = 5;
+    private const int MaxExtents = 1_000_000;
 
     private readonly CheckContext _cx;
     private readonly Superblock _sb;
@@ -60,9 +62,13 @@ internal sealed class DirectoryLayoutChecker
     /// <summary>One directory block as read: its file offset (da block), disk address and bytes.</summary>
     private readonly record struct DirBlock(ulong Da, long ByteOffset, byte[] Bytes);
 
-    private sealed class State(Inode dir)
+    private sealed class State(Inode dir, DirectoryListing listing)
     {
         public readonly Inode Dir = dir;
+        /// <summary>The entries of the data blocks that passed their check, in directory order.</summary>
+        public readonly DirectoryListing Listing = listing;
+        /// <summary>More entries than a listing holds (<see cref="DirectoryListing.MaxEntries"/>), or more extents than are read.</summary>
+        public bool Truncated;
         public readonly string Name = $"directory inode {dir.Number}";
         /// <summary>Per data block index: its longest unused region (bestfree[0].length), or -1 when it failed its check.</summary>
         public readonly Dictionary<ulong, int> Longest = new();
@@ -82,29 +88,35 @@ internal sealed class DirectoryLayoutChecker
         if (st.Reported++ < 20) _cx.ReportAt(st.Name, byteOffset >= 0 ? byteOffset : st.Dir.ByteOffset, message);
     }
 
-    public void Check(Inode dir, ExtentMap map)
+    /// <summary>
+    /// Checks the directory's blocks and lists its entries into <paramref name="listing"/> (in directory order, as
+    /// <see cref="Directories.DirectoryReader"/> enumerates them). Returns true when the listing is complete: every
+    /// block read and no problem found. Otherwise what it holds is not to be used.
+    /// </summary>
+    public bool Check(Inode dir, ExtentMap map, DirectoryListing listing)
     {
-        var st = new State(dir);
+        var st = new State(dir, listing);
         var blocks = ReadBlocks(st, map);
-        if (blocks is null) return;
+        if (blocks is null) return false;
         bool blockForm = blocks.Count == 1 && blocks[0].Da == 0 && dir.Size == _dirBlockSize;
         foreach (var b in blocks)
         {
             if (b.Da < _leafDa) CheckDataBlock(st, b, single: blockForm);
         }
-        if (blockForm || st.Damaged) return; // the hash array was checked with the block; a damaged block makes the rest guesswork
+        // The hash array was checked with the block; a damaged block makes the rest guesswork.
+        if (blockForm || st.Damaged) return !st.Damaged && !st.Truncated;
         var leaves = blocks.Where(b => b.Da >= _leafDa && b.Da < _freeDa).ToList();
         var frees = blocks.Where(b => b.Da >= _freeDa).ToList();
         if (leaves.Count == 0)
         {
             Report(st, -1, "multi-block directory without a leaf block");
-            return;
+            return false;
         }
         var first = leaves.FirstOrDefault(b => b.Da == _leafDa);
         if (first.Bytes is null)
         {
             Report(st, -1, $"no leaf or node block at directory offset {Dir2Space.LeafOffset}");
-            return;
+            return false;
         }
         ushort magic = new DaBlockInfoView(first.Bytes).Magic;
         bool leaf1 = magic == (_v5 ? DaBlockInfoView.Dir3Leaf1V5 : DaBlockInfoView.Dir2Leaf1V4);
@@ -123,6 +135,7 @@ internal sealed class DirectoryLayoutChecker
         }
         if (!st.Damaged && st.HashEntries != st.Entries.Count)
             Report(st, first.ByteOffset, $"{st.HashEntries} live hash entries for {st.Entries.Count} directory entries");
+        return !st.Damaged && !st.Truncated;
     }
 
     /// <summary>Every mapped directory block, in file order (pieces of one block gathered). Null when the mapping cannot be walked.</summary>
@@ -134,7 +147,7 @@ internal sealed class DirectoryLayoutChecker
             map.Walk(0, e =>
             {
                 extents.Add(e);
-                return extents.Count < 1_000_000;
+                return extents.Count < MaxExtents;
             });
         }
         catch (XfsCorruptionException e)
@@ -142,6 +155,7 @@ internal sealed class DirectoryLayoutChecker
             _cx.Report(e);
             return null;
         }
+        if (extents.Count >= MaxExtents) st.Truncated = true; // only the blocks of the first extents are checked and listed
         // Each extent is read in runs of up to 1 MiB (one read per run, not per block), kept by file offset.
         var runs = new List<(ulong FileOffset, long ByteOffset, byte[] Bytes)>();
         int runBlocks = Math.Max(1, (1 << 20) >> _sb.BlockLog);
@@ -337,7 +351,18 @@ internal sealed class DirectoryLayoutChecker
         }
         st.Longest[db] = bf[0].Length;
         long dbBase = (long)db * _dirBlockSize;
-        foreach (var (off, hash) in entries) st.Entries[(uint)((dbBase + off) >> 3)] = hash;
+        foreach (var (off, hash) in entries)
+        {
+            st.Entries[(uint)((dbBase + off) >> 3)] = hash;
+            if (st.Listing.Entries.Count >= DirectoryListing.MaxEntries)
+            {
+                st.Truncated = true;
+                continue;
+            }
+            int nameLength = block[off + 8];
+            var type = _ftype ? (XfsFileType)block[off + 9 + nameLength] : XfsFileType.Unknown; // at most 8: checked above
+            st.Listing.Add(block.AsSpan(off + 9, nameLength), BinaryPrimitives.ReadUInt64BigEndian(block.AsSpan(off)), type);
+        }
         if (!single) return;
 
         // Block form: the hash array at the end of the block.

@@ -10,13 +10,14 @@ namespace XfsWin.Check;
 
 /// <summary>
 /// The namespace: walks every directory from the root (and the metadata directory root) level by
-/// level, directories of a level in parallel, through <see cref="DirectoryReader"/>. Checks each
-/// entry (name, target inode in use, file type; block, leaf and node form: the hash entries against the data entries, see
-/// <see cref="DirectoryLayoutChecker"/>), "." and "..", that each
+/// level, directories of a level in parallel: block, leaf and node directories listed from the blocks their layout check
+/// reads (<see cref="DirectoryLayoutChecker"/>: the hash entries against the data entries too), short-form ones and
+/// those whose layout shows a problem through <see cref="DirectoryReader"/>. Checks each entry (name, target inode in
+/// use, file type), "." and "..", that each
 /// directory is named exactly once (no loops, no second parents), then link counts against the
-/// entries, that every in-use inode was reached, leaf and node attribute forks (every name listed and every value
-/// read back, remote values included; short-form and empty forks are checked by the inode scan) and, where enabled,
-/// parent pointers against the entries.
+/// entries, that every in-use inode was reached, leaf and node attribute forks (every attribute where a lookup by its
+/// name finds it and every remote value read back, in the walk of the fork's layout, <see cref="AttributeLayoutChecker"/>;
+/// short-form and empty forks are checked by the inode scan) and, where enabled, parent pointers against the entries.
 /// </summary>
 internal sealed class NamespaceChecker
 {
@@ -125,45 +126,12 @@ internal sealed class NamespaceChecker
         }
     }
 
-    /// <summary>One entry of a directory: its name is <c>Arena[NameOffset..+NameLength]</c> of the directory's <see cref="Listing"/>.</summary>
-    private readonly record struct Entry(int NameOffset, int NameLength, ulong Ino, XfsFileType Type);
-
-    /// <summary>
-    /// A directory's entries as read: names packed into one growing byte array, so that reading a directory allocates
-    /// per directory, not per entry.
-    /// </summary>
-    private sealed class Listing : IEqualityComparer<int>
-    {
-        public byte[] Arena = new byte[256];
-        public int Used;
-        public readonly List<Entry> Entries = [];
-
-        public ReadOnlySpan<byte> Name(in Entry e) => Arena.AsSpan(e.NameOffset, e.NameLength);
-
-        public void Add(ReadOnlySpan<byte> name, ulong ino, XfsFileType type)
-        {
-            if (Used + name.Length > Arena.Length) Array.Resize(ref Arena, Math.Max(Arena.Length * 2, Used + name.Length));
-            name.CopyTo(Arena.AsSpan(Used));
-            Entries.Add(new Entry(Used, name.Length, ino, type));
-            Used += name.Length;
-        }
-
-        // Entry indices compared by name (duplicate names).
-        public bool Equals(int x, int y) => Name(Entries[x]).SequenceEqual(Name(Entries[y]));
-        public int GetHashCode(int i)
-        {
-            var h = new HashCode();
-            h.AddBytes(Name(Entries[i]));
-            return h.ToHashCode();
-        }
-    }
-
-    private readonly struct Collector(Listing into) : IDirectoryVisitor
+    private readonly struct Collector(DirectoryListing into) : IDirectoryVisitor
     {
         public bool Visit(ReadOnlySpan<byte> name, ulong inode, XfsFileType fileType, long nextCookie)
         {
             into.Add(name, inode, fileType);
-            return into.Entries.Count < 50_000_000;
+            return into.Entries.Count < DirectoryListing.MaxEntries;
         }
     }
 
@@ -175,12 +143,23 @@ internal sealed class NamespaceChecker
         Interlocked.Increment(ref _directoriesWalked);
         if (_inodes[index].Unusable) return;
         Inode dir;
-        var listing = new Listing();
+        var listing = new DirectoryListing();
         try
         {
             dir = _cache.Get(dirIno);
-            var collector = new Collector(listing);
-            _directories.Enumerate(dir, 0, ref collector);
+            // Block, leaf and node form: one read of every directory block serves both the layout (the blocks' own
+            // structure; the hash entries against the data entries in one pass, every data entry named by exactly one
+            // live hash entry of its name's hash; no entry looked up again by its name) and the entries. A directory
+            // whose layout shows a problem, or whose size contradicts its form, is listed again through
+            // DirectoryReader, as a reader would see it, so that its entries count exactly as a reader finds them.
+            bool listed = dir.DataFormat is Format.ForkFormat.Extents or Format.ForkFormat.Btree
+                && _layout.Check(dir, _maps.Get(dir, Extents.ForkKind.Data), listing) && dir.Size > dir.DataForkSize;
+            if (!listed)
+            {
+                listing.Clear();
+                var collector = new Collector(listing);
+                _directories.Enumerate(dir, 0, ref collector);
+            }
         }
         catch (XfsCorruptionException e)
         {
@@ -191,20 +170,6 @@ internal sealed class NamespaceChecker
         {
             _cx.ReportAt(name, _cx.Sb.InodeToByte(dirIno), $"unreadable: {e.Message}");
             return;
-        }
-        // Block, leaf and node form: the hash entries against the data entries, in one pass per directory (every data
-        // entry named by exactly one live hash entry of its name's hash), besides the blocks' own layout. No entry is
-        // looked up again by its name.
-        if (dir.DataFormat != Format.ForkFormat.Local)
-        {
-            try
-            {
-                _layout.Check(dir, _maps.Get(dir, Extents.ForkKind.Data));
-            }
-            catch (XfsCorruptionException e)
-            {
-                _cx.Report(e);
-            }
         }
         long where = dir.ByteOffset;
         bool sawDot = false, sawDotDot = false;
@@ -245,7 +210,7 @@ internal sealed class NamespaceChecker
 
     private static string EntryName(ReadOnlySpan<byte> n) => $"entry \"{System.Text.Encoding.UTF8.GetString(n)}\"";
 
-    private void CheckEntry(Inode dir, int dirIndex, Listing listing, int k, ConcurrentBag<int> next)
+    private void CheckEntry(Inode dir, int dirIndex, DirectoryListing listing, int k, ConcurrentBag<int> next)
     {
         var entry = listing.Entries[k];
         ulong dirIno = dir.Number;
@@ -346,11 +311,17 @@ internal sealed class NamespaceChecker
         {
             var inode = _cache.GetTransient(e.Ino);
             if (!inode.HasAttrFork) return;
+            // Leaf and node forms: the layout walk also counts the parent pointers and reads the remote values back; only
+            // a fork it cannot vouch for is listed and looked up by name again (which reports what is wrong).
+            int parents = -1;
             if (inode.AttrFormat is Format.ForkFormat.Extents or Format.ForkFormat.Btree)
-                new AttributeLayoutChecker(_cx).Check(inode, _maps.Get(inode, Extents.ForkKind.Attr));
-            int parents = inode.AttrFormat == Format.ForkFormat.Local
-                ? AttributeLayoutChecker.CheckShortform(_cx, inode.Number, inode.ByteOffset, inode.AttrFork)
-                : CheckListedAttributes(inode);
+                parents = new AttributeLayoutChecker(_cx).Check(inode, _maps.Get(inode, Extents.ForkKind.Attr), _attributes);
+            if (parents < 0)
+            {
+                parents = inode.AttrFormat == Format.ForkFormat.Local
+                    ? AttributeLayoutChecker.CheckShortform(_cx, inode.Number, inode.ByteOffset, inode.AttrFork)
+                    : CheckListedAttributes(inode);
+            }
             CheckParentCount(index, parents, inode.ByteOffset);
         }
         catch (XfsCorruptionException ex)
