@@ -198,6 +198,16 @@ public sealed class MountedLog
     /// </summary>
     public MetadataTransaction Begin(int logReservationBytes, int logCount = 1)
     {
+        int blocks = Reserve(logReservationBytes, ref logCount);
+        return new MetadataTransaction(this, blocks, logCount);
+    }
+
+    /// <summary>
+    /// Reserves what <see cref="Begin"/> reserves; returns the blocks of one part, and in <paramref name="logCount"/> the
+    /// parts granted up front.
+    /// </summary>
+    internal int Reserve(int logReservationBytes, ref int logCount)
+    {
         if (logReservationBytes <= 0) throw new ArgumentOutOfRangeException(nameof(logReservationBytes));
         if (logCount <= 0) throw new ArgumentOutOfRangeException(nameof(logCount));
         int blocks = UnitReservationBlocks(logReservationBytes);
@@ -213,7 +223,7 @@ public sealed class MountedLog
             }
             Grant((long)blocks * logCount);
         }
-        return new MetadataTransaction(this, blocks, logCount);
+        return blocks;
     }
 
     /// <summary>Waits (pushing the AIL, writing checkpoints) until <paramref name="blocks"/> more can be reserved, then reserves them.</summary>
@@ -265,7 +275,7 @@ public sealed class MountedLog
     /// <paramref name="regrant"/> the transaction goes on (a roll) and a further unit is reserved when the ones granted
     /// up front are used up; otherwise every unit still held is given back.
     /// </summary>
-    internal long Commit(MetadataTransaction tx, IReadOnlyList<JournalItem> items, bool regrant)
+    internal long Commit(MetadataTransaction tx, List<JournalItem> items, bool regrant)
     {
         lock (_lock)
         {
