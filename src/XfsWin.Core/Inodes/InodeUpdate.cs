@@ -26,6 +26,8 @@ public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode, ICommitCallbac
     private readonly Superblock _sb;
     // The image last logged: the inode cache's entry once that part commits (see ICommitCallback.Committed).
     private byte[]? _committed;
+    // The item this working copy logged last, reused once the CIL merged it away.
+    private InodeLogItem? _item;
 
     public InodeUpdate(Inode inode, Superblock sb)
     {
@@ -196,7 +198,7 @@ public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode, ICommitCallbac
         // One immutable copy serves the log item, the cluster (copied in at commit) and the inode cache's new entry.
         var committed = (byte[])Image.Clone();
         tx.PatchInodeCluster(cluster, offset, committed);
-        tx.Log(InodeLogItem.CreateOwning(Number, InodeClusterLocation.Of(_sb, Number), committed, Parts));
+        tx.Log(_item = InodeLogItem.CreateOwning(_item, Number, InodeClusterLocation.Of(_sb, Number), committed, Parts));
         _committed = committed;
         tx.OnCommit(this);
     }

@@ -50,6 +50,7 @@ public sealed class CommittedItemList
             {
                 FormattedBytes -= SizeOf(node.Value);
                 node.Value.MergeNewer(item);
+                if (!ReferenceEquals(node.Value, item)) item.MergedAway = true;
                 FormattedBytes += SizeOf(node.Value);
                 _order.Remove(node);
                 _order.AddLast(node);

@@ -38,6 +38,7 @@ public sealed class MetadataTransaction : IDisposable
             if (existing.Key == item.Key)
             {
                 existing.MergeNewer(item);
+                if (!ReferenceEquals(existing, item)) item.MergedAway = true;
                 return;
             }
         }

@@ -232,13 +232,19 @@ public sealed class MountedLog
         // Grant only while the reserve head stays behind the tail by a whole log.
         while (WriteHead + _outstandingBlocks + blocks >= Absolute(CurrentTailLsn()) + _area.Blocks)
         {
-            bool freed = false;
-            Guarded(() => freed = MakeSpace(blocks));
-            if (!freed)
+            if (!MakeSpaceGuarded(blocks))
                 throw new XfsException(XfsError.IoError,
                     $"the log cannot free {blocks} blocks for a transaction: {_ail.PinnedCount} intent item(s) hold its tail");
         }
         _outstandingBlocks += blocks;
+    }
+
+    // Apart from Grant so that a grant with room (every transaction's begin) creates no closure.
+    private bool MakeSpaceGuarded(long blocks)
+    {
+        bool freed = false;
+        Guarded(() => freed = MakeSpace(blocks));
+        return freed;
     }
 
     /// <summary>
