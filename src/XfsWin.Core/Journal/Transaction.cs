@@ -113,10 +113,10 @@ public sealed class Transaction : IDisposable
     /// <summary>Starts a pooled transaction again with a new reservation; everything of its last use was reset when it went back to the pool.</summary>
     internal void Start(int logReservationBytes, int logCount)
     {
+        _changes.Restart();
         _log.Restart(logReservationBytes, logCount);
         _logReservationBytes = logReservationBytes;
         _logCount = logCount;
-        _changes.Restart();
         _finished = false;
         _inPool = false;
     }

@@ -26,15 +26,8 @@ public sealed class TransactionPool(MountContext mount, MountedLog log)
     public Transaction Begin(int logReservationBytes, int logCount)
     {
         if (!_free.TryPop(out var tx)) return new Transaction(mount, log, this, logReservationBytes, logCount);
-        try
-        {
-            tx.Start(logReservationBytes, logCount);
-        }
-        catch
-        {
-            _free.Push(tx);
-            throw;
-        }
+        // A transaction that cannot start again (the log refused the reservation) is left to the collector.
+        tx.Start(logReservationBytes, logCount);
         return tx;
     }
 
