@@ -13,15 +13,11 @@ cd "$(dirname "$0")/.."
 points=${1:-210}
 torn=${2:-40}
 keep=${3:-/var/tmp/xfswin-crash-failures}
-[ "$(id -u)" -eq 0 ] || { echo "Run as root: crash images are mounted through loop devices." >&2; exit 1; }
-
-echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)"
-dotnet build tests/XfsWin.Core.Tests -c Release -v quiet -nologo >/dev/null
-start=$(date +%s)
+. bench/lib.sh
+bench_require_root "crash images are mounted through loop devices."
+bench_machine
 status=0
 XFSWIN_CRASH_POINTS=$points XFSWIN_CRASH_TORN=$torn XFSWIN_CRASH_KEEP=$keep XFSWIN_CRASH_TEAR=${TEAR:-} \
-  dotnet test tests/XfsWin.Core.Tests -c Release --no-build -nologo \
-  --filter "FullyQualifiedName~CrashPointTests" --logger "console;verbosity=detailed" \
-  | grep -E '^ +[a-z-]+: |^ +total: |^ +FAIL |Passed!|Failed!' || status=$?
-echo "wall time: $(( $(date +%s) - start )) s; failing images (if any) in $keep"
+  bench_run_tests tests/XfsWin.Core.Tests "FullyQualifiedName~CrashPointTests" '^ +[a-z-]+: |^ +total: |^ +FAIL ' || status=$?
+echo "failing images (if any) in $keep"
 exit $status

@@ -10,14 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 faults=${1:-40}
 keep=${2:-/var/tmp/xfswin-fault-failures}
-[ "$(id -u)" -eq 0 ] || { echo "Run as root: the images are mounted through loop devices." >&2; exit 1; }
-
-echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)"
-dotnet build tests/XfsWin.Core.Tests -c Release -v quiet -nologo >/dev/null
-start=$(date +%s)
+. bench/lib.sh
+bench_require_root "the images are mounted through loop devices."
+bench_machine
 status=0
-XFSWIN_FAULTS=$faults XFSWIN_CRASH_KEEP=$keep dotnet test tests/XfsWin.Core.Tests -c Release --no-build -nologo \
-  --filter "FullyQualifiedName~DeviceFaultTests.A_failed" --logger "console;verbosity=detailed" \
-  | grep -E '^ +[a-z-]+: |^ +total: |^ +FAIL |Passed!|Failed!' || status=$?
-echo "faults that hit the workload: see 'during the workload' lines above; wall time: $(( $(date +%s) - start )) s; failing images (if any) in $keep"
+XFSWIN_FAULTS=$faults XFSWIN_CRASH_KEEP=$keep \
+  bench_run_tests tests/XfsWin.Core.Tests "FullyQualifiedName~DeviceFaultTests.A_failed" '^ +[a-z-]+: |^ +total: |^ +FAIL ' || status=$?
+echo "faults that hit the workload: see 'during the workload' lines above; failing images (if any) in $keep"
 exit $status

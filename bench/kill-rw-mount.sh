@@ -10,14 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 kills=${1:-200}
 seed=${2:-100}
-[ "$(id -u)" -eq 0 ] || { echo "Run as root: it mounts through FUSE and loop devices." >&2; exit 1; }
-
-echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)"
-dotnet build tests/XfsWin.Fuse.Tests -c Release -v quiet -nologo >/dev/null
-start=$(date +%s)
-status=0
-XFSWIN_KILLS=$kills XFSWIN_KILL_SEED=$seed dotnet test tests/XfsWin.Fuse.Tests -c Release --no-build -nologo \
-  --filter "FullyQualifiedName~KilledServerTests" --logger "console;verbosity=detailed" \
-  | grep -E '^ +(ok|FAIL) |^ +total: |Passed!|Failed!' || status=$?
-echo "wall time: $(( $(date +%s) - start )) s"
-exit $status
+. bench/lib.sh
+bench_require_root "it mounts through FUSE and loop devices."
+bench_machine
+XFSWIN_KILLS=$kills XFSWIN_KILL_SEED=$seed \
+  bench_run_tests tests/XfsWin.Fuse.Tests "FullyQualifiedName~KilledServerTests" '^ +(ok|FAIL) |^ +total: '

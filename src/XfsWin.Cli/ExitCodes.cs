@@ -28,7 +28,8 @@ public static class ExitCodes
         XfsError.NotADirectory or XfsError.IsADirectory or XfsError.NotASymlink or XfsError.InvalidArgument or XfsError.NameTooLong => Usage,
         XfsError.Corrupt or XfsError.NeedsRepair => Corrupt,
         XfsError.Unsupported or XfsError.ReadOnly or XfsError.SymlinkLoop or XfsError.Exists or XfsError.NotEmpty or XfsError.NoSpace
-            or XfsError.TooManyLinks or XfsError.NotPermitted or XfsError.FileTooLarge or XfsError.WouldLoop => Refused,
+            or XfsError.TooManyLinks or XfsError.NotPermitted or XfsError.FileTooLarge or XfsError.WouldLoop
+            or XfsError.CrossDevice or XfsError.QuotaExceeded => Refused,
         XfsError.NoAttribute => NotFound,
         XfsError.NotXfs => NotXfs,
         _ => IoError,

@@ -40,6 +40,13 @@ public enum XfsError
     FileTooLarge,
     /// <summary>A rename would move a directory under itself (EINVAL is what rename(2) answers).</summary>
     WouldLoop,
+    /// <summary>The change would cross a boundary the file system keeps (EXDEV: a link or rename out of a directory tree of another project).</summary>
+    CrossDevice,
+    /// <summary>
+    /// The change would take a user's or group's dquot past an enforced limit (EDQUOT / STATUS_DISK_QUOTA_EXCEEDED);
+    /// nothing was changed. An enforced project limit answers <see cref="NoSpace"/>, as the kernel does.
+    /// </summary>
+    QuotaExceeded,
 }
 
 /// <summary>
@@ -82,6 +89,8 @@ public class XfsException : IOException
         XfsError.NotPermitted => 1,      // EPERM
         XfsError.FileTooLarge => 27,     // EFBIG
         XfsError.WouldLoop => 22,        // EINVAL
+        XfsError.CrossDevice => 18,      // EXDEV
+        XfsError.QuotaExceeded => 122,   // EDQUOT
         _ => 5,
     };
 }

@@ -218,6 +218,10 @@ public sealed unsafe partial class FuseHost
             var host = HostOf(req);
             var inode = host.ToXfsInode(ino);
             var changes = ChangesFor(attr, toSet, Now);
+            // Only root may give files away freely: other callers' chown/chgrp is held to the new owner's quota (the
+            // kernel's CAP_FOWNER test, approximated by the caller's uid).
+            if (changes is not null && (changes.Uid is not null || changes.Gid is not null) && CallerOf(req).uid != 0)
+                changes = changes with { CheckQuota = true };
             var result = changes is null ? host._volume.GetAttributes(inode) : host._volume.SetAttributes(inode, changes);
             NativeStat st;
             host.FillStat(result, &st);
@@ -257,6 +261,8 @@ public sealed unsafe partial class FuseHost
             FuseEntryParam e;
             host.FillEntry(a, &e);
             fi->bits |= FileOpenBits(host._options.ReadOnly);
+            fi->fh = (ulong)(uint)fi->flags; // as OnOpen
+
             if (host.TracksHolds)
                 host._volume.Retain(a.Inode);
             if (FuseNative.fuse_reply_create(req, &e, fi) != 0 && host.TracksHolds)
@@ -391,7 +397,16 @@ public sealed unsafe partial class FuseHost
             var done = 0;
             while (done < total)
             {
-                var n = host._volume.Write(inode, offset + done, new ReadOnlySpan<byte>(buf + done, total - done));
+                int n;
+                try
+                {
+                    n = host._volume.Write(inode, offset + done, new ReadOnlySpan<byte>(buf + done, total - done));
+                }
+                catch (XfsException e) when (done > 0 && e.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
+                {
+                    // A write stopped short by a quota limit (or a full volume) answers what it wrote, as write(2) does.
+                    break;
+                }
                 if (n <= 0)
                     break;
                 done += n;
@@ -520,13 +535,38 @@ public sealed unsafe partial class FuseHost
             }
             var data = new ReadOnlySpan<byte>(value, (int)size);
             byte[]? stored = null;
+            var inode = host.ToXfsInode(ino);
             if (linuxName.StartsWith("system.posix_acl_", StringComparison.Ordinal))
             {
                 if (!PosixAcl.TryParseLinux(data, out var acl, out var problem))
                     throw new XfsException(XfsError.InvalidArgument, $"{linuxName}: not a POSIX ACL ({problem})");
+                // With FUSE_CAP_POSIX_ACL the server keeps the mode in step with the access ACL (the kernel's
+                // posix_acl_update_mode, as xfs_set_acl does): an ACL the mode bits express is not stored at all.
+                if (linuxName == "system.posix_acl_access" && AccessAclMode(acl!, out bool equivalent) is var bits)
+                {
+                    if (equivalent)
+                    {
+                        try
+                        {
+                            host._volume.RemoveXattr(inode, ns, xfsName);
+                        }
+                        catch (XfsException e) when (e.Error == XfsError.NoAttribute)
+                        {
+                        }
+                    }
+                    else
+                    {
+                        host._volume.SetXattr(inode, ns, xfsName, acl!.ToXfs(), mode.Value);
+                    }
+                    var current = host._volume.GetAttributes(inode);
+                    if ((current.Mode & 0x1FF) != bits)
+                        host._volume.SetAttributes(inode, new AttributeChanges { Mode = (ushort)((current.Mode & 0xE00) | bits) });
+                    host.InvalidateAttributes(inode);
+                    FuseNative.fuse_reply_err(req, 0);
+                    return;
+                }
                 stored = acl!.ToXfs();
             }
-            var inode = host.ToXfsInode(ino);
             host._volume.SetXattr(inode, ns, xfsName, stored ?? data, mode.Value);
             FuseNative.fuse_reply_err(req, 0);
         }
@@ -551,5 +591,25 @@ public sealed unsafe partial class FuseHost
         {
             ReplyError(req, ex, "removexattr", ino);
         }
+    }
+
+    /// <summary>posix_acl_equiv_mode: the rwx bits an access ACL gives the mode, and whether the mode says all of it.</summary>
+    internal static uint AccessAclMode(PosixAcl acl, out bool equivalent)
+    {
+        uint bits = 0;
+        equivalent = true;
+        foreach (var e in acl.Entries)
+        {
+            uint perm = e.Permissions & 7u;
+            switch (e.Tag)
+            {
+                case PosixAclTag.UserObj: bits |= perm << 6; break;
+                case PosixAclTag.GroupObj: bits |= perm << 3; break;
+                case PosixAclTag.Other: bits |= perm; break;
+                case PosixAclTag.Mask: bits = (bits & ~0x38u) | (perm << 3); equivalent = false; break;
+                default: equivalent = false; break;
+            }
+        }
+        return bits;
     }
 }

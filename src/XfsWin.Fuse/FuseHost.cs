@@ -589,7 +589,12 @@ public sealed unsafe partial class FuseHost : IDisposable
     {
         int errno;
         bool worthLogging;
-        if (e is XfsException x)
+        if (e is FuseErrnoException h)
+        {
+            errno = h.Errno;
+            worthLogging = false;
+        }
+        else if (e is XfsException x)
         {
             errno = x.Errno;
             worthLogging = x.Error is XfsError.Corrupt or XfsError.IoError or XfsError.NeedsRepair or XfsError.Unsupported;
@@ -633,6 +638,8 @@ public sealed unsafe partial class FuseHost : IDisposable
     {
         var ops = CreateReadOps();
         AddWriteOps(ref ops);
+        // Served on read-only mounts too: getting attributes is a read; setting them answers EROFS there.
+        ops.ioctl = (nint)(delegate* unmanaged<nint, ulong, uint, void*, FuseFileInfo*, uint, void*, nuint, nuint, void>)&OnIoctl;
         return ops;
     }
 
@@ -690,6 +697,8 @@ public sealed unsafe partial class FuseHost : IDisposable
             var wanted = FuseConstants.FUSE_CAP_ASYNC_READ | FuseConstants.FUSE_CAP_READDIRPLUS |
                          FuseConstants.FUSE_CAP_READDIRPLUS_AUTO | FuseConstants.FUSE_CAP_PARALLEL_DIROPS |
                          FuseConstants.FUSE_CAP_CACHE_SYMLINKS |
+                         // File attribute ioctls (FS_IOC_FSGETXATTR, ...) on directories too.
+                         FuseConstants.FUSE_CAP_IOCTL_DIR |
                          // ACLs are served in the Linux format; with this the kernel also enforces
                          // them (and the mode bits) itself, as it does for its own XFS.
                          FuseConstants.FUSE_CAP_POSIX_ACL;
@@ -794,7 +803,14 @@ public sealed unsafe partial class FuseHost : IDisposable
                 FuseNative.fuse_reply_err(req, EROFS);
                 return;
             }
+            // The VFS refuses these opens for its own file systems (IS_IMMUTABLE, IS_APPEND); FUSE inodes do not carry the flags.
+            if ((fi->flags & O_ACCMODE) != 0 && LockedAgainstOpen(host._volume.GetAttributes(host.ToXfsInode(ino)).Flags, fi->flags))
+            {
+                FuseNative.fuse_reply_err(req, EPERM);
+                return;
+            }
             fi->bits |= FileOpenBits(host._options.ReadOnly);
+            fi->fh = (ulong)(uint)fi->flags; // the open's flags, for ioctls that need its access mode
             FuseNative.fuse_reply_open(req, fi);
         }
         catch (Exception ex)

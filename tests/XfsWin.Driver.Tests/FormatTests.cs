@@ -124,6 +124,7 @@ public class FormatTests
         Assert.Equal(NtStatus.NonexistentEaEntry, NtStatus.FromXfsError(XfsError.NoAttribute));
         Assert.Equal(NtStatus.UnrecognizedVolume, NtStatus.FromXfsError(XfsError.NotXfs));
         Assert.Equal(unchecked((int)0xC000007F), NtStatus.FromXfsError(XfsError.NoSpace));
+        Assert.Equal(unchecked((int)0xC0000044), NtStatus.FromXfsError(XfsError.QuotaExceeded)); // STATUS_DISK_QUOTA_EXCEEDED
         Assert.Equal(NtStatus.FileCorruptError, NtStatus.FromException(new XfsCorruptionException("inode", 4096, "bad magic")));
         Assert.Equal(unchecked((int)0xC0000102), NtStatus.FileCorruptError);
         Assert.Equal(unchecked((int)0xC00000A2), NtStatus.MediaWriteProtected);

@@ -13,11 +13,13 @@ namespace XfsWin.Fuse.Tests;
 /// directory blocks, the smallest log the geometry allows (2.5 MiB: 1 KiB blocks, no reflink) with a sequence long enough to wrap
 /// it (xfs_logprint must find records of a later cycle), a nearly full volume whose free space is in 64 KiB pieces, and mkfs.xfs 6.13 with
 /// exchange-range and the metadata directory tree (its defaults add rmapbt and reflink), with and without parent
-/// pointers, and parent pointers under a sequence weighted to links, renames, exchanges and whiteouts.
+/// pointers, parent pointers under a sequence weighted to links, renames, exchanges and whiteouts, and user quota
+/// accounted and enforced (the engine charges and checks its dquots; the machine's kernel, without quota support,
+/// does neither, and with no limit reached both trees must still agree).
 /// <para>
 /// A geometry whose volume carries a feature the write path does not keep (<see cref="WriteGate.Unmaintained"/>) checks
-/// the refusal instead (the mount says why, a create fails with EROFS, the image is unchanged): enforced quota limits
-/// here. Parent pointers are kept, and their cases compare them as the kernel lists them.
+/// the refusal instead (the mount says why, a create fails with EROFS, the image is unchanged): quota files in the
+/// metadata directory here. Parent pointers are kept, and their cases compare them as the kernel lists them.
 /// </para>
 /// </summary>
 public sealed partial class DifferentialGeometryTests(ITestOutputHelper output) : IDisposable
@@ -47,8 +49,11 @@ public sealed partial class DifferentialGeometryTests(ITestOutputHelper output) 
             [.. Enumerable.Repeat(VfsOp.Create, 4), .. Enumerable.Repeat(VfsOp.Mkdir, 2), .. Enumerable.Repeat(VfsOp.Link, 6),
              .. Enumerable.Repeat(VfsOp.Rename, 3), .. Enumerable.Repeat(VfsOp.RenameExchange, 3), .. Enumerable.Repeat(VfsOp.RenameWhiteout, 2),
              VfsOp.Symlink, VfsOp.Symlink]),
-        // Accounting with enforcement (mkfs -m uquota): a feature the write path does not keep, so the mount must refuse.
-        ["quota-enforced"] = new("6.13", ["-m", "uquota"], "300M", 39, 0, ReadOnlyFor: "quota enforcement"),
+        // User, group and project quota accounted and enforced, with default limits (a kernel with quota mounted the
+        // filled volume with uquota,gquota,pquota: quotacheck, then limits on the id 0 dquots): kept.
+        ["quota-enforced"] = new("6.1", [], "300M", 39, 300),
+        // Quota files in the metadata directory (mkfs -m metadir=1,uquota): not kept, so the mount must refuse.
+        ["metadir-quota"] = new("6.13", ["-m", "metadir=1,uquota"], "300M", 40, 0, ReadOnlyFor: "quota files in the metadata directory"),
     };
 
     public static TheoryData<string> Names => [.. Geometries.Keys];
@@ -62,9 +67,16 @@ public sealed partial class DifferentialGeometryTests(ITestOutputHelper output) 
         if (geometry == "small-log") options.AddRange(["-l", $"size={MinimumLogBlocks(g.Xfsprogs, g.MkfsOptions)}b"]);
         var baseImage = KernelMadeImages.Make(_tmp, g.Xfsprogs, "base.img", options, g.Size);
         if (geometry == "nearly-full") FillFragmented(baseImage, leaveFree: 48L << 20);
-        // The kernel here has no quota support: its mount for the fill turned quota off. Accounting and enforcement go
-        // back on as a quota mount leaves them (counts not marked checked: nothing claims they are exact).
+        // The kernel here has no quota support. For quota-enforced, one that has (user-mode Linux) counts the filled
+        // volume and sets default limits; the counts are marked checked, so xfs_repair -n checks ours at the end.
         if (geometry == "quota-enforced")
+        {
+            QuotaEnforcementTests.Guest(baseImage, "defaults", "uquota,gquota,pquota");
+            Assert.Equal("0x7cf", XfsWin.TestSupport.XfsDb.Fields(XfsWin.TestSupport.XfsDb.Run(baseImage, g.Xfsprogs, "sb 0", "p qflags"))["qflags"]);
+        }
+        // The fill's mount turned quota off; accounting and enforcement go back on as a quota mount leaves them
+        // (counts not marked checked: nothing claims they are exact).
+        if (geometry == "metadir-quota")
             XfsWin.TestSupport.Shell.RunChecked(OracleImages.Tool("xfs_db", g.Xfsprogs), "-x", "-c", "sb 0", "-c", "write qflags 3", baseImage);
 
         var unmaintained = WriteGate.Unmaintained(ReadSector(baseImage));

@@ -10,8 +10,9 @@ namespace XfsWin.Fuse.Tests;
 /// with O_DSYNC or O_SYNC; fsync and fdatasync), and one of them SIGKILLs the server after a seeded number of its own
 /// operations, while the others are in the middle of theirs. Nothing of the check depends on when the kill landed:
 /// every file whose fsync, fdatasync, O_DSYNC or O_SYNC write had returned before must be found under its name then
-/// with its content then, or in a state one of its later operations (finished or cut short) gave it; a file never made
-/// durable may be in any of its states or absent. The image is then recovered either by the kernel (mount, which
+/// with its content then, or under the name one of its later operations (finished or cut short) gave it, holding at
+/// least those durable bytes and otherwise a prefix of what the later appends wrote; a file never made durable may be
+/// in any of its states or absent. The image is then recovered either by the kernel (mount, which
 /// replays our log) or by XfsWin (a new <c>xfswin mount -o rw</c>, whose open replays it, checked through that mount);
 /// both images must then pass xfs_repair -n (6.1 and 6.13) after a kernel mount.
 /// <para>
@@ -35,11 +36,10 @@ public sealed class KilledServerTests(ITestOutputHelper output) : IDisposable
     private enum SyncMode { None, DSync, Sync }
 
     /// <summary>
-    /// A file's name and content after one operation (null path: no name left). A write the kill cut short may have
-    /// landed in part: the kernel sends a write to a FUSE server as several requests, each applied in order, so the
-    /// file may then hold any prefix of <see cref="Content"/> at least <see cref="MinLength"/> long.
+    /// A file's name and content after one operation (null path: no name left). Files only grow by appends, so the
+    /// content of every later state starts with that of every earlier one.
     /// </summary>
-    private sealed record State(string? Path, byte[] Content, int MinLength);
+    private sealed record State(string? Path, byte[] Content);
 
     private sealed class FileTrack(string path, SyncMode mode)
     {
@@ -50,10 +50,7 @@ public sealed class KilledServerTests(ITestOutputHelper output) : IDisposable
         /// <summary>The first state a crash may leave: the last one a durability call returned for (-1: none).</summary>
         public int Durable = -1;
         public string DurableBy = "";
-        public void Changed() => States.Add(new State(Path, Content, Content.Length));
-
-        /// <summary>The last operation, a write from <paramref name="from"/> on, did not return: any part of it may have landed.</summary>
-        public void CutShort(int from) => States[^1] = States[^1] with { MinLength = from };
+        public void Changed() => States.Add(new State(Path, Content));
     }
 
     /// <summary>One thread's work: its own directory and files, drawn from its own seeded generator.</summary>
@@ -165,7 +162,6 @@ public sealed class KilledServerTests(ITestOutputHelper output) : IDisposable
             fixed (byte* p = data)
                 n = Libc.pwrite(fd, p, data.Length, offset);
             if (n == data.Length) return true;
-            f.CutShort((int)offset);
             if (n < 0) return Failed($"write to {f.Path}", Marshal.GetLastPInvokeError());
             if (!killSwitch.Killed) Error = $"worker {index}: write to {f.Path} wrote {n} of {data.Length} bytes before the kill";
             return false;
@@ -262,21 +258,45 @@ public sealed class KilledServerTests(ITestOutputHelper output) : IDisposable
             if (f.Durable < 0) continue;
             checkedDurable++;
             var acceptable = f.States.Skip(f.Durable).ToList();
-            bool ok = acceptable.Any(s => s.Path is null || Matches(Path.Combine(root, s.Path), s));
+            int durableLength = acceptable[0].Content.Length;
+            bool ok = acceptable.Any(s => s.Path is null || Matches(Path.Combine(root, s.Path), s, durableLength));
             if (ok) continue;
             var s0 = acceptable[0];
             string full = Path.Combine(root, s0.Path!);
-            string found = File.Exists(full) ? $"{new FileInfo(full).Length} bytes, different content" : "absent";
+            string found = File.Exists(full) ? $"{new FileInfo(full).Length} bytes, different content ({Differences(full, acceptable)})" : "absent";
             problems.Add($"{s0.Path} ({s0.Content.Length} bytes, durable by {f.DurableBy}; {acceptable.Count} acceptable states): {found}");
         }
         return problems;
     }
 
-    private static bool Matches(string path, State state)
+    /// <summary>Where the found file parts from each acceptable state under its name (for the failure message).</summary>
+    private static string Differences(string path, List<State> acceptable)
+    {
+        var actual = File.ReadAllBytes(path);
+        var parts = new List<string>();
+        foreach (var s in acceptable)
+        {
+            if (s.Path is null || Path.GetFileName(path) != Path.GetFileName(s.Path)) continue;
+            int n = Math.Min(actual.Length, s.Content.Length), at = 0;
+            while (at < n && actual[at] == s.Content[at]) at++;
+            int zeros = 0;
+            while (at + zeros < actual.Length && actual[at + zeros] == 0) zeros++;
+            parts.Add($"state of {s.Content.Length}: same up to {at}, then {zeros} zero bytes");
+        }
+        return string.Join(", ", parts);
+    }
+
+    /// <summary>
+    /// True when <paramref name="path"/> holds a prefix of <paramref name="state"/>'s content at least
+    /// <paramref name="durableLength"/> bytes long. Only the durable bytes are promised: an append after the durability
+    /// call (finished or cut short by the kill) may have landed in part, since the kernel sends one write to a FUSE
+    /// server as several requests, each applied and logged on its own, and a crash keeps any prefix of them.
+    /// </summary>
+    private static bool Matches(string path, State state, int durableLength)
     {
         if (!File.Exists(path)) return false;
         var actual = File.ReadAllBytes(path);
-        return actual.Length >= state.MinLength && actual.Length <= state.Content.Length && actual.AsSpan().SequenceEqual(state.Content.AsSpan(0, actual.Length));
+        return actual.Length >= durableLength && actual.Length <= state.Content.Length && actual.AsSpan().SequenceEqual(state.Content.AsSpan(0, actual.Length));
     }
 
     /// <summary>One kill: what is wrong, or null; <paramref name="summary"/> says what was done.</summary>

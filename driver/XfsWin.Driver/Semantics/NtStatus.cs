@@ -13,6 +13,7 @@ public static class NtStatus
     public const int StoppedOnSymlink = unchecked((int)0x8000002D);
     public const int InvalidDeviceRequest = unchecked((int)0xC0000010);
     public const int InvalidParameter = unchecked((int)0xC000000D);
+    public const int NotSameDevice = unchecked((int)0xC00000D4); // STATUS_NOT_SAME_DEVICE
     public const int EndOfFile = unchecked((int)0xC0000011);
     public const int AccessDenied = unchecked((int)0xC0000022);
     public const int BufferTooSmall = unchecked((int)0xC0000023);
@@ -35,6 +36,7 @@ public static class NtStatus
     public const int NotAReparsePoint = unchecked((int)0xC0000275);
     public const int ReparsePointNotResolved = unchecked((int)0xC0000280);
     public const int DiskFull = unchecked((int)0xC000007F);
+    public const int DiskQuotaExceeded = unchecked((int)0xC0000044);
     public const int DllNotFound = unchecked((int)0xC0000135);
     public const int UnexpectedError = unchecked((int)0xC00000E5); // STATUS_INTERNAL_ERROR
     public const int DirectoryNotEmpty = unchecked((int)0xC0000101);
@@ -80,6 +82,8 @@ public static class NtStatus
         XfsError.NotPermitted => AccessDenied,
         XfsError.FileTooLarge => FileTooLarge,
         XfsError.WouldLoop => InvalidParameter,
+        XfsError.CrossDevice => NotSameDevice,
+        XfsError.QuotaExceeded => DiskQuotaExceeded,
         _ => IoDeviceError,
     };
 

@@ -112,6 +112,20 @@ public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode, ICommitCallbac
         }
     }
 
+    /// <summary>di_extsize: the extent size hint, in blocks.</summary>
+    public uint ExtentSizeHint
+    {
+        get => View.ExtSize;
+        set => BinaryPrimitives.WriteUInt32BigEndian(Image.AsSpan(DinodeView.OffExtsize), value);
+    }
+
+    /// <summary>di_cowextsize (V3 inodes): the copy-on-write extent size hint, in blocks.</summary>
+    public uint CowExtentSizeHint
+    {
+        get => View.Version >= 3 ? BinaryPrimitives.ReadUInt32BigEndian(Image.AsSpan(DinodeView.OffCowextsize)) : 0;
+        set => BinaryPrimitives.WriteUInt32BigEndian(Image.AsSpan(DinodeView.OffCowextsize), value);
+    }
+
     public ulong DataExtentCount
     {
         get => View.DataExtentCount;

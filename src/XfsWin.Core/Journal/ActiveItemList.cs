@@ -35,6 +35,10 @@ public sealed class ActiveItemList
         }
     }
 
+    /// <summary>The copy of <paramref name="key"/> the AIL holds (not yet written in place), or null.</summary>
+    public JournalItem? Find(LogItemKey key) =>
+        _lsnOf.TryGetValue(key, out ulong lsn) && _byLsn.TryGetValue(lsn, out var set) && set.TryGetValue(key, out var item) ? item : null;
+
     /// <summary>The LSN <paramref name="key"/> is held at, or null when it is not in the AIL.</summary>
     public ulong? LsnOf(LogItemKey key) => _lsnOf.TryGetValue(key, out ulong lsn) ? lsn : null;
 

@@ -508,6 +508,17 @@ public sealed class MountedLog
         _beforeCheckpoint?.Invoke();
         long reserved = _cil.ReservedBlocks;
         var items = _cil.TakeAll();
+        // A buffer, inode or dquot logged again while an older copy waits in the AIL moves to this checkpoint's LSN,
+        // and the tail may then pass the older copy: this copy must carry every region the older one did (the newest
+        // bytes of each), as the kernel's buffer and inode items keep their dirty regions until written back.
+        for (int i = 0; i < items.Count; i++)
+        {
+            if (items[i] is not (BufferLogItem or InodeLogItem or DquotLogItem) || _ail.Find(items[i].Key) is not { } older) continue;
+            if (older is BufferLogItem { IsCancel: true } || items[i] is BufferLogItem { IsCancel: true }) continue;
+            var merged = older.Snapshot();
+            merged.MergeNewer(items[i]);
+            items[i] = merged;
+        }
         var regions = new List<ReadOnlyMemory<byte>>();
         foreach (var item in items) item.Format(regions);
         uint tid = _nextTid++;

@@ -241,6 +241,45 @@ public sealed class TransactionReservations
     private static int PptrLinkOverhead => AttriLogFormatSize + IovecLen(ParentRecSize) + IovecLen(MaxNameLen - 1);
     private static int PptrReplaceOverhead => PptrLinkOverhead + IovecLen(ParentRecSize) + IovecLen(MaxNameLen - 1);
 
+    // ---- block reservations (xfs_trans_space.h): the most blocks a change may allocate, reserved against quota ----
+
+    /// <summary>XFS_EXTENTADD_SPACE_RES (data fork): the mapping btree blocks one new extent may split.</summary>
+    public int ExtentAddSpaceBlocks => ExtentAddSpaceRes(true);
+
+    /// <summary>XFS_DIRENTER_SPACE_RES: the blocks adding one directory entry may allocate.</summary>
+    public int DirEnterSpaceBlocks => DaEnterSpaceRes(true);
+
+    /// <summary>XFS_IALLOC_SPACE_RES: an inode chunk and the inode btree splits it may cause.</summary>
+    public int InodeAllocSpaceBlocks => InodeChunkBlocks + (_g.Finobt ? 2 : 1) * InobtMaxLevels;
+
+    /// <summary>XFS_CREATE_SPACE_RES and XFS_MKDIR_SPACE_RES: a new inode and its directory entry.</summary>
+    public int CreateSpaceBlocks => InodeAllocSpaceBlocks + DirEnterSpaceBlocks;
+
+    /// <summary>XFS_SYMLINK_SPACE_RES: a new inode, its entry and <paramref name="targetBlocks"/> blocks holding its target.</summary>
+    public int SymlinkSpaceBlocks(int targetBlocks) => CreateSpaceBlocks + targetBlocks;
+
+    /// <summary>XFS_ADDAFORK_SPACE_RES: giving an inode an attribute fork (its local data may move to a block).</summary>
+    public int AddAttrForkSpaceBlocks => DirFsbCount + DaEnterBmap1B(true);
+
+    /// <summary>XFS_ATTRRM_SPACE_RES: removing an attribute.</summary>
+    public int AttrRemoveSpaceBlocks => DaEnterBmaps(false);
+
+    /// <summary>
+    /// xfs_attr_calc_size: setting an attribute of <paramref name="nameLength"/> and <paramref name="valueLength"/>
+    /// bytes. A local entry may split the attribute tree (twice when the entry fills more than half a leaf); a remote
+    /// value adds its blocks and their mappings.
+    /// </summary>
+    public int AttrSetSpaceBlocks(int nameLength, int valueLength)
+    {
+        int nblks = DaEnterSpaceRes(false);
+        // xfs_attr_leaf_newentsize: the local entry (3 header bytes, name, value, 4-aligned) if under 3/4 of a leaf.
+        int local = (3 + nameLength + valueLength + 3) & ~3;
+        if (local < (Bs >> 1) + (Bs >> 2)) return local > Bs / 2 ? 2 * nblks : nblks;
+        int perBlock = _g.Crc ? Bs - 56 : Bs;
+        int valueBlocks = (valueLength + perBlock - 1) / perBlock;
+        return nblks + valueBlocks + NextentAddSpaceRes(valueBlocks, false);
+    }
+
     // ---- the reservations ----
 
     private int WriteRes(bool forMinLogSize)

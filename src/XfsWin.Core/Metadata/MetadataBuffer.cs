@@ -139,8 +139,8 @@ public sealed class MetadataBuffer
     /// <summary>
     /// Copies <paramref name="bytes"/> to <paramref name="offset"/> as the lock owner's change commits (called while it
     /// still holds the lock, right before it releases it): into the private copy when the change made one, otherwise
-    /// into the published bytes themselves. In place is safe because on a read-write volume every reader holds the
-    /// volume's write lock, which the committing change holds too, and a read-only volume never changes. The buffer
+    /// into the published bytes themselves. In place is safe because on a read-write volume readers hold the
+    /// volume's change lock shared, never while the committing change holds it exclusively, and a read-only volume never changes. The buffer
     /// becomes dirty as for a logged change.
     /// </summary>
     public void PatchAtCommit(int offset, ReadOnlySpan<byte> bytes)

@@ -134,10 +134,8 @@ public static class WriteGate
             list.Add(new("realtime section", "its bitmap and summary are not updated"));
         if ((view.FeaturesIncompat & SuperblockFeatures.IncompatZoned) != 0)
             list.Add(new("zoned realtime groups", "not supported at all"));
-        // Quota accounting is maintained (dquot counts, limits from the defaults, grace timers); limits are not enforced.
-        if ((view.Qflags & QuotaAccountingFlags) != 0 && (view.Qflags & QuotaEnforcementFlags) != 0)
-            list.Add(new("quota enforcement", "dquots are charged but their limits are not enforced (no EDQUOT); a volume last mounted with usrquota/grpquota/prjquota " +
-                "opens read-write once Linux has mounted it with uqnoenforce/gqnoenforce/pqnoenforce"));
+        // Quota accounting and enforcement are maintained (dquot counts, limits from the defaults, grace timers, EDQUOT)
+        // for quota files the superblock names.
         if ((view.Qflags & QuotaAccountingFlags) != 0 && (view.FeaturesIncompat & SuperblockFeatures.IncompatMetadir) != 0)
             list.Add(new("quota files in the metadata directory", "dquots are charged only in the quota files the superblock names"));
         if ((view.VersionNum & SuperblockFeatures.VersionBorg) != 0)
@@ -147,8 +145,6 @@ public static class WriteGate
 
     /// <summary>sb_qflags accounting bits (XFS_UQUOTA_ACCT, XFS_PQUOTA_ACCT, XFS_GQUOTA_ACCT).</summary>
     private const ushort QuotaAccountingFlags = 0x0001 | 0x0008 | 0x0040;
-    /// <summary>sb_qflags enforcement bits (XFS_UQUOTA_ENFD, XFS_OQUOTA_ENFD, XFS_GQUOTA_ENFD, XFS_PQUOTA_ENFD).</summary>
-    private const ushort QuotaEnforcementFlags = 0x0002 | 0x0010 | 0x0080 | 0x0200;
 
     private static byte[] ReadPrimarySuperblock(IBlockDevice device)
     {

@@ -33,7 +33,8 @@ internal readonly record struct ExchangeState(ulong Ino1, ulong Ino2, uint Gen1,
 /// exchange; each step finds the next pair of mappings that differ, queues their unmapping and mapping into the other
 /// file as bmap intents (BUI), raises the on-disk sizes so no mapping lies past EOF, and logs an XMD and a new XMI for
 /// what is left; the last step sets the sizes (when asked), the last part clears reflink flags that were exchanged.
-/// Used by log recovery to finish an exchange the kernel left unfinished, for regular files' data forks (exchanges of
+/// Used by XFS_IOC_EXCHANGE_RANGE (<see cref="XfsVolume.ExchangeRange"/>) and by log recovery to finish an exchange
+/// left unfinished, for regular files' data forks (exchanges of
 /// attribute forks, directories and symlinks, which only online repair makes, need work on their short forms after
 /// the exchange, which this engine does not do: recovery refuses them).
 /// </summary>
@@ -179,6 +180,21 @@ internal sealed class ExchangeWork(InodeCache inodes, BmapUpdateWork bmaps) : De
                 "needs short-form conversions after it that this build does not do";
             return null;
         }
+        return Start(tx, s);
+    }
+
+    /// <summary>
+    /// Sets up the exchange <paramref name="s"/> describes in <paramref name="tx"/> before its XMI is queued
+    /// (xfs_exchmaps_init_intent, xfs_exchmaps_ensure_reflink, xfs_exchmaps_upgrade_extent_counts): the final sizes when
+    /// the sizes are exchanged, whether the reflink flags go with the whole files, the reflink flag on both inodes when
+    /// either has it (shared blocks may move into the other), wide extent counters on nrext64 volumes.
+    /// </summary>
+    public ExchangeState Start(Transaction tx, ExchangeState s)
+    {
+        var sb = tx.Mount.Superblock;
+        var ip1 = InodeUpdate.Find(tx, inodes, s.Ino1);
+        var ip2 = InodeUpdate.Find(tx, inodes, s.Ino2);
+        ulong off1 = s.StartOffset1, off2 = s.StartOffset2, count = s.BlockCount;
         if ((s.Flags & ExchangeState.SetSizes) != 0) s = s with { Size1 = (long)ip2.Size, Size2 = (long)ip1.Size };
         bool r1 = (ip1.Flags2 & DinodeView.Flag2Reflink) != 0, r2 = (ip2.Flags2 & DinodeView.Flag2Reflink) != 0;
         ulong blocks1 = (ip1.Size + sb.BlockSize - 1) >> sb.BlockLog, blocks2 = (ip2.Size + sb.BlockSize - 1) >> sb.BlockLog;

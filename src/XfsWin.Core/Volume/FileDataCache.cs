@@ -21,7 +21,7 @@ namespace XfsWin.Volume;
 /// held blocks it covers; blocks a committed change unmapped are dropped (<see cref="Discard"/>) so that a file
 /// removed before its data went out costs no data write.
 /// </para>
-/// Thread safety: every member takes the cache's own lock, a leaf lock (taken inside the volume's write lock and
+/// Thread safety: every member takes the cache's own lock, a leaf lock (taken inside the volume's change lock and
 /// inside the log's lock, never the other way round).
 /// </summary>
 internal sealed class FileDataCache : IDisposable

@@ -19,17 +19,27 @@ namespace XfsWin.Volume;
 /// block size / 136 dquots, is allocated in its own transaction and initialised through the log as
 /// xfs_qm_init_dquot_blk does.
 /// <para>
+/// Enforcement (xfs_trans_dqresv): before a change that adds blocks or inodes, <see cref="Reserve"/> checks what the
+/// change may add (the kernel's reservation for it) against each dquot of a type whose limits the superblock says are
+/// enforced: past a hard limit, or past a soft limit whose grace timer has expired, the change is refused before
+/// anything is written (EDQUOT for users and groups, ENOSPC for projects). The id 0 dquots are never enforced (they
+/// hold the defaults); a dquot without a limit of its own takes the type's default. All calls come with the
+/// volume's change lock held exclusively, one change at a time, so the dquots' committed counts are all that is
+/// reserved besides the change being checked.
+/// </para>
+/// <para>
 /// Invariants: the in-core dquots are never dropped while the volume is open, so a dquot not in core is as the quota
 /// file held it at open (or as its chunk was initialised); every change of an in-core dquot is a logged dquot item,
 /// written in place only after its checkpoint (<see cref="DquotLogItem"/>). The sb_qflags checked bits are not
-/// touched: counts stay exact, so the kernel's next mount trusts them without a quotacheck. All calls come under the
-/// volume's write lock.
+/// touched: counts stay exact, so the kernel's next mount trusts them without a quotacheck. All calls come with the
+/// volume's change lock held exclusively.
 /// </para>
 /// </summary>
 internal sealed class VolumeQuota : IDquotAccounting
 {
-    // sb_qflags accounting bits (enforcement bits keep a volume read-only at the write gate).
+    // sb_qflags accounting and enforcement bits (V4 superblocks share one enforcement bit between group and project).
     private const ushort UquotaAcct = 0x0001, PquotaAcct = 0x0008, GquotaAcct = 0x0040;
+    private const ushort UquotaEnfd = 0x0002, OquotaEnfd = 0x0010, GquotaEnfd = 0x0080, PquotaEnfd = 0x0200;
     private const ushort AccountingFlags = UquotaAcct | PquotaAcct | GquotaAcct;
     /// <summary>XFS_QM_BTIMELIMIT, ITIMELIMIT and RTBTIMELIMIT: the grace period when the id 0 dquot sets none.</summary>
     private const long DefaultGrace = 7 * 24 * 60 * 60;
@@ -54,19 +64,23 @@ internal sealed class VolumeQuota : IDquotAccounting
     private sealed record Defaults(ulong BlkHard, ulong BlkSoft, ulong InoHard, ulong InoSoft, ulong RtbHard, ulong RtbSoft,
         long BlkGrace, long InoGrace, long RtbGrace);
 
-    private VolumeQuota(MountContext mount, InodeCache inodes, ExtentMapCache maps, byte types, ulong userFile, ulong groupFile, ulong projectFile)
+    private VolumeQuota(MountContext mount, InodeCache inodes, ExtentMapCache maps, byte types, byte enforced, ulong userFile, ulong groupFile, ulong projectFile)
     {
         _mount = mount;
         _sb = mount.Superblock;
         _inodes = inodes;
         _maps = maps;
         Types = types;
+        Enforced = enforced;
         _userFile = userFile;
         _groupFile = groupFile;
         _projectFile = projectFile;
     }
 
     public byte Types { get; }
+
+    /// <summary>The accounted types whose limits are enforced (d_type bits).</summary>
+    public byte Enforced { get; }
 
     private ulong FileOf(byte type) => type switch
     {
@@ -92,7 +106,20 @@ internal sealed class VolumeQuota : IDquotAccounting
         if ((q & GquotaAcct) != 0 && Valid(view.GquotIno)) types |= DquotView.TypeGroup;
         if ((q & PquotaAcct) != 0 && Valid(view.PquotIno)) types |= DquotView.TypeProject;
         if (types == 0) return null;
-        return new VolumeQuota(mount, inodes, maps, types, view.UquotIno, view.GquotIno, view.PquotIno);
+        // xfs_sb_quota_from_disk: a V4 superblock's one "other" enforcement bit is the project's or the group's,
+        // whichever is accounted; V5 superblocks have a bit per type.
+        byte enforced = 0;
+        if ((q & UquotaEnfd) != 0) enforced |= DquotView.TypeUser;
+        if (mount.Superblock.IsV5)
+        {
+            if ((q & GquotaEnfd) != 0) enforced |= DquotView.TypeGroup;
+            if ((q & PquotaEnfd) != 0) enforced |= DquotView.TypeProject;
+        }
+        else if ((q & OquotaEnfd) != 0)
+        {
+            enforced |= (q & PquotaAcct) != 0 ? DquotView.TypeProject : (q & GquotaAcct) != 0 ? DquotView.TypeGroup : (byte)0;
+        }
+        return new VolumeQuota(mount, inodes, maps, types, (byte)(enforced & types), view.UquotIno, view.GquotIno, view.PquotIno);
     }
 
     public bool Accounts(ulong ino) => ino != _userFile && ino != _groupFile && ino != _projectFile;
@@ -114,6 +141,59 @@ internal sealed class VolumeQuota : IDquotAccounting
             uint id = type switch { DquotView.TypeUser => uid, DquotView.TypeGroup => gid, _ => projectId };
             if (Find(new DquotKey(type, id)) is null) Allocate(begin, space, type, id);
         }
+    }
+
+    /// <summary>
+    /// xfs_trans_reserve_quota_bydquots: refuses a change that may add <paramref name="blocks"/> blocks and
+    /// <paramref name="inodes"/> inodes to the dquots of <paramref name="uid"/>, <paramref name="gid"/> and
+    /// <paramref name="projectId"/> when, for an enforced type (users first, then groups, then projects), the dquot's
+    /// count plus that would pass its hard limit, or pass its soft limit after its grace timer expired (xfs_dqresv_check);
+    /// <paramref name="freedBlocks"/> are blocks the change frees before it allocates (taken off the count first).
+    /// Limits of 0 take the type's defaults (the id 0 dquot's). Only the types in <paramref name="types"/> are checked
+    /// (a chown reserves against the dquots it moves the file to). Throws <see cref="XfsError.QuotaExceeded"/> (users
+    /// and groups) or <see cref="XfsError.NoSpace"/> (projects, as the kernel answers); changes nothing.
+    /// </summary>
+    public void Reserve(uint uid, uint gid, uint projectId, long blocks, long inodes, long freedBlocks = 0, byte types = DquotView.TypeMask)
+    {
+        if ((Enforced & types) == 0 || blocks <= 0 && inodes <= 0) return;
+        long now = XfsVolume.Now().Seconds;
+        foreach (byte type in AllTypes)
+        {
+            if ((Enforced & types & type) == 0) continue;
+            uint id = type switch { DquotView.TypeUser => uid, DquotView.TypeGroup => gid, _ => projectId };
+            // The id 0 dquot holds the defaults; it is counted but never enforced.
+            if (id == 0) continue;
+            var defaults = DefaultsOf(type);
+            var record = Find(new DquotKey(type, id))?.Record;
+            ulong Count(int offset) => record is null ? 0 : DquotRecord.U64(record, offset);
+            ulong Limit(int offset, ulong fallback) => record is not null && DquotRecord.U64(record, offset) is ulong own and not 0 ? own : fallback;
+            long Timer(int offset)
+            {
+                if (record is null) return 0;
+                uint stored = DquotRecord.U32(record, offset);
+                return (record[DquotView.OffType] & DquotView.TypeBigtime) != 0 ? (long)stored << 2 : stored;
+            }
+            ulong blockCount = Count(DquotView.OffBcount);
+            blockCount = freedBlocks > 0 ? blockCount - Math.Min(blockCount, (ulong)freedBlocks) : blockCount;
+            string? why = Exceeds(blockCount, blocks, Limit(DquotView.OffBlkSoftlimit, defaults.BlkSoft), Limit(DquotView.OffBlkHardlimit, defaults.BlkHard),
+                    Timer(DquotView.OffBtimer), now, "block")
+                ?? Exceeds(Count(DquotView.OffIcount), inodes, Limit(DquotView.OffInoSoftlimit, defaults.InoSoft), Limit(DquotView.OffInoHardlimit, defaults.InoHard),
+                    Timer(DquotView.OffItimer), now, "inode");
+            if (why is null) continue;
+            throw new XfsException(type == DquotView.TypeProject ? XfsError.NoSpace : XfsError.QuotaExceeded,
+                $"the {TypeName(type)} quota of id {id} is exceeded: {why}. Nothing was changed.");
+        }
+    }
+
+    /// <summary>xfs_dqresv_check: why adding <paramref name="delta"/> to <paramref name="count"/> is refused, or null.</summary>
+    private static string? Exceeds(ulong count, long delta, ulong soft, ulong hard, long timer, long now, string what)
+    {
+        if (delta <= 0) return null;
+        ulong total = count + (ulong)delta;
+        if (hard != 0 && total > hard) return $"{count} {what}s used and {delta} more needed pass the hard limit of {hard}";
+        if (soft != 0 && total > soft && timer != 0 && now > timer)
+            return $"{count} {what}s used and {delta} more needed pass the soft limit of {soft}, whose grace period has expired";
+        return null;
     }
 
     /// <summary>The in-core dquot of <paramref name="key"/>, read from its quota file block when first asked for; null when that block is a hole.</summary>

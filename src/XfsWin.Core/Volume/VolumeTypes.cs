@@ -20,7 +20,7 @@ public sealed record VolumeOpenOptions
 
     /// <summary>
     /// A read-write open for changes of the data section's space only (an offline shrink through the allocator): the
-    /// features the write path does not maintain for files (enforced quota limits, realtime) do not make it read-only,
+    /// features the write path does not maintain for files (realtime, quota files in the metadata directory) do not make it read-only,
     /// since no file, directory or inode is changed. Only the admin tools use it.
     /// </summary>
     internal bool SpaceChangesOnly { get; init; }

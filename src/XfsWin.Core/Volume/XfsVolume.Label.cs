@@ -8,7 +8,7 @@ public sealed partial class XfsVolume
 {
     /// <summary>
     /// Relabels the volume while it is open read-write, as the kernel's FS_IOC_SETFSLABEL does on a mounted volume:
-    /// under the write lock, every secondary superblock is read and verified first (a bad one refuses the change
+    /// holding the change lock exclusively, every secondary superblock is read and verified first (a bad one refuses the change
     /// before anything is written); then one transaction logs the primary superblock's sb_fname together with the
     /// in-core counters (the kernel's xfs_sync_sb_buf), the log is forced and everything committed is written in
     /// place; then each secondary superblock gets the new sb_fname (its other fields kept, its CRC restamped) and the
@@ -25,7 +25,7 @@ public sealed partial class XfsVolume
     {
         byte[] field = Superblock.LabelBytes(label);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             if (w.Unmounted) throw new ObjectDisposedException(nameof(XfsVolume));
             var sb = _mount.Superblock;

@@ -33,7 +33,7 @@ public sealed partial class XfsVolume
             throw new XfsException(XfsError.InvalidArgument, $"mode 0{Convert.ToString(mode, 8)} is not a file, fifo, socket or device");
         if (deviceMajor > 0x3FFF || deviceMinor > 0x3FFFF)
             throw new XfsException(XfsError.InvalidArgument, $"device {deviceMajor}:{deviceMinor} does not fit XFS's device number (14-bit major, 18-bit minor)");
-        return CreateCore(parent, name, mode, uid, gid, TransactionKind.Create, (tx, inode) =>
+        return CreateCore(parent, name, mode, uid, gid, TransactionKind.Create, 0, (tx, inode) =>
         {
             if (type is XfsFileType.RegularFile)
             {
@@ -48,7 +48,7 @@ public sealed partial class XfsVolume
 
     /// <summary>mkdir.</summary>
     public InodeAttributes MakeDirectory(ulong parent, ReadOnlySpan<byte> name, ushort mode, uint uid, uint gid) =>
-        CreateCore(parent, name, (ushort)(TypeDirectory | (mode & 0x0FFF)), uid, gid, TransactionKind.Mkdir, (tx, inode) =>
+        CreateCore(parent, name, (ushort)(TypeDirectory | (mode & 0x0FFF)), uid, gid, TransactionKind.Mkdir, 0, (tx, inode) =>
         {
             // An empty short-form directory: no entries, ".." the parent (4 or 8 bytes).
             bool wide = parent > 0xFFFFFFFF;
@@ -68,7 +68,12 @@ public sealed partial class XfsVolume
         if (target.Length is 0 or > MaxSymlinkTarget)
             throw new XfsException(target.Length == 0 ? XfsError.NotFound : XfsError.NameTooLong, $"a symbolic link target has 1 to {MaxSymlinkTarget} bytes, not {target.Length}");
         var targetCopy = target.ToArray();
-        return CreateCore(parent, name, TypeSymlink | 0x1FF, uid, gid, TransactionKind.Symlink, (tx, inode) =>
+        // xfs_symlink: a target longer than the inode's literal area goes to blocks (reserved with the create).
+        var sb = _mount.Superblock;
+        int literal = sb.InodeSize - (sb.IsV5 ? DinodeView.V3CoreSize : DinodeView.V2CoreSize);
+        int perBlock = (int)sb.BlockSize - (sb.IsV5 ? RemoteBlockHeader.Size : 0);
+        int targetBlocks = targetCopy.Length <= literal ? 0 : (targetCopy.Length + perBlock - 1) / perBlock;
+        return CreateCore(parent, name, TypeSymlink | 0x1FF, uid, gid, TransactionKind.Symlink, targetBlocks, (tx, inode) =>
         {
             inode.Size = (ulong)targetCopy.Length;
             if (targetCopy.Length <= inode.DataFork.Length)
@@ -133,23 +138,28 @@ public sealed partial class XfsVolume
     /// <summary>
     /// The shared part of every create: a free inode initialised as the kernel's xfs_init_new_inode does (owner, group
     /// inherited from a setgid directory, inherited flags and project id, times now), shaped by
-    /// <paramref name="shape"/>, then named in the parent directory; one transaction.
+    /// <paramref name="shape"/>, then named in the parent directory; one transaction. The new inode's dquots are
+    /// reserved one inode and the blocks the create may allocate (<paramref name="dataBlocks"/> of them its own data)
+    /// first (xfs_trans_alloc_icreate).
     /// </summary>
     private InodeAttributes CreateCore(ulong parent, ReadOnlySpan<byte> name, ushort mode, uint uid, uint gid, TransactionKind kind,
-        Action<Transaction, InodeUpdate> shape)
+        int dataBlocks, Action<Transaction, InodeUpdate> shape)
     {
         ValidateName(name);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var dir = DirectoryInode(parent);
             bool isDir = (mode & TypeMask) == TypeDirectory;
+            RefuseIfLocked(dir, "a new name", appendAllowed: true);
             if (isDir && dir.Attributes.LinkCount >= MaxLinks)
                 throw new XfsException(XfsError.TooManyLinks, $"directory {parent} has the most subdirectories it can have");
             // The new inode's dquots (owner, group as NewInode settles it, inherited project) exist before it is charged.
             const ushort ProjInherit = 0x200;
-            PrepareDquots(w, uid, (dir.Mode & ModeSetgid) != 0 ? dir.Attributes.Gid : gid,
-                (dir.Attributes.Flags & ProjInherit) != 0 ? dir.Attributes.ProjectId : 0);
+            uint newGid = (dir.Mode & ModeSetgid) != 0 ? dir.Attributes.Gid : gid;
+            uint newProject = (dir.Attributes.Flags & ProjInherit) != 0 ? dir.Attributes.ProjectId : 0;
+            PrepareDquots(w, uid, newGid, newProject);
+            w.Quota?.Reserve(uid, newGid, newProject, w.Reservations.CreateSpaceBlocks + dataBlocks, 1);
             using var tx = Begin(w, kind);
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, parent, dirUpdate.Image);
@@ -220,16 +230,11 @@ public sealed partial class XfsVolume
         w.ChangeTime = t;
         w.CreationTime = t;
         var update = new InodeUpdate(ino, sb.InodeToByte(ino), image, sb);
-        // Inherited flags (xfs_inode_inherit_flags): the ones every child takes, and project inheritance for directories.
-        ushort parentFlags = parent.Attributes.Flags;
-        const ushort Sync = 0x20, NoAtime = 0x40, NoDump = 0x80, ProjInherit = 0x200, NoDefrag = 0x2000;
-        ushort flags = (ushort)(parentFlags & (Sync | NoAtime | NoDump | NoDefrag));
-        if ((parentFlags & ProjInherit) != 0)
-        {
-            update.ProjectId = parent.Attributes.ProjectId;
-            if (isDir) flags |= ProjInherit;
-        }
-        update.Flags = flags;
+        // The project id of a project-inheriting parent (xfs_get_initial_prid), for every kind of inode; flags and hints
+        // (xfs_inode_inherit_flags, _flags2) for regular files and directories only.
+        const ushort ProjInherit = 0x200;
+        if ((parent.Attributes.Flags & ProjInherit) != 0) update.ProjectId = parent.Attributes.ProjectId;
+        if (isDir || (mode & TypeMask) == 0x8000) InheritFlags(update, parent, isDir);
         return update;
     }
 
@@ -238,18 +243,35 @@ public sealed partial class XfsVolume
     {
         ValidateName(newName);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var target = _inodes.Get(inode);
             if (target.IsDirectory) throw new XfsException(XfsError.NotPermitted, "directories cannot have hard links");
             if (target.Attributes.LinkCount >= MaxLinks) throw new XfsException(XfsError.TooManyLinks, $"inode {inode} has the most links it can have");
             if (target.Attributes.LinkCount == 0) throw new XfsException(XfsError.NotFound, $"inode {inode} has been removed");
             var dir = DirectoryInode(newParent);
+            RefuseIfLocked(target, "a new link");
+            RefuseIfLocked(dir, "a new name", appendAllowed: true);
+            RefuseOtherProject(dir, target);
+            // xfs_trans_alloc_dir: the directory's dquots are reserved what the new entry may allocate; when that is
+            // refused, the link goes ahead only if the entry fits the directory's blocks (xfs_dir_canenter).
+            XfsException? refused = null;
+            try
+            {
+                ReserveQuota(w, dir, w.Reservations.DirEnterSpaceBlocks);
+            }
+            catch (XfsException e) when (e.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
+            {
+                refused = e;
+            }
             using var tx = BeginWithParentPointers(w, TransactionKind.Link, target);
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, newParent, dirUpdate.Image);
             var editor = new DirectoryEditor(tx, dirImage, w.DirectorySpace(tx, dirUpdate));
+            ulong dirBlocks = new DinodeView(dirUpdate.Image).Nblocks;
             if (!editor.TryAddEntry(newName, inode, target.FileType)) throw new XfsException(XfsError.Exists, $"\"{Show(newName)}\" exists already");
+            // Refused a reservation and the entry needed a new block: the transaction is cancelled unchanged.
+            if (refused is not null && new DinodeView(dirUpdate.Image).Nblocks != dirBlocks) throw refused;
             var now = Now();
             var update = new InodeUpdate(target, _mount.Superblock);
             update.LinkCount += 1;
@@ -275,7 +297,7 @@ public sealed partial class XfsVolume
     {
         ValidateName(name);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var dir = DirectoryInode(parent);
             if (!_directories.TryLookup(dir, name, out ulong ino)) throw new XfsException(XfsError.NotFound, $"\"{Show(name)}\" does not exist");
@@ -283,6 +305,8 @@ public sealed partial class XfsVolume
             if (directory && !target.IsDirectory) throw new XfsException(XfsError.NotADirectory, $"\"{Show(name)}\" is not a directory");
             if (!directory && target.IsDirectory) throw new XfsException(XfsError.IsADirectory, $"\"{Show(name)}\" is a directory");
             if (directory && !IsEmptyDirectory(target)) throw new XfsException(XfsError.NotEmpty, $"directory \"{Show(name)}\" is not empty");
+            RefuseIfLocked(dir, "removing a name");
+            RefuseIfLocked(target, "removing it");
             // A large file loses its blocks first, in transactions of their own: a crash in between leaves it linked and shorter.
             bool last = target.Attributes.LinkCount <= 1 && !IsHeld(ino);
             if (last && target.IsRegular) ShrinkInSteps(w, ino, 0);
@@ -376,7 +400,7 @@ public sealed partial class XfsVolume
         if ((flags & RenameFlags.Exchange) != 0 && (flags & (RenameFlags.NoReplace | RenameFlags.Whiteout)) != 0)
             throw new XfsException(XfsError.InvalidArgument, "RENAME_EXCHANGE cannot be combined with RENAME_NOREPLACE or RENAME_WHITEOUT");
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var fromDir = DirectoryInode(parent);
             var toDir = parent == newParent ? fromDir : DirectoryInode(newParent);
@@ -389,8 +413,21 @@ public sealed partial class XfsVolume
             Inode? dst = targetExists ? _inodes.Get(target) : null;
             bool exchange = (flags & RenameFlags.Exchange) != 0;
             bool whiteout = (flags & RenameFlags.Whiteout) != 0;
+            // may_delete and may_create of the VFS, then xfs_rename's project boundary.
+            RefuseIfLocked(fromDir, "removing a name");
+            RefuseIfLocked(src, "renaming it");
+            RefuseIfLocked(toDir, "a new name", appendAllowed: dst is null);
+            if (dst is not null) RefuseIfLocked(dst, "replacing it");
+            RefuseOtherProject(toDir, src);
             if (src.IsDirectory && parent != newParent && IsAncestor(source, newParent))
                 throw new XfsException(XfsError.WouldLoop, "a directory cannot be moved under itself");
+            if (whiteout)
+            {
+                // xfs_rename_alloc_whiteout: the whiteout's dquots are reserved a new inode first.
+                const ushort ProjInherit = 0x200;
+                w.Quota?.Reserve(0, (toDir.Mode & ModeSetgid) != 0 ? toDir.Attributes.Gid : 0,
+                    (toDir.Attributes.Flags & ProjInherit) != 0 ? toDir.Attributes.ProjectId : 0, w.Reservations.InodeAllocSpaceBlocks, 1);
+            }
             if (exchange && dst!.IsDirectory && parent != newParent && IsAncestor(target, parent))
                 throw new XfsException(XfsError.WouldLoop, "a directory cannot be moved under itself");
             if (!exchange && dst is not null)
@@ -645,16 +682,48 @@ public sealed partial class XfsVolume
         if (data.IsEmpty) return 0;
         if (offset + (long)data.Length > MaxFileSize) throw new XfsException(XfsError.FileTooLarge, $"a write past {MaxFileSize} bytes");
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
             if (current.IsDirectory) throw new XfsException(XfsError.IsADirectory, "a directory cannot be written as a file");
             if (!current.IsRegular) throw new XfsException(XfsError.InvalidArgument, "only regular files hold data");
+            // An append-only file takes writes at its end only (the VFS refuses opening it for writing without O_APPEND).
+            RefuseIfLocked(current, "writing inside it", appendAllowed: offset >= current.Size);
             var sb = _mount.Superblock;
             int blockSize = (int)sb.BlockSize;
             ulong first = (ulong)offset >> sb.BlockLog;
             ulong last = (ulong)(offset + data.Length - 1) >> sb.BlockLog;
-            if ((current.Attributes.Flags2 & DinodeView.Flag2Reflink) != 0)
+            bool reflinked = (current.Attributes.Flags2 & DinodeView.Flag2Reflink) != 0;
+            // The owner's dquots are reserved the blocks the write maps (holes, and copies of shared blocks), as the
+            // kernel's delayed allocation reserves them: the data blocks only (mapping btree blocks are charged as
+            // they are allocated, never refused). As the kernel's iomap walk, each hole is reserved in turn and a
+            // refusal after some bytes ends the write short there (a reflinked file's write is reserved whole).
+            if (w.Quota is { Enforced: not 0 } && (reflinked || !IsWrittenInFork(current, first, last)))
+            {
+                long reserved = 0;
+                foreach (var (start, count) in HoleRuns(current, first, last + 1))
+                {
+                    try
+                    {
+                        ReserveQuota(w, current, reserved + (long)count);
+                        reserved += (long)count;
+                    }
+                    catch (XfsException e) when (!reflinked && e.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
+                    {
+                        long keep = (long)(start << sb.BlockLog) - offset;
+                        if (keep <= 0) throw;
+                        data = data[..(int)keep];
+                        last = (ulong)(offset + data.Length - 1) >> sb.BlockLog;
+                        break;
+                    }
+                }
+                if (reflinked)
+                {
+                    foreach (var run in SharedRuns(w, current, first, last + 1)) reserved += run.BlockCount;
+                    ReserveQuota(w, current, reserved);
+                }
+            }
+            if (reflinked)
             {
                 // Shared blocks are copied on write first (new blocks holding the old bytes with these over them);
                 // the write below then goes to blocks this file alone uses.
@@ -734,6 +803,58 @@ public sealed partial class XfsVolume
         return true;
     }
 
+    /// <summary>
+    /// xfs_trans_reserve_quota_nblks for a change of <paramref name="owner"/>'s blocks: its dquots must take
+    /// <paramref name="blocks"/> more (after <paramref name="freedBlocks"/> the change frees first), or the change is
+    /// refused before it starts (<see cref="XfsError.QuotaExceeded"/>, <see cref="XfsError.NoSpace"/> for a project).
+    /// </summary>
+    private static void ReserveQuota(VolumeWriteState w, Inode owner, long blocks, long freedBlocks = 0) =>
+        w.Quota?.Reserve(owner.Attributes.Uid, owner.Attributes.Gid, owner.Attributes.ProjectId, blocks, 0, freedBlocks);
+
+    /// <summary>The data fork blocks of [<paramref name="first"/>, <paramref name="end"/>) mapped (written ones only, or unwritten too).</summary>
+    private ulong MappedBlocks(Inode inode, ulong first, ulong end, bool writtenOnly)
+    {
+        if (inode.DataFormat is not (ForkFormat.Extents or ForkFormat.Btree) || end <= first) return 0;
+        var map = _maps.Get(inode, ForkKind.Data);
+        ulong mapped = 0;
+        for (ulong fb = first; fb < end;)
+        {
+            if (!map.TryFind(fb, out var e, out ulong next))
+            {
+                fb = next == ulong.MaxValue || next <= fb ? end : next;
+                continue;
+            }
+            ulong stop = Math.Min(end, e.FileEnd);
+            if (!writtenOnly || !e.Unwritten) mapped += stop - fb;
+            fb = stop;
+        }
+        return mapped;
+    }
+
+    /// <summary>The unmapped runs of data fork blocks [<paramref name="first"/>, <paramref name="end"/>), in order.</summary>
+    private List<(ulong Start, ulong Count)> HoleRuns(Inode inode, ulong first, ulong end)
+    {
+        var holes = new List<(ulong, ulong)>();
+        if (inode.DataFormat is not (ForkFormat.Extents or ForkFormat.Btree))
+        {
+            if (end > first) holes.Add((first, end - first));
+            return holes;
+        }
+        var map = _maps.Get(inode, ForkKind.Data);
+        for (ulong fb = first; fb < end;)
+        {
+            if (map.TryFind(fb, out var e, out ulong next))
+            {
+                fb = Math.Min(end, e.FileEnd);
+                continue;
+            }
+            ulong stop = next == ulong.MaxValue || next <= fb ? end : Math.Min(end, next);
+            holes.Add((fb, stop - fb));
+            fb = stop;
+        }
+        return holes;
+    }
+
     /// <summary>The extent of an extent-list data fork that maps <paramref name="fileBlock"/> (a binary search of the sorted records).</summary>
     private static bool TryFindInFork(Inode inode, ulong fileBlock, out BmbtRecord extent)
     {
@@ -763,19 +884,23 @@ public sealed partial class XfsVolume
     {
         if (offset < 0 || length <= 0) throw new XfsException(XfsError.InvalidArgument, "fallocate needs a non-negative offset and a positive length");
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
             if (!current.IsRegular) throw new XfsException(current.IsDirectory ? XfsError.IsADirectory : XfsError.InvalidArgument, "only regular files can be preallocated");
+            // vfs_fallocate: append-only files may only have space added.
+            RefuseIfLocked(current, "fallocate", appendAllowed: mode is FallocateMode.Allocate or FallocateMode.KeepSize);
             var sb = _mount.Superblock;
             switch (mode)
             {
                 case FallocateMode.Allocate or FallocateMode.KeepSize:
                 {
+                    ulong first = (ulong)offset >> sb.BlockLog, last = (ulong)(offset + length - 1) >> sb.BlockLog;
+                    // xfs_alloc_file_space: the whole range and a mapping split are reserved, mapped or not.
+                    ReserveQuota(w, current, (long)(last - first + 1) + w.Reservations.ExtentAddSpaceBlocks);
                     using var tx = Begin(w, TransactionKind.Write);
                     var update = new InodeUpdate(current, sb);
                     var editor = new ExtentMapEditor(tx, update, w.FileSpace);
-                    ulong first = (ulong)offset >> sb.BlockLog, last = (ulong)(offset + length - 1) >> sb.BlockLog;
                     editor.AllocateHoles(first, last - first + 1, unwritten: true);
                     editor.Save();
                     if (mode == FallocateMode.Allocate && offset + length > (long)update.Size) update.Size = (ulong)(offset + length);
@@ -803,6 +928,16 @@ public sealed partial class XfsVolume
                     // block-rounded range is preallocated (unwritten, reading as zeros); the size grows to cover it.
                     long end = offset + length;
                     long inside = Math.Min(end, (long)current.Size);
+                    // xfs_zero_file_space frees the whole blocks inside EOF, then reserves as fallocate does: the
+                    // reservation is checked first here, with what the punch frees taken off the count.
+                    if (w.Quota is { Enforced: not 0 })
+                    {
+                        ulong from = (ulong)((offset + sb.BlockSize - 1) >> sb.BlockLog), to = (ulong)(inside >> sb.BlockLog);
+                        if (inside == (long)current.Size) to = (ulong)((inside + sb.BlockSize - 1) >> sb.BlockLog);
+                        long freed = inside > offset && to > from ? (long)MappedBlocks(current, from, to, writtenOnly: false) : 0;
+                        ulong f = (ulong)offset >> sb.BlockLog, l = (ulong)(end - 1) >> sb.BlockLog;
+                        ReserveQuota(w, current, (long)(l - f + 1) + w.Reservations.ExtentAddSpaceBlocks, freed);
+                    }
                     if (inside > offset)
                     {
                         ZeroPartialBlocks(w, current, offset, inside);
@@ -926,10 +1061,18 @@ public sealed partial class XfsVolume
         if (value.Length > AttributeReader.XattrMaxValueLength)
             throw new XfsException(XfsError.InvalidArgument, $"an extended attribute value has at most {AttributeReader.XattrMaxValueLength} bytes, not {value.Length}");
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
             if (current.Attributes.LinkCount == 0 && !IsHeld(inode)) throw new XfsException(XfsError.NotFound, $"inode {inode} has been removed");
+            RefuseIfLocked(current, "setting an extended attribute");
+            // xfs_attr_set: the owner's dquots are reserved an attribute fork (if the inode has none) and what the
+            // set may allocate; trusted attributes (XFS_ATTR_ROOT, POSIX ACLs among them) are reserved with force.
+            if (ns != XattrNamespace.Trusted)
+            {
+                if (!current.HasAttrFork) ReserveQuota(w, current, w.Reservations.AddAttrForkSpaceBlocks);
+                ReserveQuota(w, current, w.Reservations.AttrSetSpaceBlocks(name.Length, value.Length));
+            }
             using var tx = Begin(w, TransactionKind.AttrSetM, AttrReservation(w, current, value.Length));
             var update = new InodeUpdate(current, _mount.Superblock);
             var editor = new AttributeEditor(tx, update, w.FileSpace, inode => MoveLocalData(tx, w, inode));
@@ -949,9 +1092,11 @@ public sealed partial class XfsVolume
     {
         ValidateXattr(ns, name);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
+            RefuseIfLocked(current, "removing an extended attribute");
+            if (ns != XattrNamespace.Trusted) ReserveQuota(w, current, w.Reservations.AttrRemoveSpaceBlocks);
             using var tx = Begin(w, TransactionKind.AttrRm, AttrReservation(w, current, 0));
             var update = new InodeUpdate(current, _mount.Superblock);
             var editor = new AttributeEditor(tx, update, w.FileSpace, inode => MoveLocalData(tx, w, inode));
@@ -1047,7 +1192,7 @@ public sealed partial class XfsVolume
             w.Holds.Remove(inode);
         }
         if (w.Unmounted || !_mount.Health.IsHealthy) return;
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             if (!w.Orphans.Remove(inode)) return;
             FreeOrphan(w, inode);

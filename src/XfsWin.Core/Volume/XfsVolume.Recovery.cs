@@ -20,7 +20,7 @@ public sealed partial class XfsVolume
     /// Opens a writable volume on a device whose log replay <see cref="InPlaceRecovery"/> has just written in place
     /// (the log still dirty, holding <paramref name="intents"/> without done items from <paramref name="position"/> on),
     /// for the work after the replay. The access's write gate admitted log recovery: features the write path does not
-    /// maintain in files (enforced quota limits) do not stop it; what recovery cannot do there it refused
+    /// maintain in files (quota files in the metadata directory) do not stop it; what recovery cannot do there it refused
     /// beforehand. Quota accounting is kept by the engine here as on every write open (<see cref="VolumeQuota"/>).
     /// </summary>
     internal static XfsVolume OpenForRecovery(WriteAccess access, LogPosition position, IReadOnlyList<RecoveredIntent> intents)
@@ -49,7 +49,7 @@ public sealed partial class XfsVolume
     internal void FinishRecovery(IReadOnlyList<RecoveredIntent> intents, IReadOnlyList<uint> cowAgs, LogRecoveryResult result, IProgress<double>? progress)
     {
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var allocator = w.FileSpace.Allocator;
             var bmaps = new BmapUpdateWork(_inodes, w.FileSpace) { KeepEditors = true };

@@ -34,7 +34,7 @@ public sealed partial class XfsVolume
         var w = Writer();
         var sb = _mount.Superblock;
         if (!sb.HasReflink) throw new XfsException(XfsError.Unsupported, "the volume was made without reflink (mkfs.xfs -m reflink=1)");
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var src = _inodes.Get(source);
             var dst = _inodes.Get(destination);
@@ -74,6 +74,15 @@ public sealed partial class XfsVolume
             if (blockLength != length && destinationOffset + length < dst.Size)
                 throw new XfsException(XfsError.InvalidArgument, "a partial last block of the source cannot be cloned to before the destination's EOF");
 
+            // xfs_reflink_remap_extent: the destination's dquots are reserved a mapping split and the written blocks it
+            // gains over those it loses (for the whole range here, before anything changes).
+            if (w.Quota is { Enforced: not 0 })
+            {
+                ulong srcFirst = (ulong)(sourceOffset >> sb.BlockLog), dstFirst = (ulong)(destinationOffset >> sb.BlockLog);
+                ulong count = (ulong)(blockLength >> sb.BlockLog);
+                long gained = (long)MappedBlocks(src, srcFirst, srcFirst + count, writtenOnly: true) - (long)MappedBlocks(dst, dstFirst, dstFirst + count, writtenOnly: false);
+                ReserveQuota(w, dst, w.Reservations.ExtentAddSpaceBlocks + Math.Max(0, gained));
+            }
             // xfs_reflink_remap_prep: both files carry the reflink flag before any block is shared.
             SetReflinkFlags(w, source, destination);
             // Past the destination's EOF, what its old last block holds beyond EOF must read as zeros.
@@ -256,10 +265,15 @@ public sealed partial class XfsVolume
     /// </summary>
     private void Unshare(VolumeWriteState w, ulong ino, ulong first, ulong end, long overlayOffset, ReadOnlySpan<byte> overlay)
     {
-        var current = _inodes.Get(ino);
-        if ((current.Attributes.Flags2 & DinodeView.Flag2Reflink) == 0 || current.DataFormat is not (ForkFormat.Extents or ForkFormat.Btree)) return;
-        var allocator = w.FileSpace.Allocator;
+        foreach (var run in SharedRuns(w, _inodes.Get(ino), first, end)) CopyOnWrite(w, ino, run, overlayOffset, overlay);
+    }
+
+    /// <summary>The written blocks of file blocks [<paramref name="first"/>, <paramref name="end"/>) of a reflinked file that other files share (file offset, disk block, length).</summary>
+    private List<BmbtRecord> SharedRuns(VolumeWriteState w, Inode current, ulong first, ulong end)
+    {
         var shared = new List<BmbtRecord>();
+        if ((current.Attributes.Flags2 & DinodeView.Flag2Reflink) == 0 || current.DataFormat is not (ForkFormat.Extents or ForkFormat.Btree)) return shared;
+        var allocator = w.FileSpace.Allocator;
         var map = _maps.Get(current, ForkKind.Data);
         for (ulong fb = first; fb < end;)
         {
@@ -279,7 +293,7 @@ public sealed partial class XfsVolume
             }
             fb = stop;
         }
-        foreach (var run in shared) CopyOnWrite(w, ino, run, overlayOffset, overlay);
+        return shared;
     }
 
     private void CopyOnWrite(VolumeWriteState w, ulong ino, BmbtRecord run, long overlayOffset, ReadOnlySpan<byte> overlay)

@@ -18,6 +18,12 @@ public sealed record AttributeChanges
     public XfsTimestamp? ModifyTime { get; init; }
     /// <summary>A new size (truncate). Growing only moves EOF: the new range reads as zeros.</summary>
     public long? Size { get; init; }
+    /// <summary>
+    /// The caller lacks CAP_FOWNER (hosts set it for callers other than root): a new owner's or group's dquots must
+    /// have room for the file's blocks and inode under enforced limits (xfs_trans_alloc_ichange without force).
+    /// Unset, a chown or chgrp is charged without that check, as the kernel does for a privileged caller.
+    /// </summary>
+    public bool CheckQuota { get; init; }
 }
 
 /// <summary>
@@ -25,7 +31,7 @@ public sealed record AttributeChanges
 /// changes, and the in-core superblock counters (the kernel's lazy counters, written to the primary superblock at
 /// a clean unmount).
 /// <para>
-/// Lock order: <see cref="Lock"/> (one change to the namespace or an inode at a time), then buffer locks as
+/// Lock order: <see cref="Changes"/> (one change to the namespace or an inode at a time, reads shared), then buffer locks as
 /// <see cref="Transaction"/> documents (AG headers ascending, AGI before AGF, then other buffers), then the log's
 /// own lock inside commit.
 /// </para>
@@ -42,24 +48,26 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public required UnlinkedList Unlinked { get; init; }
     /// <summary>File data held until the checkpoint that maps it (see <see cref="FileDataCache"/>).</summary>
     public required FileDataCache Data { get; init; }
-    /// <summary>One block's bytes for a write's partial blocks (under <see cref="Lock"/>; the data cache copies what it keeps).</summary>
+    /// <summary>One block's bytes for a write's partial blocks (under <see cref="Changes"/>; the data cache copies what it keeps).</summary>
     public byte[]? BlockScratch;
     /// <summary>Mapping updates as deferred work (BUI/BUD): the remaps of reflink and copy-on-write.</summary>
     public required Extents.BmapUpdateWork Bmaps { get; init; }
-    public readonly object Lock = new();
+    /// <summary>Changes hold it exclusively, reads shared (see <see cref="VolumeChangeLock"/>).</summary>
+    public readonly VolumeChangeLock Changes = new();
     /// <summary>
     /// Transaction objects reused from one change to the next. Every transaction of the volume's operations is begun,
-    /// used and disposed under <see cref="Lock"/>, which is what makes one unsynchronised pool per volume safe.
+    /// used and disposed by a change holding <see cref="Changes"/> exclusively, which is what makes one unsynchronised
+    /// pool per volume safe.
     /// </summary>
     public required TransactionPool Transactions { get; init; }
     /// <summary>
-    /// The working copy of the inode a write changes, reused by every <see cref="XfsVolume.Write"/> (under
-    /// <see cref="Lock"/>; a write uses it only until its transaction commits or is cancelled).
+    /// The working copy of the inode a write changes, reused by every <see cref="XfsVolume.Write"/> (holding
+    /// <see cref="Changes"/> exclusively; a write uses it only until its transaction commits or is cancelled).
     /// </summary>
     public InodeUpdate? WriteInode;
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
-    /// <summary>Inodes with no name left that are kept while held; freed at their last release (under <see cref="Lock"/>).</summary>
+    /// <summary>Inodes with no name left that are kept while held; freed at their last release (under <see cref="Changes"/>).</summary>
     public readonly HashSet<ulong> Orphans = new();
 
     public Directories.IDirectorySpace DirectorySpace(Transaction tx, InodeUpdate directory) => FileSpace.ForDirectory(tx, directory);
@@ -74,7 +82,7 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     /// <summary>
     /// The most inodes the volume may have (the kernel's m_maxicount): sb_imax_pct percent of the data blocks, in whole
     /// inode chunks; no limit when imax_pct is 0. A new chunk past it is ENOSPC, as on Linux. An online grow, shrink
-    /// or imaxpct change sets it again (under <see cref="Lock"/>), as the kernel's growfs does: then without the
+    /// or imaxpct change sets it again (under <see cref="Changes"/>), as the kernel's growfs does: then without the
     /// rounding to whole chunks its mount applies.
     /// </summary>
     public long MaxInodes = MaxInodesOf(access.Superblock, wholeChunks: true);
@@ -285,9 +293,11 @@ public sealed partial class XfsVolume
     {
         ArgumentNullException.ThrowIfNull(changes);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
+            // notify_change: an immutable or append-only inode keeps its attributes.
+            RefuseIfLocked(current, "changing its attributes");
             if (changes.Size is long size)
             {
                 if (size < 0) throw new XfsException(XfsError.InvalidArgument, "a size cannot be negative");
@@ -297,6 +307,17 @@ public sealed partial class XfsVolume
             // A new owner's dquots exist before the change charges them (xfs_qm_vop_dqalloc).
             if (changes.Uid is not null || changes.Gid is not null)
                 PrepareDquots(w, changes.Uid ?? current.Attributes.Uid, changes.Gid ?? current.Attributes.Gid, current.Attributes.ProjectId);
+            // xfs_trans_alloc_ichange: the dquots the file moves to are reserved its blocks and its inode, unforced only
+            // for an unprivileged caller.
+            if (changes.CheckQuota && w.Quota is { Enforced: not 0 } quota)
+            {
+                byte types = 0;
+                if (changes.Uid is uint u && u != current.Attributes.Uid) types |= DquotView.TypeUser;
+                if (changes.Gid is uint g && g != current.Attributes.Gid) types |= DquotView.TypeGroup;
+                if (types != 0)
+                    quota.Reserve(changes.Uid ?? current.Attributes.Uid, changes.Gid ?? current.Attributes.Gid, current.Attributes.ProjectId,
+                        current.Attributes.AllocatedBytes >> _mount.Superblock.BlockLog, 1, types: types);
+            }
             if (changes.Size is long newSize && newSize < current.Size) return Truncate(w, current, newSize, changes);
             // EOF moving up zeroes the old last block's tail, copying it first when it is shared (reflink).
             if (changes.Size is long grownSize) current = ZeroTailOfShared(w, current, grownSize);
@@ -360,7 +381,7 @@ public sealed partial class XfsVolume
     {
         var w = _write;
         if (w is null || w.Unmounted) return;
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             w.Unmounted = true;
             try
@@ -489,7 +510,7 @@ public sealed partial class XfsVolume
 {
     /// <summary>
     /// Runs an online change of the data section (xfs_growfs on a mounted volume: a grow, a shrink of the last AG's
-    /// free tail, a new imaxpct): under the write lock, the in-core counters go to the primary superblock and
+    /// free tail, a new imaxpct): holding the change lock exclusively, the in-core counters go to the primary superblock and
     /// everything committed is written in place; then <paramref name="change"/> writes any new AG headers and commits
     /// its transaction through this volume's log; that is written in place too, the cached metadata it may have made
     /// stale is dropped, and the in-core geometry follows: the allocator's per-AG state (the longer or shorter last
@@ -501,7 +522,7 @@ public sealed partial class XfsVolume
     {
         ArgumentNullException.ThrowIfNull(change);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             if (w.Unmounted) throw new ObjectDisposedException(nameof(XfsVolume));
             var sb = _mount.Superblock;
@@ -524,7 +545,7 @@ public sealed partial class XfsVolume
 
     /// <summary>
     /// Runs <paramref name="action"/> on the volume as its device holds it, with every other request to the volume
-    /// held off meanwhile (under the write lock, which reads on a read-write open take too): the in-core counters are
+    /// held off meanwhile (holding the change lock exclusively, which reads on a read-write open share): the in-core counters are
     /// logged into the primary superblock, everything committed is written in place and made durable, and cached
     /// metadata is dropped first, so the device holds exactly the volume's current, consistent metadata. The log has
     /// no unmount record (the volume stays mounted); everything in it is also in place. <paramref name="action"/> must
@@ -534,7 +555,7 @@ public sealed partial class XfsVolume
     {
         ArgumentNullException.ThrowIfNull(action);
         var w = Writer();
-        lock (w.Lock)
+        using (w.Changes.Change())
         {
             if (w.Unmounted) throw new ObjectDisposedException(nameof(XfsVolume));
             Quiesce(w, logCounters: true);
@@ -554,7 +575,7 @@ public sealed partial class XfsVolume
 
     /// <summary>
     /// Every committed change written in place and made durable, the log's tail at its head, and every cached buffer
-    /// that can be dropped dropped (so later reads see what a change made on the device). Under <see cref="VolumeWriteState.Lock"/>.
+    /// that can be dropped dropped (so later reads see what a change made on the device). Under <see cref="VolumeWriteState.Changes"/>.
     /// </summary>
     private void Quiesce(VolumeWriteState w, bool logCounters)
     {

@@ -265,7 +265,7 @@ public sealed partial class XfsVolume : IDisposable
     /// </summary>
     private void StartChildrenReadAhead(Inode dir)
     {
-        // Read-ahead plans from mappings read without the write lock: on a read-write open a change could free what it
+        // Read-ahead plans from mappings read without the change lock: on a read-write open a change could free what it
         // reads, so it runs on read-only opens only.
         if (!dir.IsDirectory || Volatile.Read(ref _disposed) != 0 || _write is not null) return;
         Interlocked.Increment(ref _readAheadTasks);
@@ -435,7 +435,7 @@ public sealed partial class XfsVolume : IDisposable
     public async ValueTask<int> ReadAsync(ulong inode, long offset, Memory<byte> destination, CancellationToken cancellationToken = default)
     {
         ThrowIfDisposed();
-        // A read-write open reads under the write lock (see ReadScope): synchronously, as a lock is not held across an await.
+        // A read-write open reads holding the change lock shared (see ReadScope): synchronously, as a lock is not held across an await.
         if (_write is not null) return Read(inode, offset, destination.Span);
         try
         {
@@ -609,24 +609,20 @@ public sealed partial class XfsVolume : IDisposable
             or ArgumentException and not ArgumentNullException;
 
     /// <summary>
-    /// On a read-write open, reads take the volume's write lock for their duration: a reader that follows a mapping
-    /// (extent list, directory block, inode cluster) while a change frees or rewrites it would read a freed or
-    /// half-made block (the kernel's readers hold the inode lock for the same reason). Read-only opens take nothing.
+    /// On a read-write open, reads hold the volume's change lock shared for their duration (see
+    /// <see cref="VolumeChangeLock"/>): side by side with other reads, never inside a change. Read-only opens take nothing.
     /// </summary>
     private readonly ref struct ReadScope
     {
-        private readonly object? _lock;
+        private readonly VolumeChangeLock? _lock;
 
         public ReadScope(XfsVolume volume)
         {
-            _lock = volume._write?.Lock;
-            if (_lock is not null) Monitor.Enter(_lock);
+            _lock = volume._write?.Changes;
+            _lock?.EnterRead();
         }
 
-        public void Dispose()
-        {
-            if (_lock is not null) Monitor.Exit(_lock);
-        }
+        public void Dispose() => _lock?.ExitRead();
     }
 
     private void ThrowIfDisposed() => ObjectDisposedException.ThrowIf(Volatile.Read(ref _disposed) != 0, this);

@@ -106,6 +106,9 @@ internal static unsafe partial class FuseNative
     [LibraryImport(LibFuse)]
     public static partial int fuse_reply_lseek(nint req, long offset);
 
+    [LibraryImport(LibFuse)]
+    public static partial int fuse_reply_ioctl(nint req, int result, void* buf, nuint size);
+
     /// <summary>Packs a plain directory entry (libfuse reads st_ino and st_mode of the architecture's struct stat). The host packs its own; tests measure with this.</summary>
     [LibraryImport(LibFuse)]
     public static partial nuint fuse_add_direntry(nint req, byte* buf, nuint bufSize, byte* name, void* stat, long nextOffset);
@@ -139,6 +142,13 @@ internal static unsafe partial class FuseNative
 
     [LibraryImport(LibC, SetLastError = true)]
     public static partial int ioctl(int fd, nuint request, void* argument);
+
+    /// <summary>statx(2) into a 256-byte struct statx (stx_ino at 32, stx_dev_major and _minor at 136 and 140).</summary>
+    [LibraryImport(LibC, SetLastError = true)]
+    public static partial int statx(int dirfd, byte* path, int flags, uint mask, byte* buffer);
+
+    public const int AT_FDCWD = -100, AT_STATX_DONT_SYNC = 0x4000;
+    public const uint STATX_INO = 0x100;
 
     public const int O_RDWR = 2, O_CLOEXEC = 0x80000;
     public const int R_OK = 4;

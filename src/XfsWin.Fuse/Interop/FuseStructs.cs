@@ -283,6 +283,7 @@ internal static class FuseConstants
     public const uint FUSE_CAP_EXPORT_SUPPORT = 1u << 4;
     public const uint FUSE_CAP_SPLICE_WRITE = 1u << 7;
     public const uint FUSE_CAP_SPLICE_MOVE = 1u << 8;
+    public const uint FUSE_CAP_IOCTL_DIR = 1u << 11;
     public const uint FUSE_CAP_AUTO_INVAL_DATA = 1u << 12;
     public const uint FUSE_CAP_READDIRPLUS = 1u << 13;
     public const uint FUSE_CAP_READDIRPLUS_AUTO = 1u << 14;

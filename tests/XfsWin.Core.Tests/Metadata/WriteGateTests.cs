@@ -161,16 +161,23 @@ public sealed class WriteGateTests : IDisposable
     public void A_read_write_open_names_the_features_writes_cannot_maintain()
     {
         string img = MakeVolume("plain");
-        // Quota accounting alone (accounting and checked bits of all three types) is maintained: the gate lets it through.
+        // Quota accounting (accounting and checked bits of all three types) is maintained: the gate lets it through.
         XfsDb.Write(img, "6.1", "sb 0", "write -d qflags 0x54d");
         using (WriteGate.Open(img, null, null, WritePurpose.Modify)) { }
-        // Enforced limits (user quota accounting and enforcement bits in sb_qflags): known, not maintained (no EDQUOT).
+        // Enforced limits (user quota accounting and enforcement bits) are maintained too (EDQUOT).
         XfsDb.Write(img, "6.1", "sb 0", "write -d qflags 3");
-        using var volume = XfsVolume.Open(img, new VolumeOpenOptions { Writable = true });
+        using (WriteGate.Open(img, null, null, WritePurpose.Modify)) { }
+        using (var writable = XfsVolume.Open(img, new VolumeOpenOptions { Writable = true }))
+            Assert.False(writable.IsReadOnly, string.Join("; ", writable.Info.ReadOnlyReasons));
+        // Quota files in the metadata directory (mkfs 6.13 -m metadir=1,uquota) are not: read-only, named.
+        string metadir = Path.Combine(_tmp, "metadir-quota.img");
+        Shell.RunChecked("truncate", "-s", "300M", metadir);
+        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-q", "-f", "-m", "metadir=1,uquota", metadir);
+        using var volume = XfsVolume.Open(metadir, new VolumeOpenOptions { Writable = true });
         Assert.True(volume.IsReadOnly);
-        Assert.Contains(volume.Info.ReadOnlyReasons, r => r.Contains("quota enforcement", StringComparison.Ordinal));
-        var refusal = Assert.ThrowsAny<XfsException>(() => WriteGate.Open(img, null, null, WritePurpose.Modify).Dispose());
-        Assert.Contains("quota enforcement", refusal.Message, StringComparison.Ordinal);
-        using (WriteGate.Open(img, null, null, WritePurpose.LogRecovery)) { }
+        Assert.Contains(volume.Info.ReadOnlyReasons, r => r.Contains("quota files in the metadata directory", StringComparison.Ordinal));
+        var refusal = Assert.ThrowsAny<XfsException>(() => WriteGate.Open(metadir, null, null, WritePurpose.Modify).Dispose());
+        Assert.Contains("quota files in the metadata directory", refusal.Message, StringComparison.Ordinal);
+        using (WriteGate.Open(metadir, null, null, WritePurpose.LogRecovery)) { }
     }
 }

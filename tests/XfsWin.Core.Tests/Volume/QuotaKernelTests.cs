@@ -15,10 +15,10 @@ namespace XfsWin.Tests.Volume;
 /// and given limits by a kernel with XFS quota (user-mode Linux, ../Journal/uml.sh: the machine's kernel has none)
 /// mounted with uqnoenforce,gqnoenforce,pqnoenforce, are changed by the engine (creates by new and known owners,
 /// writes, a truncate, chowns, an unlink, a directory, a remote symlink, an xattr block, a file in a project
-/// directory); then the kernel mounts the result with the same options. It must trust our counts (no quotacheck at
-/// that mount), and what xfs_quota reports must be what the kernel's own quotacheck counts on a copy whose quota
-/// checked flags were cleared. xfs_repair -n (which checks the counts with quotacheck's rules) and xfswin check
-/// find nothing, before and after.
+/// directory, project ids changed through FS_IOC_FSSETXATTR); then the kernel mounts the result with the same
+/// options. It must trust our counts (no quotacheck at that mount), and what xfs_quota reports must be what the
+/// kernel's own quotacheck counts on a copy whose quota checked flags were cleared. xfs_repair -n (which checks the
+/// counts with quotacheck's rules) and xfswin check find nothing, before and after.
 /// </summary>
 public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDisposable
 {
@@ -29,7 +29,7 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
 
     private static string GuestScript => Path.Combine(OracleImages.RepoRoot, "tests", "XfsWin.Core.Tests", "Volume", "quota-guest.sh");
 
-    private static void Guest(string image, params string[] args)
+    internal static void Guest(string image, params string[] args)
     {
         var r = Shell.Run("bash", [DirtyLogScenarios.UmlScript, "run", image, "--", GuestScript, .. args], TimeSpan.FromMinutes(10),
             new Dictionary<string, string> { ["XFSWIN_CACHE"] = OracleImages.CacheRoot });
@@ -81,6 +81,9 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
             () => volume.Unlink(p, "made"u8),
             // A rename leaving a whiteout (a new inode of root's, in the project directory).
             () => volume.Rename(p, "inproj"u8, p, "moved"u8, RenameFlags.Whiteout),
+            // FS_IOC_FSSETXATTR: a file with blocks into a new project (its dquot is made first), a directory out of one.
+            () => ChangeProject(volume, volume.ResolvePath("/u1001"), 20),
+            () => ChangeProject(volume, sub, 0),
         ];
         foreach (var step in steps)
         {
@@ -88,6 +91,9 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
             between();
         }
     }
+
+    private static void ChangeProject(XfsVolume volume, ulong inode, uint project) =>
+        volume.SetFileXattr(inode, volume.GetFileXattr(inode) with { ProjectId = project }, FileAttrCaller.Root);
 
     /// <summary>xfs_quota's reports with running grace timers told apart from stopped ones only (their days depend on the hour).</summary>
     private static string Normalise(string report) => GraceRegex().Replace(report.Trim(), m => m.Value == "[--------]" ? m.Value : "[running]");
@@ -251,26 +257,19 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
     }
 
     [Fact]
-    public void A_volume_with_enforced_limits_opens_read_only_naming_quota_enforcement_until_mounted_without()
+    public void A_volume_with_enforced_limits_is_written_with_its_counts_kept()
     {
+        // Last mounted with enforcement (the superblock's enforcement bits set): read-write; the changes stay within
+        // the limits the fill set (a soft limit passed starts a timer, no hard limit is reached), so all succeed.
         string image = Path.Combine(_tmp, "enforced.img");
         Shell.RunChecked("truncate", "-s", "300M", image);
         Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-f", "-q", image);
         Guest(image, "fill", "uquota,gquota,pquota");
-        byte[] before = File.ReadAllBytes(image);
-        using (var volume = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
-        {
-            Assert.True(volume.IsReadOnly);
-            Assert.Contains(volume.Info.ReadOnlyReasons, r => r.Contains("quota enforcement", StringComparison.Ordinal));
-            var e = Assert.Throws<XfsException>(() => volume.SetAttributes(volume.RootInode, new AttributeChanges { Mode = 0x1FF }));
-            Assert.Equal(XfsError.ReadOnly, e.Error);
-        }
-        Assert.True(before.AsSpan().SequenceEqual(File.ReadAllBytes(image)), "a read-only open changed the image");
-        // Mounted once by Linux without enforcement (the superblock's enforcement bits go), it opens read-write.
-        Guest(image, "report", NoEnforce, Path.Combine(_tmp, "noenforce"));
+        Assert.Equal(0x282L, XfsDb.Number(XfsDb.Fields(XfsDb.Run(image, "6.13", "sb 0", "p qflags"))["qflags"]) & 0x282); // user, group and project enforcement
         using (var volume = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
             Change(volume);
         AssertRepairClean(image, "6.13");
+        Assert.NotEqual("0", XfsDb.Fields(XfsDb.Run(image, "6.13", "dquot -u 1001", "p"))["diskdq.btimer"]);
         AssertKernelCountsAgree(image);
     }
 }

@@ -118,18 +118,18 @@ public sealed class WritableVolumeKernelTests(ITestOutputHelper output) : IDispo
     [Fact]
     public void A_read_write_open_of_an_unmaintained_feature_is_read_only_and_names_it()
     {
-        // Enforced quota limits (mkfs 6.13 -m uquota: accounting and enforcement) are a feature the write path does not maintain.
+        // Quota files in the metadata directory (mkfs 6.13 -m metadir=1,uquota) are a feature the write path does not maintain.
         string image = Path.Combine(_tmp, "quota.img");
         Shell.RunChecked("truncate", "-s", "300M", image);
-        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-f", "-q", "-m", "uquota", image);
+        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-f", "-q", "-m", "metadir=1,uquota", image);
         byte[] before = File.ReadAllBytes(image);
         using (var volume = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
         {
             Assert.True(volume.IsReadOnly);
-            Assert.Contains(volume.Info.ReadOnlyReasons, r => r.Contains("quota enforcement", StringComparison.Ordinal));
+            Assert.Contains(volume.Info.ReadOnlyReasons, r => r.Contains("quota files in the metadata directory", StringComparison.Ordinal));
             var e = Assert.Throws<XfsException>(() => volume.SetAttributes(volume.RootInode, new AttributeChanges { Mode = 0x1FF }));
             Assert.Equal(XfsError.ReadOnly, e.Error);
-            Assert.Contains("quota enforcement", e.Message, StringComparison.Ordinal);
+            Assert.Contains("quota files in the metadata directory", e.Message, StringComparison.Ordinal);
         }
         Assert.True(before.AsSpan().SequenceEqual(File.ReadAllBytes(image)), "a read-only open changed the image");
     }

@@ -5,6 +5,12 @@
 # usage: quota-guest.sh fill OPTIONS               mount with OPTIONS, make the starting content (owners, a project,
 #                                                  limits), unmount
 #        quota-guest.sh crash-unlinked OPTIONS     mount, unlink two open files, shut down after a log flush
+#        quota-guest.sh limits OPTIONS             mount with OPTIONS, make the starting content of the enforcement
+#                                                  scenario (../../XfsWin.Fuse.Tests/quota-edquot.py) and its limits
+#        quota-guest.sh defaults OPTIONS           mount with OPTIONS (a quotacheck when quota was off), set default
+#                                                  limits no ordinary use of a 300 MiB volume reaches, unmount
+#        quota-guest.sh scenario OPTIONS SCRIPT RESULT
+#                                                  mount with OPTIONS, run python3 SCRIPT MOUNTPOINT RESULT, unmount
 #        quota-guest.sh report OPTIONS PREFIX      mount with OPTIONS (replaying the log if dirty), write
 #                                                  PREFIX.u, PREFIX.g, PREFIX.p (xfs_quota block and inode reports
 #                                                  without headers) and PREFIX.dmesg (the kernel's messages), unmount
@@ -39,6 +45,28 @@ crash-unlinked)
     exec 3<&- 4<&-
     umount "$M"
     ;;
+limits)
+    mount -t xfs -o "$opts" /dev/ubda "$M"
+    mkdir -m 0777 "$M/w" "$M/pj"
+    chown 1000:1000 "$M/w"
+    xfs_io -c 'chproj 20' -c 'chattr +P' "$M/pj"
+    head -c 100000 /dev/zero >"$M/u1001"; chown 1001:1001 "$M/u1001"
+    # Grace periods and the group default limit are set on the id 0 dquots.
+    xfs_quota -x -c 'limit -u bsoft=256k bhard=1m isoft=5 ihard=12 1000' -c 'limit -u isoft=3 ihard=6 1002' \
+        -c 'limit -u bsoft=64k bhard=10m 1001' -c 'limit -g bhard=2m 0' -c 'limit -p ihard=3 20' \
+        -c 'timer -u -b 3d' -c 'timer -u -i 2d' "$M"
+    umount "$M"
+    ;;
+defaults)
+    mount -t xfs -o "$opts" /dev/ubda "$M"
+    xfs_quota -x -c 'limit -u bsoft=400m bhard=500m isoft=100000 ihard=200000 0' -c 'limit -g bhard=500m ihard=200000 0' "$M"
+    umount "$M"
+    ;;
+scenario)
+    mount -t xfs -o "$opts" /dev/ubda "$M"
+    python3 "$3" "$M" "$4"
+    umount "$M"
+    ;;
 report)
     prefix=$3
     dmesg -C
@@ -48,5 +76,5 @@ report)
     dmesg >"$prefix.dmesg"
     ;;
 *)
-    echo "usage: quota-guest.sh fill OPTIONS | report OPTIONS PREFIX" >&2; exit 2 ;;
+    echo "usage: quota-guest.sh fill|crash-unlinked|limits|defaults OPTIONS | scenario OPTIONS SCRIPT RESULT | report OPTIONS PREFIX" >&2; exit 2 ;;
 esac

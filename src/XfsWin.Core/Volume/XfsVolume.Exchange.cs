@@ -1,0 +1,123 @@
+using XfsWin.Format;
+using XfsWin.Inodes;
+using XfsWin.Journal;
+
+namespace XfsWin.Volume;
+
+/// <summary>The flags of XFS_IOC_EXCHANGE_RANGE (struct xfs_exchange_range, xfs_fs.h).</summary>
+[Flags]
+public enum ExchangeRangeFlags : ulong
+{
+    None = 0,
+    /// <summary>Exchange everything from the offsets to the end of both files, and the files' sizes.</summary>
+    ToEof = 1,
+    /// <summary>The exchange is durable when the call returns.</summary>
+    Dsync = 2,
+    /// <summary>Check the request only.</summary>
+    DryRun = 4,
+    /// <summary>Move only the written mappings of file 1 (holes and unwritten extents of file 1 stay as file 2 has them).</summary>
+    File1Written = 8,
+    All = ToEof | Dsync | DryRun | File1Written,
+}
+
+// XFS_IOC_EXCHANGE_RANGE (the kernel's xfs_exchrange.c): the mappings of a range of one file and the same-sized range
+// of another trade places, all or nothing, through the deferred mapping exchange (ExchangeWork: an XMI promising the
+// rest, each step's bmap intents, an XMD and a new XMI per step), so that a crash at any point leaves either file's
+// range as it was or as it became, never a mix the log cannot finish.
+//
+// No log-incompatible feature bit is set for it: mainline kernels (6.10 on) protect exchange intents with the
+// exchange-range incompat feature mkfs sets (sb_features_incompat 0x40), which such volumes carry permanently.
+public sealed partial class XfsVolume
+{
+    /// <summary>
+    /// Exchanges <paramref name="length"/> bytes of <paramref name="file1"/> at <paramref name="offset1"/> with as many of
+    /// <paramref name="file2"/> at <paramref name="offset2"/> (file 2 is the one the ioctl was called on), with the
+    /// kernel's checks: <see cref="XfsError.Unsupported"/> on a volume without the exchange-range feature,
+    /// <see cref="XfsError.IsADirectory"/> / <see cref="XfsError.InvalidArgument"/> for other than regular files,
+    /// unknown flags, ranges starting past EOF, ending past EOF (unless <see cref="ExchangeRangeFlags.ToEof"/>),
+    /// offsets not on block boundaries, lengths neither on block boundaries nor reaching an EOF, a partial last
+    /// block going into the middle of the other file, overlapping ranges of one file;
+    /// <see cref="XfsError.NotPermitted"/> for an immutable file. Both files' mtime and ctime move; an unprivileged
+    /// caller's exchange clears setuid and setgid (file_remove_privs). Returns the bytes exchanged (0 for a dry run).
+    /// </summary>
+    public long ExchangeRange(ulong file1, long offset1, ulong file2, long offset2, long length, ExchangeRangeFlags flags, bool privileged = true)
+    {
+        if ((flags & ~ExchangeRangeFlags.All) != 0) throw Invalid($"unknown exchange flags 0x{(ulong)(flags & ~ExchangeRangeFlags.All):x}");
+        if (offset1 < 0 || offset2 < 0 || length < 0) throw Invalid("exchange offsets and length cannot be negative");
+        var w = Writer();
+        var sb = _mount.Superblock;
+        if ((sb.Incompat & SuperblockFeatures.IncompatExchangeRange) == 0)
+            throw new XfsException(XfsError.Unsupported, "the volume was made without exchange-range (mkfs.xfs -i exchange=1)");
+        using (w.Changes.Change())
+        {
+            var ip1 = _inodes.Get(file1);
+            var ip2 = _inodes.Get(file2);
+            foreach (var f in new[] { ip1, ip2 })
+            {
+                if (f.IsDirectory) throw new XfsException(XfsError.IsADirectory, "a directory's contents cannot be exchanged");
+                if (!f.IsRegular) throw Invalid("only regular files' contents can be exchanged");
+                if (f.Attributes.LinkCount == 0 && !IsHeld(f.Number)) throw new XfsException(XfsError.NotFound, $"inode {f.Number} has been removed");
+            }
+            // xfs_exchange_range_checks.
+            foreach (var f in new[] { ip1, ip2 })
+                if ((f.Attributes.Flags & DiImmutable) != 0) throw new XfsException(XfsError.NotPermitted, $"inode {f.Number} is immutable");
+            long size1 = ip1.Size, size2 = ip2.Size, bs = sb.BlockSize;
+            if (offset1 > size1 || offset2 > size2) throw Invalid("an exchange range starts past its file's EOF");
+            if ((flags & ExchangeRangeFlags.ToEof) != 0) length = Math.Max(size1 - offset1, size2 - offset2);
+            if (offset1 % bs != 0 || offset2 % bs != 0) throw Invalid($"exchange offsets must be multiples of the block size ({bs})");
+            if (offset1 + length < offset1 || offset2 + length < offset2) throw Invalid("the exchange range wraps");
+            if ((flags & ExchangeRangeFlags.ToEof) == 0 && (offset1 + length > size1 || offset2 + length > size2))
+                throw Invalid("an exchange range passes its file's EOF");
+            long blen;
+            if (offset1 + length == size1) blen = (size1 + bs - 1) / bs * bs - offset1;
+            else if (offset2 + length == size2) blen = (size2 + bs - 1) / bs * bs - offset2;
+            else if (length % bs != 0) throw Invalid($"an exchange length that reaches neither EOF must be a multiple of the block size ({bs})");
+            else blen = length;
+            if (file1 == file2 && offset2 + blen > offset1 && offset1 + blen > offset2) throw Invalid("the ranges overlap in the same file");
+            if (length % bs != 0)
+            {
+                // A partial last block goes only where it stays the last block.
+                long check = length;
+                if (offset2 + check < size2) check -= check % bs;
+                if (offset1 + check < size1) check -= check % bs;
+                if (check != length) throw Invalid("a partial last block cannot go into the middle of the other file");
+            }
+            if (length == 0 || (flags & ExchangeRangeFlags.DryRun) != 0) return 0;
+
+            var state = new ExchangeState(file1, file2, ip1.Attributes.Generation, ip2.Attributes.Generation,
+                (ulong)offset1 >> sb.BlockLog, (ulong)offset2 >> sb.BlockLog, (ulong)((length + bs - 1) / bs),
+                ((flags & ExchangeRangeFlags.ToEof) != 0 ? ExchangeState.SetSizes : 0) |
+                ((flags & ExchangeRangeFlags.File1Written) != 0 ? ExchangeState.Ino1Written : 0), -1, -1);
+            var exchanges = new ExchangeWork(_inodes, w.Bmaps);
+            using (var tx = Begin(w, TransactionKind.Write))
+            {
+                var now = Now();
+                foreach (var ino in file1 == file2 ? new[] { file1 } : [file1, file2])
+                {
+                    var update = InodeUpdate.Find(tx, _inodes, ino);
+                    update.Touch(now, modified: true);
+                    // file_remove_privs: setuid always, setgid when the group may execute.
+                    if (!privileged)
+                    {
+                        if ((update.Mode & ModeSetuid) != 0) update.Mode = (ushort)(update.Mode & ~ModeSetuid);
+                        if ((update.Mode & (ModeSetgid | 0x8)) == (ModeSetgid | 0x8)) update.Mode = (ushort)(update.Mode & ~ModeSetgid);
+                    }
+                    update.Log(tx, _inodes);
+                }
+                state = exchanges.Start(tx, state);
+                tx.Defer(exchanges, state);
+                tx.Commit();
+            }
+            AfterCommit(w);
+            if ((flags & ExchangeRangeFlags.Dsync) != 0)
+            {
+                w.Data.WriteOut();
+                w.Access.Data.Flush();
+                w.Log.Force();
+            }
+            return length;
+        }
+
+        static XfsException Invalid(string why) => new(XfsError.InvalidArgument, why);
+    }
+}
