@@ -19,11 +19,15 @@ namespace XfsWin.Inodes;
 /// The caller holds the inode's lock (see the volume's lock order) from reading <see cref="Inode"/> until commit.
 /// </para>
 /// </summary>
-public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode
+public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode, ICommitCallback
 {
     private InodeCache? _cache;
 
     private readonly Superblock _sb;
+    // The image last logged: the inode cache's entry once that part commits (see ICommitCallback.Committed).
+    private byte[]? _committed;
+    // The item this working copy logged last, reused once the CIL merged it away.
+    private InodeLogItem? _item;
 
     public InodeUpdate(Inode inode, Superblock sb)
     {
@@ -32,6 +36,24 @@ public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode
         ByteOffset = inode.ByteOffset;
         Image = (byte[])inode.Raw.Clone();
         _charged = QuotaOwner;
+    }
+
+    /// <summary>
+    /// Starts this working copy over as a fresh one of <paramref name="inode"/> (what the constructor makes), its image
+    /// copied into the same array: for a caller that changes inode after inode with one working copy, each only after
+    /// the transaction that logged the previous one committed or was cancelled.
+    /// </summary>
+    public InodeUpdate Reload(Inode inode)
+    {
+        Number = inode.Number;
+        ByteOffset = inode.ByteOffset;
+        if (Image.Length == inode.Raw.Length) inode.Raw.CopyTo(Image, 0);
+        else Image = (byte[])inode.Raw.Clone();
+        Parts = InodeLogParts.Core;
+        _cache = null;
+        _committed = null;
+        _charged = QuotaOwner;
+        return this;
     }
 
     /// <summary>A new inode's image (already initialised by the caller) at <paramref name="byteOffset"/>.</summary>
@@ -52,11 +74,11 @@ public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode
     /// <summary>What the quota owners of the inode are charged for in its current image: in use (mode set), owners, di_nblocks.</summary>
     public QuotaOwner QuotaOwner => View.Mode == 0 ? default : new QuotaOwner(true, View.Uid, View.Gid, View.ProjectId, View.Nblocks);
 
-    public ulong Number { get; }
-    public long ByteOffset { get; }
+    public ulong Number { get; private set; }
+    public long ByteOffset { get; private set; }
 
     /// <summary>The working image (inode-size bytes, big-endian, as on disk).</summary>
-    public byte[] Image { get; }
+    public byte[] Image { get; private set; }
 
     public InodeLogParts Parts { get; set; }
 
@@ -190,12 +212,13 @@ public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode
         // One immutable copy serves the log item, the cluster (copied in at commit) and the inode cache's new entry.
         var committed = (byte[])Image.Clone();
         tx.PatchInodeCluster(cluster, offset, committed);
-        tx.Log(InodeLogItem.CreateOwning(Number, InodeClusterLocation.Of(_sb, Number), committed, Parts));
-        ulong ino = Number;
-        long byteOffset = ByteOffset;
-        var sb = _sb;
-        tx.OnCommit(() => cache.Committed(new Inode(ino, committed, byteOffset, sb)));
+        tx.Log(_item = InodeLogItem.CreateOwning(_item, Number, InodeClusterLocation.Of(_sb, Number), committed, Parts));
+        _committed = committed;
+        tx.OnCommit(this);
     }
+
+    /// <summary>The part that logged this inode committed: the image it logged last becomes the cached inode.</summary>
+    void ICommitCallback.Committed() => _cache!.Committed(new Inode(Number, _committed!, ByteOffset, _sb));
 
     void IJoinedInode.Relog(Transaction tx) => Log(tx, _cache!);
 

@@ -49,10 +49,24 @@ public sealed class ActiveItemList
     {
         get
         {
-            foreach (var lsn in _byLsn.Keys) return lsn;
-            return null;
+            if (_byLsn.Count == 0) return null;
+            if (!_minimumKnown)
+            {
+                // Enumerating a sorted dictionary allocates: the minimum is kept until the bucket holding it goes.
+                foreach (var lsn in _byLsn.Keys)
+                {
+                    _minimum = lsn;
+                    break;
+                }
+                _minimumKnown = true;
+            }
+            return _minimum;
         }
     }
+
+    // The smallest key of _byLsn while _minimumKnown (every transaction's grant asks for the tail).
+    private ulong _minimum;
+    private bool _minimumKnown;
 
     /// <summary>Inserts (or moves) <paramref name="item"/> at <paramref name="lsn"/>; the AIL keeps the snapshot it is given.</summary>
     public void Insert(JournalItem item, ulong lsn)
@@ -60,7 +74,12 @@ public sealed class ActiveItemList
         var key = item.Key;
         if (_lsnOf.TryGetValue(key, out ulong old)) Remove(key, old);
         item.Lsn = lsn;
-        if (!_byLsn.TryGetValue(lsn, out var set)) _byLsn[lsn] = set = new Dictionary<LogItemKey, JournalItem>();
+        if (!_byLsn.TryGetValue(lsn, out var set))
+        {
+            if (_byLsn.Count == 0) (_minimum, _minimumKnown) = (lsn, true);
+            else if (_minimumKnown && lsn < _minimum) _minimum = lsn;
+            _byLsn[lsn] = set = new Dictionary<LogItemKey, JournalItem>();
+        }
         set[key] = item;
         _lsnOf[key] = lsn;
         if (IsPinned(key))
@@ -88,7 +107,11 @@ public sealed class ActiveItemList
             if (item is InodeLogItem inode) _inodesByCluster.Remove((inode.Cluster.Daddr, key.Id));
             else if (item is IcreateLogItem chunk) _chunks.Remove((chunk.Daddr, chunk.LengthBB));
         }
-        if (set.Count == 0) _byLsn.Remove(lsn);
+        if (set.Count == 0)
+        {
+            _byLsn.Remove(lsn);
+            if (lsn == _minimum) _minimumKnown = false;
+        }
         _lsnOf.Remove(key);
         if (IsPinned(key))
         {

@@ -34,7 +34,7 @@ public sealed class CommittedItemList
     public JournalItem? Find(LogItemKey key) => _byKey.TryGetValue(key, out var node) ? node.Value : null;
 
     /// <summary>Adds one transaction's items (in the transaction's order) and the log space (blocks) it keeps reserved.</summary>
-    public void Commit(IReadOnlyList<JournalItem> items, long reservedBlocks)
+    public void Commit(List<JournalItem> items, long reservedBlocks)
     {
         foreach (var item in items)
         {
@@ -50,6 +50,7 @@ public sealed class CommittedItemList
             {
                 FormattedBytes -= SizeOf(node.Value);
                 node.Value.MergeNewer(item);
+                if (!ReferenceEquals(node.Value, item)) item.MergedAway = true;
                 FormattedBytes += SizeOf(node.Value);
                 _order.Remove(node);
                 _order.AddLast(node);

@@ -62,8 +62,8 @@ public sealed class InodeLogItem : JournalItem
         _parts = parts;
     }
 
-    public ulong Ino { get; }
-    public InodeClusterLocation Cluster { get; }
+    public ulong Ino { get; private set; }
+    public InodeClusterLocation Cluster { get; private set; }
     public InodeLogParts Parts => _parts;
     /// <summary>The inode's newest image as it goes to disk (before LSN and CRC are stamped).</summary>
     public ReadOnlySpan<byte> DiskImage => _disk;
@@ -81,6 +81,23 @@ public sealed class InodeLogItem : JournalItem
     {
         Check(ino, cluster, diskInode);
         return new InodeLogItem(ino, cluster, diskInode, parts);
+    }
+
+    /// <summary>
+    /// <see cref="CreateOwning"/> into <paramref name="spent"/> when the CIL merged that item into the one it holds
+    /// (<see cref="JournalItem.MergedAway"/>: nothing refers to it any more), else a new item.
+    /// </summary>
+    public static InodeLogItem CreateOwning(InodeLogItem? spent, ulong ino, InodeClusterLocation cluster, byte[] diskInode, InodeLogParts parts)
+    {
+        if (spent is null || !spent.MergedAway) return CreateOwning(ino, cluster, diskInode, parts);
+        Check(ino, cluster, diskInode);
+        spent.MergedAway = false;
+        spent.Lsn = 0;
+        spent.Ino = ino;
+        spent.Cluster = cluster;
+        spent._disk = diskInode;
+        spent._parts = parts;
+        return spent;
     }
 
     private static void Check(ulong ino, InodeClusterLocation cluster, ReadOnlySpan<byte> diskInode)

@@ -24,6 +24,13 @@ public abstract class JournalItem
     /// <summary>The start LSN of the checkpoint that last carried this item (its AIL position); 0 before that.</summary>
     public ulong Lsn { get; internal set; }
 
+    /// <summary>
+    /// Set when the CIL merged this item into the one it already held for the same key (see <see cref="MergeNewer"/>):
+    /// the journal keeps no reference to it, so its producer may use the object again for a later item (set under the
+    /// log's lock as the transaction commits; read by the producer after that commit).
+    /// </summary>
+    public bool MergedAway { get; internal set; }
+
     /// <summary>Appends the item's regions, each one op's payload, in log order.</summary>
     public abstract void Format(List<ReadOnlyMemory<byte>> regions);
 

@@ -22,7 +22,7 @@ public sealed class MetadataTransaction : IDisposable
     }
 
     /// <summary>Log space held per part, in 512-byte blocks (the reservation plus the kernel's per-transaction overhead).</summary>
-    public int ReservedBlocks { get; }
+    public int ReservedBlocks { get; private set; }
 
     /// <summary>Parts whose reservation is granted and not yet used, this one included (the log's lock guards it).</summary>
     internal int UnitsLeft { get; set; }
@@ -38,6 +38,7 @@ public sealed class MetadataTransaction : IDisposable
             if (existing.Key == item.Key)
             {
                 existing.MergeNewer(item);
+                if (!ReferenceEquals(existing, item)) item.MergedAway = true;
                 return;
             }
         }
@@ -74,6 +75,42 @@ public sealed class MetadataTransaction : IDisposable
         var next = new MetadataTransaction(_log, ReservedBlocks, UnitsLeft);
         UnitsLeft = 0;
         return next;
+    }
+
+    /// <summary>
+    /// Commits this part and goes on as the transaction's next part in this same object (what <see cref="Roll"/> does
+    /// without a new one): used by <see cref="Transaction"/>, which owns its part.
+    /// </summary>
+    internal void RollInPlace()
+    {
+        ObjectDisposedException.ThrowIf(_done, this);
+        _done = true;
+        try
+        {
+            CommitSequence = _log.Commit(this, _items, regrant: true);
+        }
+        catch
+        {
+            _log.Cancel(this);
+            throw;
+        }
+        _items.Clear();
+        _done = false;
+    }
+
+    /// <summary>
+    /// Starts this finished transaction again as a new one on the same log, reserving <paramref name="logReservationBytes"/>
+    /// for each of <paramref name="logCount"/> parts (as <see cref="MountedLog.Begin"/>); for a transaction object that is reused.
+    /// </summary>
+    internal void Restart(int logReservationBytes, int logCount)
+    {
+        if (!_done) throw new InvalidOperationException("a transaction still open cannot start again");
+        int blocks = _log.Reserve(logReservationBytes, ref logCount);
+        _items.Clear();
+        ReservedBlocks = blocks;
+        UnitsLeft = logCount;
+        CommitSequence = 0;
+        _done = false;
     }
 
     public void Dispose()

@@ -198,6 +198,16 @@ public sealed class MountedLog
     /// </summary>
     public MetadataTransaction Begin(int logReservationBytes, int logCount = 1)
     {
+        int blocks = Reserve(logReservationBytes, ref logCount);
+        return new MetadataTransaction(this, blocks, logCount);
+    }
+
+    /// <summary>
+    /// Reserves what <see cref="Begin"/> reserves; returns the blocks of one part, and in <paramref name="logCount"/> the
+    /// parts granted up front.
+    /// </summary>
+    internal int Reserve(int logReservationBytes, ref int logCount)
+    {
         if (logReservationBytes <= 0) throw new ArgumentOutOfRangeException(nameof(logReservationBytes));
         if (logCount <= 0) throw new ArgumentOutOfRangeException(nameof(logCount));
         int blocks = UnitReservationBlocks(logReservationBytes);
@@ -213,7 +223,7 @@ public sealed class MountedLog
             }
             Grant((long)blocks * logCount);
         }
-        return new MetadataTransaction(this, blocks, logCount);
+        return blocks;
     }
 
     /// <summary>Waits (pushing the AIL, writing checkpoints) until <paramref name="blocks"/> more can be reserved, then reserves them.</summary>
@@ -222,13 +232,19 @@ public sealed class MountedLog
         // Grant only while the reserve head stays behind the tail by a whole log.
         while (WriteHead + _outstandingBlocks + blocks >= Absolute(CurrentTailLsn()) + _area.Blocks)
         {
-            bool freed = false;
-            Guarded(() => freed = MakeSpace(blocks));
-            if (!freed)
+            if (!MakeSpaceGuarded(blocks))
                 throw new XfsException(XfsError.IoError,
                     $"the log cannot free {blocks} blocks for a transaction: {_ail.PinnedCount} intent item(s) hold its tail");
         }
         _outstandingBlocks += blocks;
+    }
+
+    // Apart from Grant so that a grant with room (every transaction's begin) creates no closure.
+    private bool MakeSpaceGuarded(long blocks)
+    {
+        bool freed = false;
+        Guarded(() => freed = MakeSpace(blocks));
+        return freed;
     }
 
     /// <summary>
@@ -265,7 +281,7 @@ public sealed class MountedLog
     /// <paramref name="regrant"/> the transaction goes on (a roll) and a further unit is reserved when the ones granted
     /// up front are used up; otherwise every unit still held is given back.
     /// </summary>
-    internal long Commit(MetadataTransaction tx, IReadOnlyList<JournalItem> items, bool regrant)
+    internal long Commit(MetadataTransaction tx, List<JournalItem> items, bool regrant)
     {
         lock (_lock)
         {

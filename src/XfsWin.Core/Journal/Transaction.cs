@@ -33,26 +33,57 @@ namespace XfsWin.Journal;
 public sealed class Transaction : IDisposable
 {
     private readonly MountedLog _mountedLog;
-    private readonly int _logReservationBytes, _logCount;
-    private MetadataChangeSet _changes;
+    private int _logReservationBytes, _logCount;
+    private readonly MetadataChangeSet _changes;
     private MetadataTransaction _log;
     private readonly Dictionary<MetadataBuffer, Joined> _joined = new(ReferenceEqualityComparer.Instance);
+    // Joined records of earlier parts, reused (their maps cleared) by the buffers joined next.
+    private readonly List<Joined> _spareJoined = new();
     private readonly List<JournalItem> _items = new();
-    private List<Action>? _onCommit, _onCancel;
-    private List<MetadataBuffer>? _held;
-    private Dictionary<ulong, IJoinedInode>? _inodes;
+    // What runs when the current part commits or is cancelled, in the order it was asked for; the second list of
+    // each pair is the one being run (a callback may queue more for the next part).
+    private List<CommitCallback> _onCommit = new(), _runningOnCommit = new();
+    private List<Action>? _onCancel;
+    private readonly List<MetadataBuffer> _held = new();
+    private readonly List<BufType> _heldTypes = new();
+    private readonly Dictionary<ulong, IJoinedInode> _inodes = new();
+    // The pool this transaction goes back to when disposed (null: not pooled), and whether it is there now.
+    private readonly TransactionPool? _pool;
+    private bool _inPool;
     // Batches queued since intents were last logged (the kernel's t_dfops), then those logged and waiting.
     private readonly List<DeferPending> _intake = new();
     private List<DeferPending>? _pending;
     private bool _finished;
 
-    private sealed class Joined(BufType type, bool inodeCluster, int chunks)
+    private sealed class Joined
     {
-        public BufType Type = type;
-        public readonly bool InodeCluster = inodeCluster;
-        public readonly uint[] Map = new uint[(chunks + 31) / 32];
+        public BufType Type;
+        public bool InodeCluster;
+        public uint[] Map = [];
         public bool Logged;
         public bool Invalidated;
+
+        public Joined Reset(BufType type, bool inodeCluster, int chunks)
+        {
+            Type = type;
+            InodeCluster = inodeCluster;
+            int words = (chunks + 31) / 32;
+            if (Map.Length != words) Map = new uint[words];
+            else Array.Clear(Map);
+            Logged = false;
+            Invalidated = false;
+            return this;
+        }
+    }
+
+    /// <summary>A callback of <see cref="OnCommit(Action)"/> or <see cref="OnCommit(ICommitCallback)"/>.</summary>
+    private readonly record struct CommitCallback(Action? Action, ICommitCallback? Callback)
+    {
+        public void Run()
+        {
+            if (Action is not null) Action();
+            else Callback!.Committed();
+        }
     }
 
     /// <summary>A transaction with one part's reservation (no rolls granted up front).</summary>
@@ -70,6 +101,24 @@ public sealed class Transaction : IDisposable
         _logCount = logCount;
         _log = log.Begin(logReservationBytes, logCount);
         _changes = new MetadataChangeSet(mount.Buffers);
+    }
+
+    /// <summary>A pooled transaction, started by <see cref="Start"/> (see <see cref="TransactionPool"/>).</summary>
+    internal Transaction(MountContext mount, MountedLog log, TransactionPool pool, int logReservationBytes, int logCount)
+        : this(mount, log, logReservationBytes, logCount)
+    {
+        _pool = pool;
+    }
+
+    /// <summary>Starts a pooled transaction again with a new reservation; everything of its last use was reset when it went back to the pool.</summary>
+    internal void Start(int logReservationBytes, int logCount)
+    {
+        _changes.Restart();
+        _log.Restart(logReservationBytes, logCount);
+        _logReservationBytes = logReservationBytes;
+        _logCount = logCount;
+        _finished = false;
+        _inPool = false;
     }
 
     public MountContext Mount { get; }
@@ -141,18 +190,22 @@ public sealed class Transaction : IDisposable
             LogRange(cluster, offset, offset + inode.Length - 1);
             return;
         }
-        (_clusterPatches ??= new()).Add((cluster, offset, inode));
+        _clusterPatches.Add((cluster, offset, inode));
     }
 
-    private List<(MetadataBuffer Cluster, int Offset, byte[] Inode)>? _clusterPatches;
+    private readonly List<(MetadataBuffer Cluster, int Offset, byte[] Inode)> _clusterPatches = new();
+    // Patches of clusters this part made no copy of, applied once nothing can fail (see CommitPart).
+    private readonly List<(MetadataBuffer Cluster, int Offset, byte[] Inode)> _inPlacePatches = new();
 
     private Joined Join(MetadataBuffer buffer, BufType type, bool inodeCluster)
     {
         CheckOpen();
         if (!_joined.TryGetValue(buffer, out var joined))
         {
-            joined = new Joined(type, inodeCluster, (buffer.Length + MetadataBuffer.DirtyChunkSize - 1) / MetadataBuffer.DirtyChunkSize);
-            _joined.Add(buffer, joined);
+            int chunks = (buffer.Length + MetadataBuffer.DirtyChunkSize - 1) / MetadataBuffer.DirtyChunkSize;
+            joined = _spareJoined.Count > 0 ? _spareJoined[^1] : new Joined();
+            if (_spareJoined.Count > 0) _spareJoined.RemoveAt(_spareJoined.Count - 1);
+            _joined.Add(buffer, joined.Reset(type, inodeCluster, chunks));
         }
         else if (!inodeCluster)
         {
@@ -169,7 +222,6 @@ public sealed class Transaction : IDisposable
     {
         CheckOpen();
         if (!_joined.ContainsKey(buffer)) throw new InvalidOperationException($"buffer at {buffer.Offset} (+{buffer.Length}) is not part of this transaction");
-        _held ??= new();
         if (!_held.Contains(buffer)) _held.Add(buffer);
     }
 
@@ -224,7 +276,7 @@ public sealed class Transaction : IDisposable
             ?? throw new InvalidOperationException($"invalidated buffer at {byteOffset} (+{length}) is not in the cache");
         var joined = Join(buffer, BufType.Unknown, inodeCluster: false);
         joined.Invalidated = true;
-        _held?.Remove(buffer);
+        _held.Remove(buffer);
     }
 
     /// <summary>
@@ -256,7 +308,6 @@ public sealed class Transaction : IDisposable
     public void JoinInode(IJoinedInode inode)
     {
         CheckOpen();
-        _inodes ??= new();
         if (_inodes.TryGetValue(inode.Number, out var existing))
         {
             if (!ReferenceEquals(existing, inode))
@@ -267,7 +318,7 @@ public sealed class Transaction : IDisposable
     }
 
     /// <summary>The working copy of inode <paramref name="ino"/> joined to this transaction, or null.</summary>
-    public IJoinedInode? FindInode(ulong ino) => _inodes is not null && _inodes.TryGetValue(ino, out var i) ? i : null;
+    public IJoinedInode? FindInode(ulong ino) => _inodes.TryGetValue(ino, out var i) ? i : null;
 
     // Dquot count changes of the current part (the kernel's t_dqinfo), applied and logged as it commits.
     private Dictionary<DquotKey, DquotDelta>? _dquotDeltas;
@@ -305,7 +356,14 @@ public sealed class Transaction : IDisposable
     public void OnCommit(Action action)
     {
         CheckOpen();
-        (_onCommit ??= new()).Add(action);
+        _onCommit.Add(new CommitCallback(action, null));
+    }
+
+    /// <summary>As <see cref="OnCommit(Action)"/>, without a delegate: <see cref="ICommitCallback.Committed"/> runs after the part commits.</summary>
+    public void OnCommit(ICommitCallback callback)
+    {
+        CheckOpen();
+        _onCommit.Add(new CommitCallback(null, callback));
     }
 
     /// <summary>Runs when the current part is cancelled (dropping in-core state that mirrored its uncommitted changes).</summary>
@@ -426,8 +484,8 @@ public sealed class Transaction : IDisposable
         }
         CommitPart(regrant: false);
         _finished = true;
-        _inodes = null;
-        _held = null;
+        _inodes.Clear();
+        _held.Clear();
         return captured;
     }
 
@@ -455,8 +513,8 @@ public sealed class Transaction : IDisposable
         FinishDeferred();
         CommitPart(regrant: false);
         _finished = true;
-        _inodes = null;
-        _held = null;
+        _inodes.Clear();
+        _held.Clear();
     }
 
     /// <summary>
@@ -467,30 +525,28 @@ public sealed class Transaction : IDisposable
     public void Roll()
     {
         CheckOpen();
-        if (_inodes is not null)
-            foreach (var inode in _inodes.Values)
-                if (_inodesLogged is null || !_inodesLogged.Contains(inode.Number)) inode.Relog(this);
-        var heldTypes = _held?.Select(b => _joined[b].Type).ToList();
+        foreach (var inode in _inodes.Values)
+            if (_inodesLogged is null || !_inodesLogged.Contains(inode.Number)) inode.Relog(this);
+        _heldTypes.Clear();
+        foreach (var b in _held) _heldTypes.Add(_joined[b].Type);
         CommitPart(regrant: true);
         Rolls++;
-        if (_held is not null)
+        int kept = 0;
+        for (int i = 0; i < _held.Count; i++)
         {
-            var held = _held;
-            _held = new();
-            for (int i = 0; i < held.Count; i++)
-            {
-                // A buffer evicted meanwhile cannot be held on.
-                if (!_changes.Rejoin(held[i])) continue;
-                Join(held[i], heldTypes![i], inodeCluster: false);
-                _held.Add(held[i]);
-            }
+            // A buffer evicted meanwhile cannot be held on.
+            if (!_changes.Rejoin(_held[i])) continue;
+            Join(_held[i], _heldTypes[i], inodeCluster: false);
+            _held[kept++] = _held[i];
         }
+        _held.RemoveRange(kept, _held.Count - kept);
     }
 
     /// <summary>Logs and commits the current part; with <paramref name="regrant"/> starts the next one.</summary>
     private void CommitPart(bool regrant)
     {
-        List<(MetadataBuffer Cluster, int Offset, byte[] Inode)>? inPlace = null;
+        var inPlace = _inPlacePatches;
+        inPlace.Clear();
         try
         {
             // The part's dquot changes become dquot items of this part (xfs_trans_apply_dquot_deltas).
@@ -501,9 +557,8 @@ public sealed class Transaction : IDisposable
             }
             // Inode bytes go into the private copies first (buffer items formatted from those copies then carry them);
             // a cluster this part made no copy of is patched in place once nothing can fail any more.
-            if (_clusterPatches is not null)
-                foreach (var patch in _clusterPatches)
-                    if (!patch.Cluster.TryPatchPrivate(patch.Offset, patch.Inode)) (inPlace ??= new()).Add(patch);
+            foreach (var patch in _clusterPatches)
+                if (!patch.Cluster.TryPatchPrivate(patch.Offset, patch.Inode)) inPlace.Add(patch);
             foreach (var (buffer, joined) in _joined)
             {
                 long daddr = buffer.Offset >> LogArea.BBShift;
@@ -528,16 +583,15 @@ public sealed class Transaction : IDisposable
             CancelPart();
             throw;
         }
-        if (inPlace is not null)
-            foreach (var (cluster, offset, inode) in inPlace) cluster.PatchAtCommit(offset, inode);
-        _clusterPatches = null;
+        foreach (var (cluster, offset, inode) in inPlace) cluster.PatchAtCommit(offset, inode);
+        inPlace.Clear();
+        _clusterPatches.Clear();
         _changes.Commit();
-        MetadataTransaction? next = null;
         if (regrant)
         {
             try
             {
-                next = _log.Roll();
+                _log.RollInPlace();
             }
             catch (Exception e)
             {
@@ -550,20 +604,27 @@ public sealed class Transaction : IDisposable
         }
         else _log.Commit();
         CommitSequence = _log.CommitSequence;
-        var onCommit = _onCommit;
-        _onCommit = null;
+        (_onCommit, _runningOnCommit) = (_runningOnCommit, _onCommit);
         _onCancel = null;
-        _joined.Clear();
+        ReleaseJoined();
         _unlinkedFields = null;
         _items.Clear();
         _inodesLogged?.Clear();
-        if (next is not null)
+        if (regrant) _changes.Restart();
+        try
         {
-            _log = next;
-            _changes = new MetadataChangeSet(Mount.Buffers);
+            foreach (var callback in _runningOnCommit) callback.Run();
         }
-        if (onCommit is not null)
-            foreach (var action in onCommit) action();
+        finally
+        {
+            _runningOnCommit.Clear();
+        }
+    }
+
+    private void ReleaseJoined()
+    {
+        foreach (var joined in _joined.Values) _spareJoined.Add(joined);
+        _joined.Clear();
     }
 
     /// <summary>blf_flags of a dquot chunk buffer (xfs_trans_dquot_buf): recovery replays it only while its quota type is on.</summary>
@@ -590,7 +651,7 @@ public sealed class Transaction : IDisposable
 
     private void CancelPart()
     {
-        _clusterPatches = null;
+        _clusterPatches.Clear();
         _dquotDeltas = null;
         _changes.Cancel();
         _log.Dispose();
@@ -608,12 +669,33 @@ public sealed class Transaction : IDisposable
     {
         var actions = _onCancel;
         _onCancel = null;
-        _onCommit = null;
+        _onCommit.Clear();
         if (actions is null) return;
         foreach (var action in actions) action();
     }
 
-    public void Dispose() => Cancel();
+    /// <summary>Cancels what was not committed; a pooled transaction then goes back to its pool, reset for its next use.</summary>
+    public void Dispose()
+    {
+        Cancel();
+        if (_pool is null || _inPool) return;
+        _inPool = true;
+        ReleaseJoined();
+        _items.Clear();
+        _onCommit.Clear();
+        _onCancel = null;
+        _held.Clear();
+        _inodes.Clear();
+        _inodesLogged?.Clear();
+        _intake.Clear();
+        _pending?.Clear();
+        _dquotDeltas = null;
+        _unlinkedFields = null;
+        _clusterPatches.Clear();
+        Rolls = 0;
+        CommitSequence = 0;
+        _pool.Return(this);
+    }
 
     private void CheckOpen()
     {

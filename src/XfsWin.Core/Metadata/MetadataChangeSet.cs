@@ -15,7 +15,19 @@ namespace XfsWin.Metadata;
 public sealed class MetadataChangeSet(BufferCache cache) : IDisposable
 {
     private readonly Dictionary<(long Offset, int Length), MetadataBuffer> _joined = [];
+    // The joined buffers in disk order while they are unlocked (kept for the next finish).
+    private readonly List<MetadataBuffer> _unlockOrder = [];
     private bool _finished;
+
+    private static readonly Comparison<MetadataBuffer> DiskOrder =
+        static (a, b) => a.Offset != b.Offset ? a.Offset.CompareTo(b.Offset) : a.Length.CompareTo(b.Length);
+
+    /// <summary>Opens a finished change set again, empty, for the next change of the same owner (a reused transaction).</summary>
+    public void Restart()
+    {
+        if (!_finished) throw new InvalidOperationException("this change is still open");
+        _finished = false;
+    }
 
     public BufferCache Cache => cache;
 
@@ -101,12 +113,20 @@ public sealed class MetadataChangeSet(BufferCache cache) : IDisposable
         {
             foreach (var buffer in _joined.Values) cache.Unlock(buffer, this, commit);
         }
-        else
+        else if (_joined.Count > 1)
         {
-            var buffers = new MetadataBuffer[_joined.Count];
-            _joined.Values.CopyTo(buffers, 0);
-            Array.Sort(buffers, static (a, b) => a.Offset != b.Offset ? a.Offset.CompareTo(b.Offset) : a.Length.CompareTo(b.Length));
-            foreach (var buffer in buffers) cache.Unlock(buffer, this, commit);
+            var buffers = _unlockOrder;
+            buffers.Clear();
+            foreach (var buffer in _joined.Values) buffers.Add(buffer);
+            buffers.Sort(DiskOrder);
+            try
+            {
+                foreach (var buffer in buffers) cache.Unlock(buffer, this, commit);
+            }
+            finally
+            {
+                buffers.Clear();
+            }
         }
         _joined.Clear();
     }

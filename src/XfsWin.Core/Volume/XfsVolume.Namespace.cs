@@ -732,7 +732,7 @@ public sealed partial class XfsVolume
                 current = _inodes.Get(inode);
             }
             using var tx = Begin(w, TransactionKind.Write);
-            var update = new InodeUpdate(current, sb);
+            var update = w.WriteInode is { } reused ? reused.Reload(current) : w.WriteInode = new InodeUpdate(current, sb);
             // A write over blocks the inode's extent list already maps as written changes no mapping: no editor (it
             // would only load the list and log nothing), the blocks are looked up in the inode's own fork bytes.
             bool overwrite = IsWrittenInFork(current, first, last);

@@ -54,6 +54,17 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public required Extents.BmapUpdateWork Bmaps { get; init; }
     /// <summary>Changes hold it exclusively, reads shared (see <see cref="VolumeChangeLock"/>).</summary>
     public readonly VolumeChangeLock Changes = new();
+    /// <summary>
+    /// Transaction objects reused from one change to the next. Every transaction of the volume's operations is begun,
+    /// used and disposed by a change holding <see cref="Changes"/> exclusively, which is what makes one unsynchronised
+    /// pool per volume safe.
+    /// </summary>
+    public required TransactionPool Transactions { get; init; }
+    /// <summary>
+    /// The working copy of the inode a write changes, reused by every <see cref="XfsVolume.Write"/> (holding
+    /// <see cref="Changes"/> exclusively; a write uses it only until its transaction commits or is cancelled).
+    /// </summary>
+    public InodeUpdate? WriteInode;
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
     /// <summary>Inodes with no name left that are kept while held; freed at their last release (under <see cref="Changes"/>).</summary>
@@ -220,6 +231,7 @@ public sealed partial class XfsVolume
         _write = new VolumeWriteState(access, log, writeback, space, new InodeAllocator(sb, _inodes, space))
         {
             Data = data,
+            Transactions = new TransactionPool(_mount, log),
             Bmaps = new Extents.BmapUpdateWork(_inodes, space),
             Shutdown = access.Data is ShutdownOnFailureDevice guarded ? guarded.Shutdown : new DeviceShutdown(),
             Unlinked = new UnlinkedList(sb, _inodes),
@@ -266,11 +278,11 @@ public sealed partial class XfsVolume
     /// A transaction on the write log with the reservation of <paramref name="kind"/> (the kernel's sizing: tr_logres for
     /// each of tr_logcount parts, so that its deferred work rolls without waiting for log space).
     /// </summary>
-    private Transaction Begin(VolumeWriteState w, TransactionKind kind) =>
-        new(_mount, w.Log, w.Reservations[kind].LogRes, Math.Max(1, w.Reservations[kind].LogCount));
+    private static Transaction Begin(VolumeWriteState w, TransactionKind kind) =>
+        w.Transactions.Begin(w.Reservations[kind].LogRes, Math.Max(1, w.Reservations[kind].LogCount));
 
-    private Transaction Begin(VolumeWriteState w, TransactionKind kind, int logReservationBytes) =>
-        new(_mount, w.Log, Math.Max(w.Reservations[kind].LogRes, logReservationBytes), Math.Max(1, w.Reservations[kind].LogCount));
+    private static Transaction Begin(VolumeWriteState w, TransactionKind kind, int logReservationBytes) =>
+        w.Transactions.Begin(Math.Max(w.Reservations[kind].LogRes, logReservationBytes), Math.Max(1, w.Reservations[kind].LogCount));
 
     /// <summary>
     /// chmod, chown, utimes and truncate (setattr): changes what <paramref name="changes"/> names and sets ctime, in one
