@@ -288,6 +288,7 @@ internal sealed class AttributeLayoutChecker(CheckContext cx)
             {
                 try
                 {
+                    // No LSN check here: xfs_repair -n reads remote value blocks without comparing their LSN with the log head.
                     st.Reader.ReadRemoteValue(st.Inode, st.Map, BinaryPrimitives.ReadUInt32BigEndian(b.AsSpan(nameIdx)), (int)remoteLength);
                 }
                 catch (Exception e) when (e is XfsException or InvalidOperationException or IndexOutOfRangeException or ArgumentException or OverflowException)

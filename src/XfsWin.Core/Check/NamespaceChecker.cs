@@ -284,7 +284,8 @@ internal sealed class NamespaceChecker
                 _cx.ReportAt($"inode {e.Ino}", inode.ByteOffset, $"symlink of {inode.Size} bytes");
                 return;
             }
-            var target = SymlinkReader.Read(_cx.Mount, inode);
+            var target = SymlinkReader.Read(_cx.Mount, inode,
+                (offset, block) => _cx.CheckLsn($"symlink block of inode {inode.Number}", offset, block, RemoteBlockHeader.OffLsn));
             if (target.AsSpan().IndexOf((byte)0) >= 0) _cx.ReportAt($"inode {e.Ino}", inode.ByteOffset, "symlink target holds a NUL byte");
         }
         catch (XfsCorruptionException ex)

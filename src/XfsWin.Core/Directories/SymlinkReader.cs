@@ -11,7 +11,7 @@ public static class SymlinkReader
     /// <summary>XFS_SYMLINK_MAXLEN: the longest target Linux stores.</summary>
     public const int MaxLength = 1024;
 
-    public static byte[] Read(MountContext mount, Inode inode)
+    public static byte[] Read(MountContext mount, Inode inode, RemoteBlockHeader.Seen? seen = null)
     {
         if (!inode.IsSymlink) throw new XfsException(XfsError.NotASymlink, $"inode {inode.Number} is not a symbolic link");
         long size = inode.Size;
@@ -38,6 +38,7 @@ public static class SymlinkReader
             int bufferSize = (int)(ext.BlockCount << sb.BlockLog);
             int want = (int)Math.Min(bufferSize - header, size - done);
             var buffer = mount.Buffers.Read(offset, bufferSize, inode.Number, new Verifier(sb, inode.Number, (uint)done, want));
+            seen?.Invoke(offset, buffer);
             buffer.AsSpan(header, want).CopyTo(target.AsSpan(done));
             done += want;
             fileBlock += ext.BlockCount;

@@ -56,6 +56,9 @@ public readonly ref struct AttrLeafView
 /// </summary>
 public static class RemoteBlockHeader
 {
+    /// <summary>Called with each remote symlink extent a reader went through, as verified, and its disk address.</summary>
+    public delegate void Seen(long byteOffset, ReadOnlySpan<byte> block);
+
     public const uint AttrMagic = 0x5841524D;    // XARM
     public const uint SymlinkMagic = 0x58534C4D; // XSLM
     public const int OffMagic = 0, OffOffset = 4, OffBytes = 8, OffCrc = 12, OffUuid = 16, OffOwner = 32, OffBlkno = 40, OffLsn = 48;

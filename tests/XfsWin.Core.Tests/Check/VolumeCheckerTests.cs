@@ -97,6 +97,9 @@ public sealed class VolumeCheckerTests(ITestOutputHelper output) : IDisposable
         ["reflink-dax"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/reflink/clone")}",
             $"write v3.flags2 {Field(i, "v3.flags2", $"inode {Ino(i, e => e.Printable == "/reflink/clone")}") | 1}"], "inode"),
         ["agf-lsn-ahead"] = new("rmap-nrext64", i => ["agf 1", "write lsn 0x500000000"], "AGF"),
+        ["symlink-block-lsn-ahead"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/symlinks/remote-1000")}", "dblock 0", "write lsn 0x500000000"], "symlink block"),
+        // A remote attribute value block's LSN is not compared with the log head by xfs_repair (clean for both).
+        ["remote-attr-lsn-ahead"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/xattrs/remote")}", "ablock 1", "type attr3", "write -d hdr.lsn 0x500000000"], "remote attribute"),
         // Cycle 0x80000001: negative as xfs_repair compares it, so not past the head (clean for both).
         ["free-block-lsn-negative-cycle"] = new("rmap-nrext64", i => [$"inode {Ino(i, e => e.Printable == "/dirs/node")}", "dblock 16777216", "fuzz -d fhdr.hdr.lsn firstbit"], "inode"),
     };
