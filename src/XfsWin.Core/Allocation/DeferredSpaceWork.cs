@@ -4,7 +4,7 @@ using XfsWin.Journal;
 namespace XfsWin.Allocation;
 
 /// <summary>An extent to free later (the kernel's xfs_extent_free_item): its blocks and the reverse-map owner to remove with it.</summary>
-public readonly record struct ExtentToFree(ulong StartBlock, uint Length, RmapOwner Owner);
+public readonly record struct ExtentToFree(ulong StartBlock, uint Length, RmapOwner Owner) : IAgOrderedItem;
 
 /// <summary>
 /// Extent frees as deferred work (xfs_extfree_item.c): promised by an EFI, done in a later part of the transaction
@@ -17,13 +17,7 @@ public sealed class ExtentFreeWork(AgAllocator allocator) : DeferredWorkType<Ext
     public override string Name => "extent free";
     public override int MaxItems => 16;
 
-    public override void Sort(List<ExtentToFree> items)
-    {
-        var agBlkLog = allocator.Superblock.AgBlkLog;
-        var sorted = items.OrderBy(e => e.StartBlock >> agBlkLog).ToList();
-        items.Clear();
-        items.AddRange(sorted);
-    }
+    public override void Sort(List<ExtentToFree> items) => AgOrder.Sort(items, allocator.Superblock.AgBlkLog);
 
     public override IntentLogItem CreateIntent(ulong id, IReadOnlyList<ExtentToFree> items) =>
         IntentLogItem.ExtentFree(done: false, id, Extents(items));
@@ -52,7 +46,7 @@ public enum RmapUpdateKind
 }
 
 /// <summary>One reverse-map update (xfs_rmap_intent): the kind, the physical extent, and the owner with its file offset and flags.</summary>
-public readonly record struct RmapUpdate(RmapUpdateKind Kind, ulong StartBlock, uint Length, RmapOwner Owner);
+public readonly record struct RmapUpdate(RmapUpdateKind Kind, ulong StartBlock, uint Length, RmapOwner Owner) : IAgOrderedItem;
 
 /// <summary>
 /// Reverse-map updates of file mappings as deferred work (xfs_rmap_item.c): the block-mapping code queues one for each
@@ -66,13 +60,7 @@ public sealed class RmapUpdateWork(AgAllocator allocator) : DeferredWorkType<Rma
     public override string Name => "rmap update";
     public override int MaxItems => 16;
 
-    public override void Sort(List<RmapUpdate> items)
-    {
-        var agBlkLog = allocator.Superblock.AgBlkLog;
-        var sorted = items.OrderBy(e => e.StartBlock >> agBlkLog).ToList();
-        items.Clear();
-        items.AddRange(sorted);
-    }
+    public override void Sort(List<RmapUpdate> items) => AgOrder.Sort(items, allocator.Superblock.AgBlkLog);
 
     public override IntentLogItem CreateIntent(ulong id, IReadOnlyList<RmapUpdate> items)
     {

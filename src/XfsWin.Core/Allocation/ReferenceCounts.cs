@@ -12,7 +12,7 @@ public enum RefcountUpdateKind
 }
 
 /// <summary>One refcount update (xfs_refcount_intent): the kind and the physical extent.</summary>
-public readonly record struct RefcountUpdate(RefcountUpdateKind Kind, ulong StartBlock, uint Length);
+public readonly record struct RefcountUpdate(RefcountUpdateKind Kind, ulong StartBlock, uint Length) : IAgOrderedItem;
 
 /// <summary>
 /// Reference-count updates as deferred work (xfs_refcount_item.c): a CUI promises up to 16, done in a later part with
@@ -25,13 +25,7 @@ public sealed class RefcountUpdateWork(AgAllocator allocator) : DeferredWorkType
     public override string Name => "refcount update";
     public override int MaxItems => 16;
 
-    public override void Sort(List<RefcountUpdate> items)
-    {
-        var agBlkLog = allocator.Superblock.AgBlkLog;
-        var sorted = items.OrderBy(e => e.StartBlock >> agBlkLog).ToList();
-        items.Clear();
-        items.AddRange(sorted);
-    }
+    public override void Sort(List<RefcountUpdate> items) => AgOrder.Sort(items, allocator.Superblock.AgBlkLog);
 
     public override IntentLogItem CreateIntent(ulong id, IReadOnlyList<RefcountUpdate> items)
     {
