@@ -13,7 +13,7 @@ public interface ICommitCallback
 /// with a new reservation, and a pooled transaction goes back here when it is disposed, its lists, maps and change
 /// set emptied but kept, so a steady stream of changes allocates no transaction bookkeeping.
 /// <para>
-/// Not thread-safe: the volume uses it only under its write lock, and every transaction from it is used and disposed
+/// Not thread-safe: the volume uses it only while holding its change lock exclusively, and every transaction from it is used and disposed
 /// under that lock. A transaction must not be used after its disposal (the pool may already have handed it to the
 /// next change); transactions opened inside another one (nested) each get their own object.
 /// </para>
