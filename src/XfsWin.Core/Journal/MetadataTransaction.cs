@@ -61,17 +61,7 @@ public sealed class MetadataTransaction : IDisposable
     /// </summary>
     public MetadataTransaction Roll()
     {
-        ObjectDisposedException.ThrowIf(_done, this);
-        _done = true;
-        try
-        {
-            CommitSequence = _log.Commit(this, _items, regrant: true);
-        }
-        catch
-        {
-            _log.Cancel(this);
-            throw;
-        }
+        CommitPart();
         var next = new MetadataTransaction(_log, ReservedBlocks, UnitsLeft);
         UnitsLeft = 0;
         return next;
@@ -82,6 +72,14 @@ public sealed class MetadataTransaction : IDisposable
     /// without a new one): used by <see cref="Transaction"/>, which owns its part.
     /// </summary>
     internal void RollInPlace()
+    {
+        CommitPart();
+        _items.Clear();
+        _done = false;
+    }
+
+    /// <summary>Commits this part keeping the reservation for the next (regranted when used up); a failed commit cancels.</summary>
+    private void CommitPart()
     {
         ObjectDisposedException.ThrowIf(_done, this);
         _done = true;
@@ -94,8 +92,6 @@ public sealed class MetadataTransaction : IDisposable
             _log.Cancel(this);
             throw;
         }
-        _items.Clear();
-        _done = false;
     }
 
     /// <summary>
