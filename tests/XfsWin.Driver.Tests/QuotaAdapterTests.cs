@@ -1,5 +1,3 @@
-using System.Buffers.Binary;
-using System.Text;
 using XfsWin.Driver.Semantics;
 using XfsWin.TestSupport;
 using XfsWin.Volume;
@@ -73,7 +71,7 @@ public sealed class QuotaAdapterTests : IDisposable
             var dacl = new List<Ace> { new(AceType.AccessAllowed, A.ReadData | A.WriteData, Sid.UnixUser(1000)) };
             Assert.Equal(NtStatus.DiskQuotaExceeded, fs.SetSecurity(bigFile!, XfsWindowsFileSystem.SecurityOwner,
                 SecurityDescriptors.Serialize(Sid.UnixUser(1000), Sid.UnixGroup(0), dacl)));
-            Assert.Equal(NtStatus.DiskQuotaExceeded, fs.SetEa(bigFile!, Eas(("$LXUID", U32(1000))), out _));
+            Assert.Equal(NtStatus.DiskQuotaExceeded, fs.SetEa(bigFile!, ReadWriteAdapterTests.Eas(("$LXUID", ReadWriteAdapterTests.U32(1000))), out _));
             Assert.Equal(0u, volume.GetAttributes(big).Uid);
             fs.Cleanup(bigFile!, bigFile!.Path, 0);
             fs.Close(bigFile);
@@ -81,7 +79,7 @@ public sealed class QuotaAdapterTests : IDisposable
             Assert.Equal(NtStatus.Success, fs.Open(@"\w\small", 0, 0, out var smallFile, out _));
             Assert.Equal(NtStatus.Success, fs.SetSecurity(smallFile!, XfsWindowsFileSystem.SecurityOwner,
                 SecurityDescriptors.Serialize(Sid.UnixUser(1000), Sid.UnixGroup(0), dacl)));
-            Assert.Equal(NtStatus.Success, fs.SetEa(smallFile!, Eas(("$LXGID", U32(1000))), out _));
+            Assert.Equal(NtStatus.Success, fs.SetEa(smallFile!, ReadWriteAdapterTests.Eas(("$LXGID", ReadWriteAdapterTests.U32(1000))), out _));
             Assert.Equal((1000u, 1000u), (volume.GetAttributes(small).Uid, volume.GetAttributes(small).Gid));
             fs.Cleanup(smallFile!, smallFile!.Path, 0);
             fs.Close(smallFile);
@@ -89,21 +87,5 @@ public sealed class QuotaAdapterTests : IDisposable
 
         var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
         Assert.True(repair.ExitCode == 0, repair.StandardOutput + repair.StandardError);
-    }
-
-    private static byte[] Eas(params (string Name, byte[] Value)[] entries)
-    {
-        var buffer = new byte[4096];
-        int used = 0;
-        foreach (var (name, value) in entries) Assert.True(ExtendedAttributes.Append(buffer, ref used, Encoding.ASCII.GetBytes(name), value));
-        ExtendedAttributes.Finish(buffer, used);
-        return buffer[..used];
-    }
-
-    private static byte[] U32(uint v)
-    {
-        var b = new byte[4];
-        BinaryPrimitives.WriteUInt32LittleEndian(b, v);
-        return b;
     }
 }
