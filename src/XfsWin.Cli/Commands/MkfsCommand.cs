@@ -85,6 +85,7 @@ public static class MkfsCommand
         // The plan creates and changes nothing: -N prints it and stops.
         var plan = MkfsRun.Plan(o);
         if (!o.Quiet || o.DryRun) stdout.Write(MkfsSummary.Format(plan.Geometry, o.Target!));
+        else if (!plan.Geometry.Crc) stdout.WriteLine(MkfsSummary.V4Deprecation);
         stdout.Flush();
         if (o.DryRun) return ExitCodes.Ok;
 
