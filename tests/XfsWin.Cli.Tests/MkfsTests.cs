@@ -40,6 +40,21 @@ public sealed partial class MkfsTests : IDisposable
         { "1G", "-b size=2048 -L scratch" },
         { "1G", "-m metadir=1" },
         { "16G", "-m metadir=1 -n parent=1 -d agcount=7" },
+        // V4 (crc=0): no V5 features, 256-byte V2 inodes, headers without UUID/CRC, and the V4-only choices.
+        { "1G", "-m crc=0" },
+        { "300M", "-m crc=0" },
+        { "16G", "-m crc=0" },
+        { "1G", "-m crc=0 -b size=1024" },
+        { "1G", "-m crc=0 -b size=512" },
+        { "1G", "-m crc=0 -i size=512" },
+        { "1G", "-m crc=0 -i size=2048" },
+        { "1G", "-m crc=0 -i align=0" },
+        { "1G", "-m crc=0 -l version=1" },
+        { "1G", "-m crc=0 -l version=1 -d su=64k,sw=4" },
+        { "1G", "-m crc=0 -l lazy-count=0 -n ftype=0" },
+        { "1G", "-m crc=0 -d su=64k,sw=4" },
+        { "1G", "-m crc=0 -s size=4096" },
+        { "1G", "-m crc=0,finobt=0 -i sparse=0 -L old4" },
     };
 
     [Theory]
@@ -67,6 +82,15 @@ public sealed partial class MkfsTests : IDisposable
         { "2T", "", "-m rmapbt=1 -i nrext64=1" },
         { "1G", "-m rmapbt=0 -i nrext64=0", "" },
         { "1G", "-d su=256k,sw=8", "-m rmapbt=1 -i nrext64=1" },
+        { "1G", "-m crc=0", "" },
+        { "300M", "-m crc=0", "" },
+        { "16G", "-m crc=0 -b size=1024", "" },
+        { "1G", "-m crc=0 -i size=512", "" },
+        { "1G", "-m crc=0 -i align=0", "" },
+        { "1G", "-m crc=0 -l version=1", "" },
+        { "1G", "-m crc=0 -l lazy-count=0 -n ftype=0", "" },
+        { "1G", "-m crc=0 -d su=64k,sw=4", "" },
+        { "1G", "-m crc=0 -s size=4096", "" },
     };
 
     [Theory]
@@ -154,14 +178,22 @@ public sealed partial class MkfsTests : IDisposable
         Assert.False(File.Exists(missing));
     }
 
-    [Fact]
-    public void SummaryIsTheOneMkfsXfsPrints()
+    [Theory]
+    [InlineData("-d su=64k,sw=4 -n parent=1")]
+    [InlineData("-m crc=0")]
+    [InlineData("-m crc=0 -l version=1 -i size=512")]
+    [InlineData("-m crc=0 -l lazy-count=0 -n ftype=0 -d su=64k,sw=4")]
+    public void SummaryIsTheOneMkfsXfsPrints(string options)
     {
         string image = Path.Combine(_dir, "summary.img");
         Shell.RunChecked("truncate", "-s", "1G", image);
-        var (_, ours, _) = RunOurs(0, ["-N", "-d", "su=64k,sw=4", "-n", "parent=1", image]);
-        var theirs = Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), ["-N", "-d", "su=64k,sw=4", "-n", "parent=1", image]).StandardOutput;
+        var (_, ours, _) = RunOurs(0, ["-N", .. Split(options), image]);
+        var theirs = Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), ["-N", .. Split(options), image]).StandardOutput;
         Assert.Equal(theirs, ours);
+        // Making it with -q prints nothing but mkfs.xfs's V4 deprecation notice: ours too.
+        var (_, quiet, _) = RunOurs(0, ["-q", "-f", .. Split(options), image]);
+        var theirsQuiet = Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), ["-q", "-f", .. Split(options), image]).StandardOutput;
+        Assert.Equal(theirsQuiet, quiet);
     }
 
     public static TheoryData<string, string> Occupants => new()
@@ -286,7 +318,6 @@ public sealed partial class MkfsTests : IDisposable
 
     [Theory]
     [InlineData("-m metadir=1 -i exchange=0", "metadir not supported without exchange-range support")]
-    [InlineData("-m crc=0", "V4")]
     [InlineData("-l logdev=/dev/null", "external logs")]
     [InlineData("-b size=3000", "illegal block size 3000")]
     [InlineData("-m finobt=0,inobtcount=1", "inode btree counters not supported without finobt support")]
@@ -301,6 +332,40 @@ public sealed partial class MkfsTests : IDisposable
         Assert.Equal(1, code);
         Assert.Contains(message, err, StringComparison.Ordinal);
         Assert.Equal(1L << 30, new FileInfo(image).Length);
+        Assert.Equal(0, AllocatedBytes(image));
+    }
+
+    /// <summary>What mkfs.xfs 6.13 refuses about V4 and V5 choices: ours refuses it too, with its message, and writes nothing.</summary>
+    [Theory]
+    [InlineData("-m crc=0,finobt=1", "finobt not supported without CRC support")]
+    [InlineData("-m crc=0,inobtcount=1", "inode btree counters not supported without CRC support")]
+    [InlineData("-m crc=0 -i sparse=1", "sparse inodes not supported without CRC support")]
+    [InlineData("-m crc=0,rmapbt=1", "rmapbt not supported without CRC support")]
+    [InlineData("-m crc=0,reflink=1", "reflink not supported without CRC support")]
+    [InlineData("-m crc=0,bigtime=1", "timestamps later than 2038 not supported without CRC support")]
+    [InlineData("-m crc=0 -i nrext64=1", "64 bit extent count not supported without CRC support")]
+    [InlineData("-m crc=0 -i exchange=1", "exchange-range not supported without CRC support")]
+    [InlineData("-m crc=0 -n parent=1", "parent pointers not supported without CRC support")]
+    [InlineData("-m crc=0,metadir=1", "metadata directory not supported without CRC support")]
+    [InlineData("-m crc=0 -i size=128", "Invalid value 128 for -i size option. Value is too small.")]
+    [InlineData("-m crc=0 -i size=4096 -b size=8192", "Invalid value 4096 for -i size option. Value is too large.")]
+    [InlineData("-m crc=0 -l version=3", "Invalid value 3 for -l version option. Value is too large.")]
+    [InlineData("-m crc=0 -l version=1 -s size=4096", "Version 1 logs do not support sector size 4096")]
+    [InlineData("-i size=256", "Minimum inode size for CRCs is 512 bytes")]
+    [InlineData("-l version=1", "V2 logs always enabled for CRC enabled filesystems")]
+    [InlineData("-l lazy-count=0", "Lazy superblock counters always enabled for CRC enabled filesystems")]
+    [InlineData("-n ftype=0", "Directory ftype field always enabled on CRC enabled filesystems")]
+    [InlineData("-i align=0", "Inodes always aligned for CRC enabled filesystems")]
+    public void RefusesWhatMkfsXfsRefusesWithItsMessage(string options, string message)
+    {
+        string image = Path.Combine(_dir, "refused.img");
+        Shell.RunChecked("truncate", "-s", "1G", image);
+        var theirs = Shell.Run(OracleImages.Tool("mkfs.xfs", "6.13"), [.. Split(options), "-N", "-f", image]);
+        Assert.True(theirs.ExitCode != 0, $"mkfs.xfs accepted {options}");
+        Assert.Contains(message, theirs.StandardError, StringComparison.Ordinal);
+        var (code, _, err) = RunOurs(1, [.. Split(options), image]);
+        Assert.Equal(1, code);
+        Assert.Contains(message, err, StringComparison.Ordinal);
         Assert.Equal(0, AllocatedBytes(image));
     }
 

@@ -263,6 +263,8 @@ public sealed record MkfsGeometry
         ArgumentNullException.ThrowIfNull(device);
         if (o.LogDevice is not null || o.LogInternal == false)
             throw new MkfsUsageException("external logs (-l logdev=...) are not supported by xfswin mkfs yet; leave the log internal");
+        if (o.LogVersion is int version && version is not (1 or 2))
+            throw new MkfsUsageException($"Invalid value {version} for -l version option. Value is too {(version < 1 ? "small" : "large")}.");
         bool crc = o.Crc ?? true;
         if (crc)
         {
@@ -300,8 +302,6 @@ public sealed record MkfsGeometry
                 Finobt = false, InobtCount = false, SparseInodes = false, Rmapbt = false, Reflink = false,
                 Bigtime = false, Nrext64 = false, Exchange = false, Parent = false, Metadir = false,
             };
-            if (o.LogVersion is int lv && lv is not (1 or 2))
-                throw new MkfsUsageException($"Invalid value {lv} for -l version option.");
         }
         // A log stripe unit needs a version 2 log: mkfs.xfs switches to one.
         int logVersion = crc || o.LogStripeUnitBytes is > 0 || o.LogStripeUnitSectors is > 0 ? 2 : o.LogVersion ?? 2;
