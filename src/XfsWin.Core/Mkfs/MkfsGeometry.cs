@@ -109,11 +109,12 @@ public sealed record MkfsGeometry
         Label = sb.Label,
         Uuid = sb.MetaUuid,
         MinLogBlocks = 0,
+        // A V5 volume has all four (mkfs.xfs and the kernel insist); only V4 volumes say otherwise.
         Crc = sb.IsV5,
-        InodeAlign = sb.InodeAlignment != 0,
-        LogVersion = (sb.VersionNum & 0x0400) != 0 ? 2 : 1,
-        LazyCount = (sb.Features2 & 0x02) != 0,
-        Ftype = sb.HasFtype,
+        InodeAlign = sb.IsV5 || sb.InodeAlignment != 0,
+        LogVersion = sb.IsV5 || sb.HasLogV2 ? 2 : 1,
+        LazyCount = sb.IsV5 || (sb.Features2 & 0x02) != 0,
+        Ftype = sb.IsV5 || sb.HasFtype,
     };
 
     public int BlockLog => BitOperations.Log2((uint)BlockSize);
