@@ -14,6 +14,9 @@ public sealed record MountOptions
     /// <summary>Log replay: in memory (default, the device is never written) or in place (<c>--replay=place</c>).</summary>
     public LogReplayMode Replay { get; init; } = LogReplayMode.Memory;
 
+    /// <summary>The external log device (<c>--log-device</c>) of a volume made with mkfs -l logdev=, or null.</summary>
+    public string? LogDevice { get; init; }
+
     /// <summary>
     /// Case-insensitive lookups (<c>--case-insensitive</c>). Exact byte matches always win; otherwise the
     /// entry that comes first in directory order among those equal ignoring case is opened.
@@ -108,6 +111,7 @@ public sealed record MountOptions
                     o = o with { Partition = int.TryParse(Next(), NumberStyles.None, CultureInfo.InvariantCulture, out var p) && p > 0
                         ? p : throw new ArgumentException("--partition needs a partition number starting at 1") };
                     break;
+                case "--log-device": o = o with { LogDevice = Next() }; break;
                 case "--replay":
                     o = o with { Replay = Next() switch
                     {
@@ -173,7 +177,7 @@ public sealed record MountOptions
     }
 
     /// <summary>Whether an option (without "=value") takes the next word as its value.</summary>
-    public static bool TakesValue(string option) => option is "-o" or "--partition" or "--replay" or "--fs-name" or "--absolute-symlinks"
+    public static bool TakesValue(string option) => option is "-o" or "--partition" or "--replay" or "--log-device" or "--fs-name" or "--absolute-symlinks"
         or "--id-map" or "--uid-map" or "--gid-map" or "--owner" or "--unc" or "--file-info-timeout" or "--uid" or "--gid" or "--id-map-file";
 
     private static uint ParseId(string text, string option) =>

@@ -51,8 +51,8 @@ public static class WindowsMount
     /// memory unless --replay=place, a read-write one always replays it onto the device (as the kernel's mount does).
     /// </summary>
     public static VolumeOpenOptions OpenOptions(MountOptions options) => options.ReadWrite
-        ? new VolumeOpenOptions { Writable = true }
-        : new VolumeOpenOptions { Writable = false, Replay = options.Replay };
+        ? new VolumeOpenOptions { Writable = true, LogDevice = options.LogDevice }
+        : new VolumeOpenOptions { Writable = false, Replay = options.Replay, LogDevice = options.LogDevice };
 
     /// <summary>Opens the source and mounts it; the caller disposes the session to unmount.</summary>
     [SupportedOSPlatform("windows")]

@@ -358,7 +358,6 @@ public sealed partial class MkfsTests : IDisposable
 
     [Theory]
     [InlineData("-m metadir=1 -i exchange=0", "metadir not supported without exchange-range support")]
-    [InlineData("-l logdev=/dev/null", "external logs")]
     [InlineData("-b size=3000", "illegal block size 3000")]
     [InlineData("-m finobt=0,inobtcount=1", "inode btree counters not supported without finobt support")]
     [InlineData("-d su=64k", "both data su and data sw options must be specified")]

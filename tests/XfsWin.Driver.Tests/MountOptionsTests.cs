@@ -19,6 +19,17 @@ public class MountOptionsTests
     }
 
     [Fact]
+    public void TheLogDeviceReachesTheVolumeOpenReadOnlyAndReadWrite()
+    {
+        var ro = MountOptions.Parse(["--log-device", @"\\.\PhysicalDrive2@1"]);
+        Assert.Equal(@"\\.\PhysicalDrive2@1", WindowsMount.OpenOptions(ro).LogDevice);
+        var rw = MountOptions.Parse(["-o", "rw", "--log-device=log.img"]);
+        Assert.True(WindowsMount.OpenOptions(rw).Writable);
+        Assert.Equal("log.img", WindowsMount.OpenOptions(rw).LogDevice);
+        Assert.True(MountOptions.TakesValue("--log-device"));
+    }
+
+    [Fact]
     public void ParsesEveryOption()
     {
         var o = MountOptions.Parse([
@@ -29,6 +40,7 @@ public class MountOptionsTests
         Assert.Equal(@"\\.\PhysicalDrive1@2", o.VolumeSource(@"\\.\PhysicalDrive1"));
         Assert.Equal(LogReplayMode.InPlace, o.Replay);
         Assert.Equal(LogReplayMode.InPlace, WindowsMount.OpenOptions(o).Replay);
+        Assert.Null(WindowsMount.OpenOptions(o).LogDevice);
         Assert.True(o.CaseInsensitive && o.HideDotFiles && !o.LxSpecialFiles);
         Assert.Equal("NTFS", o.FileSystemName);
         Assert.Equal(AbsoluteSymlinkMode.MountPoint, o.AbsoluteSymlinks);

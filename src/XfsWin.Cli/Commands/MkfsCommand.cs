@@ -21,7 +21,7 @@ public static class MkfsCommand
         "  -s size=BYTES                  sector size (default: the device's; 512 for image files)\n" +
         "  -d size=,agcount=,agsize=,su=,sw=,sunit=,swidth=,file,concurrency=\n" +
         "  -i size=,maxpct=,sparse=,nrext64=,exchange=,align=\n" +
-        "  -l size=,internal=,su=,sunit=,version=,lazy-count=,agnum=,concurrency=\n" +
+        "  -l size=,internal=,logdev=,sectsize=,file,su=,sunit=,version=,lazy-count=,agnum=,concurrency=\n" +
         "  -m crc=,finobt=,rmapbt=,reflink=,bigtime=,inobtcount=,metadir=,uuid=\n" +
         "  -n size=,ftype=,parent=\n" +
         "  -L LABEL   -f (overwrite what TARGET holds)   -K (no discard)   -N (print, write nothing)   -q (quiet)\n" +
@@ -84,7 +84,7 @@ public static class MkfsCommand
     {
         // The plan creates and changes nothing: -N prints it and stops.
         var plan = MkfsRun.Plan(o);
-        if (!o.Quiet || o.DryRun) stdout.Write(MkfsSummary.Format(plan.Geometry, o.Target!));
+        if (!o.Quiet || o.DryRun) stdout.Write(MkfsSummary.Format(plan.Geometry, o.Target!, o.LogDevice));
         else if (!plan.Geometry.Crc) stdout.WriteLine(MkfsSummary.V4Deprecation);
         stdout.Flush();
         if (o.DryRun) return ExitCodes.Ok;

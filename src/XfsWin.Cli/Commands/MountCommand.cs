@@ -38,6 +38,8 @@ public static class MountCommand
                                   rw                   read-write: a log Linux left dirty is replayed
                                                        onto the volume first; a volume with a feature
                                                        XfsWin cannot keep consistent mounts read-only
+                                  logdev=PATH          the external log device (volumes made with
+                                                       mkfs -l logdev=...)
                                   allow_other          let other users see the mount
                                   default_permissions  let the kernel enforce file modes
                                   uid=N, gid=N         show every file as owned by N
@@ -150,8 +152,8 @@ public static class MountCommand
         try
         {
             volume = XfsVolume.Open(parsed.Source, parsed.ReadWrite
-                ? new VolumeOpenOptions { Writable = true }
-                : new VolumeOpenOptions { Writable = false, Replay = parsed.Replay });
+                ? new VolumeOpenOptions { Writable = true, LogDevice = parsed.LogDevice }
+                : new VolumeOpenOptions { Writable = false, Replay = parsed.Replay, LogDevice = parsed.LogDevice });
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException or ArgumentException)
         {
@@ -387,6 +389,8 @@ internal sealed class MountArguments
     public double? EntryTimeout { get; private set; }
     public int? MaxThreads { get; private set; }
     public LogReplayMode Replay { get; private set; } = LogReplayMode.Memory;
+    /// <summary>-o logdev=PATH: the external log device of a volume made with mkfs -l logdev=.</summary>
+    public string? LogDevice { get; private set; }
     public List<string> ExtraOptions { get; } = [];
 
     /// <summary>
@@ -508,6 +512,9 @@ internal sealed class MountArguments
             {
                 case "ro":
                     ReadWrite = false;
+                    break;
+                case "logdev":
+                    LogDevice = Value();
                     break;
                 case "rw":
                     ReadWrite = true;

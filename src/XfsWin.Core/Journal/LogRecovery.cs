@@ -56,7 +56,7 @@ public static class LogRecovery
         if (sb.LogStart == 0 && externalLogDevice is null)
         {
             warnings.Add("the log is on an external device that was not given; if Linux did not unmount cleanly, the view may be stale. " +
-                         "Pass the log device to replay it.");
+                         "Pass the log device to replay it (xfswin mount -o logdev=DEVICE; --log-device DEVICE for other commands).");
             return new InPlaceReplay(new LogRecoveryResult { State = LogState.External, Device = dataDevice, Warnings = warnings }, sb);
         }
         var area = LogArea.For(dataDevice, externalLogDevice, sb);

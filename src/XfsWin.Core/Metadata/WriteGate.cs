@@ -71,6 +71,10 @@ public static class WriteGate
             throw new XfsException(XfsError.ReadOnly, "the device was opened read-only; writing needs it opened for writing (run as administrator/root).");
         if (log is not null && sb.LogStart != 0)
             throw new XfsException(XfsError.InvalidArgument, "a log device was given but this volume's log is internal; drop the log device option.");
+        if (log is null && sb.LogStart == 0)
+            throw new XfsException(XfsError.InvalidArgument,
+                "this volume's log is on an external device (made with mkfs -l logdev=...): give that device (xfswin mount -o logdev=DEVICE; " +
+                "--log-device DEVICE for recover, grow, label and uuid). Nothing was written.");
         return new WriteAccess(data, log, sb, purpose, ownsDevices);
     }
 

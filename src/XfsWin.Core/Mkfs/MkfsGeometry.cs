@@ -17,6 +17,16 @@ public sealed record MkfsDeviceFacts
     /// <summary>Online CPUs, for the solid-state concurrency rules.</summary>
     public int CpuCount { get; init; } = 1;
     public bool IsFile { get; init; } = true;
+    /// <summary>The external log device (-l logdev), or null for an internal log.</summary>
+    public MkfsLogDeviceFacts? LogDevice { get; init; }
+}
+
+/// <summary>What mkfs needs to know about an external log device.</summary>
+public sealed record MkfsLogDeviceFacts
+{
+    public required long SizeBytes { get; init; }
+    /// <summary>Logical sector size the device reports (512 for image files): the log's sector size unless -l sectsize or -s size gives one.</summary>
+    public int LogicalSectorSize { get; init; } = 512;
 }
 
 /// <summary>
@@ -47,6 +57,8 @@ public sealed record MkfsGeometry
     public required uint LogBlocks { get; init; }
     public required ulong LogStart { get; init; }
     public required uint LogAgNumber { get; init; }
+    /// <summary>The log is on its own device (sb_logstart 0); <see cref="LogStart"/> and <see cref="LogAgNumber"/> then place nothing in the data section.</summary>
+    public bool ExternalLog { get; init; }
     public required int ImaxPct { get; init; }
     public required uint RtExtSize { get; init; }
     public required bool Finobt { get; init; }
@@ -94,6 +106,7 @@ public sealed record MkfsGeometry
         LogBlocks = sb.LogBlocks,
         LogStart = sb.LogStart,
         LogAgNumber = sb.LogStart == 0 ? uint.MaxValue : (uint)(sb.LogStart >> sb.AgBlkLog),
+        ExternalLog = sb.LogStart == 0,
         ImaxPct = sb.ImaxPct,
         RtExtSize = rtExtSize,
         Finobt = sb.HasFinobt,
@@ -231,7 +244,7 @@ public sealed record MkfsGeometry
         {
             ulong first = (ulong)((4 * SectorSize + BlockSize - 1) / BlockSize) + 3 + (ulong)InitialFreelistBlocks
                 + (Finobt ? 1UL : 0) + (Rmapbt ? 1UL : 0) + (Reflink ? 1UL : 0);
-            if (LogAgNumber == 0) first += LogBlocks;
+            if (!ExternalLog && LogAgNumber == 0) first += LogBlocks;
             uint align = InodeAlignment;
             bool stripeAligned = StripeUnit != 0 && align > 1 && align >= ClusterBlocks && (StripeUnit & (align - 1)) == 0;
             if (stripeAligned) first = (first + StripeUnit - 1) / StripeUnit * StripeUnit;
@@ -262,8 +275,12 @@ public sealed record MkfsGeometry
     {
         ArgumentNullException.ThrowIfNull(o);
         ArgumentNullException.ThrowIfNull(device);
-        if (o.LogDevice is not null || o.LogInternal == false)
-            throw new MkfsUsageException("external logs (-l logdev=...) are not supported by xfswin mkfs yet; leave the log internal");
+        if (o.LogInternal == false && o.LogDevice is null)
+            throw new MkfsUsageException("no log device given: -l internal=0 needs -l logdev=DEVICE");
+        if (o.LogIsFile == true && o.LogDevice is null)
+            throw new MkfsUsageException("if -l file then -l name and -l size are required");
+        if ((o.LogDevice is null) != (device.LogDevice is null))
+            throw new ArgumentException("the log device's facts are given exactly when -l logdev is", nameof(device));
         if (o.LogVersion is int version && version is not (1 or 2))
             throw new MkfsUsageException($"Invalid value {version} for -l version option. Value is too {(version < 1 ? "small" : "large")}.");
         bool crc = o.Crc ?? true;
@@ -335,8 +352,6 @@ public sealed record MkfsGeometry
         }
         if (ss > bs)
             throw new MkfsUsageException($"illegal sector size {ss}; it must not be larger than the block size {bs}");
-        if (logVersion == 1 && ss > 512)
-            throw new MkfsUsageException($"Version 1 logs do not support sector size {ss}");
 
         // Inode size (V4: 256 by default, and 256 is allowed).
         int minIsize = crc ? 512 : 256;
@@ -413,16 +428,38 @@ public sealed record MkfsGeometry
         uint dsunit = nodalign ? 0 : (uint)(dsunitBB * 512 >> blog);
         uint dswidth = nodalign ? 0 : (uint)(dswidthBB * 512 >> blog);
 
-        int lsectorsize = ss;
+        // Log sector size (validate_log_sectorsize): an internal log shares the data sector size; an external
+        // one takes -l sectsize, else -s size, else its device's logical sector size.
+        bool external = o.LogDevice is not null;
+        int lsectorsize;
+        if (o.LogSectorSize is int lss)
+        {
+            if (!external && lss != ss) throw new MkfsUsageException("Can't change sector size on internal log!");
+            lsectorsize = lss;
+        }
+        else
+        {
+            lsectorsize = !external ? ss : o.SectorSize ?? device.LogDevice!.LogicalSectorSize;
+        }
+        if (!IsPow2(lsectorsize) || lsectorsize < 512 || lsectorsize > 32768 || lsectorsize > bs)
+            throw new MkfsUsageException($"illegal log sector size {lsectorsize}");
+        if (logVersion == 1 && lsectorsize > 512)
+            throw new MkfsUsageException($"Version 1 logs do not support sector size {lsectorsize}");
+
+        // Log stripe unit: as given; else one block when log sectors are larger than a log record header; else the
+        // data stripe unit for an internal log (mkfs.xfs 6.13's order: large sectors win over the data stripe).
         long lsunitBytes = 0;
         if (o.LogStripeUnitSectors is long lsunitBB) lsunitBytes = lsunitBB * 512;
         else if (o.LogStripeUnitBytes is long lsu) lsunitBytes = lsu;
-        else if (lsectorsize > 512) lsunitBytes = bs;
         if (lsunitBytes % bs != 0)
             throw new MkfsUsageException($"log stripe unit ({lsunitBytes}) must be a multiple of the block size ({bs})");
         uint lsunit = (uint)(lsunitBytes >> blog);
-        // A version 1 log has no stripe unit: it does not take the data stripe's.
-        if (lsunit == 0 && dsunit != 0 && logVersion == 2) lsunit = dsunit;
+        if (lsunit == 0)
+        {
+            if (lsectorsize > 512) lsunit = 1;
+            // A version 1 log has no stripe unit: it does not take the data stripe's.
+            else if (!external && dsunit != 0 && logVersion == 2) lsunit = dsunit;
+        }
         if ((long)lsunit * bs > 256 * 1024) lsunit = (uint)(32 * 1024 / bs);
 
         // AG geometry (calculate_initial_ag_geometry, align_ag_geometry).
@@ -500,6 +537,7 @@ public sealed record MkfsGeometry
             LogBlocks = 0,
             LogStart = 0,
             LogAgNumber = 0,
+            ExternalLog = external,
             ImaxPct = imaxpct,
             RtExtSize = bs >= 4096 ? 1u : (uint)(4096 / bs),
             Finobt = finobt,
@@ -544,6 +582,7 @@ public sealed record MkfsGeometry
         int minLog = Math.Max(MinLogBlocksFloor, resv.MinimumLogBlocks());
         if (o.LogSizeBytes is null && g.DataBlocks >= (1UL << 30 >> blog))
             minLog = Math.Max(minLog, (int)(MinLogBytes >> blog));
+        if (g.ExternalLog) return CalculateExternalLog(g, o, device.LogDevice!, minLog);
 
         // Most the log AG can give (xfs_alloc_ag_max_usable − 1).
         long headerBlocks = (4L * g.SectorSize + g.BlockSize - 1) / g.BlockSize;
@@ -623,6 +662,44 @@ public sealed record MkfsGeometry
         }
         ValidateLogSize(logBlocks, blog, minLog);
         return g with { LogBlocks = (uint)logBlocks, LogStart = logStart, LogAgNumber = logAg, MinLogBlocks = minLog };
+    }
+
+    /// <summary>
+    /// An external log fills its device (the device size rounded down to whole sectors, at least 1 KiB units)
+    /// unless -l size asks for less; it must hold the minimum log, and a log stripe unit rounds it as for an
+    /// internal log, never past the device.
+    /// </summary>
+    private static MkfsGeometry CalculateExternalLog(MkfsGeometry g, MkfsOptions o, MkfsLogDeviceFacts log, int minLog)
+    {
+        int blog = g.BlockLog;
+        long usable = log.SizeBytes & ~((long)Math.Max(g.LogSectorSize, 1024) - 1);
+        long deviceBlocks = usable >> blog;
+        if (deviceBlocks <= 0) throw new MkfsUsageException("unable to get size of the log subvolume.");
+        long logBlocks;
+        if (o.LogSizeBytes is long lbytes)
+        {
+            if (lbytes % g.BlockSize != 0) throw new MkfsUsageException($"illegal log length {lbytes}, not a multiple of the block size {g.BlockSize}");
+            logBlocks = lbytes >> blog;
+            if (logBlocks > deviceBlocks)
+                throw new MkfsUsageException($"size {lbytes} specified for log subvolume is too large, maximum is {deviceBlocks} blocks");
+        }
+        else
+        {
+            logBlocks = deviceBlocks;
+        }
+        if (minLog > logBlocks)
+            throw new MkfsUsageException($"external log device size {logBlocks} blocks too small, must be at least {minLog} blocks");
+        uint unit = g.LogStripeUnitBlocks;
+        if (unit != 0 && logBlocks % unit != 0)
+        {
+            if (o.LogSizeBytes is not null)
+                throw new MkfsUsageException($"log size {logBlocks} is not a multiple of the log stripe unit {unit}");
+            long up = (logBlocks + unit - 1) / unit * unit;
+            if (up > MaxLogBlocks || up << blog > MaxLogBytes || up > Math.Min(MaxLogBlocks, deviceBlocks)) up = logBlocks / unit * unit;
+            logBlocks = up;
+        }
+        ValidateLogSize(logBlocks, blog, minLog);
+        return g with { LogBlocks = (uint)logBlocks, LogStart = 0, LogAgNumber = 0, MinLogBlocks = minLog };
     }
 
     private static void ValidateLogSize(long logBlocks, int blog, int minLog)

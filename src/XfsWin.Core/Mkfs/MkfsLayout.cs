@@ -21,7 +21,7 @@ public sealed record AgLayout(
 /// <summary>
 /// Where everything goes: per AG, the headers, btree roots, AGFL blocks (taken the way
 /// xfs_alloc_fix_freelist takes them: the start of the smallest free extent that holds them all), the
-/// internal log, and in AG 0 the first inode chunk at the root inode mkfs.xfs predicts.
+/// internal log (an external one takes nothing here), and in AG 0 the first inode chunk at the root inode mkfs.xfs predicts.
 /// </summary>
 public sealed class MkfsLayout
 {
@@ -64,7 +64,7 @@ public sealed class MkfsLayout
             var rmaps = HeaderRmaps(g);
 
             uint prealloc = g.PreallocBlocks;
-            if (agno == g.LogAgNumber)
+            if (!g.ExternalLog && agno == g.LogAgNumber)
             {
                 uint logStart = g.LogAgBlock;
                 if (logStart > prealloc) free.Add((prealloc, logStart - prealloc));

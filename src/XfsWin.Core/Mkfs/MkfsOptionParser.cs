@@ -87,13 +87,27 @@ public static class MkfsOptionParser
             case ('i', "exchange"): return o with { Exchange = Flag() };
             case ('i', "align"): return o with { InodeAlign = Flag() };
             case ('l', "size"): Defer(pending, name, V(), (x, n) => x with { LogSizeBytes = n }); return o;
-            case ('l', "internal"): return o with { LogInternal = Flag() };
-            case ('l', "logdev"): return o with { LogDevice = V() };
+            case ('l', "internal"):
+                Conflict(o.LogDevice is not null, "logdev", key);
+                Conflict(o.LogSectorSize is not null, "sectsize", key);
+                return o with { LogInternal = Flag() };
+            case ('l', "logdev") or ('l', "name"):
+                Conflict(o.LogInternal is not null, "internal", key);
+                Conflict(o.LogAgNumber is not null, "agnum", key);
+                return o with { LogDevice = V() };
+            case ('l', "file"):
+                Conflict(o.LogInternal is not null, "internal", key);
+                return o with { LogIsFile = Flag() };
+            case ('l', "sectsize"):
+                Conflict(o.LogInternal is not null, "internal", key);
+                return o with { LogSectorSize = checked((int)ParseSize(name, V(), null)) };
             case ('l', "su"): Defer(pending, name, V(), (x, n) => x with { LogStripeUnitBytes = n }); return o;
             case ('l', "sunit"): return o with { LogStripeUnitSectors = ParseInteger(name, V()) };
             case ('l', "version"): return o with { LogVersion = Int() };
             case ('l', "lazy-count"): return o with { LazyCount = Flag() };
-            case ('l', "agnum"): return o with { LogAgNumber = ParseInteger(name, V()) };
+            case ('l', "agnum"):
+                Conflict(o.LogDevice is not null, "logdev", key);
+                return o with { LogAgNumber = ParseInteger(name, V()) };
             case ('l', "concurrency"): return o with { LogConcurrency = ParseConcurrency(name, value) };
             case ('m', "crc"): return o with { Crc = Flag() };
             case ('m', "finobt"): return o with { Finobt = Flag() };
@@ -114,6 +128,12 @@ public static class MkfsOptionParser
             default:
                 throw new MkfsUsageException($"unknown sub-option '{key}' for -{opt}");
         }
+    }
+
+    /// <summary>mkfs.xfs's sub-option conflicts: the one given first is named first.</summary>
+    private static void Conflict(bool earlierGiven, string earlier, string later)
+    {
+        if (earlierGiven) throw new MkfsUsageException($"Cannot specify both -l {earlier} and -l {later}");
     }
 
     private static void Defer(List<Func<MkfsOptions, MkfsOptions>> pending, string name, string text, Func<MkfsOptions, long, MkfsOptions> set) =>

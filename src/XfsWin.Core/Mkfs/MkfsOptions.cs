@@ -38,7 +38,12 @@ public sealed record MkfsOptions
     // -l
     public long? LogSizeBytes { get; init; }
     public bool? LogInternal { get; init; }
+    /// <summary>-l logdev (or -l name): the external log device, an image file or block device (<c>log.img@1</c> for a partition).</summary>
     public string? LogDevice { get; init; }
+    /// <summary>-l file: the log device is a regular file, made with -l size if it does not exist.</summary>
+    public bool? LogIsFile { get; init; }
+    /// <summary>-l sectsize: the external log's sector size.</summary>
+    public int? LogSectorSize { get; init; }
     public long? LogStripeUnitBytes { get; init; }
     public long? LogStripeUnitSectors { get; init; }
     public int? LogVersion { get; init; }

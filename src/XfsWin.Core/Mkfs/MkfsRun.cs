@@ -31,6 +31,22 @@ public sealed record MkfsPlan
     public long PartitionStart { get; init; }
     /// <summary>What the target holds now ("an XFS file system labelled 'data'", "a GPT partition table"), or null.</summary>
     public string? Existing { get; init; }
+    /// <summary>The external log device (-l logdev), or null for an internal log.</summary>
+    public MkfsLogTarget? Log { get; init; }
+}
+
+/// <summary>An external log device as the plan found it.</summary>
+public sealed record MkfsLogTarget
+{
+    /// <summary>The file or device path (without the <c>@N</c> partition suffix).</summary>
+    public required string Path { get; init; }
+    public int? Partition { get; init; }
+    /// <summary>False when it is an image file that -l file,size= will create.</summary>
+    public required bool Exists { get; init; }
+    public required bool BlockDevice { get; init; }
+    public long PartitionStart { get; init; }
+    /// <summary>What it holds now, or null.</summary>
+    public string? Existing { get; init; }
 }
 
 /// <summary>
@@ -92,11 +108,65 @@ public static class MkfsRun
         if (o.DataSizeBytes is long dsz && dsz > deviceSize && (blockDevice || partition is not null))
             throw new MkfsUsageException($"size {dsz} specified for data subvolume is too large, maximum is {deviceSize} bytes");
 
+        MkfsLogTarget? log = null;
+        if (o.LogDevice is not null)
+        {
+            (log, var logFacts) = PlanLog(o, path, partition);
+            facts = facts with { LogDevice = logFacts };
+        }
+
         return new MkfsPlan
         {
             Options = o, Geometry = MkfsGeometry.Calculate(o, facts), Path = path, Partition = partition,
             TargetExists = exists, BlockDevice = blockDevice, PartitionStart = partitionStart, Existing = existing,
+            Log = log,
         };
+    }
+
+    /// <summary>The external log device: it must exist (or be an image file -l file,size= makes) and must not be the data device.</summary>
+    private static (MkfsLogTarget Log, MkfsLogDeviceFacts Facts) PlanLog(MkfsOptions o, string dataPath, int? dataPartition)
+    {
+        var (path, partition) = PartitionSpec.Parse(o.LogDevice!);
+        if (SameFile(path, dataPath) && partition == dataPartition)
+            throw new MkfsUsageException($"the log device {o.LogDevice} is the data device; give another device for -l logdev, or leave the log internal");
+        bool blockDevice = DeviceRangeOps.IsBlockDevice(path);
+        bool exists = File.Exists(path) || blockDevice;
+        if (!exists)
+        {
+            if (o.LogIsFile != true || partition is not null)
+                throw new XfsException(XfsError.NotFound, $"Error accessing specified device {path}: it does not exist. Make it first (truncate -s SIZE {path}) or let mkfs make it with -l file,size=SIZE");
+            if (o.LogSizeBytes is not long size) throw new MkfsUsageException("if -l file then -l name and -l size are required");
+            return (new MkfsLogTarget { Path = path, Exists = false, BlockDevice = false }, new MkfsLogDeviceFacts { SizeBytes = size });
+        }
+        using var probe = PartitionSpec.Open(o.LogDevice!, writable: false);
+        long start = 0;
+        if (partition is not null)
+        {
+            using var disk = FileBlockDevice.Open(path);
+            start = PartitionTable.Read(disk).Get(partition.Value).StartByte;
+        }
+        return (new MkfsLogTarget
+        {
+            Path = path, Partition = partition, Exists = true, BlockDevice = blockDevice, PartitionStart = start,
+            Existing = ExistingContent.Identify(probe),
+        }, new MkfsLogDeviceFacts { SizeBytes = probe.Length, LogicalSectorSize = blockDevice ? probe.SectorSize : 512 });
+    }
+
+    private static bool SameFile(string a, string b)
+    {
+        static string Resolve(string p)
+        {
+            string full = System.IO.Path.GetFullPath(p);
+            try
+            {
+                return File.Exists(full) || DeviceRangeOps.IsBlockDevice(full) ? new FileInfo(full).ResolveLinkTarget(returnFinalTarget: true)?.FullName ?? full : full;
+            }
+            catch (IOException)
+            {
+                return full;
+            }
+        }
+        return string.Equals(Resolve(a), Resolve(b), OperatingSystem.IsWindows() ? StringComparison.OrdinalIgnoreCase : StringComparison.Ordinal);
     }
 
     /// <summary>
@@ -109,6 +179,12 @@ public static class MkfsRun
         ArgumentNullException.ThrowIfNull(plan);
         var o = plan.Options;
         string target = o.Target!;
+        if (plan.Log is { Exists: true } && !o.Force)
+        {
+            // Refuse an occupied log device before the data image is created or extended.
+            using var check = PartitionSpec.Open(o.LogDevice!, writable: false);
+            if (ExistingContent.Identify(check) is string found) throw new MkfsRefusedException(o.LogDevice!, found);
+        }
         if (!plan.TargetExists)
         {
             using var f = new FileStream(plan.Path, FileMode.CreateNew, FileAccess.Write);
@@ -129,15 +205,46 @@ public static class MkfsRun
         string? existing = ExistingContent.Identify(device);
         if (existing is not null && !o.Force) throw new MkfsRefusedException(target, existing);
 
+        // The external log device is judged like the data device, before anything is written to either.
+        using var logTarget = plan.Log is { } log ? OpenLog(plan, log) : null;
+
         using var mkfsTarget = new MkfsTarget(device, plan.Path, plan.PartitionStart, plan.BlockDevice);
         if (plan.BlockDevice && !o.NoDiscard)
         {
             long total = device.Length;
             DeviceRangeOps.TryDiscard(plan.Path, plan.PartitionStart, total, done => progress?.Report(new MkfsProgress("discarding blocks", done, total)));
         }
+        if (logTarget is not null && logTarget.IsBlockDevice && !o.NoDiscard)
+        {
+            long total = logTarget.Device.Length;
+            DeviceRangeOps.TryDiscard(logTarget.Path, logTarget.BaseOffset, total, done => progress?.Report(new MkfsProgress("discarding log blocks", done, total)));
+        }
         if (existing is not null && o.Force) ZeroOldSecondaries(mkfsTarget);
 
-        MkfsWriter.Write(mkfsTarget, new MkfsLayout(plan.Geometry), now, progress);
+        MkfsWriter.Write(mkfsTarget, new MkfsLayout(plan.Geometry), now, progress, logTarget);
+    }
+
+    /// <summary>Creates (-l file,size=) or opens the log device writable; refuses one holding a file system or partition table without force.</summary>
+    private static MkfsTarget OpenLog(MkfsPlan plan, MkfsLogTarget log)
+    {
+        var o = plan.Options;
+        if (!log.Exists)
+        {
+            using var f = new FileStream(log.Path, FileMode.CreateNew, FileAccess.Write);
+            f.SetLength(o.LogSizeBytes!.Value);
+        }
+        var device = PartitionSpec.Open(o.LogDevice!, writable: true);
+        try
+        {
+            string? existing = ExistingContent.Identify(device);
+            if (existing is not null && !o.Force) throw new MkfsRefusedException(o.LogDevice!, existing);
+            return new MkfsTarget(device, log.Path, log.PartitionStart, log.BlockDevice);
+        }
+        catch
+        {
+            device.Dispose();
+            throw;
+        }
     }
 
     /// <summary>An old XFS's secondary superblocks outside the new AG headers would still be found by xfs_repair: zero them (mkfs.xfs does too).</summary>

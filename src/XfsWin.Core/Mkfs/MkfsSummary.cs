@@ -8,7 +8,8 @@ public static class MkfsSummary
     /// <summary>The line mkfs.xfs prints first (even with -q) when it makes a V4 volume.</summary>
     public const string V4Deprecation = "V4 filesystems are deprecated and will not be supported by future versions.";
 
-    public static string Format(MkfsGeometry g, string name)
+    /// <param name="logName">The external log device as given with -l logdev (shown on the log line), or null for an internal log.</param>
+    public static string Format(MkfsGeometry g, string name, string? logName = null)
     {
         ArgumentNullException.ThrowIfNull(g);
         var c = CultureInfo.InvariantCulture;
@@ -24,7 +25,7 @@ public static class MkfsSummary
             string.Format(c, "data     ={0} bsize={1} blocks={2}, imaxpct={3}", P("", 22), P(g.BlockSize.ToString(c), 6), g.DataBlocks, g.ImaxPct),
             string.Format(c, "         ={0} sunit={1} swidth={2} blks", P("", 22), P(g.StripeUnit.ToString(c), 6), g.StripeWidth),
             string.Format(c, "naming   =version {0} bsize={1} ascii-ci=0, ftype={2}, parent={3}", P("2", 14), P(g.DirBlockSize.ToString(c), 6), B(g.Ftype), B(g.Parent)),
-            string.Format(c, "log      ={0} bsize={1} blocks={2}, version={3}", P("internal log", 22), P(g.BlockSize.ToString(c), 6), g.LogBlocks, g.LogVersion),
+            string.Format(c, "log      ={0} bsize={1} blocks={2}, version={3}", P(g.ExternalLog ? logName ?? "external log" : "internal log", 22), P(g.BlockSize.ToString(c), 6), g.LogBlocks, g.LogVersion),
             string.Format(c, "         ={0} sectsz={1} sunit={2} blks, lazy-count={3}", P("", 22), P(logSectSize.ToString(c), 5), g.LogStripeUnitBytes / (uint)g.BlockSize, B(g.LazyCount)),
             string.Format(c, "realtime ={0} extsz={1} blocks=0, rtextents=0", P("none", 22), P((g.RtExtSize * (uint)g.BlockSize).ToString(c), 6)),
             string.Format(c, "         ={0} rgcount={1} rgsize={2} extents", P("", 22), P("0", 4), g.RgExtents),

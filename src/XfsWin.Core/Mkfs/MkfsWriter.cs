@@ -57,21 +57,26 @@ public static class MkfsWriter
     private const ulong NullFsIno = ulong.MaxValue;
     private const int ZeroedEdgeBytes = 128 * 1024;
 
-    public static void Write(MkfsTarget target, MkfsLayout layout, DateTimeOffset now, IProgress<MkfsProgress>? progress = null)
+    /// <param name="logTarget">The external log device when the geometry has one (its log starts at byte 0), else null.</param>
+    public static void Write(MkfsTarget target, MkfsLayout layout, DateTimeOffset now, IProgress<MkfsProgress>? progress = null, MkfsTarget? logTarget = null)
     {
         var g = layout.Geometry;
         int bs = g.BlockSize, ss = g.SectorSize;
         long deviceBytes = target.Device.Length;
+        if (g.ExternalLog != logTarget is not null)
+            throw new ArgumentException(g.ExternalLog ? "the geometry has an external log but no log device was given" : "a log device was given for an internal log", nameof(logTarget));
 
         // Old signatures at both ends go first, as mkfs.xfs does (its first and last 128 KiB).
         target.ZeroRange(0, Math.Min(ZeroedEdgeBytes, deviceBytes));
         if (deviceBytes > ZeroedEdgeBytes) target.ZeroRange(deviceBytes - ZeroedEdgeBytes, ZeroedEdgeBytes);
 
         // The log: zeroed whole, then one unmount record at its start.
-        long logByte = FsbToByte(g, g.LogStart);
+        var logOn = logTarget ?? target;
+        long logByte = g.ExternalLog ? 0 : FsbToByte(g, g.LogStart);
         progress?.Report(new MkfsProgress("zeroing the log", 0, 1));
-        target.ZeroRange(logByte, (long)g.LogBlocks * bs);
-        WriteCleanLog(target, g, logByte);
+        logOn.ZeroRange(logByte, (long)g.LogBlocks * bs);
+        WriteCleanLog(logOn, g, logByte);
+        logOn.Device.Flush();
         progress?.Report(new MkfsProgress("zeroing the log", 1, 1));
 
         var sector = new byte[ss];
@@ -166,7 +171,7 @@ public static class MkfsWriter
         }
         else
         {
-            w.Fdblocks = g.DataBlocks - (ulong)g.AgCount * g.PreallocBlocks - g.LogBlocks;
+            w.Fdblocks = g.DataBlocks - (ulong)g.AgCount * g.PreallocBlocks - (g.ExternalLog ? 0 : g.LogBlocks);
         }
         w.InoAlignMt = g.InodeAlignment;
         w.Unit = g.StripeUnit;
