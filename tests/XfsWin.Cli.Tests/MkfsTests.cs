@@ -223,6 +223,7 @@ public sealed partial class MkfsTests : IDisposable
     [InlineData("-m crc=0")]
     [InlineData("-m crc=0 -l version=1 -i size=512")]
     [InlineData("-m crc=0 -l lazy-count=0 -n ftype=0 -d su=64k,sw=4")]
+    [InlineData("-m crc=0 -l version=1,su=32k")]
     public void SummaryIsTheOneMkfsXfsPrints(string options)
     {
         string image = Path.Combine(_dir, "summary.img");
