@@ -55,6 +55,8 @@ public sealed partial class MkfsTests : IDisposable
         { "1G", "-m crc=0 -d su=64k,sw=4" },
         { "1G", "-m crc=0 -s size=4096" },
         { "1G", "-m crc=0,finobt=0 -i sparse=0 -L old4" },
+        { "1G", "-m crc=0 -i attr=1,projid32bit=0 -l lazy-count=0 -n ftype=0" },
+        { "1G", "-m crc=0 -i attr=0" },
     };
 
     [Theory]
@@ -143,6 +145,7 @@ public sealed partial class MkfsTests : IDisposable
     [InlineData("1G", "-m crc=0 -l version=1 -d su=64k,sw=4")]
     [InlineData("1G", "-m crc=0 -l version=1,lazy-count=0 -n ftype=0 -i size=512 -b size=1024")]
     [InlineData("300M", "-m crc=0 -i align=0 -s size=4096")]
+    [InlineData("1G", "-m crc=0 -i attr=1,projid32bit=0 -l lazy-count=0")]
     public void KernelWithV4SupportMountsFillsAndLeavesItClean(string size, string options)
     {
         string image = Path.Combine(_dir, "v4.img"), listing = Path.Combine(_dir, "v4.list");
@@ -224,6 +227,7 @@ public sealed partial class MkfsTests : IDisposable
     [InlineData("-m crc=0 -l version=1 -i size=512")]
     [InlineData("-m crc=0 -l lazy-count=0 -n ftype=0 -d su=64k,sw=4")]
     [InlineData("-m crc=0 -l version=1,su=32k")]
+    [InlineData("-m crc=0 -i attr=1,projid32bit=0")]
     public void SummaryIsTheOneMkfsXfsPrints(string options)
     {
         string image = Path.Combine(_dir, "summary.img");
@@ -396,6 +400,9 @@ public sealed partial class MkfsTests : IDisposable
     [InlineData("-l lazy-count=0", "Lazy superblock counters always enabled for CRC enabled filesystems")]
     [InlineData("-n ftype=0", "Directory ftype field always enabled on CRC enabled filesystems")]
     [InlineData("-i align=0", "Inodes always aligned for CRC enabled filesystems")]
+    [InlineData("-i attr=1", "V2 attribute format always enabled on CRC enabled filesystems")]
+    [InlineData("-i projid32bit=0", "32 bit Project IDs always enabled on CRC enabled filesystems")]
+    [InlineData("-m crc=0 -i attr=3", "Invalid value 3 for -i attr option. Value is too large.")]
     public void RefusesWhatMkfsXfsRefusesWithItsMessage(string options, string message)
     {
         string image = Path.Combine(_dir, "refused.img");

@@ -84,6 +84,10 @@ public sealed record MkfsGeometry
     public bool LazyCount { get; init; } = true;
     /// <summary>Directory entries record the file type (on V4 the features2 FTYPE bit).</summary>
     public bool Ftype { get; init; } = true;
+    /// <summary>Attribute fork layout: 2 (features2 ATTR2), 1 (the ATTR version bit) or 0 (neither).</summary>
+    public int AttrVersion { get; init; } = 2;
+    /// <summary>32-bit project IDs (features2 PROJID32).</summary>
+    public bool ProjId32 { get; init; } = true;
 
     /// <summary>
     /// The geometry of an existing volume, as far as its AG headers depend on it (sizes, root blocks, features),
@@ -128,6 +132,8 @@ public sealed record MkfsGeometry
         LogVersion = sb.IsV5 || sb.HasLogV2 ? 2 : 1,
         LazyCount = sb.IsV5 || (sb.Features2 & 0x02) != 0,
         Ftype = sb.IsV5 || sb.HasFtype,
+        AttrVersion = sb.IsV5 || (sb.Features2 & 0x08) != 0 ? 2 : (sb.VersionNum & 0x0010) != 0 ? 1 : 0,
+        ProjId32 = sb.IsV5 || (sb.Features2 & 0x80) != 0,
     };
 
     public int BlockLog => BitOperations.Log2((uint)BlockSize);
@@ -158,14 +164,14 @@ public sealed record MkfsGeometry
             if (Features2 != 0) v |= 0x8000; /* MOREBITS */
             if (StripeUnit != 0) v |= 0x0100;
             if (SectorSize > 512 || LogSectorSize > 512) v |= 0x0800;
-            if (Parent) v |= 0x0010;
+            if (Parent || AttrVersion == 1) v |= 0x0010; /* ATTR */
             return (ushort)v;
         }
     }
 
     /// <summary>sb_features2: on V4 the file type in directory entries is a features2 bit (FTYPE), on V5 an incompat one.</summary>
-    public uint Features2 => (LazyCount ? 0x02u /* LAZYSBCOUNT */ : 0) | 0x08 /* ATTR2 */ | 0x80 /* PROJID32 */
-        | (Crc ? 0x100u /* CRC */ : Ftype ? 0x200u /* FTYPE */ : 0);
+    public uint Features2 => (LazyCount ? 0x02u /* LAZYSBCOUNT */ : 0) | (AttrVersion == 2 ? 0x08u /* ATTR2 */ : 0)
+        | (ProjId32 ? 0x80u /* PROJID32 */ : 0) | (Crc ? 0x100u /* CRC */ : Ftype ? 0x200u /* FTYPE */ : 0);
     public uint RoCompat => (Finobt ? 1u : 0) | (Rmapbt ? 2u : 0) | (Reflink ? 4u : 0) | (InobtCount ? 8u : 0);
     public uint Incompat => !Crc ? 0 : 1u /* FTYPE */ | (SparseInodes ? 2u : 0) | (Bigtime ? 8u : 0) | (Nrext64 ? 0x20u : 0)
         | (Exchange ? 0x40u : 0) | (Parent ? 0x80u : 0) | (Metadir ? 0x100u : 0);
@@ -281,6 +287,8 @@ public sealed record MkfsGeometry
             throw new MkfsUsageException("if -l file then -l name and -l size are required");
         if ((o.LogDevice is null) != (device.LogDevice is null))
             throw new ArgumentException("the log device's facts are given exactly when -l logdev is", nameof(device));
+        if (o.AttrVersion is int attr && attr is < 0 or > 2)
+            throw new MkfsUsageException($"Invalid value {attr} for -i attr option. Value is too {(attr < 0 ? "small" : "large")}.");
         if (o.LogVersion is int version && version is not (1 or 2))
             throw new MkfsUsageException($"Invalid value {version} for -l version option. Value is too {(version < 1 ? "small" : "large")}.");
         bool crc = o.Crc ?? true;
@@ -294,6 +302,10 @@ public sealed record MkfsGeometry
                 throw new MkfsUsageException("Directory ftype field always enabled on CRC enabled filesystems");
             if (o.InodeAlign == false)
                 throw new MkfsUsageException("Inodes always aligned for CRC enabled filesystems");
+            if (o.AttrVersion is int av && av != 2)
+                throw new MkfsUsageException("V2 attribute format always enabled on CRC enabled filesystems");
+            if (o.ProjId32 == false)
+                throw new MkfsUsageException("32 bit Project IDs always enabled on CRC enabled filesystems");
         }
         else
         {
@@ -558,6 +570,8 @@ public sealed record MkfsGeometry
             LogVersion = logVersion,
             LazyCount = o.LazyCount ?? true,
             Ftype = o.Ftype ?? true,
+            AttrVersion = o.AttrVersion ?? 2,
+            ProjId32 = o.ProjId32 ?? true,
         };
         g = CalculateLog(g, o, device);
 

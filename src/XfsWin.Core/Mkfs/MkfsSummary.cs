@@ -18,7 +18,7 @@ public static class MkfsSummary
         var lines = new[]
         {
             string.Format(c, "meta-data={0} isize={1} agcount={2}, agsize={3} blks", P(name, 22), P(g.InodeSize.ToString(c), 6), g.AgCount, g.AgBlocks),
-            string.Format(c, "         ={0} sectsz={1} attr={2}, projid32bit={3}", P("", 22), P(g.SectorSize.ToString(c), 5), 2, 1),
+            string.Format(c, "         ={0} sectsz={1} attr={2}, projid32bit={3}", P("", 22), P(g.SectorSize.ToString(c), 5), g.AttrVersion, B(g.ProjId32)),
             string.Format(c, "         ={0} crc={1} finobt={2}, sparse={3}, rmapbt={4}", P("", 22), P(B(g.Crc), 8), B(g.Finobt), B(g.SparseInodes), B(g.Rmapbt)),
             string.Format(c, "         ={0} reflink={1} bigtime={2} inobtcount={3} nrext64={4}", P("", 22), P(B(g.Reflink), 4), B(g.Bigtime), B(g.InobtCount), B(g.Nrext64)),
             string.Format(c, "         ={0} exchange={1} metadir={2}", P("", 22), P(B(g.Exchange), 3), B(g.Metadir)),
