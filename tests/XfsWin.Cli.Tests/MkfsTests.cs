@@ -93,6 +93,9 @@ public sealed partial class MkfsTests : IDisposable
         { "1G", "-m crc=0 -l lazy-count=0 -n ftype=0", "" },
         { "1G", "-m crc=0 -d su=64k,sw=4", "" },
         { "1G", "-m crc=0 -s size=4096", "" },
+        { "1G", "-m crc=0 -b size=512", "" },
+        { "1G", "-m crc=0 -l version=1 -d su=64k,sw=4", "" },
+        { "1G", "-m crc=0 -i attr=1,projid32bit=0 -l lazy-count=0 -n ftype=0", "" },
     };
 
     [Theory]
