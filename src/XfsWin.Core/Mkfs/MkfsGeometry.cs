@@ -75,7 +75,7 @@ public sealed record MkfsGeometry
     public required Guid Uuid { get; init; }
     public required int MinLogBlocks { get; init; }
 
-    // V4 (crc=0) choices; V5 volumes always have all four on and a version 2 log.
+    // V4 (crc=0) choices; a V5 volume has every one of them on, attr 2 and a version 2 log.
     /// <summary>False for a V4 volume (no metadata CRCs, self-describing headers or V5 features).</summary>
     public bool Crc { get; init; } = true;
     /// <summary>Inode chunks aligned (sb_inoalignmt, the ALIGN version bit).</summary>
@@ -126,7 +126,7 @@ public sealed record MkfsGeometry
         Label = sb.Label,
         Uuid = sb.MetaUuid,
         MinLogBlocks = 0,
-        // A V5 volume has all four (mkfs.xfs and the kernel insist); only V4 volumes say otherwise.
+        // A V5 volume has all of these (mkfs.xfs and the kernel insist); only V4 volumes say otherwise.
         Crc = sb.IsV5,
         InodeAlign = sb.IsV5 || sb.InodeAlignment != 0,
         LogVersion = sb.IsV5 || sb.HasLogV2 ? 2 : 1,
