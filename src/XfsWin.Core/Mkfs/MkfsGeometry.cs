@@ -17,6 +17,12 @@ public sealed record MkfsDeviceFacts
     /// <summary>Online CPUs, for the solid-state concurrency rules.</summary>
     public int CpuCount { get; init; } = 1;
     public bool IsFile { get; init; } = true;
+    /// <summary>
+    /// The stripe unit and width the device reports (its minimum and optimal I/O sizes, in whole 512-byte units; 0 when
+    /// it reports none or only its physical sector size, as blkid's topology reads them): used when no stripe option is given.
+    /// </summary>
+    public long StripeUnitBytes { get; init; }
+    public long StripeWidthBytes { get; init; }
     /// <summary>The external log device (-l logdev), or null for an internal log.</summary>
     public MkfsLogDeviceFacts? LogDevice { get; init; }
 }
@@ -410,7 +416,7 @@ public sealed record MkfsGeometry
             dblocks = (ulong)device.SizeBytes >> blog;
         }
 
-        // Stripe geometry (calc_stripe_factors): options only; image files report none.
+        // Stripe geometry (calc_stripe_factors): the options', else what the device reports (image files report none).
         long dsunitBB = 0, dswidthBB = 0;
         bool nodalign = false;
         if (o.StripeUnitSectors.HasValue != o.StripeWidthSectors.HasValue)
@@ -435,8 +441,24 @@ public sealed record MkfsGeometry
         if ((dsunitBB == 0) != (dswidthBB == 0) || (dsunitBB != 0 && dswidthBB % dsunitBB != 0))
             throw new MkfsUsageException($"data stripe width ({dswidthBB * 512}) must be a multiple of the data stripe unit ({dsunitBB * 512})");
         if ((o.StripeUnitBytes.HasValue || o.StripeUnitSectors.HasValue) && dsunitBB == 0) nodalign = true;
+        // The device's report (a RAID's chunk and stripe sizes) stands in for options not given, unless it is nonsense
+        // or the volume is under 1 GiB (a small log is not worth the alignment).
+        bool deviceStripe = false;
+        if (!nodalign && dsunitBB == 0 && ValidStripe(device.StripeUnitBytes, device.StripeWidthBytes)
+            && device.StripeUnitBytes != 0 && dblocks >= (1UL << 30 >> blog))
+        {
+            dsunitBB = device.StripeUnitBytes / 512;
+            dswidthBB = device.StripeWidthBytes / 512;
+            deviceStripe = true;
+        }
         if (dsunitBB * 512 % bs != 0 || dswidthBB * 512 % bs != 0)
-            throw new MkfsUsageException($"Stripe unit({dsunitBB * 512}) or stripe width({dswidthBB * 512}) is not a multiple of the block size({bs})");
+        {
+            // A device's stripe that blocks cannot follow is dropped; one the options give is an error.
+            if (!deviceStripe)
+                throw new MkfsUsageException($"Stripe unit({dsunitBB * 512}) or stripe width({dswidthBB * 512}) is not a multiple of the block size({bs})");
+            dsunitBB = dswidthBB = 0;
+            nodalign = true;
+        }
         uint dsunit = nodalign ? 0 : (uint)(dsunitBB * 512 >> blog);
         uint dswidth = nodalign ? 0 : (uint)(dswidthBB * 512 >> blog);
 
@@ -783,6 +805,10 @@ public sealed record MkfsGeometry
         }
         return (size, (dblocks + size - 1) / size);
     }
+
+    /// <summary>xfs_validate_stripe_geometry without a sector size: both or neither, the width a multiple of the unit and not smaller.</summary>
+    private static bool ValidStripe(long unit, long width) =>
+        width <= int.MaxValue && unit <= width && (unit == 0) == (width == 0) && (unit == 0 || width % unit == 0);
 
     private static bool IsPow2(long v) => v > 0 && (v & (v - 1)) == 0;
 }

@@ -71,6 +71,7 @@ public static class MkfsRun
 
         long deviceSize;
         int logical = 512, physical = 512;
+        long stripeUnit = 0, stripeWidth = 0;
         bool solidState = false;
         long partitionStart = 0;
         string? existing = null;
@@ -93,6 +94,21 @@ public static class MkfsRun
                 logical = probe.SectorSize;
                 physical = DeviceRangeOps.PhysicalSectorSize(path) ?? logical;
                 solidState = DeviceRangeOps.IsRotational(path) == false;
+                if (DeviceRangeOps.Topology(path) is { } topology)
+                {
+                    // blkid's reading: sizes equal to the physical sector mean "no stripe"; whole 512-byte units only.
+                    if (topology.MinimumIoBytes != physical && topology.OptimalIoBytes != physical)
+                    {
+                        stripeUnit = topology.MinimumIoBytes / 512 * 512;
+                        stripeWidth = topology.OptimalIoBytes / 512 * 512;
+                    }
+                    if (topology.AlignmentOffset != 0)
+                    {
+                        if (!o.Force)
+                            throw new MkfsUsageException($"{path} is not properly aligned (its start is {topology.AlignmentOffset} bytes off a physical sector); use -f to force usage of a misaligned device");
+                        physical = logical;
+                    }
+                }
             }
             if (!blockDevice && partition is null && o.DataSizeBytes is long want && want > deviceSize) deviceSize = want;
         }
@@ -104,6 +120,8 @@ public static class MkfsRun
             SolidState = solidState,
             CpuCount = Environment.ProcessorCount,
             IsFile = !blockDevice,
+            StripeUnitBytes = stripeUnit,
+            StripeWidthBytes = stripeWidth,
         };
         if (o.DataSizeBytes is long dsz && dsz > deviceSize && (blockDevice || partition is not null))
             throw new MkfsUsageException($"size {dsz} specified for data subvolume is too large, maximum is {deviceSize} bytes");
