@@ -24,6 +24,12 @@ public sealed record AttributeChanges
     /// Unset, a chown or chgrp is charged without that check, as the kernel does for a privileged caller.
     /// </summary>
     public bool CheckQuota { get; init; }
+    /// <summary>
+    /// <see cref="AccessTime"/> and <see cref="ModifyTime"/> are both the current time, asked for as such (utimes with no
+    /// times or both UTIME_NOW: the VFS's ATTR_TOUCH). An append-only file allows this change alone; explicit times, one
+    /// time only, or any other change are refused on it (may_setattr). An immutable file refuses every change.
+    /// </summary>
+    public bool TimesAreNow { get; init; }
 }
 
 /// <summary>
@@ -296,8 +302,9 @@ public sealed partial class XfsVolume
         using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
-            // notify_change: an immutable or append-only inode keeps its attributes.
-            RefuseIfLocked(current, "changing its attributes");
+            // may_setattr: an immutable inode keeps its attributes, an append-only one all but both times set to now.
+            bool touchOnly = changes is { TimesAreNow: true, AccessTime: not null, ModifyTime: not null, Mode: null, Uid: null, Gid: null, Size: null };
+            RefuseIfLocked(current, touchOnly ? "setting its times to now" : "changing its attributes", appendAllowed: touchOnly);
             if (changes.Size is long size)
             {
                 if (size < 0) throw new XfsException(XfsError.InvalidArgument, "a size cannot be negative");
