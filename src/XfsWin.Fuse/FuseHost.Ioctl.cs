@@ -154,11 +154,30 @@ public sealed unsafe partial class FuseHost
         int flags2 = (int)fi->fh;
         if ((flags1 & O_ACCMODE) != O_RDWR || (flags2 & O_ACCMODE) != O_RDWR || ((flags1 | flags2) & O_APPEND) != 0)
             throw new FuseErrnoException(EBADF);
-        _volume.ExchangeRange(inode1, offset1, inode2, offset2, length, (ExchangeRangeFlags)flags, privileged: caller.uid == 0);
+        _volume.ExchangeRange(inode1, offset1, inode2, offset2, length, (ExchangeRangeFlags)flags, privileged: caller.uid == 0,
+            callerInGroup: CallerGroups(caller).Contains);
         // The kernel's caches of both files (pages, sizes, times) are stale now: it does not know what the ioctl did.
         // (It holds no lock of either inode while it waits for this reply.)
         InvalidateCaches(inode1);
         InvalidateCaches(inode2);
+    }
+
+    /// <summary>in_group_p's groups of the caller: its file-system gid and its supplementary groups (/proc/PID/status).</summary>
+    private static HashSet<uint> CallerGroups(FuseContext caller)
+    {
+        var groups = new HashSet<uint> { caller.gid };
+        try
+        {
+            foreach (var line in File.ReadLines($"/proc/{caller.pid}/status"))
+                if (line.StartsWith("Groups:", StringComparison.Ordinal))
+                    foreach (var g in line[7..].Split((char[])[' ', '\t'], StringSplitOptions.RemoveEmptyEntries))
+                        groups.Add(uint.Parse(g, System.Globalization.CultureInfo.InvariantCulture));
+        }
+        catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+        {
+            // The caller is gone: its own gid is all that is known.
+        }
+        return groups;
     }
 
     private void InvalidateCaches(ulong inode)

@@ -41,14 +41,14 @@ public sealed class FileAttrIoctlTests(ITestOutputHelper output) : IDisposable
     }
 
     /// <summary>Runs the same script on the kernel's mount and on ours; returns both outputs.</summary>
-    private (string Kernel, string Ours) RunBoth(string baseImage, string kernelImage, string ourImage, string file, string argument)
+    private (string Kernel, string Ours) RunBoth(string baseImage, string kernelImage, string ourImage, string file, string argument, params string[] mountOptions)
     {
         XfsWin.TestSupport.Shell.RunChecked("cp", "--sparse=always", baseImage, kernelImage);
         XfsWin.TestSupport.Shell.RunChecked("cp", "--sparse=always", baseImage, ourImage);
         string Run(string root) => XfsWin.TestSupport.Shell.Run(file, [.. argument.Split(' '), root], environment: Xfs613).StandardOutput;
         string kernel, ours;
         using (var k = LoopMount.Mount(kernelImage, readOnly: false)) kernel = Run(k.MountPoint);
-        using (var m = new ReadWriteMount(ourImage))
+        using (var m = new ReadWriteMount(ourImage, mountOptions))
         {
             ours = Run(m.MountPoint);
             m.Unmount();
@@ -107,18 +107,24 @@ public sealed class FileAttrIoctlTests(ITestOutputHelper output) : IDisposable
     public void Exchange_range_answers_and_exchanges_what_the_kernel_does()
     {
         string baseImage = MakeBase(exchangeFiles: true), kernelImage = Path.Combine(_tmp, "kernel.img"), ourImage = Path.Combine(_tmp, "xfswin.img");
-        var (kernel, ours) = RunBoth(baseImage, kernelImage, ourImage, "python3", Script("exchange-ops.py") + " run");
+        // allow_other: the script calls some exchanges as an unprivileged user.
+        var (kernel, ours) = RunBoth(baseImage, kernelImage, ourImage, "python3", Script("exchange-ops.py") + " run", "-o", "allow_other");
         output.WriteLine(ours);
         Assert.Equal(kernel, ours);
         Assert.Contains(" ok", ours, StringComparison.Ordinal);
         Assert.Contains("errno 22", ours, StringComparison.Ordinal);
         Assert.Contains("errno 9", ours, StringComparison.Ordinal);
-        AssertSameOnDisk(kernelImage, ourImage, ["/x1", "/x2", "/x3", "/x4", "/x5"]);
+        // What file_remove_privs took: p1's capability (root keeps setuid), q1's setuid and capability, q3's setgid.
+        Assert.Contains("p1 0o106755 0 0 errno 61", ours, StringComparison.Ordinal);
+        Assert.Contains("q1 0o100755 1000 1000 errno 61", ours, StringComparison.Ordinal);
+        Assert.Contains("q3 0o100664 1000 2000", ours, StringComparison.Ordinal);
+        Assert.Contains("q5 0o100775 1000 1000 errno 61", ours, StringComparison.Ordinal); // a dry run too
+        AssertSameOnDisk(kernelImage, ourImage, ["/x1", "/x2", "/x3", "/x4", "/x5", "/p1", "/p2", "/q1", "/q2", "/q3", "/q4", "/q5", "/q6"]);
         // What the kernel reads back from our volume is what it wrote to its own.
         string Hashes(string image)
         {
             using var k = LoopMount.Mount(image, readOnly: true);
-            return XfsWin.TestSupport.Shell.RunChecked("sh", "-c", $"cd {k.MountPoint} && sha256sum x1 x2 x3 x4 x5").StandardOutput;
+            return XfsWin.TestSupport.Shell.RunChecked("sh", "-c", $"cd {k.MountPoint} && sha256sum x1 x2 x3 x4 x5 p1 p2 q1 q2 q3 q4 q5 q6").StandardOutput;
         }
         Assert.Equal(Hashes(kernelImage), Hashes(ourImage));
     }
