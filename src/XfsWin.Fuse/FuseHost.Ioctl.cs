@@ -14,6 +14,8 @@ public sealed unsafe partial class FuseHost
     // linux/fs.h (the _IOC encoding is the same on x86-64 and arm64).
     internal const uint FS_IOC_GETFLAGS = 0x80086601, FS_IOC_SETFLAGS = 0x40086602;
     internal const uint FS_IOC_FSGETXATTR = 0x801C581F, FS_IOC_FSSETXATTR = 0x401C5820;
+    // xfs_fs.h: _IOR('X', 45, struct fsxattr), the attribute fork's extent count in fsx_nextents.
+    internal const uint XFS_IOC_FSGETXATTRA = 0x801C582D;
     internal const int FsxattrSize = 28; // struct fsxattr: xflags, extsize, nextents, projid, cowextsize, 8 bytes of padding
     // xfs_fs.h: _IOW('X', 129, struct xfs_exchange_range) (file1_fd, pad, file1_offset, file2_offset, length, flags).
     internal const uint XFS_IOC_EXCHANGE_RANGE = 0x40285881;
@@ -34,6 +36,9 @@ public sealed unsafe partial class FuseHost
             {
                 case FS_IOC_FSGETXATTR when outSize >= FsxattrSize:
                     ReplyFsxattr(req, host._volume.GetFileXattr(inode));
+                    return;
+                case XFS_IOC_FSGETXATTRA when outSize >= FsxattrSize:
+                    ReplyFsxattr(req, host._volume.GetFileXattrAttrFork(inode));
                     return;
                 case FS_IOC_FSSETXATTR when inSize >= FsxattrSize:
                 {
@@ -63,7 +68,7 @@ public sealed unsafe partial class FuseHost
                     host.ExchangeRange(inode, ctx, fi, new ReadOnlySpan<byte>(inBuf, ExchangeRangeSize));
                     FuseNative.fuse_reply_ioctl(req, 0, null, 0);
                     return;
-                case FS_IOC_FSGETXATTR or FS_IOC_FSSETXATTR or FS_IOC_GETFLAGS or FS_IOC_SETFLAGS or XFS_IOC_EXCHANGE_RANGE:
+                case FS_IOC_FSGETXATTR or XFS_IOC_FSGETXATTRA or FS_IOC_FSSETXATTR or FS_IOC_GETFLAGS or FS_IOC_SETFLAGS or XFS_IOC_EXCHANGE_RANGE:
                     FuseNative.fuse_reply_err(req, EINVAL);
                     return;
                 default:

@@ -22,7 +22,7 @@ public sealed class FileAttrIoctlTests(ITestOutputHelper output) : IDisposable
 
     private static readonly Dictionary<string, string> Xfs613 = new() { ["XFS_IO"] = OracleImages.Tool("xfs_io", "6.13") };
 
-    private string MakeBase(bool exchangeFiles = false)
+    private string MakeBase(bool exchangeFiles = false, bool attrForkFiles = false)
     {
         var image = Path.Combine(_tmp, "base.img");
         XfsWin.TestSupport.Shell.RunChecked("truncate", "-s", "300M", image);
@@ -37,6 +37,7 @@ public sealed class FileAttrIoctlTests(ITestOutputHelper output) : IDisposable
         XfsWin.TestSupport.Shell.RunChecked("chown", "0:1000", P("g"));
         XfsWin.TestSupport.Shell.RunChecked("chmod", "2775", P("g"));
         if (exchangeFiles) XfsWin.TestSupport.Shell.RunChecked("python3", Script("exchange-ops.py"), "prepare", m.MountPoint);
+        if (attrForkFiles) XfsWin.TestSupport.Shell.RunChecked("python3", Script("fsgetxattra.py"), "prepare", m.MountPoint);
         return image;
     }
 
@@ -101,6 +102,23 @@ public sealed class FileAttrIoctlTests(ITestOutputHelper output) : IDisposable
         Assert.Contains("Operation not permitted", ours, StringComparison.Ordinal);
         Assert.Contains("Invalid cross-device link", ours, StringComparison.Ordinal);
         AssertSameOnDisk(kernelImage, ourImage, ["/e", "/d", "/d/sub", "/d/sub/x", "/d/y", "/d/f", "/imm", "/rt", "/app", "/g"]);
+    }
+
+    [Fact]
+    public void Fsgetxattra_counts_the_attribute_fork_as_the_kernel_does()
+    {
+        string baseImage = MakeBase(attrForkFiles: true), kernelImage = Path.Combine(_tmp, "kernel.img"), ourImage = Path.Combine(_tmp, "xfswin.img");
+        // The attribute forks the kernel made are of the three formats the count comes from.
+        string Format(string path) => XfsWin.TestSupport.Shell.RunChecked(OracleImages.Tool("xfs_db", "6.13"), "-r", "-c", $"path {path}",
+            "-c", "print core.aformat core.naextents", baseImage).StandardOutput;
+        Assert.Contains("(local)", Format("/al2"), StringComparison.Ordinal);
+        Assert.Contains("(extents)", Format("/ae"), StringComparison.Ordinal);
+        Assert.Contains("(btree)", Format("/ab"), StringComparison.Ordinal);
+        var (kernel, ours) = RunBoth(baseImage, kernelImage, ourImage, "python3", Script("fsgetxattra.py") + " run");
+        output.WriteLine(ours);
+        Assert.Equal(kernel, ours);
+        Assert.Contains("al2 fsgetxattra 0x80000000 0 8 0 0", ours, StringComparison.Ordinal); // 129 bytes of short form
+        AssertSameOnDisk(kernelImage, ourImage, ["/al2", "/dir"]);
     }
 
     [Fact]

@@ -79,6 +79,21 @@ public sealed partial class XfsVolume
         return FileXattrOf(_inodes.Get(inode));
     }
 
+    /// <summary>
+    /// XFS_IOC_FSGETXATTRA: as <see cref="GetFileXattr"/>, with the attribute fork's extent count (xfs_fill_fsxattr for
+    /// the attribute fork): its extents, a short-form fork's bytes in 16-byte records, 0 without a fork.
+    /// </summary>
+    public FileXattr GetFileXattrAttrFork(ulong inode)
+    {
+        ThrowIfDisposed();
+        using var readScope = new ReadScope(this);
+        var node = _inodes.Get(inode);
+        uint count = !node.HasAttrFork ? 0
+            : node.AttrFormat == ForkFormat.Local ? (uint)System.Buffers.Binary.BinaryPrimitives.ReadUInt16BigEndian(node.AttrFork) / 16
+            : node.AttrExtentCount;
+        return FileXattrOf(node) with { ExtentCount = count };
+    }
+
     private FileXattr FileXattrOf(Inode node)
     {
         var a = node.Attributes;
