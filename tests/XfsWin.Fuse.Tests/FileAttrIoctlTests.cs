@@ -22,7 +22,7 @@ public sealed class FileAttrIoctlTests(ITestOutputHelper output) : IDisposable
 
     private static readonly Dictionary<string, string> Xfs613 = new() { ["XFS_IO"] = OracleImages.Tool("xfs_io", "6.13") };
 
-    private string MakeBase(bool exchangeFiles = false, bool attrForkFiles = false)
+    private string MakeBase(bool exchangeFiles = false, bool attrForkFiles = false, bool commitFiles = false)
     {
         var image = Path.Combine(_tmp, "base.img");
         XfsWin.TestSupport.Shell.RunChecked("truncate", "-s", "300M", image);
@@ -38,6 +38,7 @@ public sealed class FileAttrIoctlTests(ITestOutputHelper output) : IDisposable
         XfsWin.TestSupport.Shell.RunChecked("chmod", "2775", P("g"));
         if (exchangeFiles) XfsWin.TestSupport.Shell.RunChecked("python3", Script("exchange-ops.py"), "prepare", m.MountPoint);
         if (attrForkFiles) XfsWin.TestSupport.Shell.RunChecked("python3", Script("fsgetxattra.py"), "prepare", m.MountPoint);
+        if (commitFiles) XfsWin.TestSupport.Shell.RunChecked("python3", Script("commit-ops.py"), "prepare", m.MountPoint);
         return image;
     }
 
@@ -119,6 +120,25 @@ public sealed class FileAttrIoctlTests(ITestOutputHelper output) : IDisposable
         Assert.Equal(kernel, ours);
         Assert.Contains("al2 fsgetxattra 0x80000000 0 8 0 0", ours, StringComparison.Ordinal); // 129 bytes of short form
         AssertSameOnDisk(kernelImage, ourImage, ["/al2", "/dir"]);
+    }
+
+    [Fact]
+    public void Start_commit_and_commit_range_answer_and_exchange_what_the_kernel_does()
+    {
+        string baseImage = MakeBase(commitFiles: true), kernelImage = Path.Combine(_tmp, "kernel.img"), ourImage = Path.Combine(_tmp, "xfswin.img");
+        var (kernel, ours) = RunBoth(baseImage, kernelImage, ourImage, "python3", Script("commit-ops.py") + " run");
+        output.WriteLine(ours);
+        // The freshness record of an unchanged file is the kernel's, byte for byte (file system id, inode, times,
+        // generation, magic); every commit answers as the kernel's.
+        Assert.Equal(kernel, ours);
+        Assert.Contains("commit t1 c1 0 0 16384 0 0 ok", ours, StringComparison.Ordinal);
+        Assert.Contains("commit t1 c1 0 0 16384 0 0 errno 16", ours, StringComparison.Ordinal);
+        Assert.Contains("commit t2 c2 0 0 16384 0 0 errno 16", ours, StringComparison.Ordinal);
+        Assert.Contains("commit t4 c4 0 0 16384 0 7 ok", ours, StringComparison.Ordinal);
+        Assert.Matches("start c1 0{80} [0-9a-f]{88}4b524f44", ours); // the record, with its magic
+        Assert.Matches("start d 0{80} [0-9a-f]{88}4b524f44", ours);
+        Assert.Matches("\nt6 [0-9a-f]{64}\n", ours); // the script ran to its end
+        AssertSameOnDisk(kernelImage, ourImage, ["/c1", "/t1", "/c4", "/t4", "/c6", "/t6"]);
     }
 
     [Fact]

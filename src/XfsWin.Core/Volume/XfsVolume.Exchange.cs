@@ -21,6 +21,12 @@ public enum ExchangeRangeFlags : ulong
     All = ToEof | Dsync | DryRun | File1Written,
 }
 
+/// <summary>
+/// What XFS_IOC_START_COMMIT samples of file 2 (xfs_ioc_start_commit) and XFS_IOC_COMMIT_RANGE checks before it
+/// exchanges: the inode, its generation, mtime and ctime.
+/// </summary>
+public readonly record struct ExchangeFreshness(ulong Inode, uint Generation, long MtimeSeconds, uint MtimeNanoseconds, long CtimeSeconds, uint CtimeNanoseconds);
+
 // XFS_IOC_EXCHANGE_RANGE (the kernel's xfs_exchrange.c): the mappings of a range of one file and the same-sized range
 // of another trade places, all or nothing, through the deferred mapping exchange (ExchangeWork: an XMI promising the
 // rest, each step's bmap intents, an XMD and a new XMI per step), so that a crash at any point leaves either file's
@@ -44,8 +50,13 @@ public sealed partial class XfsVolume
     /// false) setuid, and setgid when the group may execute or the caller is not in the file's group
     /// (<paramref name="callerInGroup"/>; null: in every group). Returns the bytes exchanged (0 for a dry run).
     /// </summary>
+    /// <remarks>
+    /// With <paramref name="freshness"/> (XFS_IOC_COMMIT_RANGE) a non-empty exchange first checks, after the range
+    /// checks, that file 2 is the inode sampled and unchanged since (generation, mtime, ctime):
+    /// <see cref="XfsError.Changed"/> (EBUSY) otherwise, dry runs included.
+    /// </remarks>
     public long ExchangeRange(ulong file1, long offset1, ulong file2, long offset2, long length, ExchangeRangeFlags flags, bool privileged = true,
-        Func<uint, bool>? callerInGroup = null)
+        Func<uint, bool>? callerInGroup = null, ExchangeFreshness? freshness = null)
     {
         if ((flags & ~ExchangeRangeFlags.All) != 0) throw Invalid($"unknown exchange flags 0x{(ulong)(flags & ~ExchangeRangeFlags.All):x}");
         if (offset1 < 0 || offset2 < 0 || length < 0) throw Invalid("exchange offsets and length cannot be negative");
@@ -87,6 +98,9 @@ public sealed partial class XfsVolume
                 if (offset1 + check < size1) check -= check % bs;
                 if (check != length) throw Invalid("a partial last block cannot go into the middle of the other file");
             }
+            // xfs_exchrange_check_freshness, for a range that is not empty.
+            if (length != 0 && freshness is { } fresh && fresh != FreshnessOf(ip2))
+                throw new XfsException(XfsError.Changed, $"inode {file2} changed since the commit was started");
             // A dry run changes no mapping and no time; the privileges go all the same (xfs_exchange_range_finish runs
             // after every exchange that did not fail). An empty range still moves both files' times.
             if ((flags & ExchangeRangeFlags.DryRun) != 0)
@@ -131,6 +145,35 @@ public sealed partial class XfsVolume
         }
 
         static XfsException Invalid(string why) => new(XfsError.InvalidArgument, why);
+    }
+
+    /// <summary>XFS_IOC_START_COMMIT: what a later <see cref="ExchangeRange"/> with freshness checks of <paramref name="inode"/>.</summary>
+    public ExchangeFreshness GetExchangeFreshness(ulong inode)
+    {
+        ThrowIfDisposed();
+        using var readScope = new ReadScope(this);
+        return FreshnessOf(_inodes.Get(inode));
+    }
+
+    /// <summary>
+    /// The kernel's m_fixedfsid of this volume (from the superblock's UUID: bytes 8-9 and 4-5, then bytes 0-3, big
+    /// endian), which XFS_IOC_START_COMMIT puts in its freshness record and XFS_IOC_COMMIT_RANGE compares.
+    /// </summary>
+    public (uint First, uint Second) FixedFileSystemId
+    {
+        get
+        {
+            Span<byte> u = stackalloc byte[16];
+            _mount.Superblock.Uuid.TryWriteBytes(u, bigEndian: true, out _);
+            return (((uint)System.Buffers.Binary.BinaryPrimitives.ReadUInt16BigEndian(u[8..]) << 16) | System.Buffers.Binary.BinaryPrimitives.ReadUInt16BigEndian(u[4..]),
+                System.Buffers.Binary.BinaryPrimitives.ReadUInt32BigEndian(u));
+        }
+    }
+
+    private static ExchangeFreshness FreshnessOf(Inode node)
+    {
+        var a = node.Attributes;
+        return new ExchangeFreshness(node.Number, a.Generation, a.ModifyTime.Seconds, a.ModifyTime.Nanoseconds, a.ChangeTime.Seconds, a.ChangeTime.Nanoseconds);
     }
 
     private static readonly byte[] CapabilityName = "capability"u8.ToArray();
