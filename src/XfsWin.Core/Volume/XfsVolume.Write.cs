@@ -25,9 +25,10 @@ public sealed record AttributeChanges
     /// </summary>
     public bool CheckQuota { get; init; }
     /// <summary>
-    /// <see cref="AccessTime"/> and <see cref="ModifyTime"/> are both the current time, asked for as such (utimes with no
-    /// times or both UTIME_NOW: the VFS's ATTR_TOUCH). An append-only file allows this change alone; explicit times, one
-    /// time only, or any other change are refused on it (may_setattr). An immutable file refuses every change.
+    /// Both times are set to the current time, the ctime's (utimes with no times or both UTIME_NOW: the VFS's
+    /// ATTR_TOUCH), whatever <see cref="AccessTime"/> and <see cref="ModifyTime"/> say. An append-only file allows this
+    /// change alone; explicit times, one time only, or any other change are refused on it (may_setattr). An immutable
+    /// file refuses every change.
     /// </summary>
     public bool TimesAreNow { get; init; }
 }
@@ -303,7 +304,7 @@ public sealed partial class XfsVolume
         {
             var current = _inodes.Get(inode);
             // may_setattr: an immutable inode keeps its attributes, an append-only one all but both times set to now.
-            bool touchOnly = changes is { TimesAreNow: true, AccessTime: not null, ModifyTime: not null, Mode: null, Uid: null, Gid: null, Size: null };
+            bool touchOnly = changes is { TimesAreNow: true, Mode: null, Uid: null, Gid: null, Size: null };
             RefuseIfLocked(current, touchOnly ? "setting its times to now" : "changing its attributes", appendAllowed: touchOnly);
             if (changes.Size is long size)
             {
@@ -354,11 +355,13 @@ public sealed partial class XfsVolume
         if (changes.Mode is ushort mode) update.Mode = (ushort)((update.Mode & 0xF000) | (mode & 0x0FFF));
         if (changes.Uid is uint uid) update.Uid = uid;
         if (changes.Gid is uint gid) update.Gid = gid;
-        if (changes.AccessTime is { } a) update.SetAccessTime(a.Seconds, a.Nanoseconds);
-        if (changes.ModifyTime is { } m) update.SetModifyTime(m.Seconds, m.Nanoseconds);
+        var atime = changes.TimesAreNow ? now : changes.AccessTime;
+        var mtime = changes.TimesAreNow ? now : changes.ModifyTime;
+        if (atime is { } a) update.SetAccessTime(a.Seconds, a.Nanoseconds);
+        if (mtime is { } m) update.SetModifyTime(m.Seconds, m.Nanoseconds);
         bool sizeChanged = changes.Size is long s && (ulong)s != update.Size;
         if (changes.Size is long size) update.Size = (ulong)size;
-        update.Touch(now, modified: sizeChanged && changes.ModifyTime is null);
+        update.Touch(now, modified: sizeChanged && mtime is null);
     }
 
     /// <summary>fsync / fdatasync: file data written so far reaches the disk, then the log is forced.</summary>
