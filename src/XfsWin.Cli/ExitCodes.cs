@@ -29,7 +29,7 @@ public static class ExitCodes
         XfsError.Corrupt or XfsError.NeedsRepair => Corrupt,
         XfsError.Unsupported or XfsError.ReadOnly or XfsError.SymlinkLoop or XfsError.Exists or XfsError.NotEmpty or XfsError.NoSpace
             or XfsError.TooManyLinks or XfsError.NotPermitted or XfsError.FileTooLarge or XfsError.WouldLoop
-            or XfsError.CrossDevice or XfsError.QuotaExceeded => Refused,
+            or XfsError.CrossDevice or XfsError.QuotaExceeded or XfsError.Changed => Refused,
         XfsError.NoAttribute => NotFound,
         XfsError.NotXfs => NotXfs,
         _ => IoError,

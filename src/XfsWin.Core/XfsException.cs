@@ -47,6 +47,8 @@ public enum XfsError
     /// nothing was changed. An enforced project limit answers <see cref="NoSpace"/>, as the kernel does.
     /// </summary>
     QuotaExceeded,
+    /// <summary>The file changed since the caller sampled it (EBUSY: a range commit whose file 2 is no longer fresh).</summary>
+    Changed,
 }
 
 /// <summary>
@@ -91,6 +93,7 @@ public class XfsException : IOException
         XfsError.WouldLoop => 22,        // EINVAL
         XfsError.CrossDevice => 18,      // EXDEV
         XfsError.QuotaExceeded => 122,   // EDQUOT
+        XfsError.Changed => 16,          // EBUSY
         _ => 5,
     };
 }

@@ -115,6 +115,9 @@ public sealed unsafe partial class FuseHost
                 : (toSet & FuseConstants.FUSE_SET_ATTR_ATIME) != 0 ? new XfsTimestamp(aSec, (uint)aNsec) : null,
             ModifyTime = (toSet & FuseConstants.FUSE_SET_ATTR_MTIME_NOW) != 0 ? Stamp()
                 : (toSet & FuseConstants.FUSE_SET_ATTR_MTIME) != 0 ? new XfsTimestamp(mSec, (uint)mNsec) : null,
+            // Both NOW bits: utimes(NULL) or both UTIME_NOW (the kernel's FUSE sends MTIME_NOW without a writeback cache).
+            TimesAreNow = (toSet & (FuseConstants.FUSE_SET_ATTR_ATIME_NOW | FuseConstants.FUSE_SET_ATTR_MTIME_NOW)) ==
+                          (FuseConstants.FUSE_SET_ATTR_ATIME_NOW | FuseConstants.FUSE_SET_ATTR_MTIME_NOW),
         };
     }
 

@@ -54,10 +54,13 @@ public sealed unsafe class WriteTranslationTests
         var nowAndOmit = Changes(FuseConstants.FUSE_SET_ATTR_ATIME | FuseConstants.FUSE_SET_ATTR_ATIME_NOW)!;
         Assert.Equal(Now, nowAndOmit.AccessTime);
         Assert.Null(nowAndOmit.ModifyTime);
+        Assert.False(nowAndOmit.TimesAreNow);
+        Assert.False(both.TimesAreNow);
         var touch = Changes(FuseConstants.FUSE_SET_ATTR_ATIME | FuseConstants.FUSE_SET_ATTR_ATIME_NOW |
                             FuseConstants.FUSE_SET_ATTR_MTIME | FuseConstants.FUSE_SET_ATTR_MTIME_NOW)!;
         Assert.Equal(Now, touch.AccessTime);
         Assert.Equal(Now, touch.ModifyTime);
+        Assert.True(touch.TimesAreNow); // what an append-only file allows
         // Nothing the volume stores (a ctime-only request): no change, just the attributes.
         Assert.Null(Changes(1 << 10));
     }

@@ -10,10 +10,12 @@
 # The volume (quota-guest.sh limits) has /w (mode 0777, owned by 1000:1000), /pj (mode 0777, project 20,
 # inherited) and /u1001 (100000 bytes of user 1001, past its soft block limit with an expired timer); limits:
 # user 1000 bsoft=256k bhard=1m isoft=5 ihard=12, user 1002 isoft=3 ihard=6, user 1001 bsoft=64k bhard=10m,
-# group default (id 0) bhard=2m, project 20 ihard=3.
+# group default (id 0) bhard=2m, project 20 ihard=3, project 30 bhard=64k.
 import errno
+import fcntl  # imported as root: an ordinary user may not read the interpreter's library
 import json
 import os
+import struct
 import sys
 
 M, RESULT = sys.argv[1], sys.argv[2]
@@ -137,7 +139,28 @@ steps = [
     ("u1004 creates in project 20", 1004, 1004, lambda: create_until(pj, "x")),
     # A rename leaving a whiteout (root only): the whiteout is a new inode of project 20, which has none to spare.
     ("root renames with a whiteout in project 20", 0, 0, lambda: attempt(lambda: rename_whiteout(os.path.join(pj, "x0"), os.path.join(pj, "y0")))),
+    # FS_IOC_FSSETXATTR moving a file to another project: the new project's quota must take the file's blocks and its
+    # inode (ENOSPC), unless the caller is privileged (CAP_FOWNER: root's move is forced past the limit).
+    ("u1005 moves a 4-block file to project 20 at its inode limit", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m1"), 4, 20))),
+    ("u1005 moves a 32-block file to project 30", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m2"), 32, 30))),
+    ("u1005 moves a 4-block file to project 30", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m3"), 4, 30))),
+    ("root moves a 32-block file to project 30", 0, 0, lambda: attempt(lambda: set_project(os.path.join(w, "m4"), 32, 30))),
+    ("u1005 moves a 1-block file to project 30 past its limit", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m5"), 1, 30))),
+    ("u1005 moves an empty file to project 30 past its limit", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m6"), 0, 30))),
 ]
+
+
+def set_project(path, blocks, project):
+    """Writes a file of BLOCKS blocks, then sets its project id through FS_IOC_FSSETXATTR."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        for i in range(blocks):
+            os.pwrite(fd, BLOCK, i * 4096)
+        a = bytearray(fcntl.ioctl(fd, 0x801C581F, bytes(28)))
+        struct.pack_into("<I", a, 12, project)
+        fcntl.ioctl(fd, 0x401C5820, bytes(a))
+    finally:
+        os.close(fd)
 
 
 def chgrp_written(path, blocks):

@@ -1,3 +1,4 @@
+using XfsWin.Attributes;
 using XfsWin.Format;
 using XfsWin.Inodes;
 using XfsWin.Journal;
@@ -20,6 +21,12 @@ public enum ExchangeRangeFlags : ulong
     All = ToEof | Dsync | DryRun | File1Written,
 }
 
+/// <summary>
+/// What XFS_IOC_START_COMMIT samples of file 2 (xfs_ioc_start_commit) and XFS_IOC_COMMIT_RANGE checks before it
+/// exchanges: the inode, its generation, mtime and ctime.
+/// </summary>
+public readonly record struct ExchangeFreshness(ulong Inode, uint Generation, long MtimeSeconds, uint MtimeNanoseconds, long CtimeSeconds, uint CtimeNanoseconds);
+
 // XFS_IOC_EXCHANGE_RANGE (the kernel's xfs_exchrange.c): the mappings of a range of one file and the same-sized range
 // of another trade places, all or nothing, through the deferred mapping exchange (ExchangeWork: an XMI promising the
 // rest, each step's bmap intents, an XMD and a new XMI per step), so that a crash at any point leaves either file's
@@ -37,10 +44,19 @@ public sealed partial class XfsVolume
     /// unknown flags, ranges starting past EOF, ending past EOF (unless <see cref="ExchangeRangeFlags.ToEof"/>),
     /// offsets not on block boundaries, lengths neither on block boundaries nor reaching an EOF, a partial last
     /// block going into the middle of the other file, overlapping ranges of one file;
-    /// <see cref="XfsError.NotPermitted"/> for an immutable file. Both files' mtime and ctime move; an unprivileged
-    /// caller's exchange clears setuid and setgid (file_remove_privs). Returns the bytes exchanged (0 for a dry run).
+    /// <see cref="XfsError.NotPermitted"/> for an immutable file. Both files' mtime and ctime move. After the exchange
+    /// each file loses its privileges as a write's file_remove_privs takes them (file 1, then file 2): its
+    /// security.capability attribute whoever calls, and for a caller without CAP_FSETID (<paramref name="privileged"/>
+    /// false) setuid, and setgid when the group may execute or the caller is not in the file's group
+    /// (<paramref name="callerInGroup"/>; null: in every group). Returns the bytes exchanged (0 for a dry run).
     /// </summary>
-    public long ExchangeRange(ulong file1, long offset1, ulong file2, long offset2, long length, ExchangeRangeFlags flags, bool privileged = true)
+    /// <remarks>
+    /// With <paramref name="freshness"/> (XFS_IOC_COMMIT_RANGE) a non-empty exchange first checks, after the range
+    /// checks, that file 2 is the inode sampled and unchanged since (generation, mtime, ctime):
+    /// <see cref="XfsError.Changed"/> (EBUSY) otherwise, dry runs included.
+    /// </remarks>
+    public long ExchangeRange(ulong file1, long offset1, ulong file2, long offset2, long length, ExchangeRangeFlags flags, bool privileged = true,
+        Func<uint, bool>? callerInGroup = null, ExchangeFreshness? freshness = null)
     {
         if ((flags & ~ExchangeRangeFlags.All) != 0) throw Invalid($"unknown exchange flags 0x{(ulong)(flags & ~ExchangeRangeFlags.All):x}");
         if (offset1 < 0 || offset2 < 0 || length < 0) throw Invalid("exchange offsets and length cannot be negative");
@@ -82,7 +98,17 @@ public sealed partial class XfsVolume
                 if (offset1 + check < size1) check -= check % bs;
                 if (check != length) throw Invalid("a partial last block cannot go into the middle of the other file");
             }
-            if (length == 0 || (flags & ExchangeRangeFlags.DryRun) != 0) return 0;
+            // xfs_exchrange_check_freshness, for a range that is not empty.
+            if (length != 0 && freshness is { } fresh && fresh != FreshnessOf(ip2))
+                throw new XfsException(XfsError.Changed, $"inode {file2} changed since the commit was started");
+            // A dry run changes no mapping and no time; the privileges go all the same (xfs_exchange_range_finish runs
+            // after every exchange that did not fail). An empty range still moves both files' times.
+            if ((flags & ExchangeRangeFlags.DryRun) != 0)
+            {
+                RemovePrivileges(w, file1, privileged, callerInGroup);
+                if (file2 != file1) RemovePrivileges(w, file2, privileged, callerInGroup);
+                return 0;
+            }
 
             var state = new ExchangeState(file1, file2, ip1.Attributes.Generation, ip2.Attributes.Generation,
                 (ulong)offset1 >> sb.BlockLog, (ulong)offset2 >> sb.BlockLog, (ulong)((length + bs - 1) / bs),
@@ -96,19 +122,19 @@ public sealed partial class XfsVolume
                 {
                     var update = InodeUpdate.Find(tx, _inodes, ino);
                     update.Touch(now, modified: true);
-                    // file_remove_privs: setuid always, setgid when the group may execute.
-                    if (!privileged)
-                    {
-                        if ((update.Mode & ModeSetuid) != 0) update.Mode = (ushort)(update.Mode & ~ModeSetuid);
-                        if ((update.Mode & (ModeSetgid | 0x8)) == (ModeSetgid | 0x8)) update.Mode = (ushort)(update.Mode & ~ModeSetgid);
-                    }
                     update.Log(tx, _inodes);
                 }
-                state = exchanges.Start(tx, state);
-                tx.Defer(exchanges, state);
+                if (length > 0)
+                {
+                    state = exchanges.Start(tx, state);
+                    tx.Defer(exchanges, state);
+                }
                 tx.Commit();
             }
             AfterCommit(w);
+            // xfs_exchange_range_finish: as a write would, after the exchange committed.
+            RemovePrivileges(w, file1, privileged, callerInGroup);
+            if (file2 != file1) RemovePrivileges(w, file2, privileged, callerInGroup);
             if ((flags & ExchangeRangeFlags.Dsync) != 0)
             {
                 w.Data.WriteOut();
@@ -119,5 +145,67 @@ public sealed partial class XfsVolume
         }
 
         static XfsException Invalid(string why) => new(XfsError.InvalidArgument, why);
+    }
+
+    /// <summary>XFS_IOC_START_COMMIT: what a later <see cref="ExchangeRange"/> with freshness checks of <paramref name="inode"/>.</summary>
+    public ExchangeFreshness GetExchangeFreshness(ulong inode)
+    {
+        ThrowIfDisposed();
+        using var readScope = new ReadScope(this);
+        return FreshnessOf(_inodes.Get(inode));
+    }
+
+    /// <summary>
+    /// The kernel's m_fixedfsid of this volume (from the superblock's UUID: bytes 8-9 and 4-5, then bytes 0-3, big
+    /// endian), which XFS_IOC_START_COMMIT puts in its freshness record and XFS_IOC_COMMIT_RANGE compares.
+    /// </summary>
+    public (uint First, uint Second) FixedFileSystemId
+    {
+        get
+        {
+            Span<byte> u = stackalloc byte[16];
+            _mount.Superblock.Uuid.TryWriteBytes(u, bigEndian: true, out _);
+            return (((uint)System.Buffers.Binary.BinaryPrimitives.ReadUInt16BigEndian(u[8..]) << 16) | System.Buffers.Binary.BinaryPrimitives.ReadUInt16BigEndian(u[4..]),
+                System.Buffers.Binary.BinaryPrimitives.ReadUInt32BigEndian(u));
+        }
+    }
+
+    private static ExchangeFreshness FreshnessOf(Inode node)
+    {
+        var a = node.Attributes;
+        return new ExchangeFreshness(node.Number, a.Generation, a.ModifyTime.Seconds, a.ModifyTime.Nanoseconds, a.ChangeTime.Seconds, a.ChangeTime.Nanoseconds);
+    }
+
+    private static readonly byte[] CapabilityName = "capability"u8.ToArray();
+
+    /// <summary>
+    /// file_remove_privs of a regular file: security.capability goes when it has a value (cap_inode_need_killpriv, for
+    /// every caller), setuid and setgid as setattr_should_drop_suidgid says for a caller without CAP_FSETID. The
+    /// attribute's removal and the mode change are one transaction with the ctime; nothing is logged when there is
+    /// nothing to take. Under the change lock.
+    /// </summary>
+    private void RemovePrivileges(VolumeWriteState w, ulong inode, bool privileged, Func<uint, bool>? callerInGroup)
+    {
+        var current = _inodes.Get(inode);
+        uint mode = current.Attributes.Mode;
+        ushort kill = 0;
+        if (!privileged)
+        {
+            if ((mode & ModeSetuid) != 0) kill |= ModeSetuid;
+            if ((mode & ModeSetgid) != 0 && ((mode & 0x8) != 0 || callerInGroup?.Invoke(current.Attributes.Gid) == false)) kill |= ModeSetgid;
+        }
+        bool capability = current.HasAttrFork && _attributes.TryGet(current, XattrNamespace.Secure, CapabilityName, out var value) && value.Length > 0;
+        if (kill == 0 && !capability) return;
+        // xfs_attr_set's removal: the owner's dquots are reserved what it may allocate (unforced, not a trusted attribute).
+        if (capability) ReserveQuota(w, current, w.Reservations.AttrRemoveSpaceBlocks);
+        using var tx = Begin(w, capability ? TransactionKind.AttrRm : TransactionKind.Ichange, capability ? AttrReservation(w, current, 0) : 0);
+        var update = new InodeUpdate(current, _mount.Superblock);
+        if (capability)
+            new AttributeEditor(tx, update, w.FileSpace, node => MoveLocalData(tx, w, node)).Remove(XattrNamespace.Secure, CapabilityName);
+        update.Mode = (ushort)(update.Mode & ~kill);
+        update.Touch(Now(), modified: false);
+        update.Log(tx, _inodes);
+        tx.Commit();
+        AfterCommit(w);
     }
 }

@@ -79,6 +79,21 @@ public sealed partial class XfsVolume
         return FileXattrOf(_inodes.Get(inode));
     }
 
+    /// <summary>
+    /// XFS_IOC_FSGETXATTRA: as <see cref="GetFileXattr"/>, with the attribute fork's extent count (xfs_fill_fsxattr for
+    /// the attribute fork): its extents, a short-form fork's bytes in 16-byte records, 0 without a fork.
+    /// </summary>
+    public FileXattr GetFileXattrAttrFork(ulong inode)
+    {
+        ThrowIfDisposed();
+        using var readScope = new ReadScope(this);
+        var node = _inodes.Get(inode);
+        uint count = !node.HasAttrFork ? 0
+            : node.AttrFormat == ForkFormat.Local ? (uint)System.Buffers.Binary.BinaryPrimitives.ReadUInt16BigEndian(node.AttrFork) / 16
+            : node.AttrExtentCount;
+        return FileXattrOf(node) with { ExtentCount = count };
+    }
+
     private FileXattr FileXattrOf(Inode node)
     {
         var a = node.Attributes;
@@ -120,7 +135,8 @@ public sealed partial class XfsVolume
     /// half an AG and 2^21-1 blocks, an extent size hint only on a regular file without extents (or a directory, to
     /// inherit), a copy-on-write hint only on reflink volumes; 32-bit project ids need projid32bit. An unprivileged
     /// change clears setuid and setgid. On a volume with project quota accounting the inode's usage moves to the new
-    /// project's dquot. Returns the attributes now.
+    /// project's dquot; under an enforced project limit an unprivileged caller's move must fit the new project's
+    /// quota (<see cref="XfsError.NoSpace"/>, ENOSPC, otherwise). Returns the attributes now.
     /// </summary>
     public FileXattr SetFileXattr(ulong inode, FileXattr request, FileAttrCaller caller) =>
         SetFileAttrCore(inode, caller, _ => request, fsxValid: true);
@@ -151,7 +167,15 @@ public sealed partial class XfsVolume
             if (fsxValid && fa.ProjectId > ushort.MaxValue && (sb.Features2 & SuperblockFeatures.F2ProjId32) == 0)
                 throw Invalid("project ids above 65535 need the projid32bit feature");
             if (fsxValid && fa.ProjectId != old.ProjectId)
+            {
                 PrepareDquots(w, node.Attributes.Uid, node.Attributes.Gid, fa.ProjectId);
+                // xfs_ioctl_setattr_get_trans (xfs_trans_alloc_ichange with the new project's dquot): it is reserved the
+                // inode's blocks and the inode, forced (unchecked) only for a caller with CAP_FOWNER; an enforced
+                // limit refuses the change with ENOSPC before any other check of the request's hints and flags.
+                if (!caller.Privileged && w.Quota is { Enforced: not 0 } quota)
+                    quota.Reserve(node.Attributes.Uid, node.Attributes.Gid, fa.ProjectId, node.Attributes.AllocatedBytes >> sb.BlockLog, 1,
+                        types: DquotView.TypeProject);
+            }
             ushort newFlags = DiFlagsFor(node, fa.XFlags);
             ulong newFlags2 = (node.Attributes.Flags2 & ~(DinodeView.Flag2Dax | DinodeView.Flag2CowExtSize)) |
                               ((fa.XFlags & FileXFlags.Dax) != 0 ? DinodeView.Flag2Dax : 0) |

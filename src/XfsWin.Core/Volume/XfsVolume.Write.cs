@@ -24,6 +24,13 @@ public sealed record AttributeChanges
     /// Unset, a chown or chgrp is charged without that check, as the kernel does for a privileged caller.
     /// </summary>
     public bool CheckQuota { get; init; }
+    /// <summary>
+    /// Both times are set to the current time, the ctime's (utimes with no times or both UTIME_NOW: the VFS's
+    /// ATTR_TOUCH), whatever <see cref="AccessTime"/> and <see cref="ModifyTime"/> say. An append-only file allows this
+    /// change alone; explicit times, one time only, or any other change are refused on it (may_setattr). An immutable
+    /// file refuses every change.
+    /// </summary>
+    public bool TimesAreNow { get; init; }
 }
 
 /// <summary>
@@ -296,8 +303,9 @@ public sealed partial class XfsVolume
         using (w.Changes.Change())
         {
             var current = _inodes.Get(inode);
-            // notify_change: an immutable or append-only inode keeps its attributes.
-            RefuseIfLocked(current, "changing its attributes");
+            // may_setattr: an immutable inode keeps its attributes, an append-only one all but both times set to now.
+            bool touchOnly = changes is { TimesAreNow: true, Mode: null, Uid: null, Gid: null, Size: null };
+            RefuseIfLocked(current, touchOnly ? "setting its times to now" : "changing its attributes", appendAllowed: touchOnly);
             if (changes.Size is long size)
             {
                 if (size < 0) throw new XfsException(XfsError.InvalidArgument, "a size cannot be negative");
@@ -347,11 +355,13 @@ public sealed partial class XfsVolume
         if (changes.Mode is ushort mode) update.Mode = (ushort)((update.Mode & 0xF000) | (mode & 0x0FFF));
         if (changes.Uid is uint uid) update.Uid = uid;
         if (changes.Gid is uint gid) update.Gid = gid;
-        if (changes.AccessTime is { } a) update.SetAccessTime(a.Seconds, a.Nanoseconds);
-        if (changes.ModifyTime is { } m) update.SetModifyTime(m.Seconds, m.Nanoseconds);
+        var atime = changes.TimesAreNow ? now : changes.AccessTime;
+        var mtime = changes.TimesAreNow ? now : changes.ModifyTime;
+        if (atime is { } a) update.SetAccessTime(a.Seconds, a.Nanoseconds);
+        if (mtime is { } m) update.SetModifyTime(m.Seconds, m.Nanoseconds);
         bool sizeChanged = changes.Size is long s && (ulong)s != update.Size;
         if (changes.Size is long size) update.Size = (ulong)size;
-        update.Touch(now, modified: sizeChanged && changes.ModifyTime is null);
+        update.Touch(now, modified: sizeChanged && mtime is null);
     }
 
     /// <summary>fsync / fdatasync: file data written so far reaches the disk, then the log is forced.</summary>

@@ -1,6 +1,7 @@
 using System.Security.Cryptography;
 using Xunit;
 using Xunit.Abstractions;
+using XfsWin.Attributes;
 using XfsWin.Device;
 using XfsWin.TestSupport;
 using XfsWin.Volume;
@@ -173,5 +174,36 @@ public sealed class ExchangeRangeTests(ITestOutputHelper output) : IDisposable
         }
         Assert.Equal(before, KernelView(baseImage));
         AssertRepairClean(baseImage);
+    }
+    [Fact]
+    public void A_commit_exchanges_only_while_file2_is_fresh_and_removes_privileges()
+    {
+        string image = MakeBase();
+        string before = KernelView(image);
+        byte[] capability = [1, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]; // v2, effective, cap_net_bind_service
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            ulong a = v.ResolvePath("/a"), b = v.ResolvePath("/b");
+            v.SetXattr(b, XattrNamespace.Secure, "capability"u8, capability);
+            v.SetAttributes(a, new AttributeChanges { Mode = 0x9ED }); // 04755
+            var fresh = v.GetExchangeFreshness(b);
+            Assert.Equal(b, fresh.Inode);
+            // Fresh: exchanged; file 1 loses setuid (an unprivileged caller), file 2 its capability.
+            Assert.Equal(4096, v.ExchangeRange(a, 0, b, 0, 4096, 0, privileged: false, freshness: fresh));
+            Assert.Equal(0x1EDu, v.GetAttributes(a).Permissions);
+            Assert.False(v.TryGetXattr(b, XattrNamespace.Secure, "capability"u8, out _));
+            // The commit moved b's times: the record is stale now (EBUSY), except for an empty range.
+            Assert.Equal(XfsError.Changed, Assert.Throws<XfsException>(() => v.ExchangeRange(a, 0, b, 0, 4096, 0, freshness: fresh)).Error);
+            Assert.Equal(XfsError.Changed, Assert.Throws<XfsException>(() => v.ExchangeRange(a, 0, b, 0, 4096, ExchangeRangeFlags.DryRun, freshness: fresh)).Error);
+            Assert.Equal(0, v.ExchangeRange(a, 0, b, 0, 0, 0, freshness: fresh));
+            // Root keeps setuid; the capability goes for every caller, a dry run included.
+            v.SetAttributes(a, new AttributeChanges { Mode = 0x9ED });
+            v.SetXattr(a, XattrNamespace.Secure, "capability"u8, capability);
+            Assert.Equal(0, v.ExchangeRange(a, 0, b, 0, 4096, ExchangeRangeFlags.DryRun, freshness: v.GetExchangeFreshness(b)));
+            Assert.Equal(0x9EDu, v.GetAttributes(a).Permissions);
+            Assert.False(v.TryGetXattr(a, XattrNamespace.Secure, "capability"u8, out _));
+        }
+        Assert.NotEqual(before, KernelView(image));
+        AssertRepairClean(image);
     }
 }

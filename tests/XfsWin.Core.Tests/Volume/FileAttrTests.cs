@@ -2,6 +2,7 @@ using System.Text.RegularExpressions;
 using Xunit;
 using Xunit.Abstractions;
 using XfsWin.Attributes;
+using XfsWin.Format;
 using XfsWin.TestSupport;
 using XfsWin.Volume;
 
@@ -50,6 +51,14 @@ public sealed partial class FileAttrTests(ITestOutputHelper output) : IDisposabl
 
     [GeneratedRegex(@"^fsxattr\.(\w+) = (\S+)", RegexOptions.Multiline)]
     private static partial Regex FieldRegex();
+
+    /// <summary>utimes with no times: both set to one current time (what the FUSE host passes for ATIME_NOW and MTIME_NOW).</summary>
+    private static AttributeChanges Touch()
+    {
+        long ticks = DateTime.UtcNow.Ticks - DateTime.UnixEpoch.Ticks;
+        var now = new XfsTimestamp(ticks / TimeSpan.TicksPerSecond, (uint)(ticks % TimeSpan.TicksPerSecond * 100));
+        return new AttributeChanges { AccessTime = now, ModifyTime = now, TimesAreNow = true };
+    }
 
     private static void AssertSame(Dictionary<string, string> kernel, FileXattr ours)
     {
@@ -147,6 +156,7 @@ public sealed partial class FileAttrTests(ITestOutputHelper output) : IDisposabl
                 () => v.Link(data, v.RootInode, "again"u8),
                 () => v.Rename(v.RootInode, "data"u8, v.RootInode, "moved"u8),
                 () => v.Allocate(data, 0, 4096, FallocateMode.KeepSize),
+                () => v.SetAttributes(data, Touch()),
             ];
             foreach (var change in refused) Assert.Equal(XfsError.NotPermitted, Assert.Throws<XfsException>(change).Error);
             // Append-only: writes at EOF only.
@@ -154,6 +164,13 @@ public sealed partial class FileAttrTests(ITestOutputHelper output) : IDisposabl
             Assert.Equal(XfsError.NotPermitted, Assert.Throws<XfsException>(() => v.Write(data, 0, [1])).Error);
             Assert.Equal(3, v.Write(data, 8192, [1, 2, 3]));
             Assert.Equal(XfsError.NotPermitted, Assert.Throws<XfsException>(() => v.Allocate(data, 0, 4096, FallocateMode.PunchHole)).Error);
+            // may_setattr: both times set to now, alone, and nothing else.
+            var touched = v.SetAttributes(data, Touch());
+            Assert.Equal(touched.ChangeTime, touched.AccessTime);
+            Assert.Equal(touched.ChangeTime, touched.ModifyTime);
+            var explicitTimes = new AttributeChanges { AccessTime = new XfsTimestamp(1000, 0), ModifyTime = new XfsTimestamp(1000, 0) };
+            foreach (var change in new[] { explicitTimes, explicitTimes with { ModifyTime = null }, Touch() with { Mode = 0x1A4 } })
+                Assert.Equal(XfsError.NotPermitted, Assert.Throws<XfsException>(() => v.SetAttributes(data, change)).Error);
             // An immutable directory takes no new names.
             ulong proj = v.ResolvePath("/proj");
             var p = v.GetFileXattr(proj);
@@ -162,6 +179,10 @@ public sealed partial class FileAttrTests(ITestOutputHelper output) : IDisposabl
         }
         var kernel = KernelFsxattr(image, "data");
         Assert.Equal(FileXFlags.Append, Convert.ToUInt32(kernel["xflags"], 16) & (FileXFlags.Append | FileXFlags.Immutable));
+        // FSGETXATTRA counts the attribute fork as xfs_io's stat shows it (fsxattr.naextents, through the kernel's ioctl).
+        using (var r = XfsVolume.Open(image))
+            foreach (var path in new[] { "data", "mine", "k" })
+                Assert.Equal(uint.Parse(KernelFsxattr(image, path)["naextents"]), r.GetFileXattrAttrFork(r.ResolvePath("/" + path)).ExtentCount);
         Assert.Equal("5", KernelFsxattr(image, "mine")["projid"]);
         AssertRepairClean(image);
     }

@@ -41,12 +41,49 @@ def run():
     xr("x4", "x2", 0, 0, 16 * 4096, 2)           # DSYNC
     xr("x5", "x4", 0, 0, 0, 1)
     xr("d", "x2", 0, 0, 4096, 0, os.O_RDONLY)     # a directory
-    for name in ("x1", "x2", "x3", "x4", "x5"):
+    # An empty range moves both files' mtime (and ctime); a dry run moves neither.
+    for length, fl in ((0, 0), (4096, 4)):
+        for n in ("x1", "x3"): os.utime(P(n), ns=(10**9, 10**9))
+        xr("x1", "x3", 0, 0, length, fl)
+        print("mtime moved", [os.stat(P(n)).st_mtime_ns != 10**9 for n in ("x1", "x3")])
+    # file_remove_privs of both files: root keeps setuid and setgid, security.capability goes for everyone.
+    xr("p1", "p2", 0, 0, 8192, 0)
+    # An unprivileged caller (uid and gid 1000, no other groups) loses setuid, setgid with group execute, and setgid
+    # of a group it is not in; setgid without group execute in its own group stays.
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.setgroups([]); os.setgid(1000); os.setuid(1000)
+        xr("q1", "q2", 0, 0, 8192, 0)
+        xr("q3", "q4", 0, 0, 8192, 0)
+        xr("q5", "q6", 0, 0, 8192, 4)             # a dry run takes them too
+        sys.stdout.flush()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    for name in PRIVS:
+        st = os.stat(P(name))
+        try:
+            cap = os.getxattr(P(name), "security.capability").hex()
+        except OSError as e:
+            cap = "errno %d" % e.errno
+        print(name, oct(st.st_mode), st.st_uid, st.st_gid, cap)
+    for name in ("x1", "x2", "x3", "x4", "x5", *PRIVS):
         data = open(P(name), "rb").read()
         print(name, len(data), hashlib.sha256(data).hexdigest())
 
 
+# Files for the privilege removal: name, owner, group, mode, with a capability (v2: effective, cap_net_bind_service).
+PRIVS = {"p1": (0, 0, 0o6755, True), "p2": (0, 0, 0o2644, True), "q1": (1000, 1000, 0o4755, True), "q2": (1000, 1000, 0o2775, False),
+         "q3": (1000, 2000, 0o2664, False), "q4": (1000, 1000, 0o2664, True), "q5": (1000, 1000, 0o6775, True), "q6": (1000, 1000, 0o644, False)}
+CAPABILITY = struct.pack("<5I", 0x02000001, 1 << 10, 0, 0, 0)
+
 def prepare():
+    for name, (uid, gid, mode, cap) in PRIVS.items():
+        with open(P(name), "wb") as f:
+            f.write(bytes([len(name) + int(name[1])]) * 8192)
+        os.chown(P(name), uid, gid)
+        os.chmod(P(name), mode)
+        if cap: os.setxattr(P(name), "security.capability", CAPABILITY)
     rng = random.Random(3)
     for name, size in (("x1", 40000), ("x2", 70000), ("x3", 12288), ("x4", 300 * 4096)):
         with open(P(name), "wb") as f:

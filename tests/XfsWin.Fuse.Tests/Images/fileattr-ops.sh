@@ -25,6 +25,22 @@ except OSError as e:
     print("errno", e.errno)
 PY
 }
+# utimensat(2) on PATH with times given as "null" (no times) or two of now, omit, SECONDS; prints ok or the errno, and
+# after a success whether atime and mtime are now (within a second of the call) or their seconds.
+ut() {
+    python3 - "$@" <<'PY'
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+class TS(ctypes.Structure): _fields_ = [("s", ctypes.c_long), ("ns", ctypes.c_long)]
+def spec(v): return TS(0, (1 << 30) - 1) if v == "now" else TS(0, (1 << 30) - 2) if v == "omit" else TS(int(v), 0)
+path, t0 = sys.argv[1], time.time_ns() - 10**9
+times = None if sys.argv[2] == "null" else (TS * 2)(spec(sys.argv[2]), spec(sys.argv[3]))
+rc = libc.utimensat(-100, path.encode(), times, 0)
+st = os.stat(path)
+show = lambda ns: "now" if ns >= t0 else str(ns // 10**9)
+print("ok a=%s m=%s" % (show(st.st_atime_ns), show(st.st_mtime_ns)) if rc == 0 else "errno %d" % ctypes.get_errno())
+PY
+}
 q $X -r -c "lsattr -v" -c stat e
 q $X -c "chproj 42" -c "extsize 64k" -c lsproj -c extsize e
 q cow e 131072
@@ -45,9 +61,24 @@ q $X -r -c "chattr -i" -c "chattr +a" -c lsattr e
 q sh -c "echo z >> e"
 q sh -c "echo w > e"
 q truncate -s 0 e
+# may_setattr: append-only allows both times set to now and nothing else.
+q ut e null
+q ut e 3000 4000
+q ut e now now
+q ut e now omit
+q ut e omit now
+q ut e now 5000
+q ut e 6000 now
+q touch e
+q touch -d @7000 e
 q $X -r -c "chattr -a" -c "chattr +s +A +d +f" -c lsattr e
+q ut e 3000 4000
 q $X -c "chattr +i" imm
 q touch imm/new
+q ut imm null
+q ut imm now now
+q ut imm 1000 1000
+q touch imm
 q $X -c "chattr +a" app
 q sh -c "echo more >> app"
 q cat app
