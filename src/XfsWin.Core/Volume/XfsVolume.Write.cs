@@ -67,6 +67,10 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public InodeUpdate? WriteInode;
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
+    /// <summary>Inodes a write may have given blocks past EOF (an extent size hint's rounding): trimmed when inactivated (under <see cref="Changes"/>).</summary>
+    public readonly HashSet<ulong> EofBlocks = new();
+    /// <summary>XFS_EOFBLOCKS_RELEASED: inodes whose post-EOF blocks a close already gave back; later closes keep them (under <see cref="Changes"/>).</summary>
+    public readonly HashSet<ulong> EofReleased = new();
     /// <summary>Inodes with no name left that are kept while held; freed at their last release (under <see cref="Changes"/>).</summary>
     public readonly HashSet<ulong> Orphans = new();
 
@@ -391,6 +395,8 @@ public sealed partial class XfsVolume
                 {
                     // Holds end with the unmount: inodes unlinked while held are freed (and leave the unlinked lists).
                     lock (w.Holds) w.Holds.Clear();
+                    // Every inode is inactivated at unmount: post-EOF blocks writes left go (xfs_inactive, xfs_free_eofblocks).
+                    foreach (ulong ino in w.EofBlocks.Order().ToList()) InactivateEofBlocks(w, ino);
                     foreach (ulong orphan in w.Orphans.Order().ToList())
                     {
                         w.Orphans.Remove(orphan);
