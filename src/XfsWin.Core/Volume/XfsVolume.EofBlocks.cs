@@ -16,7 +16,7 @@ public sealed partial class XfsVolume
 
     /// <summary>
     /// xfs_file_release: an open of <paramref name="inode"/> was closed (<paramref name="writable"/>: it was open for
-    /// writing). The first such close of a linked, not append-only file gives back the blocks mapped past its EOF; later
+    /// writing). The first such close of a linked, not append-only file gives back the blocks writes left past its EOF; later
     /// closes keep them (files written in open/write/close cycles keep their preallocation) until the inode's last hold
     /// goes or the volume is unmounted.
     /// </summary>
@@ -24,9 +24,12 @@ public sealed partial class XfsVolume
     {
         var w = _write;
         if (!writable || w is null || w.Unmounted || !_mount.Health.IsHealthy || ShutdownReason is not null) return;
+        // Only writes of this open leave blocks past EOF (files other writers left them on keep them until the kernel
+        // mounts the volume again): a close of any other file takes no lock.
+        if (!Volatile.Read(ref w.AnyEofBlocks)) return;
         using (w.Changes.Change())
         {
-            if (w.Unmounted || w.EofReleased.Contains(inode)) return;
+            if (w.Unmounted || w.EofReleased.Contains(inode) || !w.EofBlocks.Contains(inode)) return;
             var current = _inodes.Get(inode);
             if (current.Attributes.LinkCount == 0 || (current.Attributes.Flags & DiFlagAppend) != 0) return;
             if (!CanFreeEofBlocks(current)) return;

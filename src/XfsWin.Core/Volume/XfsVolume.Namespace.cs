@@ -779,7 +779,7 @@ public sealed partial class XfsVolume
                 w.Data.Write(disk, block);
                 fb++;
             }
-            if (hint != 0 && fresh is { Count: > 0 }) w.EofBlocks.Add(inode);
+            if (hint != 0 && fresh is { Count: > 0 } && w.EofBlocks.Add(inode)) Volatile.Write(ref w.AnyEofBlocks, true);
             editor?.MarkWritten(first, last - first + 1);
             editor?.Save();
             long end = offset + data.Length;

@@ -69,6 +69,8 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public readonly Dictionary<ulong, ulong> Holds = new();
     /// <summary>Inodes a write may have given blocks past EOF (an extent size hint's rounding): trimmed when inactivated (under <see cref="Changes"/>).</summary>
     public readonly HashSet<ulong> EofBlocks = new();
+    /// <summary>Set (under <see cref="Changes"/>, read without it) once any inode went into <see cref="EofBlocks"/>: until then a close has nothing to give back.</summary>
+    public bool AnyEofBlocks;
     /// <summary>XFS_EOFBLOCKS_RELEASED: inodes whose post-EOF blocks a close already gave back; later closes keep them (under <see cref="Changes"/>).</summary>
     public readonly HashSet<ulong> EofReleased = new();
     /// <summary>Inodes with no name left that are kept while held; freed at their last release (under <see cref="Changes"/>).</summary>
