@@ -324,7 +324,12 @@ public sealed partial class XfsVolume
                     quota.Reserve(changes.Uid ?? current.Attributes.Uid, changes.Gid ?? current.Attributes.Gid, current.Attributes.ProjectId,
                         current.Attributes.AllocatedBytes >> _mount.Superblock.BlockLog, 1, types: types);
             }
-            if (changes.Size is long newSize && newSize < current.Size) return Truncate(w, current, newSize, changes);
+            if (changes.Size is long newSize && newSize < current.Size)
+            {
+                // XFS_ITRUNCATED: the next writable close gives back blocks past EOF again.
+                w.EofReleased.Remove(inode);
+                return Truncate(w, current, newSize, changes);
+            }
             // EOF moving up zeroes the old last block's tail, copying it first when it is shared (reflink).
             if (changes.Size is long grownSize) current = ZeroTailOfShared(w, current, grownSize);
             using var tx = Begin(w, TransactionKind.Ichange);

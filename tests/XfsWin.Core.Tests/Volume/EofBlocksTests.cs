@@ -7,7 +7,8 @@ namespace XfsWin.Tests.Volume;
 /// <summary>
 /// Blocks an extent size hint leaves past EOF, on a volume made by mkfs.xfs and opened read-write, go as the kernel's
 /// xfs_file_release and xfs_inactive give them back: at the first close of a writable open (not a read-only one), not at
-/// later closes, at the inode's last hold, and at unmount; a preallocated file (fallocate) keeps them. Block counts are
+/// later closes unless the file was truncated down since, at the inode's last hold, and at unmount; a preallocated
+/// file (fallocate) keeps them. Block counts are
 /// the inode's (AllocatedBytes), with a 4 KiB block: a 1 MiB hint maps 256 blocks for one written block.
 /// </summary>
 public sealed class EofBlocksTests : IDisposable
@@ -53,6 +54,15 @@ public sealed class EofBlocksTests : IDisposable
             Assert.Equal(104 * K + 256 * Block, kept);
             v.CloseFile(a, writable: true);
             Assert.Equal(kept, v.GetAttributes(a).AllocatedBytes);
+            // A truncate down (which frees past its new EOF) lets the next close give back blocks past EOF again: a write
+            // at 300 KiB maps a hint from the end of the extent before it, 152 KiB, and the close keeps 304 KiB.
+            v.SetAttributes(a, new AttributeChanges { Size = 150 * K });
+            Assert.Equal(152 * K, v.GetAttributes(a).AllocatedBytes);
+            v.Write(a, 300 * K, new byte[Block]);
+            Assert.Equal(152 * K + 256 * Block, v.GetAttributes(a).AllocatedBytes);
+            v.CloseFile(a, writable: true);
+            Assert.Equal(304 * K, v.GetAttributes(a).AllocatedBytes);
+            v.Write(a, 400 * K, new byte[Block]);
 
             // The last hold's release inactivates the inode.
             b = HintedFile(v, "b");
@@ -63,7 +73,7 @@ public sealed class EofBlocksTests : IDisposable
             Assert.Equal(Block, v.GetAttributes(b).AllocatedBytes);
         }
         using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = false }))
-            Assert.Equal(204 * K, v.GetAttributes(a).AllocatedBytes);
+            Assert.Equal(404 * K, v.GetAttributes(a).AllocatedBytes);
         XfsWin.Tests.Allocation.AllocatorVolume.AssertRepairClean(image);
     }
 
