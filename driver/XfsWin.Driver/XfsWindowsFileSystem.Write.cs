@@ -274,7 +274,9 @@ public sealed partial class XfsWindowsFileSystem
                 }
                 buffer = buffer[..(int)Math.Min(buffer.Length, size - (long)offset)];
             }
-            bytesTransferred = _volume.Write(file.Inode, (long)offset, buffer);
+            // A quota limit inside the range refuses the whole write (STATUS_DISK_QUOTA_EXCEEDED, nothing written), as
+            // NTFS does: a Windows program takes a successful WriteFile as all of it written.
+            bytesTransferred = _volume.Write(file.Inode, (long)offset, buffer, shortAtQuotaLimit: false);
             info = Refresh(file);
             return NtStatus.Success;
         }
@@ -517,7 +519,9 @@ public sealed partial class XfsWindowsFileSystem
                 mode = (ushort)((a.Mode & 0xE00) | bits);
                 if (mode == (a.Mode & 0xFFF)) mode = null;
             }
-            var changes = new AttributeChanges { Uid = uid != a.Uid ? uid : null, Gid = gid != a.Gid ? gid : null, Mode = mode };
+            // A new owner or group is held to its quota (the check Linux makes for a caller without CAP_FOWNER): the file
+            // system cannot tell an administrator's SetSecurity from another caller's.
+            var changes = new AttributeChanges { Uid = uid != a.Uid ? uid : null, Gid = gid != a.Gid ? gid : null, Mode = mode, CheckQuota = true };
             if (changes.Uid is not null || changes.Gid is not null || changes.Mode is not null)
                 _volume.SetAttributes(file.Inode, changes);
             Refresh(file);
@@ -636,7 +640,8 @@ public sealed partial class XfsWindowsFileSystem
             stored.Clear();
         }
 
-        var changes = new AttributeChanges();
+        // $LXUID/$LXGID give the file away: held to the new owner's quota, as SetSecurity is.
+        var changes = new AttributeChanges { CheckQuota = true };
         for (int i = 0; i < entries.Count; i++)
         {
             var name = names[i];

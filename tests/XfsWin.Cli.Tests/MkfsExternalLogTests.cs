@@ -26,6 +26,8 @@ public sealed partial class MkfsTests
         { "1G", "100M", "-b size=1024" },
         { "1G", "100M", "-m metadir=1" },
         { "16G", "100M", "-m metadir=1 -n parent=1 -d agcount=7" },
+        { "1G", "100M", "-m crc=0" },
+        { "1G", "100M", "-m crc=0 -l version=1 -n ftype=0" },
     };
 
     [Theory]

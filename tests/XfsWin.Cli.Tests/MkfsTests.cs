@@ -40,6 +40,23 @@ public sealed partial class MkfsTests : IDisposable
         { "1G", "-b size=2048 -L scratch" },
         { "1G", "-m metadir=1" },
         { "16G", "-m metadir=1 -n parent=1 -d agcount=7" },
+        // V4 (crc=0): no V5 features, 256-byte V2 inodes, headers without UUID/CRC, and the V4-only choices.
+        { "1G", "-m crc=0" },
+        { "300M", "-m crc=0" },
+        { "16G", "-m crc=0" },
+        { "1G", "-m crc=0 -b size=1024" },
+        { "1G", "-m crc=0 -b size=512" },
+        { "1G", "-m crc=0 -i size=512" },
+        { "1G", "-m crc=0 -i size=2048" },
+        { "1G", "-m crc=0 -i align=0" },
+        { "1G", "-m crc=0 -l version=1" },
+        { "1G", "-m crc=0 -l version=1 -d su=64k,sw=4" },
+        { "1G", "-m crc=0 -l lazy-count=0 -n ftype=0" },
+        { "1G", "-m crc=0 -d su=64k,sw=4" },
+        { "1G", "-m crc=0 -s size=4096" },
+        { "1G", "-m crc=0,finobt=0 -i sparse=0 -L old4" },
+        { "1G", "-m crc=0 -i attr=1,projid32bit=0 -l lazy-count=0 -n ftype=0" },
+        { "1G", "-m crc=0 -i attr=0" },
     };
 
     [Theory]
@@ -67,6 +84,18 @@ public sealed partial class MkfsTests : IDisposable
         { "2T", "", "-m rmapbt=1 -i nrext64=1" },
         { "1G", "-m rmapbt=0 -i nrext64=0", "" },
         { "1G", "-d su=256k,sw=8", "-m rmapbt=1 -i nrext64=1" },
+        { "1G", "-m crc=0", "" },
+        { "300M", "-m crc=0", "" },
+        { "16G", "-m crc=0 -b size=1024", "" },
+        { "1G", "-m crc=0 -i size=512", "" },
+        { "1G", "-m crc=0 -i align=0", "" },
+        { "1G", "-m crc=0 -l version=1", "" },
+        { "1G", "-m crc=0 -l lazy-count=0 -n ftype=0", "" },
+        { "1G", "-m crc=0 -d su=64k,sw=4", "" },
+        { "1G", "-m crc=0 -s size=4096", "" },
+        { "1G", "-m crc=0 -b size=512", "" },
+        { "1G", "-m crc=0 -l version=1 -d su=64k,sw=4", "" },
+        { "1G", "-m crc=0 -i attr=1,projid32bit=0 -l lazy-count=0 -n ftype=0", "" },
     };
 
     [Theory]
@@ -105,6 +134,47 @@ public sealed partial class MkfsTests : IDisposable
         // What the kernel left is what our own check finds clean too.
         var check = Xfswin.Run("check", "--no-progress", image);
         Assert.True(check.Code == 0, check.ToString());
+    }
+
+    /// <summary>
+    /// V4 volumes judged by a kernel that still mounts them (user-mode Linux 6.1, ../XfsWin.Core.Tests/Journal/uml.sh;
+    /// the machine's kernel is built without V4 support): our engine opens the fresh volume (read-only, as it keeps
+    /// every V4 volume) and lists its empty root; the kernel mounts it, runs v4-workload.sh (directories of every
+    /// form, files, deletes, renames, xattrs, links, symlinks, a shutdown and log replay half way) and unmounts it;
+    /// then xfs_repair -n (6.13) and our check find nothing, and our engine lists exactly the paths the guest found.
+    /// </summary>
+    [Theory]
+    [InlineData("1G", "-m crc=0")]
+    [InlineData("1G", "-m crc=0 -l version=1 -d su=64k,sw=4")]
+    [InlineData("1G", "-m crc=0 -l version=1,lazy-count=0 -n ftype=0 -i size=512 -b size=1024")]
+    [InlineData("300M", "-m crc=0 -i align=0 -s size=4096")]
+    [InlineData("1G", "-m crc=0 -i attr=1,projid32bit=0 -l lazy-count=0")]
+    public void KernelWithV4SupportMountsFillsAndLeavesItClean(string size, string options)
+    {
+        string image = Path.Combine(_dir, "v4.img"), listing = Path.Combine(_dir, "v4.list");
+        RunOurs(0, [.. Split(options), "-q", "-d", "size=" + size, image]);
+        var sb = ReadSuperblock(image);
+        Assert.False(sb.IsV5);
+        var fresh = Xfswin.Run("ls", "-a", image);
+        Assert.True(fresh.Code == 0, fresh.ToString());
+        Assert.Equal(".\n..\n", fresh.Out);
+
+        string tests = Path.Combine(OracleImages.RepoRoot, "tests");
+        var r = Shell.Run("bash", [Path.Combine(tests, "XfsWin.Core.Tests", "Journal", "uml.sh"), "run", image, "--",
+            Path.Combine(tests, "XfsWin.Cli.Tests", "v4-workload.sh"), "/dev/ubda", listing], TimeSpan.FromMinutes(10),
+            new Dictionary<string, string> { ["XFSWIN_CACHE"] = OracleImages.CacheRoot });
+        Assert.True(r.ExitCode == 0, $"v4-workload.sh in user-mode Linux failed ({r.ExitCode}):\n{r.StandardOutput}\n{r.StandardError}");
+
+        AssertRepairClean(image);
+        var check = Xfswin.Run("check", "--no-progress", image);
+        Assert.True(check.Code == 0, check.ToString());
+        var expected = File.ReadAllLines(listing);
+        Assert.True(expected.Length > 700, $"the workload left only {expected.Length} paths");
+        var listed = Xfswin.Run("ls", "-R", "--json", image);
+        Assert.True(listed.Code == 0, listed.ToString());
+        using var json = System.Text.Json.JsonDocument.Parse(listed.Out);
+        var actual = json.RootElement.EnumerateArray().Select(e => e.GetProperty("path").GetString()![1..]).Order(StringComparer.Ordinal).ToArray();
+        Assert.Equal(expected, actual);
     }
 
     private static long ParseSize(string size) => long.Parse(size[..^1]) << (size[^1] switch { 'M' => 20, 'G' => 30, 'T' => 40, _ => 0 });
@@ -154,14 +224,24 @@ public sealed partial class MkfsTests : IDisposable
         Assert.False(File.Exists(missing));
     }
 
-    [Fact]
-    public void SummaryIsTheOneMkfsXfsPrints()
+    [Theory]
+    [InlineData("-d su=64k,sw=4 -n parent=1")]
+    [InlineData("-m crc=0")]
+    [InlineData("-m crc=0 -l version=1 -i size=512")]
+    [InlineData("-m crc=0 -l lazy-count=0 -n ftype=0 -d su=64k,sw=4")]
+    [InlineData("-m crc=0 -l version=1,su=32k")]
+    [InlineData("-m crc=0 -i attr=1,projid32bit=0")]
+    public void SummaryIsTheOneMkfsXfsPrints(string options)
     {
         string image = Path.Combine(_dir, "summary.img");
         Shell.RunChecked("truncate", "-s", "1G", image);
-        var (_, ours, _) = RunOurs(0, ["-N", "-d", "su=64k,sw=4", "-n", "parent=1", image]);
-        var theirs = Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), ["-N", "-d", "su=64k,sw=4", "-n", "parent=1", image]).StandardOutput;
+        var (_, ours, _) = RunOurs(0, ["-N", .. Split(options), image]);
+        var theirs = Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), ["-N", .. Split(options), image]).StandardOutput;
         Assert.Equal(theirs, ours);
+        // Making it with -q prints nothing but mkfs.xfs's V4 deprecation notice: ours too.
+        var (_, quiet, _) = RunOurs(0, ["-q", "-f", .. Split(options), image]);
+        var theirsQuiet = Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), ["-q", "-f", .. Split(options), image]).StandardOutput;
+        Assert.Equal(theirsQuiet, quiet);
     }
 
     public static TheoryData<string, string> Occupants => new()
@@ -286,7 +366,6 @@ public sealed partial class MkfsTests : IDisposable
 
     [Theory]
     [InlineData("-m metadir=1 -i exchange=0", "metadir not supported without exchange-range support")]
-    [InlineData("-m crc=0", "V4")]
     [InlineData("-b size=3000", "illegal block size 3000")]
     [InlineData("-m finobt=0,inobtcount=1", "inode btree counters not supported without finobt support")]
     [InlineData("-d su=64k", "both data su and data sw options must be specified")]
@@ -300,6 +379,43 @@ public sealed partial class MkfsTests : IDisposable
         Assert.Equal(1, code);
         Assert.Contains(message, err, StringComparison.Ordinal);
         Assert.Equal(1L << 30, new FileInfo(image).Length);
+        Assert.Equal(0, AllocatedBytes(image));
+    }
+
+    /// <summary>What mkfs.xfs 6.13 refuses about V4 and V5 choices: ours refuses it too, with its message, and writes nothing.</summary>
+    [Theory]
+    [InlineData("-m crc=0,finobt=1", "finobt not supported without CRC support")]
+    [InlineData("-m crc=0,inobtcount=1", "inode btree counters not supported without CRC support")]
+    [InlineData("-m crc=0 -i sparse=1", "sparse inodes not supported without CRC support")]
+    [InlineData("-m crc=0,rmapbt=1", "rmapbt not supported without CRC support")]
+    [InlineData("-m crc=0,reflink=1", "reflink not supported without CRC support")]
+    [InlineData("-m crc=0,bigtime=1", "timestamps later than 2038 not supported without CRC support")]
+    [InlineData("-m crc=0 -i nrext64=1", "64 bit extent count not supported without CRC support")]
+    [InlineData("-m crc=0 -i exchange=1", "exchange-range not supported without CRC support")]
+    [InlineData("-m crc=0 -n parent=1", "parent pointers not supported without CRC support")]
+    [InlineData("-m crc=0,metadir=1", "metadata directory not supported without CRC support")]
+    [InlineData("-m crc=0 -i size=128", "Invalid value 128 for -i size option. Value is too small.")]
+    [InlineData("-m crc=0 -i size=4096 -b size=8192", "Invalid value 4096 for -i size option. Value is too large.")]
+    [InlineData("-m crc=0 -l version=3", "Invalid value 3 for -l version option. Value is too large.")]
+    [InlineData("-m crc=0 -l version=1 -s size=4096", "Version 1 logs do not support sector size 4096")]
+    [InlineData("-i size=256", "Minimum inode size for CRCs is 512 bytes")]
+    [InlineData("-l version=1", "V2 logs always enabled for CRC enabled filesystems")]
+    [InlineData("-l lazy-count=0", "Lazy superblock counters always enabled for CRC enabled filesystems")]
+    [InlineData("-n ftype=0", "Directory ftype field always enabled on CRC enabled filesystems")]
+    [InlineData("-i align=0", "Inodes always aligned for CRC enabled filesystems")]
+    [InlineData("-i attr=1", "V2 attribute format always enabled on CRC enabled filesystems")]
+    [InlineData("-i projid32bit=0", "32 bit Project IDs always enabled on CRC enabled filesystems")]
+    [InlineData("-m crc=0 -i attr=3", "Invalid value 3 for -i attr option. Value is too large.")]
+    public void RefusesWhatMkfsXfsRefusesWithItsMessage(string options, string message)
+    {
+        string image = Path.Combine(_dir, "refused.img");
+        Shell.RunChecked("truncate", "-s", "1G", image);
+        var theirs = Shell.Run(OracleImages.Tool("mkfs.xfs", "6.13"), [.. Split(options), "-N", "-f", image]);
+        Assert.True(theirs.ExitCode != 0, $"mkfs.xfs accepted {options}");
+        Assert.Contains(message, theirs.StandardError, StringComparison.Ordinal);
+        var (code, _, err) = RunOurs(1, [.. Split(options), image]);
+        Assert.Equal(1, code);
+        Assert.Contains(message, err, StringComparison.Ordinal);
         Assert.Equal(0, AllocatedBytes(image));
     }
 

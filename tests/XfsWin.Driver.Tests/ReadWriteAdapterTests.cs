@@ -95,7 +95,7 @@ public sealed class ReadWriteAdapterTests : IDisposable
         return buffer;
     }
 
-    private static byte[] Eas(params (string Name, byte[] Value)[] entries)
+    internal static byte[] Eas(params (string Name, byte[] Value)[] entries)
     {
         var buffer = new byte[4096];
         int used = 0;
@@ -104,7 +104,7 @@ public sealed class ReadWriteAdapterTests : IDisposable
         return buffer[..used];
     }
 
-    private static byte[] U32(uint v)
+    internal static byte[] U32(uint v)
     {
         var b = new byte[4];
         BinaryPrimitives.WriteUInt32LittleEndian(b, v);

@@ -84,7 +84,9 @@ public static class MkfsCommand
     {
         // The plan creates and changes nothing: -N prints it and stops.
         var plan = MkfsRun.Plan(o);
+        if (o.LogVersion == 1 && plan.Geometry.LogVersion == 2) stderr.WriteLine("log stripe unit specified, using v2 logs");
         if (!o.Quiet || o.DryRun) stdout.Write(MkfsSummary.Format(plan.Geometry, o.Target!, o.LogDevice));
+        else if (!plan.Geometry.Crc) stdout.WriteLine(MkfsSummary.V4Deprecation);
         stdout.Flush();
         if (o.DryRun) return ExitCodes.Ok;
 

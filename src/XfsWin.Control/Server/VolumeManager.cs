@@ -780,15 +780,15 @@ public sealed class VolumeManager : IDisposable, IAccessFacts
         {
             throw new ControlException(ErrorCodes.NotFound, $"{key}: {e.Message}");
         }
-        if (!options.DryRun && !plan.TargetExists)
+        if (!options.DryRun && !plan.Data.Exists)
             lock (_gate)
-                if (!_formatted.Contains(plan.Path)) _formatted.Add(plan.Path);
+                if (!_formatted.Contains(plan.Data.Path)) _formatted.Add(plan.Data.Path);
         var g = plan.Geometry;
         long size = (long)(g.DataBlocks * (ulong)g.BlockSize);
         string made = $"an XFS volume{(g.Label.Length > 0 ? $" labelled '{g.Label}'" : "")} of {size >> 20} MiB ({g.AgCount} allocation groups, {g.BlockSize}-byte blocks)";
         string message = options.DryRun
-            ? $"{key}: dry run: would make {made}; " + (plan.Existing is { } existing ? $"this destroys {existing}." : plan.TargetExists ? "nothing recognisable is on it." : "the image file would be created.") + " Nothing was written."
-            : $"{key}: made {made}" + (plan.Existing is { } was ? $", replacing {was}." : ".");
+            ? $"{key}: dry run: would make {made}; " + (plan.Data.Existing is { } existing ? $"this destroys {existing}." : plan.Data.Exists ? "nothing recognisable is on it." : "the image file would be created.") + " Nothing was written."
+            : $"{key}: made {made}" + (plan.Data.Existing is { } was ? $", replacing {was}." : ".");
         var features = new List<string> { "crc" };
         void Feature(bool on, string name)
         {
@@ -806,7 +806,7 @@ public sealed class VolumeManager : IDisposable, IAccessFacts
         Feature(g.Metadir, "metadir");
         return new FormatResult
         {
-            Source = key, DryRun = options.DryRun, Written = !options.DryRun, Existing = plan.Existing, TargetExists = plan.TargetExists,
+            Source = key, DryRun = options.DryRun, Written = !options.DryRun, Existing = plan.Data.Existing, TargetExists = plan.Data.Exists,
             Label = g.Label, Uuid = g.Uuid, SizeBytes = size, BlockSize = g.BlockSize, SectorSize = g.SectorSize, InodeSize = g.InodeSize,
             Agcount = g.AgCount, AgBlocks = g.AgBlocks, LogBlocks = g.LogBlocks, Features = features,
             Summary = MkfsSummary.Format(g, key), Message = message,

@@ -13,6 +13,7 @@ public static partial class DeviceRangeOps
     private const int O_RDWR = 2, O_RDONLY = 0, O_CLOEXEC = 0x80000;
     private const int FallocPunchHole = 0x2, FallocKeepSize = 0x1;
     private const ulong BLKDISCARD = 0x1277, BLKZEROOUT = 0x127f, BLKPBSZGET = 0x127b;
+    private const ulong BLKIOMIN = 0x1278, BLKIOOPT = 0x1279, BLKALIGNOFF = 0x127a;
 
     [LibraryImport("libc", SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]
     private static partial int open(string path, int flags);
@@ -106,6 +107,28 @@ public static partial class DeviceRangeOps
         }
     }
 
+    /// <summary>
+    /// The I/O topology a block device reports (what blkid reads): its minimum and optimal I/O sizes in bytes (a RAID's
+    /// chunk and full-stripe sizes; 0 when it reports none) and how far its start is from a physical sector boundary.
+    /// Null for anything else, or off Linux.
+    /// </summary>
+    public static BlockDeviceTopology? Topology(string path)
+    {
+        if (!OperatingSystem.IsLinux()) return null;
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return null;
+        try
+        {
+            if (ioctl(fd, BLKIOMIN, out int min) != 0 || ioctl(fd, BLKIOOPT, out int opt) != 0 || ioctl(fd, BLKALIGNOFF, out int off) != 0)
+                return null;
+            return new BlockDeviceTopology((uint)min, (uint)opt, off);
+        }
+        finally
+        {
+            close(fd);
+        }
+    }
+
     /// <summary>False when the block device says it is not rotational (an SSD, or a loop device over one); null when unknown.</summary>
     public static bool? IsRotational(string path)
     {
@@ -134,3 +157,6 @@ public static partial class DeviceRangeOps
         return Directory.Exists(dir) ? dir : null;
     }
 }
+
+/// <summary>A block device's I/O topology: minimum and optimal I/O sizes (bytes, 0 = none) and its alignment offset (bytes; -1 when it cannot be aligned).</summary>
+public readonly record struct BlockDeviceTopology(uint MinimumIoBytes, uint OptimalIoBytes, int AlignmentOffset);

@@ -208,13 +208,20 @@ public readonly ref struct AgiWriter
     public void StampCrc(int sectorSize) => XfsCrc.Stamp(_b[..sectorSize], AgiView.OffCrc);
 }
 
-/// <summary>Builds a V5 AGFL sector: header, then the ring of free-list block numbers.</summary>
+/// <summary>
+/// Builds an AGFL sector: on V5 a header, then the ring of free-list block numbers; on V4 the whole sector is the ring.
+/// </summary>
 public readonly ref struct AgflWriter
 {
     private readonly Span<byte> _b;
-    public AgflWriter(Span<byte> sector) => _b = sector;
+    private readonly int _slots0;
+    public AgflWriter(Span<byte> sector, bool v5 = true)
+    {
+        _b = sector;
+        _slots0 = v5 ? AgflLayout.OffBno : 0;
+    }
 
-    /// <summary>Header and every slot empty (NULLAGBLOCK).</summary>
+    /// <summary>The V5 header and every slot empty (NULLAGBLOCK).</summary>
     public void Init(uint agno, Guid uuid)
     {
         BinaryPrimitives.WriteUInt32BigEndian(_b[AgflLayout.OffMagic..], AgflLayout.Magic);
@@ -223,7 +230,10 @@ public readonly ref struct AgflWriter
         _b[AgflLayout.OffBno..].Fill(0xFF);
     }
 
-    public int Slots => (_b.Length - AgflLayout.OffBno) / 4;
-    public void SetSlot(int slot, uint agbno) => BinaryPrimitives.WriteUInt32BigEndian(_b[(AgflLayout.OffBno + 4 * slot)..], agbno);
+    /// <summary>A V4 AGFL: every slot empty (NULLAGBLOCK), no header.</summary>
+    public void InitV4() => _b.Fill(0xFF);
+
+    public int Slots => (_b.Length - _slots0) / 4;
+    public void SetSlot(int slot, uint agbno) => BinaryPrimitives.WriteUInt32BigEndian(_b[(_slots0 + 4 * slot)..], agbno);
     public void StampCrc() => XfsCrc.Stamp(_b, AgflLayout.OffCrc);
 }

@@ -93,9 +93,22 @@ public readonly ref struct BmdrBlockView
     public ulong Pointer(int i) => BinaryPrimitives.ReadUInt64BigEndian(_b[(HeaderSize + MaxRecs * 8 + i * 8)..]);
 }
 
-/// <summary>Writes the header of a V5 short-form (per-AG) btree block; records follow at <see cref="BtreeBlockView.ShortHeaderV5"/>.</summary>
+/// <summary>
+/// Writes the header of a short-form (per-AG) btree block; records follow at <see cref="BtreeBlockView.ShortHeaderV5"/>
+/// (V5) or <see cref="BtreeBlockView.ShortHeaderV4"/> (V4).
+/// </summary>
 public static class ShortBtreeBlockWriter
 {
+    /// <summary>The V4 header: magic, level, record count and null siblings (16 bytes, no self-description or CRC).</summary>
+    public static void WriteHeaderV4(Span<byte> block, uint magic, ushort level, ushort numRecs)
+    {
+        BinaryPrimitives.WriteUInt32BigEndian(block, magic);
+        BinaryPrimitives.WriteUInt16BigEndian(block[BtreeBlockView.OffLevel..], level);
+        BinaryPrimitives.WriteUInt16BigEndian(block[BtreeBlockView.OffNumrecs..], numRecs);
+        BinaryPrimitives.WriteUInt32BigEndian(block[BtreeBlockView.OffLeftSib..], BtreeBlockView.NullShortPtr);
+        BinaryPrimitives.WriteUInt32BigEndian(block[BtreeBlockView.ShortOffRightSib..], BtreeBlockView.NullShortPtr);
+    }
+
     /// <summary>Magic, level, record count, null siblings and the self-description (disk address in 512-byte units, UUID, owning AG).</summary>
     public static void WriteHeader(Span<byte> block, uint magic, ushort level, ushort numRecs, long byteOffset, Guid uuid, uint agno)
     {

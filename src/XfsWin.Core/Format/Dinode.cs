@@ -161,6 +161,13 @@ public readonly ref struct DinodeWriter
         U64(DinodeView.OffIno, ino);
         uuid.TryWriteBytes(_b.Slice(DinodeView.OffUuid, 16), bigEndian: true, out _);
     }
+    /// <summary>A V2 core (V4 volumes): magic, version 2, not on any unlinked list. There is no CRC, number or UUID.</summary>
+    public void InitV2()
+    {
+        U16(DinodeView.OffMagic, DinodeView.Magic);
+        _b[DinodeView.OffVersion] = 2;
+        U32(DinodeView.OffNextUnlinked, 0xFFFFFFFF);
+    }
     public ushort Mode { set => U16(DinodeView.OffMode, value); }
     /// <summary>di_metatype: on metadir volumes the old link-count field says what a metadata file is (1 = directory).</summary>
     public ushort MetaType { set => U16(DinodeView.OffOnlink, value); }
@@ -180,8 +187,8 @@ public readonly ref struct DinodeWriter
     public ulong ModifyTime { set => U64(DinodeView.OffMtime, value); }
     public ulong ChangeTime { set => U64(DinodeView.OffCtime, value); }
     public ulong CreationTime { set => U64(DinodeView.OffCrtime, value); }
-    /// <summary>The literal area after the V3 core (data fork, then attribute fork).</summary>
-    public Span<byte> LiteralArea => _b[DinodeView.V3CoreSize..];
+    /// <summary>The literal area after the core (data fork, then attribute fork): after 176 bytes for a V3 inode, 100 for a V2 one.</summary>
+    public Span<byte> LiteralArea => _b[(_b[DinodeView.OffVersion] >= 3 ? DinodeView.V3CoreSize : DinodeView.V2CoreSize)..];
     public void StampCrc() => XfsCrc.Stamp(_b, DinodeView.OffCrc);
 
     /// <summary>A timestamp as stored: bigtime nanoseconds since 1901-12-13, or 32-bit seconds and nanoseconds.</summary>

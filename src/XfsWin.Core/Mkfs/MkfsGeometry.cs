@@ -17,6 +17,12 @@ public sealed record MkfsDeviceFacts
     /// <summary>Online CPUs, for the solid-state concurrency rules.</summary>
     public int CpuCount { get; init; } = 1;
     public bool IsFile { get; init; } = true;
+    /// <summary>
+    /// The stripe unit and width the device reports (its minimum and optimal I/O sizes, in whole 512-byte units; 0 when
+    /// it reports none or only its physical sector size, as blkid's topology reads them): used when no stripe option is given.
+    /// </summary>
+    public long StripeUnitBytes { get; init; }
+    public long StripeWidthBytes { get; init; }
     /// <summary>The external log device (-l logdev), or null for an internal log.</summary>
     public MkfsLogDeviceFacts? LogDevice { get; init; }
 }
@@ -75,6 +81,20 @@ public sealed record MkfsGeometry
     public required Guid Uuid { get; init; }
     public required int MinLogBlocks { get; init; }
 
+    // V4 (crc=0) choices; a V5 volume has every one of them on, attr 2 and a version 2 log.
+    /// <summary>False for a V4 volume (no metadata CRCs, self-describing headers or V5 features).</summary>
+    public bool Crc { get; init; } = true;
+    /// <summary>Inode chunks aligned (sb_inoalignmt, the ALIGN version bit).</summary>
+    public bool InodeAlign { get; init; } = true;
+    public int LogVersion { get; init; } = 2;
+    public bool LazyCount { get; init; } = true;
+    /// <summary>Directory entries record the file type (on V4 the features2 FTYPE bit).</summary>
+    public bool Ftype { get; init; } = true;
+    /// <summary>Attribute fork layout: 2 (features2 ATTR2), 1 (the ATTR version bit) or 0 (neither).</summary>
+    public int AttrVersion { get; init; } = 2;
+    /// <summary>32-bit project IDs (features2 PROJID32).</summary>
+    public bool ProjId32 { get; init; } = true;
+
     /// <summary>
     /// The geometry of an existing volume, as far as its AG headers depend on it (sizes, root blocks, features),
     /// with <paramref name="dataBlocks"/> and <paramref name="agCount"/> as a grow leaves them. <see cref="Uuid"/>
@@ -112,6 +132,14 @@ public sealed record MkfsGeometry
         Label = sb.Label,
         Uuid = sb.MetaUuid,
         MinLogBlocks = 0,
+        // A V5 volume has all of these (mkfs.xfs and the kernel insist); only V4 volumes say otherwise.
+        Crc = sb.IsV5,
+        InodeAlign = sb.IsV5 || sb.InodeAlignment != 0,
+        LogVersion = sb.IsV5 || sb.HasLogV2 ? 2 : 1,
+        LazyCount = sb.IsV5 || (sb.Features2 & 0x02) != 0,
+        Ftype = sb.IsV5 || sb.HasFtype,
+        AttrVersion = sb.IsV5 || (sb.Features2 & 0x08) != 0 ? 2 : (sb.VersionNum & 0x0010) != 0 ? 1 : 0,
+        ProjId32 = sb.IsV5 || (sb.Features2 & 0x80) != 0,
     };
 
     public int BlockLog => BitOperations.Log2((uint)BlockSize);
@@ -123,32 +151,39 @@ public sealed record MkfsGeometry
     public int DirBlkLog => BitOperations.Log2((uint)DirBlockSize) - BlockLog;
     public int AgInoLog => AgBlkLog + InoPBlog;
 
-    /// <summary>sb_inoalignmt: chunk alignment in blocks (sparse: a whole 64-inode chunk).</summary>
-    public uint InodeAlignment => SparseInodes ? (uint)(64 * InodeSize >> BlockLog) : ClusterAlignment;
+    /// <summary>sb_inoalignmt: chunk alignment in blocks (sparse: a whole 64-inode chunk; 0 with -i align=0).</summary>
+    public uint InodeAlignment => !InodeAlign ? 0 : SparseInodes ? (uint)(64 * InodeSize >> BlockLog) : ClusterAlignment;
     /// <summary>sb_spino_align: sparse chunk alignment (the inode cluster) or 0.</summary>
     public uint SparseInodeAlignment => SparseInodes ? ClusterAlignment : 0;
-    private uint ClusterAlignment => (uint)(8192 * (InodeSize / 256) >> BlockLog);
+    /// <summary>The inode cluster in blocks: 8 KiB, scaled by the inode size on V5 (V4 clusters do not grow with it).</summary>
+    private uint ClusterAlignment => (uint)(ClusterBytes >> BlockLog);
+    private int ClusterBytes => Crc ? 8192 * (InodeSize / 256) : 8192;
 
     /// <summary>sb_versionnum.</summary>
     public ushort VersionNum
     {
         get
         {
-            int v = 5 | 0x0020 /* NLINK */ | 0x1000 /* EXTFLG */ | 0x2000 /* DIRV2 */ | 0x0080 /* ALIGN */ | 0x0400 /* LOGV2 */ | 0x8000 /* MOREBITS */;
+            int v = (Crc ? 5 : 4) | 0x0020 /* NLINK */ | 0x1000 /* EXTFLG */ | 0x2000 /* DIRV2 */;
+            if (InodeAlign) v |= 0x0080;
+            if (LogVersion == 2) v |= 0x0400;
+            if (Features2 != 0) v |= 0x8000; /* MOREBITS */
             if (StripeUnit != 0) v |= 0x0100;
             if (SectorSize > 512 || LogSectorSize > 512) v |= 0x0800;
-            if (Parent) v |= 0x0010;
+            if (Parent || AttrVersion == 1) v |= 0x0010; /* ATTR */
             return (ushort)v;
         }
     }
 
-    public uint Features2 => 0x02 /* LAZYSBCOUNT */ | 0x08 /* ATTR2 */ | 0x80 /* PROJID32 */ | 0x100 /* CRC */;
+    /// <summary>sb_features2: on V4 the file type in directory entries is a features2 bit (FTYPE), on V5 an incompat one.</summary>
+    public uint Features2 => (LazyCount ? 0x02u /* LAZYSBCOUNT */ : 0) | (AttrVersion == 2 ? 0x08u /* ATTR2 */ : 0)
+        | (ProjId32 ? 0x80u /* PROJID32 */ : 0) | (Crc ? 0x100u /* CRC */ : Ftype ? 0x200u /* FTYPE */ : 0);
     public uint RoCompat => (Finobt ? 1u : 0) | (Rmapbt ? 2u : 0) | (Reflink ? 4u : 0) | (InobtCount ? 8u : 0);
-    public uint Incompat => 1u /* FTYPE */ | (SparseInodes ? 2u : 0) | (Bigtime ? 8u : 0) | (Nrext64 ? 0x20u : 0)
+    public uint Incompat => !Crc ? 0 : 1u /* FTYPE */ | (SparseInodes ? 2u : 0) | (Bigtime ? 8u : 0) | (Nrext64 ? 0x20u : 0)
         | (Exchange ? 0x40u : 0) | (Parent ? 0x80u : 0) | (Metadir ? 0x100u : 0);
 
-    /// <summary>sb_logsunit: the log stripe unit in bytes, or 1 when there is none (v2 logs).</summary>
-    public uint LogStripeUnitBytes => LogStripeUnitBlocks != 0 ? LogStripeUnitBlocks * (uint)BlockSize : 1;
+    /// <summary>sb_logsunit: the log stripe unit in bytes, or 1 when there is none (v2 logs; a v1 log has 0).</summary>
+    public uint LogStripeUnitBytes => LogStripeUnitBlocks != 0 ? LogStripeUnitBlocks * (uint)BlockSize : LogVersion == 2 ? 1u : 0;
 
     /// <summary>First free block of every AG: headers, then one root block per AG btree (xfs_prealloc_blocks).</summary>
     public uint PreallocBlocks => FirstRootBlock + 3 + (Finobt ? 1u : 0) + (Rmapbt ? 1u : 0) + (Reflink ? 1u : 0);
@@ -192,6 +227,8 @@ public sealed record MkfsGeometry
         DirBlockSize = DirBlockSize,
         InodeAlignment = InodeAlignment,
         LogStripeUnit = LogStripeUnitBytes,
+        Crc = Crc,
+        LogV2 = LogVersion == 2,
         Finobt = Finobt,
         Rmapbt = Rmapbt,
         Reflink = Reflink,
@@ -232,7 +269,7 @@ public sealed record MkfsGeometry
     {
         get
         {
-            int raw = 8192 * (InodeSize / 256);
+            int raw = ClusterBytes;
             if (InodeAlignment < (uint)(raw >> BlockLog)) raw = 8192;
             return raw > BlockSize ? (uint)(raw >> BlockLog) : 1;
         }
@@ -256,21 +293,60 @@ public sealed record MkfsGeometry
             throw new MkfsUsageException("if -l file then -l name and -l size are required");
         if ((o.LogDevice is null) != (device.LogDevice is null))
             throw new ArgumentException("the log device's facts are given exactly when -l logdev is", nameof(device));
-        if (o.Crc == false)
-            throw new MkfsUsageException("V4 file systems (-m crc=0) are deprecated and not made by xfswin mkfs; the kernel here cannot mount them either");
-        if (o.LogVersion is int lv && lv != 2)
-            throw new MkfsUsageException("V2 logs always enabled for CRC enabled filesystems");
-        if (o.LazyCount == false)
-            throw new MkfsUsageException("Lazy superblock counters always enabled for CRC enabled filesystems");
-        if (o.Ftype == false)
-            throw new MkfsUsageException("Directory ftype field always enabled on CRC enabled filesystems");
-        if (o.InodeAlign == false)
-            throw new MkfsUsageException("Inodes always aligned for CRC enabled filesystems");
+        if (o.AttrVersion is int attr && attr is < 0 or > 2)
+            throw new MkfsUsageException($"Invalid value {attr} for -i attr option. Value is too {(attr < 0 ? "small" : "large")}.");
+        if (o.LogVersion is int version && version is not (1 or 2))
+            throw new MkfsUsageException($"Invalid value {version} for -l version option. Value is too {(version < 1 ? "small" : "large")}.");
+        bool crc = o.Crc ?? true;
+        if (crc)
+        {
+            if (o.LogVersion is int lv && lv != 2)
+                throw new MkfsUsageException("V2 logs always enabled for CRC enabled filesystems");
+            if (o.LazyCount == false)
+                throw new MkfsUsageException("Lazy superblock counters always enabled for CRC enabled filesystems");
+            if (o.Ftype == false)
+                throw new MkfsUsageException("Directory ftype field always enabled on CRC enabled filesystems");
+            if (o.InodeAlign == false)
+                throw new MkfsUsageException("Inodes always aligned for CRC enabled filesystems");
+            if (o.AttrVersion is int av && av != 2)
+                throw new MkfsUsageException("V2 attribute format always enabled on CRC enabled filesystems");
+            if (o.ProjId32 == false)
+                throw new MkfsUsageException("32 bit Project IDs always enabled on CRC enabled filesystems");
+        }
+        else
+        {
+            // V4: the V5-only features default off, and asking for one is refused (validate_sb_features).
+            ReadOnlySpan<(bool? Given, string Message)> v5Only =
+            [
+                (o.Finobt, "finobt not supported without CRC support"),
+                (o.InobtCount, "inode btree counters not supported without CRC support"),
+                (o.SparseInodes, "sparse inodes not supported without CRC support"),
+                (o.Rmapbt, "rmapbt not supported without CRC support"),
+                (o.Reflink, "reflink not supported without CRC support"),
+                (o.Bigtime, "timestamps later than 2038 not supported without CRC support"),
+                (o.Nrext64, "64 bit extent count not supported without CRC support"),
+                (o.Exchange, "exchange-range not supported without CRC support"),
+                (o.Parent, "parent pointers not supported without CRC support"),
+                (o.Metadir, "metadata directory not supported without CRC support"),
+            ];
+            foreach (var (asked, message) in v5Only)
+            {
+                if (asked == true) throw new MkfsUsageException(message);
+            }
+            o = o with
+            {
+                Finobt = false, InobtCount = false, SparseInodes = false, Rmapbt = false, Reflink = false,
+                Bigtime = false, Nrext64 = false, Exchange = false, Parent = false, Metadir = false,
+            };
+        }
+        // A log stripe unit needs a version 2 log: mkfs.xfs switches to one.
+        int logVersion = crc || o.LogStripeUnitBytes is > 0 || o.LogStripeUnitSectors is > 0 ? 2 : o.LogVersion ?? 2;
 
-        // Block size.
+        // Block size (V4 volumes may use 512-byte blocks).
         int bs = o.BlockSize ?? 4096;
-        if (!IsPow2(bs) || bs < 1024 || bs > 65536)
-            throw new MkfsUsageException($"illegal block size {bs}: it must be a power of two from 1024 to 65536 (V5 file systems)");
+        int minBs = crc ? 1024 : 512;
+        if (!IsPow2(bs) || bs < minBs || bs > 65536)
+            throw new MkfsUsageException($"illegal block size {bs}: it must be a power of two from {minBs} to 65536");
         int blog = BitOperations.Log2((uint)bs);
 
         // Sector size: the device's unless given (mkfs.xfs validate_sectorsize).
@@ -295,10 +371,13 @@ public sealed record MkfsGeometry
         if (ss > bs)
             throw new MkfsUsageException($"illegal sector size {ss}; it must not be larger than the block size {bs}");
 
-        // Inode size.
-        int isize = o.InodeSize ?? 512;
-        if (!IsPow2(isize) || isize < 512 || isize > 2048)
-            throw new MkfsUsageException(isize < 512 && IsPow2(isize) ? "Minimum inode size for CRCs is 512 bytes" : $"illegal inode size {isize}: it must be a power of two from 512 to 2048");
+        // Inode size (V4: 256 by default, and 256 is allowed).
+        int minIsize = crc ? 512 : 256;
+        int isize = o.InodeSize ?? minIsize;
+        if (isize < 256) throw new MkfsUsageException($"Invalid value {isize} for -i size option. Value is too small.");
+        if (isize > 2048) throw new MkfsUsageException($"Invalid value {isize} for -i size option. Value is too large.");
+        if (!IsPow2(isize) || isize < minIsize)
+            throw new MkfsUsageException(isize < 512 && IsPow2(isize) ? "Minimum inode size for CRCs is 512 bytes" : $"illegal inode size {isize}: it must be a power of two from {minIsize} to 2048");
         if (isize > bs / 2)
             throw new MkfsUsageException($"illegal inode size {isize}: inode size must be at most half the block size ({bs / 2})");
 
@@ -337,7 +416,7 @@ public sealed record MkfsGeometry
             dblocks = (ulong)device.SizeBytes >> blog;
         }
 
-        // Stripe geometry (calc_stripe_factors): options only; image files report none.
+        // Stripe geometry (calc_stripe_factors): the options', else what the device reports (image files report none).
         long dsunitBB = 0, dswidthBB = 0;
         bool nodalign = false;
         if (o.StripeUnitSectors.HasValue != o.StripeWidthSectors.HasValue)
@@ -362,8 +441,24 @@ public sealed record MkfsGeometry
         if ((dsunitBB == 0) != (dswidthBB == 0) || (dsunitBB != 0 && dswidthBB % dsunitBB != 0))
             throw new MkfsUsageException($"data stripe width ({dswidthBB * 512}) must be a multiple of the data stripe unit ({dsunitBB * 512})");
         if ((o.StripeUnitBytes.HasValue || o.StripeUnitSectors.HasValue) && dsunitBB == 0) nodalign = true;
+        // The device's report (a RAID's chunk and stripe sizes) stands in for options not given, unless it is nonsense
+        // or the volume is under 1 GiB (a small log is not worth the alignment).
+        bool deviceStripe = false;
+        if (!nodalign && dsunitBB == 0 && ValidStripe(device.StripeUnitBytes, device.StripeWidthBytes)
+            && device.StripeUnitBytes != 0 && dblocks >= (1UL << 30 >> blog))
+        {
+            dsunitBB = device.StripeUnitBytes / 512;
+            dswidthBB = device.StripeWidthBytes / 512;
+            deviceStripe = true;
+        }
         if (dsunitBB * 512 % bs != 0 || dswidthBB * 512 % bs != 0)
-            throw new MkfsUsageException($"Stripe unit({dsunitBB * 512}) or stripe width({dswidthBB * 512}) is not a multiple of the block size({bs})");
+        {
+            // A device's stripe that blocks cannot follow is dropped; one the options give is an error.
+            if (!deviceStripe)
+                throw new MkfsUsageException($"Stripe unit({dsunitBB * 512}) or stripe width({dswidthBB * 512}) is not a multiple of the block size({bs})");
+            dsunitBB = dswidthBB = 0;
+            nodalign = true;
+        }
         uint dsunit = nodalign ? 0 : (uint)(dsunitBB * 512 >> blog);
         uint dswidth = nodalign ? 0 : (uint)(dswidthBB * 512 >> blog);
 
@@ -382,6 +477,8 @@ public sealed record MkfsGeometry
         }
         if (!IsPow2(lsectorsize) || lsectorsize < 512 || lsectorsize > 32768 || lsectorsize > bs)
             throw new MkfsUsageException($"illegal log sector size {lsectorsize}");
+        if (logVersion == 1 && lsectorsize > 512)
+            throw new MkfsUsageException($"Version 1 logs do not support sector size {lsectorsize}");
 
         // Log stripe unit: as given; else one block when log sectors are larger than a log record header; else the
         // data stripe unit for an internal log (mkfs.xfs 6.13's order: large sectors win over the data stripe).
@@ -394,7 +491,8 @@ public sealed record MkfsGeometry
         if (lsunit == 0)
         {
             if (lsectorsize > 512) lsunit = 1;
-            else if (!external && dsunit != 0) lsunit = dsunit;
+            // A version 1 log has no stripe unit: it does not take the data stripe's.
+            else if (!external && dsunit != 0 && logVersion == 2) lsunit = dsunit;
         }
         if ((long)lsunit * bs > 256 * 1024) lsunit = (uint)(32 * 1024 / bs);
 
@@ -489,6 +587,13 @@ public sealed record MkfsGeometry
             Label = o.Label ?? "",
             Uuid = o.Uuid ?? Guid.NewGuid(),
             MinLogBlocks = 0,
+            Crc = crc,
+            InodeAlign = o.InodeAlign ?? true,
+            LogVersion = logVersion,
+            LazyCount = o.LazyCount ?? true,
+            Ftype = o.Ftype ?? true,
+            AttrVersion = o.AttrVersion ?? 2,
+            ProjId32 = o.ProjId32 ?? true,
         };
         g = CalculateLog(g, o, device);
 
@@ -700,6 +805,10 @@ public sealed record MkfsGeometry
         }
         return (size, (dblocks + size - 1) / size);
     }
+
+    /// <summary>xfs_validate_stripe_geometry without a sector size: both or neither, the width a multiple of the unit and not smaller.</summary>
+    private static bool ValidStripe(long unit, long width) =>
+        width <= int.MaxValue && unit <= width && (unit == 0) == (width == 0) && (unit == 0 || width % unit == 0);
 
     private static bool IsPow2(long v) => v > 0 && (v & (v - 1)) == 0;
 }

@@ -86,6 +86,8 @@ public static class MkfsOptionParser
             case ('i', "nrext64"): return o with { Nrext64 = Flag() };
             case ('i', "exchange"): return o with { Exchange = Flag() };
             case ('i', "align"): return o with { InodeAlign = Flag() };
+            case ('i', "attr"): return o with { AttrVersion = Int() };
+            case ('i', "projid32bit"): return o with { ProjId32 = Flag() };
             case ('l', "size"): Defer(pending, name, V(), (x, n) => x with { LogSizeBytes = n }); return o;
             case ('l', "internal"):
                 Conflict(o.LogDevice is not null, "logdev", key);

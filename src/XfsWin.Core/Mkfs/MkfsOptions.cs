@@ -34,6 +34,9 @@ public sealed record MkfsOptions
     public bool? Nrext64 { get; init; }
     public bool? Exchange { get; init; }
     public bool? InodeAlign { get; init; }
+    /// <summary>-i attr (0, 1, 2: the attribute fork layout; below 2 only on V4) and -i projid32bit.</summary>
+    public int? AttrVersion { get; init; }
+    public bool? ProjId32 { get; init; }
 
     // -l
     public long? LogSizeBytes { get; init; }

@@ -22,30 +22,23 @@ public sealed record MkfsPlan
 {
     public required MkfsOptions Options { get; init; }
     public required MkfsGeometry Geometry { get; init; }
-    /// <summary>The file or device path (without the <c>@N</c> partition suffix).</summary>
-    public required string Path { get; init; }
-    public int? Partition { get; init; }
-    /// <summary>False when the target is an image file that will be created.</summary>
-    public required bool TargetExists { get; init; }
-    public required bool BlockDevice { get; init; }
-    public long PartitionStart { get; init; }
-    /// <summary>What the target holds now ("an XFS file system labelled 'data'", "a GPT partition table"), or null.</summary>
-    public string? Existing { get; init; }
+    /// <summary>The data device (TARGET).</summary>
+    public required MkfsDevice Data { get; init; }
     /// <summary>The external log device (-l logdev), or null for an internal log.</summary>
-    public MkfsLogTarget? Log { get; init; }
+    public MkfsDevice? Log { get; init; }
 }
 
-/// <summary>An external log device as the plan found it.</summary>
-public sealed record MkfsLogTarget
+/// <summary>A device mkfs writes (the data section's, or an external log's) as the plan found it.</summary>
+public sealed record MkfsDevice
 {
     /// <summary>The file or device path (without the <c>@N</c> partition suffix).</summary>
     public required string Path { get; init; }
     public int? Partition { get; init; }
-    /// <summary>False when it is an image file that -l file,size= will create.</summary>
+    /// <summary>False when it is an image file that the run will create (-d size=, -l file,size=).</summary>
     public required bool Exists { get; init; }
     public required bool BlockDevice { get; init; }
     public long PartitionStart { get; init; }
-    /// <summary>What it holds now, or null.</summary>
+    /// <summary>What it holds now ("an XFS file system labelled 'data'", "a GPT partition table"), or null.</summary>
     public string? Existing { get; init; }
 }
 
@@ -71,6 +64,7 @@ public static class MkfsRun
 
         long deviceSize;
         int logical = 512, physical = 512;
+        long stripeUnit = 0, stripeWidth = 0;
         bool solidState = false;
         long partitionStart = 0;
         string? existing = null;
@@ -93,6 +87,21 @@ public static class MkfsRun
                 logical = probe.SectorSize;
                 physical = DeviceRangeOps.PhysicalSectorSize(path) ?? logical;
                 solidState = DeviceRangeOps.IsRotational(path) == false;
+                if (DeviceRangeOps.Topology(path) is { } topology)
+                {
+                    // blkid's reading: sizes equal to the physical sector mean "no stripe"; whole 512-byte units only.
+                    if (topology.MinimumIoBytes != physical && topology.OptimalIoBytes != physical)
+                    {
+                        stripeUnit = topology.MinimumIoBytes / 512 * 512;
+                        stripeWidth = topology.OptimalIoBytes / 512 * 512;
+                    }
+                    if (topology.AlignmentOffset != 0)
+                    {
+                        if (!o.Force)
+                            throw new MkfsUsageException($"{path} is not properly aligned (its start is {topology.AlignmentOffset} bytes off a physical sector); use -f to force usage of a misaligned device");
+                        physical = logical;
+                    }
+                }
             }
             if (!blockDevice && partition is null && o.DataSizeBytes is long want && want > deviceSize) deviceSize = want;
         }
@@ -104,11 +113,13 @@ public static class MkfsRun
             SolidState = solidState,
             CpuCount = Environment.ProcessorCount,
             IsFile = !blockDevice,
+            StripeUnitBytes = stripeUnit,
+            StripeWidthBytes = stripeWidth,
         };
         if (o.DataSizeBytes is long dsz && dsz > deviceSize && (blockDevice || partition is not null))
             throw new MkfsUsageException($"size {dsz} specified for data subvolume is too large, maximum is {deviceSize} bytes");
 
-        MkfsLogTarget? log = null;
+        MkfsDevice? log = null;
         if (o.LogDevice is not null)
         {
             (log, var logFacts) = PlanLog(o, path, partition);
@@ -117,14 +128,16 @@ public static class MkfsRun
 
         return new MkfsPlan
         {
-            Options = o, Geometry = MkfsGeometry.Calculate(o, facts), Path = path, Partition = partition,
-            TargetExists = exists, BlockDevice = blockDevice, PartitionStart = partitionStart, Existing = existing,
-            Log = log,
+            Options = o, Geometry = MkfsGeometry.Calculate(o, facts), Log = log,
+            Data = new MkfsDevice
+            {
+                Path = path, Partition = partition, Exists = exists, BlockDevice = blockDevice, PartitionStart = partitionStart, Existing = existing,
+            },
         };
     }
 
     /// <summary>The external log device: it must exist (or be an image file -l file,size= makes) and must not be the data device.</summary>
-    private static (MkfsLogTarget Log, MkfsLogDeviceFacts Facts) PlanLog(MkfsOptions o, string dataPath, int? dataPartition)
+    private static (MkfsDevice Log, MkfsLogDeviceFacts Facts) PlanLog(MkfsOptions o, string dataPath, int? dataPartition)
     {
         var (path, partition) = PartitionSpec.Parse(o.LogDevice!);
         if (SameFile(path, dataPath) && partition == dataPartition)
@@ -136,7 +149,7 @@ public static class MkfsRun
             if (o.LogIsFile != true || partition is not null)
                 throw new XfsException(XfsError.NotFound, $"Error accessing specified device {path}: it does not exist. Make it first (truncate -s SIZE {path}) or let mkfs make it with -l file,size=SIZE");
             if (o.LogSizeBytes is not long size) throw new MkfsUsageException("if -l file then -l name and -l size are required");
-            return (new MkfsLogTarget { Path = path, Exists = false, BlockDevice = false }, new MkfsLogDeviceFacts { SizeBytes = size });
+            return (new MkfsDevice { Path = path, Exists = false, BlockDevice = false }, new MkfsLogDeviceFacts { SizeBytes = size });
         }
         using var probe = PartitionSpec.Open(o.LogDevice!, writable: false);
         long start = 0;
@@ -145,7 +158,7 @@ public static class MkfsRun
             using var disk = FileBlockDevice.Open(path);
             start = PartitionTable.Read(disk).Get(partition.Value).StartByte;
         }
-        return (new MkfsLogTarget
+        return (new MkfsDevice
         {
             Path = path, Partition = partition, Exists = true, BlockDevice = blockDevice, PartitionStart = start,
             Existing = ExistingContent.Identify(probe),
@@ -185,19 +198,19 @@ public static class MkfsRun
             using var check = PartitionSpec.Open(o.LogDevice!, writable: false);
             if (ExistingContent.Identify(check) is string found) throw new MkfsRefusedException(o.LogDevice!, found);
         }
-        if (!plan.TargetExists)
+        if (!plan.Data.Exists)
         {
-            using var f = new FileStream(plan.Path, FileMode.CreateNew, FileAccess.Write);
+            using var f = new FileStream(plan.Data.Path, FileMode.CreateNew, FileAccess.Write);
             f.SetLength(o.DataSizeBytes!.Value);
         }
-        else if (!plan.BlockDevice && plan.Partition is null && o.DataSizeBytes is long grow && grow > new FileInfo(plan.Path).Length)
+        else if (!plan.Data.BlockDevice && plan.Data.Partition is null && o.DataSizeBytes is long grow && grow > new FileInfo(plan.Data.Path).Length)
         {
             // Refuse before extending: the refusal must see the file as it was.
             using (var check = PartitionSpec.Open(target, writable: false))
             {
                 if (!o.Force && ExistingContent.Identify(check) is string found) throw new MkfsRefusedException(target, found);
             }
-            using var f = new FileStream(plan.Path, FileMode.Open, FileAccess.Write);
+            using var f = new FileStream(plan.Data.Path, FileMode.Open, FileAccess.Write);
             f.SetLength(grow);
         }
 
@@ -208,11 +221,11 @@ public static class MkfsRun
         // The external log device is judged like the data device, before anything is written to either.
         using var logTarget = plan.Log is { } log ? OpenLog(plan, log) : null;
 
-        using var mkfsTarget = new MkfsTarget(device, plan.Path, plan.PartitionStart, plan.BlockDevice);
-        if (plan.BlockDevice && !o.NoDiscard)
+        using var mkfsTarget = new MkfsTarget(device, plan.Data.Path, plan.Data.PartitionStart, plan.Data.BlockDevice);
+        if (plan.Data.BlockDevice && !o.NoDiscard)
         {
             long total = device.Length;
-            DeviceRangeOps.TryDiscard(plan.Path, plan.PartitionStart, total, done => progress?.Report(new MkfsProgress("discarding blocks", done, total)));
+            DeviceRangeOps.TryDiscard(plan.Data.Path, plan.Data.PartitionStart, total, done => progress?.Report(new MkfsProgress("discarding blocks", done, total)));
         }
         if (logTarget is not null && logTarget.IsBlockDevice && !o.NoDiscard)
         {
@@ -225,7 +238,7 @@ public static class MkfsRun
     }
 
     /// <summary>Creates (-l file,size=) or opens the log device writable; refuses one holding a file system or partition table without force.</summary>
-    private static MkfsTarget OpenLog(MkfsPlan plan, MkfsLogTarget log)
+    private static MkfsTarget OpenLog(MkfsPlan plan, MkfsDevice log)
     {
         var o = plan.Options;
         if (!log.Exists)

@@ -194,7 +194,7 @@ public static class MkfsWriter
             w.RgExtents = g.RgExtents;
             w.RgBlkLog = (byte)g.RgBlkLog;
         }
-        w.StampCrc(g.SectorSize);
+        if (g.Crc) w.StampCrc(g.SectorSize);
     }
 
     private static void EncodeAgf(Span<byte> sector, MkfsGeometry g, AgLayout ag)
@@ -224,8 +224,11 @@ public static class MkfsWriter
         w.FlCount = (uint)ag.FreelistBlocks.Count;
         w.FreeBlocks = ag.FreeBlocks;
         w.Longest = ag.Longest;
-        w.Uuid = g.Uuid;
-        w.StampCrc(g.SectorSize);
+        if (g.Crc)
+        {
+            w.Uuid = g.Uuid;
+            w.StampCrc(g.SectorSize);
+        }
     }
 
     private static void EncodeAgi(Span<byte> sector, MkfsGeometry g, AgLayout ag, int chunkInodes)
@@ -241,7 +244,7 @@ public static class MkfsWriter
             w.FreeCount = (uint)(chunkInodes - chunk.UsedInodes);
             w.NewIno = chunk.AgBlock << g.InoPBlog;
         }
-        w.Uuid = g.Uuid;
+        if (g.Crc) w.Uuid = g.Uuid;
         if (g.Finobt)
         {
             w.FreeRoot = g.FinoRoot;
@@ -252,37 +255,45 @@ public static class MkfsWriter
             w.InobtBlocks = 1;
             w.FinobtBlocks = 1;
         }
-        w.StampCrc(g.SectorSize);
+        if (g.Crc) w.StampCrc(g.SectorSize);
     }
 
     private static void EncodeAgfl(Span<byte> sector, MkfsGeometry g, AgLayout ag)
     {
         sector.Clear();
-        var w = new AgflWriter(sector);
-        w.Init(ag.AgNumber, g.Uuid);
+        var w = new AgflWriter(sector, g.Crc);
+        if (g.Crc) w.Init(ag.AgNumber, g.Uuid);
+        else w.InitV4();
         for (int i = 0; i < ag.FreelistBlocks.Count; i++) w.SetSlot(i + 1, ag.FreelistBlocks[i]);
-        w.StampCrc();
+        if (g.Crc) w.StampCrc();
     }
 
     private static void WriteRoots(DeviceWrite write, byte[] block, MkfsGeometry g, AgLayout ag, long agByte, int chunkInodes)
     {
-        int hdr = BtreeBlockView.ShortHeaderV5;
+        int hdr = BtreeBlockView.HeaderSize(longForm: false, v5: g.Crc);
         void Emit(uint agbno, uint magic, int numRecs)
         {
             long at = agByte + (long)agbno * g.BlockSize;
-            ShortBtreeBlockWriter.WriteHeader(block, magic, 0, (ushort)numRecs, at, g.Uuid, ag.AgNumber);
-            ShortBtreeBlockWriter.StampCrc(block);
+            if (g.Crc)
+            {
+                ShortBtreeBlockWriter.WriteHeader(block, magic, 0, (ushort)numRecs, at, g.Uuid, ag.AgNumber);
+                ShortBtreeBlockWriter.StampCrc(block);
+            }
+            else
+            {
+                ShortBtreeBlockWriter.WriteHeaderV4(block, magic, 0, (ushort)numRecs);
+            }
             write(at, block);
         }
 
         // bnobt (by start) and cntbt (by length, then start) hold the same free extents.
         Array.Clear(block);
         for (int i = 0; i < ag.FreeExtents.Count; i++) ag.FreeExtents[i].Encode(block.AsSpan(hdr + i * AllocRecord.Size));
-        Emit(g.BnoRoot, BtreeMagic.BnoV5, ag.FreeExtents.Count);
+        Emit(g.BnoRoot, g.Crc ? BtreeMagic.BnoV5 : BtreeMagic.BnoV4, ag.FreeExtents.Count);
         Array.Clear(block);
         var bySize = ag.FreeExtents.OrderBy(e => e.BlockCount).ThenBy(e => e.StartBlock).ToList();
         for (int i = 0; i < bySize.Count; i++) bySize[i].Encode(block.AsSpan(hdr + i * AllocRecord.Size));
-        Emit(g.CntRoot, BtreeMagic.CntV5, bySize.Count);
+        Emit(g.CntRoot, g.Crc ? BtreeMagic.CntV5 : BtreeMagic.CntV4, bySize.Count);
 
         // Inode btrees: AG 0 holds the first chunk (64-inode records; a 64 KiB block's chunk needs two).
         var records = new List<InobtRecord>();
@@ -303,7 +314,7 @@ public static class MkfsWriter
             if (g.SparseInodes) records[i].EncodeSparse(span);
             else records[i].EncodeFull(span);
         }
-        Emit(g.InoRoot, BtreeMagic.InoV5, records.Count);
+        Emit(g.InoRoot, g.Crc ? BtreeMagic.InoV5 : BtreeMagic.InoV4, records.Count);
         if (g.Finobt)
         {
             // The finobt holds the same records: every chunk mkfs makes has free inodes.
@@ -325,8 +336,8 @@ public static class MkfsWriter
     }
 
     /// <summary>
-    /// The first inode chunk: every inode a free V3 core (one random generation for the chunk), then the
-    /// root directory (short form, empty, its own parent) and the realtime bitmap and summary files.
+    /// The first inode chunk: every inode a free V3 core (V2 on V4 volumes; one random generation for the chunk),
+    /// then the root directory (short form, empty, its own parent) and the realtime bitmap and summary files.
     /// </summary>
     private static void WriteInodeChunk(MkfsTarget target, MkfsLayout layout, InodeChunk where, DateTimeOffset now)
     {
@@ -338,7 +349,8 @@ public static class MkfsWriter
         for (int i = 0; i < layout.ChunkInodes; i++)
         {
             var w = new DinodeWriter(chunk.AsSpan(i * isize, isize));
-            w.InitV3(firstIno + (ulong)i, g.Uuid);
+            if (g.Crc) w.InitV3(firstIno + (ulong)i, g.Uuid);
+            else w.InitV2();
             w.Generation = chunkGeneration;
         }
 
@@ -356,17 +368,22 @@ public static class MkfsWriter
             w.AttrFormat = ForkFormat.Extents;
             w.LinkCount = nlink;
             w.Generation = generation;
-            w.ChangeCount = changeCount;
             w.Flags = flags;
-            w.Flags2 = flags2 | (metadata ? DinodeView.Flag2Metadata : 0);
             if (metadata) w.MetaType = 1; // a metadata directory
             w.AccessTime = atime;
             w.ModifyTime = time;
             w.ChangeTime = time;
-            w.CreationTime = time;
+            if (g.Crc)
+            {
+                // The V3 core's tail; a V2 inode's literal area starts where these would be.
+                w.ChangeCount = changeCount;
+                w.Flags2 = flags2 | (metadata ? DinodeView.Flag2Metadata : 0);
+                w.CreationTime = time;
+            }
         }
 
-        uint RandomGeneration() => (uint)RandomNumberGenerator.GetInt32(int.MinValue, int.MaxValue);
+        // V2 inodes keep the generation the chunk was initialised with (only V3 inodes get a fresh one).
+        uint RandomGeneration() => g.Crc ? (uint)RandomNumberGenerator.GetInt32(int.MinValue, int.MaxValue) : chunkGeneration;
         // Metadata directories: immutable, sync, noatime, nodump, nosymlinks, nodefrag.
         const ushort metadirFlags = 0x8 | 0x20 | 0x40 | 0x80 | 0x400 | 0x2000;
         // A short-form directory; entries of (name, inode, file type 2 = directory) each.
@@ -438,14 +455,17 @@ public static class MkfsWriter
             }
         }
 
-        for (int i = 0; i < layout.ChunkInodes; i++) new DinodeWriter(chunk.AsSpan(i * isize, isize)).StampCrc();
+        if (g.Crc)
+        {
+            for (int i = 0; i < layout.ChunkInodes; i++) new DinodeWriter(chunk.AsSpan(i * isize, isize)).StampCrc();
+        }
         target.Write(((long)where.AgNumber * g.AgBlocks + where.AgBlock) * g.BlockSize, chunk);
     }
 
     /// <summary>
     /// The clean log mkfs leaves: one record at log block 0, cycle 1, holding only an unmount record
     /// (xlog_rec_header; the unmount op in the next sector, whose first word moves into h_cycle_data).
-    /// Record size: the log stripe unit, or 1 KiB.
+    /// Record size: the log stripe unit, or 1 KiB. A V4 volume's record has no CRC; a v1 log's header says version 1.
     /// </summary>
     private static void WriteCleanLog(MkfsTarget target, MkfsGeometry g, long logByte)
     {
@@ -459,7 +479,7 @@ public static class MkfsWriter
         var h = rec.AsSpan(0, bb);
         BinaryPrimitives.WriteUInt32BigEndian(h[LogRecordHeader.OffMagic..], LogRecordHeader.HeaderMagic);
         BinaryPrimitives.WriteUInt32BigEndian(h[LogRecordHeader.OffCycle..], cycle);
-        BinaryPrimitives.WriteUInt32BigEndian(h[LogRecordHeader.OffVersion..], LogRecordHeader.Version2);
+        BinaryPrimitives.WriteUInt32BigEndian(h[LogRecordHeader.OffVersion..], (uint)(g.LogVersion == 2 ? LogRecordHeader.Version2 : LogRecordHeader.Version1));
         BinaryPrimitives.WriteInt32BigEndian(h[LogRecordHeader.OffLen..], hlen);
         BinaryPrimitives.WriteUInt64BigEndian(h[LogRecordHeader.OffLsn..], Lsn.Make(cycle, 0));
         BinaryPrimitives.WriteUInt64BigEndian(h[LogRecordHeader.OffTailLsn..], Lsn.Make(cycle, 0));
@@ -482,8 +502,11 @@ public static class MkfsWriter
         }
         for (int j = 1; j < headerBlocks; j++)
             BinaryPrimitives.WriteUInt32BigEndian(rec.AsSpan(j * bb + LogExtendedHeader.OffCycle), cycle);
-        uint crc = LogReader.ComputeCrc(rec, headerBlocks, hlen, LogRecordHeader.CrcSize);
-        BinaryPrimitives.WriteUInt32LittleEndian(rec.AsSpan(LogRecordHeader.OffCrc), crc);
+        if (g.Crc)
+        {
+            uint crc = LogReader.ComputeCrc(rec, headerBlocks, hlen, LogRecordHeader.CrcSize);
+            BinaryPrimitives.WriteUInt32LittleEndian(rec.AsSpan(LogRecordHeader.OffCrc), crc);
+        }
         target.Write(logByte, rec);
     }
 }

@@ -678,7 +678,14 @@ public sealed partial class XfsVolume
     }
 
     /// <summary>pwrite: writes <paramref name="data"/> at <paramref name="offset"/>, allocating blocks and moving EOF as needed; returns the bytes written.</summary>
-    public int Write(ulong inode, long offset, ReadOnlySpan<byte> data)
+    public int Write(ulong inode, long offset, ReadOnlySpan<byte> data) => Write(inode, offset, data, shortAtQuotaLimit: true);
+
+    /// <summary>
+    /// pwrite, with the choice of what a quota limit inside the range does: with <paramref name="shortAtQuotaLimit"/> the
+    /// write ends short where the limit falls (write(2)'s answer, the bytes before it written); without, the whole
+    /// write is refused and nothing is written (a Windows WriteFile's answer: NTFS allocates a write whole or fails it).
+    /// </summary>
+    public int Write(ulong inode, long offset, ReadOnlySpan<byte> data, bool shortAtQuotaLimit)
     {
         if (offset < 0) throw new XfsException(XfsError.InvalidArgument, "a write offset cannot be negative");
         if (data.IsEmpty) return 0;
@@ -715,7 +722,7 @@ public sealed partial class XfsVolume
                         ReserveQuota(w, current, reserved + (long)blocks);
                         reserved += (long)blocks;
                     }
-                    catch (XfsException e) when (!reflinked && e.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
+                    catch (XfsException e) when (!reflinked && shortAtQuotaLimit && e.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
                     {
                         long keep = (long)(start << sb.BlockLog) - offset;
                         if (keep <= 0) throw;
