@@ -200,16 +200,19 @@ public sealed unsafe partial class FuseHost
             _volume.Release(ToXfsInode(nodeId), nlookup);
     }
 
-    private static void LogForgetFailure(nint req, Exception ex, ulong ino)
+    private static void LogForgetFailure(nint req, Exception ex, ulong ino) => LogUnansweredFailure(req, ex, "forget", ino);
+
+    /// <summary>Logs the failure of a request whose reply cannot carry an error (forget, release).</summary>
+    private static void LogUnansweredFailure(nint req, Exception ex, string operation, ulong ino)
     {
         try
         {
             var host = HostOf(req);
-            _ = host.ErrnoFor(ex, "forget", host.ToXfsInode(ino));
+            _ = host.ErrnoFor(ex, operation, host.ToXfsInode(ino));
         }
         catch (Exception)
         {
-            // A forget has no reply to carry an error.
+            // Nothing more can be done: the reply carries no error.
         }
     }
 
@@ -422,9 +425,27 @@ public sealed unsafe partial class FuseHost
         }
     }
 
-    /// <summary>The last close of an open file: the host keeps no per-open state; the node's hold lives until FORGET.</summary>
+    /// <summary>
+    /// The last close of an open file (the open's flags are in fh, see OnOpen): a writable one lets the engine give back
+    /// blocks past EOF (xfs_file_release); the node's hold lives until FORGET.
+    /// </summary>
     [UnmanagedCallersOnly]
-    private static void OnRelease(nint req, ulong ino, FuseFileInfo* fi) => FuseNative.fuse_reply_err(req, 0);
+    private static void OnRelease(nint req, ulong ino, FuseFileInfo* fi)
+    {
+        try
+        {
+            var host = HostOf(req);
+            const ulong AccessMode = 3, ReadOnly = 0;
+            host._volume.CloseFile(host.ToXfsInode(ino), writable: (fi->fh & AccessMode) != ReadOnly);
+        }
+        catch (Exception ex)
+        {
+            // close(2) has already returned: the failure is logged (a failed transaction has shut the volume down), and
+            // blocks left past EOF go at unmount.
+            LogUnansweredFailure(req, ex, "release", ino);
+        }
+        FuseNative.fuse_reply_err(req, 0);
+    }
 
     /// <summary>fsync, fdatasync and fsync of a directory: the engine's changes so far become durable.</summary>
     [UnmanagedCallersOnly]

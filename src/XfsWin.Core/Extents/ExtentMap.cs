@@ -105,6 +105,37 @@ public sealed class ExtentMap
         next.FileOffset < rec.FileEnd ? throw OutOfOrder(where) : next.FileOffset;
 
     /// <summary>
+    /// The end of the last extent that ends at or before <paramref name="fileBlock"/> (0 when none): where the hole
+    /// holding <paramref name="fileBlock"/> begins, when it is in one.
+    /// </summary>
+    public ulong PreviousEnd(ulong fileBlock)
+    {
+        if (_format == ForkFormat.Extents)
+        {
+            var fork = _inode.Raw.AsSpan(_forkOffset, _forkSize);
+            int lo = 0, hi = (int)_count - 1;
+            ulong end = 0;
+            while (lo <= hi)
+            {
+                int mid = (lo + hi) >>> 1;
+                var rec = BmbtRecord.Decode(fork[(mid * BmbtRecord.Size)..]);
+                if (rec.FileEnd <= fileBlock) { end = rec.FileEnd; lo = mid + 1; }
+                else hi = mid - 1;
+            }
+            return end;
+        }
+        var cursor = _cursor ??= NewCursor();
+        lock (cursor)
+        {
+            if (!SeekLessOrEqual(cursor, fileBlock)) return 0;
+            var rec = Checked(BmbtRecord.Decode(cursor.Record), cursor.RecordBlockOffset);
+            if (rec.FileEnd <= fileBlock) return rec.FileEnd;
+            if (rec.FileOffset > fileBlock || !cursor.Decrement()) return 0;
+            return Checked(BmbtRecord.Decode(cursor.Record), cursor.RecordBlockOffset).FileEnd;
+        }
+    }
+
+    /// <summary>
     /// Visits extents in file order starting with the one holding or following <paramref name="fromBlock"/>.
     /// Stops when <paramref name="visit"/> returns false.
     /// </summary>

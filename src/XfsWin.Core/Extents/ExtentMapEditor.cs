@@ -280,6 +280,36 @@ public sealed class ExtentMapEditor
         return added;
     }
 
+    /// <summary>
+    /// Maps the holes of [<paramref name="fileBlock"/>, +<paramref name="count"/>) as a file with an extent size hint of
+    /// <paramref name="extsize"/> blocks has them mapped (xfs_bmapi_write with the hint): each hole's allocation rounded
+    /// out by <see cref="ExtentSizeHint.Align"/> against its neighbouring extents, all of it unwritten (the caller marks
+    /// written what it writes). Returns the new extents, in file order.
+    /// </summary>
+    public List<BmbtRecord> AllocateHolesAligned(ulong fileBlock, ulong count, uint extsize)
+    {
+        var added = new List<BmbtRecord>();
+        ulong pos = fileBlock, end = fileBlock + count;
+        while (pos < end)
+        {
+            int i = Find(pos);
+            if (i >= 0)
+            {
+                pos = _extents[i].FileEnd;
+                continue;
+            }
+            i = ~i;
+            ulong previousEnd = i > 0 ? _extents[i - 1].FileEnd : 0;
+            ulong nextStart = i < _extents.Count ? _extents[i].FileOffset : ulong.MaxValue;
+            ulong want = Math.Min(Math.Min(end, nextStart) - pos, BmbtRecord.MaxBlockCount);
+            var (offset, length) = ExtentSizeHint.Align(pos, want, extsize, previousEnd, nextStart);
+            added.AddRange(AllocateHoles(offset, length, unwritten: true));
+            // The rounded-out allocation covers pos (so the loop always moves on).
+            pos = Math.Max(pos + 1, offset + length);
+        }
+        return added;
+    }
+
     /// <summary>Marks [<paramref name="fileBlock"/>, +<paramref name="count"/>) written (converting unwritten extents, split as needed).</summary>
     public void MarkWritten(ulong fileBlock, ulong count)
     {

@@ -355,6 +355,8 @@ public sealed partial class XfsVolume
     /// </summary>
     private void FreeInode(Transaction tx, VolumeWriteState w, InodeUpdate update)
     {
+        w.EofBlocks.Remove(update.Number);
+        w.EofReleased.Remove(update.Number);
         if (update.DataFormat is ForkFormat.Extents or ForkFormat.Btree && update.DataExtentCount > 0)
         {
             var editor = new ExtentMapEditor(tx, update, w.FileSpace);
@@ -701,6 +703,10 @@ public sealed partial class XfsVolume
             ulong first = (ulong)offset >> sb.BlockLog;
             ulong last = (ulong)(offset + data.Length - 1) >> sb.BlockLog;
             bool reflinked = (current.Attributes.Flags2 & DinodeView.Flag2Reflink) != 0;
+            // With an extent size hint each hole's allocation is rounded out to the hint (xfs_bmap_extsize_align) and
+            // mapped unwritten; only the blocks written here become written, as the kernel's direct allocation does
+            // for a file with a hint (it never delays allocation for one).
+            uint hint = ExtentSizeHint.Of(current);
             // The owner's dquots are reserved the blocks the write maps (holes, and copies of shared blocks), as the
             // kernel's delayed allocation reserves them: the data blocks only (mapping btree blocks are charged as
             // they are allocated, never refused). As the kernel's iomap walk, each hole is reserved in turn and a
@@ -712,8 +718,9 @@ public sealed partial class XfsVolume
                 {
                     try
                     {
-                        ReserveQuota(w, current, reserved + (long)count);
-                        reserved += (long)count;
+                        ulong blocks = hint == 0 ? count : AlignedHole(current, start, count, hint);
+                        ReserveQuota(w, current, reserved + (long)blocks);
+                        reserved += (long)blocks;
                     }
                     catch (XfsException e) when (!reflinked && shortAtQuotaLimit && e.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
                     {
@@ -744,7 +751,7 @@ public sealed partial class XfsVolume
             // would only load the list and log nothing), the blocks are looked up in the inode's own fork bytes.
             bool overwrite = IsWrittenInFork(current, first, last);
             var editor = overwrite ? null : new ExtentMapEditor(tx, update, w.FileSpace);
-            var fresh = editor?.AllocateHoles(first, last - first + 1, unwritten: false);
+            var fresh = hint != 0 ? editor?.AllocateHolesAligned(first, last - first + 1, hint) : editor?.AllocateHoles(first, last - first + 1, unwritten: false);
             // Data goes to its blocks before the transaction that maps them commits: no crash exposes stale blocks.
             for (ulong fb = first; fb <= last;)
             {
@@ -779,6 +786,7 @@ public sealed partial class XfsVolume
                 w.Data.Write(disk, block);
                 fb++;
             }
+            if (hint != 0 && fresh is { Count: > 0 } && w.EofBlocks.Add(inode)) Volatile.Write(ref w.AnyEofBlocks, true);
             editor?.MarkWritten(first, last - first + 1);
             editor?.Save();
             long end = offset + data.Length;
@@ -836,6 +844,19 @@ public sealed partial class XfsVolume
             fb = stop;
         }
         return mapped;
+    }
+
+    /// <summary>The blocks an extent size hint of <paramref name="hint"/> blocks has allocated for the hole run [<paramref name="start"/>, +<paramref name="count"/>).</summary>
+    private ulong AlignedHole(Inode inode, ulong start, ulong count, uint hint)
+    {
+        ulong previousEnd = 0, nextStart = ulong.MaxValue;
+        if (inode.DataFormat is ForkFormat.Extents or ForkFormat.Btree)
+        {
+            var map = _maps.Get(inode, ForkKind.Data);
+            map.TryFind(start, out _, out nextStart);
+            previousEnd = map.PreviousEnd(start);
+        }
+        return ExtentSizeHint.Align(start, Math.Min(count, BmbtRecord.MaxBlockCount), hint, previousEnd, nextStart).Length;
     }
 
     /// <summary>The unmapped runs of data fork blocks [<paramref name="first"/>, <paramref name="end"/>), in order.</summary>
@@ -908,8 +929,11 @@ public sealed partial class XfsVolume
                     using var tx = Begin(w, TransactionKind.Write);
                     var update = new InodeUpdate(current, sb);
                     var editor = new ExtentMapEditor(tx, update, w.FileSpace);
-                    editor.AllocateHoles(first, last - first + 1, unwritten: true);
+                    // xfs_alloc_file_space: with an extent size hint the allocation is rounded out to it.
+                    AllocateUnwritten(editor, current, first, last - first + 1);
                     editor.Save();
+                    // xfs_alloc_file_space marks the file preallocated: its blocks past EOF stay when it is closed.
+                    update.Flags |= DiFlagPrealloc;
                     if (mode == FallocateMode.Allocate && offset + length > (long)update.Size) update.Size = (ulong)(offset + length);
                     update.Touch(Now(), modified: false);
                     update.Log(tx, _inodes);
@@ -957,8 +981,10 @@ public sealed partial class XfsVolume
                     var update = new InodeUpdate(_inodes.Get(inode), sb);
                     var editor = new ExtentMapEditor(tx, update, w.FileSpace);
                     ulong first = (ulong)offset >> sb.BlockLog, last = (ulong)(end - 1) >> sb.BlockLog;
-                    editor.AllocateHoles(first, last - first + 1, unwritten: true);
+                    AllocateUnwritten(editor, current, first, last - first + 1);
                     editor.Save();
+                    // xfs_alloc_file_space marks the file preallocated: its blocks past EOF stay when it is closed.
+                    update.Flags |= DiFlagPrealloc;
                     if (end > (long)update.Size) update.Size = (ulong)end;
                     update.Touch(Now(), modified: true);
                     update.Log(tx, _inodes);
@@ -976,6 +1002,14 @@ public sealed partial class XfsVolume
                     throw new XfsException(XfsError.Unsupported, $"fallocate mode {mode} is not supported by this build; nothing was changed");
             }
         }
+    }
+
+    /// <summary>Maps the holes of [<paramref name="first"/>, +<paramref name="count"/>) unwritten, rounded out to the file's extent size hint if it has one.</summary>
+    private static void AllocateUnwritten(ExtentMapEditor editor, Inode file, ulong first, ulong count)
+    {
+        uint hint = ExtentSizeHint.Of(file);
+        if (hint != 0) editor.AllocateHolesAligned(first, count, hint);
+        else editor.AllocateHoles(first, count, unwritten: true);
     }
 
     /// <summary>Writes zeros over the parts of the first and last blocks of [offset, end) that are not whole blocks (where mapped and written).</summary>
@@ -1201,7 +1235,12 @@ public sealed partial class XfsVolume
         if (w.Unmounted || !_mount.Health.IsHealthy) return;
         using (w.Changes.Change())
         {
-            if (!w.Orphans.Remove(inode)) return;
+            if (w.Unmounted) return;
+            if (!w.Orphans.Remove(inode))
+            {
+                InactivateEofBlocks(w, inode);
+                return;
+            }
             FreeOrphan(w, inode);
         }
     }

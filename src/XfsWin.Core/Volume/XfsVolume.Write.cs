@@ -74,6 +74,12 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public InodeUpdate? WriteInode;
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
+    /// <summary>Inodes a write may have given blocks past EOF (an extent size hint's rounding): trimmed when inactivated (under <see cref="Changes"/>).</summary>
+    public readonly HashSet<ulong> EofBlocks = new();
+    /// <summary>Set (under <see cref="Changes"/>, read without it) once any inode went into <see cref="EofBlocks"/>: until then a close has nothing to give back.</summary>
+    public bool AnyEofBlocks;
+    /// <summary>XFS_EOFBLOCKS_RELEASED: inodes whose post-EOF blocks a close already gave back; later closes keep them (under <see cref="Changes"/>).</summary>
+    public readonly HashSet<ulong> EofReleased = new();
     /// <summary>Inodes with no name left that are kept while held; freed at their last release (under <see cref="Changes"/>).</summary>
     public readonly HashSet<ulong> Orphans = new();
 
@@ -326,7 +332,12 @@ public sealed partial class XfsVolume
                     quota.Reserve(changes.Uid ?? current.Attributes.Uid, changes.Gid ?? current.Attributes.Gid, current.Attributes.ProjectId,
                         current.Attributes.AllocatedBytes >> _mount.Superblock.BlockLog, 1, types: types);
             }
-            if (changes.Size is long newSize && newSize < current.Size) return Truncate(w, current, newSize, changes);
+            if (changes.Size is long newSize && newSize < current.Size)
+            {
+                // XFS_ITRUNCATED: the next writable close gives back blocks past EOF again.
+                w.EofReleased.Remove(inode);
+                return Truncate(w, current, newSize, changes);
+            }
             // EOF moving up zeroes the old last block's tail, copying it first when it is shared (reflink).
             if (changes.Size is long grownSize) current = ZeroTailOfShared(w, current, grownSize);
             using var tx = Begin(w, TransactionKind.Ichange);
@@ -401,6 +412,8 @@ public sealed partial class XfsVolume
                 {
                     // Holds end with the unmount: inodes unlinked while held are freed (and leave the unlinked lists).
                     lock (w.Holds) w.Holds.Clear();
+                    // Every inode is inactivated at unmount: post-EOF blocks writes left go (xfs_inactive, xfs_free_eofblocks).
+                    foreach (ulong ino in w.EofBlocks.Order().ToList()) InactivateEofBlocks(w, ino);
                     foreach (ulong orphan in w.Orphans.Order().ToList())
                     {
                         w.Orphans.Remove(orphan);
