@@ -122,6 +122,24 @@ public sealed class FormatCheckTests : IDisposable
         Assert.Equal(Health.Healthy, list.Disks[0].Volume!.Health);
     }
 
+    /// <summary>A V4 format (crc off) as mkfs -m crc=0 makes it: xfs_repair accepts it and the list shows it (read-only to XfsWin's writes).</summary>
+    [Fact]
+    public async Task Format_makes_a_v4_volume_when_crc_is_off()
+    {
+        var image = Path.Combine(_dir, "v4.img");
+        await using var server = new TestServer([]);
+        await using var client = await server.Connect();
+        var made = (await client.CallAsync(new ControlRequest { Op = Operations.Format, Source = image, Format = new FormatOptions { DataSize = "400m", Crc = false } })).Format!;
+        Assert.Contains("crc=0", made.Summary, StringComparison.Ordinal);
+        var sector = new byte[512];
+        using (var f = File.OpenRead(image)) f.ReadExactly(sector);
+        Assert.Equal(4, System.Buffers.Binary.BinaryPrimitives.ReadUInt16BigEndian(sector.AsSpan(100)) & 0xF);
+        var repair = TestVolumes.Repair(image);
+        Assert.True(repair.ExitCode == 0, repair.StandardOutput + repair.StandardError);
+        var list = (await client.CallAsync(new ControlRequest { Op = Operations.List })).List!;
+        Assert.Equal(Health.Healthy, Assert.Single(list.Disks).Volume!.Health);
+    }
+
     [Fact]
     public async Task Format_refuses_an_existing_xfs_ext4_or_partition_table_without_force_naming_it()
     {
@@ -261,7 +279,7 @@ public sealed class FormatCheckTests : IDisposable
         Assert.Equal(ErrorCodes.BadRequest, await Code(F(new FormatOptions { LogSize = "12zz" })));
         Assert.Equal(ErrorCodes.BadRequest, await Code(F(new FormatOptions { LogSize = "99999999999999999999999t" })));
         Assert.Equal(ErrorCodes.BadRequest, await Code(F(new FormatOptions { LogSize = "1k" })));
-        Assert.Equal(ErrorCodes.BadRequest, await Code(F(new FormatOptions { Crc = false })));
+        Assert.Equal(ErrorCodes.BadRequest, await Code(F(new FormatOptions { Crc = false, Reflink = true })));
         Assert.Equal(ErrorCodes.BadRequest, await Code(F(new FormatOptions { Reflink = true, Rmapbt = false, Finobt = false, Inobtcount = true })));
         Assert.Equal(ErrorCodes.BadRequest, await Code(F(new FormatOptions { DataSize = "1m" })));
         Assert.Equal(ErrorCodes.NotFound, await Code(F(new FormatOptions(), Path.Combine(_dir, "absent.img"))));
