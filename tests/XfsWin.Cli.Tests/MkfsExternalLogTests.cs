@@ -174,14 +174,6 @@ public sealed partial class MkfsTests
         Assert.False(File.Exists(missing));
     }
 
-    private static (int Code, string Out, string Err) TryOurs(string[] args)
-    {
-        var stdout = new StringWriter();
-        var stderr = new StringWriter();
-        int rc = MkfsCommand.Run(args, stdout, stderr);
-        return (rc, stdout.ToString(), stderr.ToString());
-    }
-
     /// <summary>
     /// The whole log as mkfs left it: one record at block 0 holding the unmount record, zeros after. The record's
     /// CRC and the file system UUID are masked (they differ by design; mkfs.xfs leaves h_crc zero).
