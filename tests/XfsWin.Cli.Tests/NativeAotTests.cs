@@ -106,7 +106,7 @@ public sealed class NativeAotTests(NativeAotBinary aot) : IClassFixture<NativeAo
         }
         finally
         {
-            Sh.Run("fusermount3", "-u", mnt);
+            XfsWin.TestSupport.Shell.UnmountFuse(mnt);
         }
     }
 

@@ -29,7 +29,7 @@ public sealed class TrayTests : IAsyncDisposable
     {
         for (int i = _owned.Count - 1; i >= 0; i--) await _owned[i].DisposeAsync();
         foreach (var m in Directory.Exists(_host.MountRoot) ? Directory.GetDirectories(_host.MountRoot) : [])
-            if (TestVolumes.IsMountPoint(m)) Shell.Run("fusermount3", "-u", m);
+            if (TestVolumes.IsMountPoint(m)) Shell.UnmountFuse(m);
         Directory.Delete(_dir, recursive: true);
     }
 

@@ -82,7 +82,7 @@ public sealed class Arm64Tests
         }
         finally
         {
-            Shell.Run("fusermount3", ["-u", mountPoint]);
+            Shell.UnmountFuse(mountPoint);
             if (!server.WaitForExit(TimeSpan.FromSeconds(30)))
                 server.Kill();
             Directory.Delete(mountPoint);
@@ -121,7 +121,7 @@ public sealed class Arm64Tests
         }
         finally
         {
-            Shell.Run("fusermount3", ["-u", mountPoint]);
+            Shell.UnmountFuse(mountPoint);
             Directory.Delete(mountPoint);
         }
     }

@@ -25,7 +25,7 @@ public sealed class FuseLifecycleTests
         Assert.True(m.ServerProcessId > 0, "xfswin mount did not name the server process: " + m.Output);
         Assert.True(Directory.Exists($"/proc/{m.ServerProcessId}"));
         Assert.Equal("hello, xfs\n", File.ReadAllText(Path.Combine(m.MountPoint, "small.txt")));
-        var r = Shell.Run("fusermount3", ["-u", m.MountPoint]);
+        var r = Shell.UnmountFuse(m.MountPoint);
         Assert.True(r.ExitCode == 0, r.Both);
         WaitForExit(m.ServerProcessId, "fusermount3 -u");
         Assert.False(Shell.IsMounted(m.MountPoint, "fuse.xfswin"));
@@ -84,7 +84,7 @@ public sealed class FuseLifecycleTests
         finally
         {
             if (Shell.IsMounted(mp, "fuse.xfswin"))
-                Shell.Run("fusermount3", ["-u", mp]);
+                Shell.UnmountFuse(mp);
             Directory.Delete(mp);
         }
     }
@@ -121,7 +121,7 @@ public sealed class FuseLifecycleTests
         {
             if (!p.HasExited)
                 p.Kill();
-            Shell.Run("fusermount3", ["-u", mp]);
+            Shell.UnmountFuse(mp);
             Directory.Delete(mp);
         }
     }

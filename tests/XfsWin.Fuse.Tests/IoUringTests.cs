@@ -248,7 +248,7 @@ internal sealed class InProcessMount : IDisposable
     /// </summary>
     public void Unmount(out int runResult)
     {
-        var r = Shell.Run("fusermount3", ["-u", MountPoint]);
+        var r = Shell.UnmountFuse(MountPoint);
         Assert.True(r.ExitCode == 0, r.Both);
         Assert.True(_thread.Join(TimeSpan.FromSeconds(60)), "FuseHost.Run did not return within 60 s of fusermount3 -u");
         runResult = _runResult;
@@ -260,7 +260,7 @@ internal sealed class InProcessMount : IDisposable
     public void Dispose()
     {
         if (Shell.IsMounted(MountPoint, "fuse.xfswin"))
-            Shell.Run("fusermount3", ["-u", MountPoint]);
+            Shell.UnmountFuse(MountPoint);
         _thread.Join(TimeSpan.FromSeconds(20));
         Host.Dispose();
         _volume.Dispose();

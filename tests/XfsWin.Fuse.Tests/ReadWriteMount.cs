@@ -19,7 +19,7 @@ internal sealed partial class ReadWriteMount : IDisposable
         Output = r.Both;
         if (r.ExitCode != 0 || !Shell.IsMounted(MountPoint, "fuse.xfswin"))
         {
-            Shell.Run("fusermount3", ["-u", MountPoint]);
+            Shell.UnmountFuse(MountPoint);
             Directory.Delete(MountPoint);
             throw new InvalidOperationException($"xfswin mount -o rw failed ({r.ExitCode}):\n{r.Both}");
         }
@@ -27,7 +27,7 @@ internal sealed partial class ReadWriteMount : IDisposable
         ServerProcessId = pid.Success ? int.Parse(pid.Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture) : 0;
         if (ServerProcessId == 0)
         {
-            Shell.Run("fusermount3", ["-u", MountPoint]);
+            Shell.UnmountFuse(MountPoint);
             throw new InvalidOperationException($"no server pid in the mount's output:\n{r.Both}");
         }
         if (IoUringMode.SuiteRunsOnIoUring && IoUringMode.Read() == "Y" && !options.Any(o => o.Contains("io_uring=no", StringComparison.Ordinal)))
@@ -59,20 +59,9 @@ internal sealed partial class ReadWriteMount : IDisposable
         _gone = true;
         if (Shell.IsMounted(MountPoint, "fuse.xfswin"))
         {
-            // A file handle the test process dropped without closing keeps the mount busy until the finalizer runs;
-            // a process that just exited may still be releasing its files. Both pass: try a few times.
-            var r = Shell.Run("fusermount3", ["-u", MountPoint]);
-            for (int attempt = 0; attempt < 25 && r.ExitCode != 0 && r.Both.Contains("busy", StringComparison.Ordinal); attempt++)
-            {
-                GC.Collect();
-                GC.WaitForPendingFinalizers();
-                Thread.Sleep(200);
-                r = Shell.Run("fusermount3", ["-u", MountPoint]);
-            }
-            // Still busy: detach it; the server finishes (and writes its clean unmount) once the last reference goes,
-            // which WaitForExit below waits for, so what follows still sees the finished image.
-            if (r.ExitCode != 0 && r.Both.Contains("busy", StringComparison.Ordinal))
-                r = Shell.Run("fusermount3", ["-u", "-z", MountPoint]);
+            // A lazy detach (when still busy after the retries) leaves the server running until the last reference
+            // goes, which WaitForExit below waits for, so what follows still sees the finished image.
+            var r = Shell.UnmountFuse(MountPoint);
             Assert.True(r.ExitCode == 0, $"fusermount3 -u failed:\n{r.Both}");
         }
         WaitForExit(TimeSpan.FromSeconds(120));

@@ -78,4 +78,11 @@ internal static class Shell
     /// <summary>True when <paramref name="mountPoint"/> is a mount point of the given type in /proc/self/mountinfo.</summary>
     public static bool IsMounted(string mountPoint, string fsType) =>
         MountInfo.Parse(MountInfo.ReadCurrent()).Any(m => m.MountPoint == mountPoint && m.FileSystemType == fsType);
+
+    /// <summary>fusermount3 -u, retried while busy, then detached lazily (see <see cref="XfsWin.TestSupport.Shell.UnmountFuse"/>).</summary>
+    public static Result UnmountFuse(string mountPoint)
+    {
+        var r = XfsWin.TestSupport.Shell.UnmountFuse(mountPoint);
+        return new Result(r.ExitCode, r.StandardOutput, r.StandardError);
+    }
 }

@@ -78,7 +78,7 @@ internal sealed partial class FuseMount : IDisposable
         var r = Shell.RunXfswin(["mount", .. options, image, MountPoint], TimeSpan.FromMinutes(2));
         if (r.ExitCode != 0 || !Shell.IsMounted(MountPoint, "fuse.xfswin"))
         {
-            Shell.Run("fusermount3", ["-u", MountPoint]);
+            Shell.UnmountFuse(MountPoint);
             Directory.Delete(MountPoint);
             throw new InvalidOperationException($"xfswin mount failed ({r.ExitCode}):\n{r.Both}");
         }
@@ -111,7 +111,11 @@ internal sealed partial class FuseMount : IDisposable
     public void Dispose()
     {
         if (Shell.IsMounted(MountPoint, "fuse.xfswin"))
-            Shell.Run("fusermount3", ["-u", MountPoint]);
+        {
+            var r = Shell.UnmountFuse(MountPoint);
+            if (r.ExitCode != 0)
+                throw new InvalidOperationException($"fusermount3 -u failed:\n{r.Both}");
+        }
         Directory.Delete(MountPoint);
     }
 

@@ -21,6 +21,26 @@ public static class Shell
     /// <summary>Default limit for one command; image builds pass a longer one.</summary>
     public static readonly TimeSpan DefaultTimeout = TimeSpan.FromMinutes(5);
 
+    /// <summary>
+    /// fusermount3 -u until it is not refused as busy. Test processes fork children all the time, and a child holds
+    /// copies of the parent's descriptors (a file a test just read on the mount) between fork and exec, so a mount is
+    /// briefly busy with nothing of the test's left open; a dropped, unfinalized handle does the same. After a bounded
+    /// number of tries the mount is detached lazily: its server finishes once the last reference goes.
+    /// </summary>
+    public static ShellResult UnmountFuse(string mountPoint)
+    {
+        static bool Busy(ShellResult r) => r.ExitCode != 0 && (r.StandardError + r.StandardOutput).Contains("busy", StringComparison.Ordinal);
+        var r = Run("fusermount3", "-u", mountPoint);
+        for (int attempt = 0; attempt < 25 && Busy(r); attempt++)
+        {
+            GC.Collect();
+            GC.WaitForPendingFinalizers();
+            Thread.Sleep(200);
+            r = Run("fusermount3", "-u", mountPoint);
+        }
+        return Busy(r) ? Run("fusermount3", "-u", "-z", mountPoint) : r;
+    }
+
     /// <summary>Runs a program and returns its result whatever the exit code.</summary>
     public static ShellResult Run(string fileName, IEnumerable<string> arguments, TimeSpan? timeout = null,
         IReadOnlyDictionary<string, string>? environment = null, string? workingDirectory = null)
