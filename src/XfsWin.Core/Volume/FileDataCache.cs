@@ -4,25 +4,41 @@ using XfsWin.Device;
 namespace XfsWin.Volume;
 
 /// <summary>
-/// File data written in small pieces, kept in memory until the log writes the checkpoint whose transactions map it
-/// (the role the page cache's dirty pages play for the kernel's XFS): a 4 KiB file written by itself is then one of
-/// many blocks that go out together, sorted by disk address and merged into large writes, instead of one synchronous
-/// device write per file. Large writes go straight to the device.
+/// File data on its way to the device, the role the page cache's dirty pages play for the kernel's XFS:
+/// <list type="bullet">
+/// <item>Small writes (up to <see cref="HeldWriteLimit"/>) are held in memory until the log writes the checkpoint whose
+/// transactions map them: a 4 KiB file written by itself is then one of many blocks that go out together, sorted by
+/// disk address and merged into large writes, instead of one synchronous device write per file.</item>
+/// <item>Large writes are copied into one of <see cref="StreamSlots"/> aligned buffers and written by the cache's writer
+/// thread while the caller goes on (write-behind): a sequential writer's next piece arrives while the last one is on its
+/// way to the disk. With every buffer in flight a large write waits for the oldest to finish.</item>
+/// </list>
 /// <para>
-/// Ordering rule: every block held here belongs to a transaction that mapped it and committed (or is committing)
+/// Ordering rule: every block held or in flight belongs to a transaction that mapped it and committed (or is committing)
 /// into the CIL. <see cref="WriteOut"/> runs before each checkpoint is written (<see cref="Journal.MountedLogOptions.BeforeCheckpoint"/>),
-/// under the log's lock once the CIL it writes is fixed, so the data reaches the device before the checkpoint's
-/// commit record, whose pre-flush makes it durable first: no crash exposes a mapping without its data. Writing data
-/// out early is always allowed (the blocks are allocated to the file), so the cache also writes itself out when it
-/// holds <see cref="LimitBytes"/>.
+/// under the log's lock once the CIL it writes is fixed: it waits for every write in flight, then writes the held
+/// blocks, so the data reaches the device before the checkpoint's commit record, whose pre-flush makes it durable
+/// first: no crash exposes a mapping without its data. Every sync path calls it before flushing the device. Writing
+/// data out early is always allowed (the blocks are allocated to the file), so the cache also writes itself out when
+/// it holds <see cref="LimitBytes"/>.
 /// </para>
 /// <para>
-/// Reads of file data overlay what is held here (<see cref="Read"/>); a write that goes to the device drops the
-/// held blocks it covers; blocks a committed change unmapped are dropped (<see cref="Discard"/>) so that a file
-/// removed before its data went out costs no data write.
+/// Device order: writes in flight go out one at a time in the order they were queued; held blocks are written only
+/// after every write queued before them finished (<see cref="WriteOut"/> and <see cref="WritePartial"/> wait), and a
+/// large write drops the held blocks it covers. Blocks freed while a write to them is in flight stay busy (not
+/// reusable) until the freeing transaction's checkpoint is on disk, and that checkpoint waits for the write first.
+/// </para>
+/// <para>
+/// Reads of file data overlay what is in flight and held here (<see cref="Read"/>); blocks a committed change unmapped
+/// are dropped (<see cref="Discard"/>) so that a file removed before its data went out costs no data write.
+/// </para>
+/// <para>
+/// A failed write in flight is reported by the next call that waits for it or queues another (the device has already
+/// shut the volume down, see <see cref="ShutdownOnFailureDevice"/>), and by every one after.
 /// </para>
 /// Thread safety: every member takes the cache's own lock, a leaf lock (taken inside the volume's change lock and
-/// inside the log's lock, never the other way round).
+/// inside the log's lock, never the other way round); the writer thread takes it only to pick up and retire a write,
+/// never across a device call.
 /// </summary>
 internal sealed class FileDataCache : IDisposable
 {
@@ -31,6 +47,9 @@ internal sealed class FileDataCache : IDisposable
     /// <summary>Held bytes past which the cache writes itself out.</summary>
     public const long LimitBytes = 32L << 20;
     private const int WriteOutBufferSize = 1 << 20;
+    /// <summary>Large writes in flight at most, each at most <see cref="StreamSlotSize"/> bytes.</summary>
+    public const int StreamSlots = 4;
+    public const int StreamSlotSize = 1 << 20;
 
     private readonly IBlockDevice _device;
     private readonly int _blockSize;
@@ -45,6 +64,18 @@ internal sealed class FileDataCache : IDisposable
     private readonly int _freeLimit;
     private readonly List<long> _order = new();
     private AlignedBuffer? _writeBuffer;
+
+    // Write-behind: writes queued for the writer thread, oldest first; an entry leaves the queue when its device
+    // write has returned. Sequence numbers count queued writes; _completed is the last one retired.
+    private readonly Queue<InFlightWrite> _inFlight = new();
+    private readonly Stack<AlignedBuffer> _freeSlots = new();
+    private int _slotsAllocated;
+    private long _queued, _completed;
+    private Exception? _writeFailure;
+    private Thread? _writer;
+    private bool _stopping;
+
+    private readonly record struct InFlightWrite(long Offset, int Length, AlignedBuffer Buffer, long Sequence);
 
     public FileDataCache(IBlockDevice device, int blockSize)
     {
@@ -66,7 +97,7 @@ internal sealed class FileDataCache : IDisposable
 
     /// <summary>
     /// Writes whole blocks at <paramref name="offset"/> (block-aligned, a multiple of the block size): held when short,
-    /// otherwise written to the device at once (dropping held blocks they cover).
+    /// otherwise queued for the writer thread (dropping held blocks they cover).
     /// </summary>
     public void Write(long offset, ReadOnlySpan<byte> data)
     {
@@ -78,7 +109,11 @@ internal sealed class FileDataCache : IDisposable
             if (data.Length > HeldWriteLimit)
             {
                 DropLocked(offset, data.Length);
-                _device.Write(offset, data);
+                for (int done = 0; done < data.Length; done += StreamSlotSize)
+                {
+                    var piece = data.Slice(done, Math.Min(StreamSlotSize, data.Length - done));
+                    QueueLocked(offset + done, piece);
+                }
                 return;
             }
             for (int done = 0; done < data.Length; done += _blockSize)
@@ -93,9 +128,95 @@ internal sealed class FileDataCache : IDisposable
         if (writeOut) WriteOut();
     }
 
+    /// <summary>Copies <paramref name="piece"/> into a free slot (waiting for one while all are in flight) and queues it.</summary>
+    private void QueueLocked(long offset, ReadOnlySpan<byte> piece)
+    {
+        ThrowIfWriteFailedLocked();
+        AlignedBuffer slot;
+        while (true)
+        {
+            if (_freeSlots.Count > 0) { slot = _freeSlots.Pop(); break; }
+            if (_slotsAllocated < StreamSlots) { slot = new AlignedBuffer(StreamSlotSize); _slotsAllocated++; break; }
+            Monitor.Wait(_lock);
+            ThrowIfWriteFailedLocked();
+        }
+        piece.CopyTo(slot.Span);
+        _inFlight.Enqueue(new InFlightWrite(offset, piece.Length, slot, ++_queued));
+        if (_writer is null)
+        {
+            _writer = new Thread(WriterLoop) { IsBackground = true, Name = "xfswin-data-writer" };
+            _writer.Start();
+        }
+        Monitor.PulseAll(_lock);
+    }
+
+    /// <summary>The writer thread: the oldest queued write to the device, retired (its slot freed) once the device returned.</summary>
+    private void WriterLoop()
+    {
+        while (true)
+        {
+            InFlightWrite next;
+            lock (_lock)
+            {
+                while (_inFlight.Count == 0 && !_stopping) Monitor.Wait(_lock);
+                if (_inFlight.Count == 0) return;
+                next = _inFlight.Peek();
+            }
+            Exception? failure = null;
+            try
+            {
+                _device.Write(next.Offset, next.Buffer.Span[..next.Length]);
+            }
+            catch (Exception e)
+            {
+                failure = e;
+            }
+            lock (_lock)
+            {
+                _inFlight.Dequeue();
+                _freeSlots.Push(next.Buffer);
+                _completed = next.Sequence;
+                if (failure is null)
+                {
+                    DeviceWrites++;
+                    BlocksWritten += next.Length >> _blockLog;
+                }
+                else
+                {
+                    _writeFailure ??= failure;
+                }
+                Monitor.PulseAll(_lock);
+            }
+        }
+    }
+
+    /// <summary>Waits until every write queued so far has left the device, then reports a failed one.</summary>
+    private void WaitForInFlightLocked()
+    {
+        long target = _queued;
+        while (_completed < target) Monitor.Wait(_lock);
+        ThrowIfWriteFailedLocked();
+    }
+
+    /// <summary>Waits for the writes in flight that overlap [<paramref name="offset"/>, +<paramref name="length"/>).</summary>
+    private void WaitForOverlappingLocked(long offset, long length)
+    {
+        long target = 0;
+        foreach (var w in _inFlight)
+            if (w.Offset < offset + length && offset < w.Offset + w.Length) target = w.Sequence;
+        while (_completed < target) Monitor.Wait(_lock);
+        ThrowIfWriteFailedLocked();
+    }
+
+    private void ThrowIfWriteFailedLocked()
+    {
+        if (_writeFailure is { } failure)
+            throw failure as XfsException ?? new XfsException(XfsError.IoError, $"a file data write failed: {failure.Message}", failure);
+    }
+
     /// <summary>
     /// Writes <paramref name="data"/> at any byte <paramref name="offset"/> inside one block: into the held block when
-    /// there is one, otherwise to the device.
+    /// there is one, otherwise to the device (after any write in flight to it).
     /// </summary>
     public void WritePartial(long offset, ReadOnlySpan<byte> data)
     {
@@ -108,17 +229,26 @@ internal sealed class FileDataCache : IDisposable
                 data.CopyTo(held.AsSpan(at));
                 return;
             }
+            WaitForOverlappingLocked(offset, data.Length);
             _device.Write(offset, data);
         }
     }
 
-    /// <summary>Reads device bytes with the held blocks laid over them.</summary>
+    /// <summary>Reads device bytes with the writes in flight, then the held blocks, laid over them.</summary>
     public void Read(long offset, Span<byte> destination)
     {
         lock (_lock)
         {
             _device.Read(offset, destination);
-            if (_blocks.Count == 0 || destination.IsEmpty) return;
+            if (destination.IsEmpty) return;
+            // Oldest first, so the newest bytes of a block land last; a write in flight stays queued (and its slot
+            // untouched) until it retires under this lock, whatever the device read above saw of it.
+            foreach (var w in _inFlight)
+            {
+                long from = Math.Max(w.Offset, offset), to = Math.Min(w.Offset + w.Length, offset + destination.Length);
+                if (from < to) w.Buffer.Span[(int)(from - w.Offset)..(int)(to - w.Offset)].CopyTo(destination[(int)(from - offset)..]);
+            }
+            if (_blocks.Count == 0) return;
             long first = offset >> _blockLog, last = (offset + destination.Length - 1) >> _blockLog;
             if (last - first + 1 > _blocks.Count)
             {
@@ -166,13 +296,15 @@ internal sealed class FileDataCache : IDisposable
     }
 
     /// <summary>
-    /// Writes every held block to the device in ascending order, neighbours merged into writes of up to 1 MiB, and
-    /// empties the cache. The device is not flushed: the checkpoint's pre-flush (or the caller) orders that.
+    /// Waits for every write in flight, then writes every held block to the device in ascending order, neighbours
+    /// merged into writes of up to 1 MiB, and empties the cache. The device is not flushed: the checkpoint's pre-flush
+    /// (or the caller) orders that.
     /// </summary>
     public void WriteOut()
     {
         lock (_lock)
         {
+            WaitForInFlightLocked();
             if (_blocks.Count == 0) return;
             _order.Clear();
             _order.AddRange(_blocks.Keys);
@@ -202,12 +334,23 @@ internal sealed class FileDataCache : IDisposable
         }
     }
 
+    /// <summary>Lets the writes in flight finish (a failure among them is not reported here), then frees the buffers.</summary>
     public void Dispose()
     {
+        Thread? writer;
+        lock (_lock)
+        {
+            _stopping = true;
+            writer = _writer;
+            Monitor.PulseAll(_lock);
+        }
+        writer?.Join();
         lock (_lock)
         {
             _writeBuffer?.Dispose();
             _writeBuffer = null;
+            while (_freeSlots.Count > 0) _freeSlots.Pop().Dispose();
+            _slotsAllocated = 0;
         }
     }
 }
