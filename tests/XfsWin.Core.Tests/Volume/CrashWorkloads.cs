@@ -236,7 +236,11 @@ internal static class CrashWorkloads
         m.Fsync(m.Ino(d + "/moved-0001"));
     }
 
-    /// <summary>Files of many blocks written in pieces (appends, sparse writes, overwrites), fsynced, truncated.</summary>
+    /// <summary>
+    /// Files of many blocks written in pieces (appends, sparse writes, overwrites), fsynced, truncated. The first four
+    /// files are written in 64 KiB pieces (held until a checkpoint), the others in pieces of 256 KiB and 1.25 MiB
+    /// (written behind by the data cache's writer thread, the larger ones in two writes).
+    /// </summary>
     private static void Data(CrashModel m, Random rng)
     {
         string d = m.Mkdir("", "data");
@@ -246,7 +250,8 @@ internal static class CrashWorkloads
             var ino = m.Create(d, $"big{i}", []);
             inos.Add(ino);
             int size = rng.Next(100_000, 1_500_000);
-            for (int off = 0; off < size; off += 65536) m.Write(ino, off, Bytes(rng, Math.Min(65536, size - off)));
+            int piece = i < 4 ? 65536 : i < 6 ? 256 << 10 : 1280 << 10;
+            for (int off = 0; off < size; off += piece) m.Write(ino, off, Bytes(rng, Math.Min(piece, size - off)));
             if (i % 2 == 0) m.Fsync(ino);
         }
         // Sparse: a write far past EOF, fsynced.
