@@ -63,7 +63,9 @@ internal sealed class KernelMount : IDisposable
     public void Dispose()
     {
         // umount detaches the loop device the mount set up (autoclear).
-        Shell.Run("umount", [MountPoint]);
+        var r = XfsWin.TestSupport.Shell.UnmountKernel(MountPoint);
+        if (r.ExitCode != 0)
+            throw new InvalidOperationException($"umount {MountPoint} failed:\n{r.StandardError}");
         Directory.Delete(MountPoint);
     }
 }

@@ -27,18 +27,23 @@ public static class Shell
     /// briefly busy with nothing of the test's left open; a dropped, unfinalized handle does the same. After a bounded
     /// number of tries the mount is detached lazily: its server finishes once the last reference goes.
     /// </summary>
-    public static ShellResult UnmountFuse(string mountPoint)
+    public static ShellResult UnmountFuse(string mountPoint) => UnmountRetrying(["fusermount3", "-u"], ["fusermount3", "-u", "-z"], mountPoint);
+
+    /// <summary>umount of a kernel mount, retried while busy and then detached lazily, as <see cref="UnmountFuse"/>.</summary>
+    public static ShellResult UnmountKernel(string mountPoint) => UnmountRetrying(["umount"], ["umount", "-l"], mountPoint);
+
+    private static ShellResult UnmountRetrying(string[] unmount, string[] detach, string mountPoint)
     {
         static bool Busy(ShellResult r) => r.ExitCode != 0 && (r.StandardError + r.StandardOutput).Contains("busy", StringComparison.Ordinal);
-        var r = Run("fusermount3", "-u", mountPoint);
+        var r = Run(unmount[0], [.. unmount[1..], mountPoint]);
         for (int attempt = 0; attempt < 25 && Busy(r); attempt++)
         {
             GC.Collect();
             GC.WaitForPendingFinalizers();
             Thread.Sleep(200);
-            r = Run("fusermount3", "-u", mountPoint);
+            r = Run(unmount[0], [.. unmount[1..], mountPoint]);
         }
-        return Busy(r) ? Run("fusermount3", "-u", "-z", mountPoint) : r;
+        return Busy(r) ? Run(detach[0], [.. detach[1..], mountPoint]) : r;
     }
 
     /// <summary>Runs a program and returns its result whatever the exit code.</summary>
