@@ -253,6 +253,27 @@ public sealed class ExtentMapEditor
     }
 
     /// <summary>
+    /// The blocks of the run of extents, contiguous in the file and on disk (written or not), that ends exactly at
+    /// <paramref name="fileBlock"/>; 0 when no extent ends there.
+    /// </summary>
+    public ulong ContiguousRunBefore(ulong fileBlock)
+    {
+        int i = Find(fileBlock);
+        if (i >= 0) return 0;
+        i = ~i - 1;
+        if (i < 0 || _extents[i].FileEnd != fileBlock) return 0;
+        ulong run = _extents[i].BlockCount;
+        for (; i > 0; i--)
+        {
+            var left = _extents[i - 1];
+            var right = _extents[i];
+            if (left.FileEnd != right.FileOffset || left.StartBlock + left.BlockCount != right.StartBlock) break;
+            run += left.BlockCount;
+        }
+        return run;
+    }
+
+    /// <summary>
     /// Maps [<paramref name="fileBlock"/>, +<paramref name="count"/>) to new blocks where it is a hole (allocated here,
     /// written or unwritten); returns the new extents, in file order. Existing mappings are kept.
     /// </summary>

@@ -751,7 +751,9 @@ public sealed partial class XfsVolume
             // would only load the list and log nothing), the blocks are looked up in the inode's own fork bytes.
             bool overwrite = IsWrittenInFork(current, first, last);
             var editor = overwrite ? null : new ExtentMapEditor(tx, update, w.FileSpace);
+            ulong preallocate = editor is null || hint != 0 || reflinked ? 0 : SpeculativePreallocationFor(w, current, editor, first, offset + data.Length);
             var fresh = hint != 0 ? editor?.AllocateHolesAligned(first, last - first + 1, hint) : editor?.AllocateHoles(first, last - first + 1, unwritten: false);
+            bool preallocated = preallocate != 0 && fresh is not null && Covers(fresh, last) && Preallocate(editor!, last + 1, preallocate);
             // Data goes to its blocks before the transaction that maps them commits: no crash exposes stale blocks.
             for (ulong fb = first; fb <= last;)
             {
@@ -786,7 +788,7 @@ public sealed partial class XfsVolume
                 w.Data.Write(disk, block);
                 fb++;
             }
-            if (hint != 0 && fresh is { Count: > 0 } && w.EofBlocks.Add(inode)) Volatile.Write(ref w.AnyEofBlocks, true);
+            if ((preallocated || (hint != 0 && fresh is { Count: > 0 })) && w.EofBlocks.Add(inode)) Volatile.Write(ref w.AnyEofBlocks, true);
             editor?.MarkWritten(first, last - first + 1);
             editor?.Save();
             long end = offset + data.Length;
@@ -796,6 +798,43 @@ public sealed partial class XfsVolume
             tx.Commit();
             AfterCommit(w);
             return data.Length;
+        }
+    }
+
+    /// <summary>
+    /// The speculative preallocation (<see cref="SpeculativePreallocation"/>) for a write ending at byte
+    /// <paramref name="end"/> that starts in file block <paramref name="first"/>: for a write past EOF of a file that is
+    /// neither preallocated with fallocate nor append-only (both keep blocks past EOF for good), on a volume whose
+    /// quotas are not enforced (a preallocation must not be what passes a limit); 0 otherwise.
+    /// </summary>
+    private ulong SpeculativePreallocationFor(VolumeWriteState w, Inode current, ExtentMapEditor editor, ulong first, long end)
+    {
+        if (end <= current.Size || w.Quota is { Enforced: not 0 }) return 0;
+        if ((current.Attributes.Flags & (DiFlagPrealloc | DiFlagAppend)) != 0) return 0;
+        var sb = _mount.Superblock;
+        // Where the file grows: past the block the write starts in when that one is mapped (an append inside the last block).
+        ulong growFrom = editor.TryMap(first, out var at) ? at.FileEnd : first;
+        ulong free = (ulong)Math.Max(0, w.FileSpace.Allocator.FreeBlocks);
+        return SpeculativePreallocation.Blocks((ulong)current.Size, growFrom, editor.ContiguousRunBefore(growFrom), (int)sb.BlockLog, free, sb.DataBlocks);
+    }
+
+    /// <summary>
+    /// Maps up to <paramref name="blocks"/> unwritten blocks from <paramref name="fileBlock"/> (a hole past EOF) up to the
+    /// next mapped block and the largest file; true when any were mapped. Running out of space only shortens it.
+    /// </summary>
+    private bool Preallocate(ExtentMapEditor editor, ulong fileBlock, ulong blocks)
+    {
+        ulong limit = (ulong)MaxFileSize >> _mount.Superblock.BlockLog;
+        if (fileBlock >= limit) return false;
+        ulong count = Math.Min(Math.Min(blocks, limit - fileBlock), editor.NextMapped(fileBlock) - fileBlock);
+        if (count == 0) return false;
+        try
+        {
+            return editor.AllocateHoles(fileBlock, count, unwritten: true).Count > 0;
+        }
+        catch (XfsException e) when (e.Error == XfsError.NoSpace)
+        {
+            return editor.TryMap(fileBlock, out _);
         }
     }
 
