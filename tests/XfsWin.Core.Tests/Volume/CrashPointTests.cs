@@ -36,6 +36,11 @@ public sealed class CrashPointTests(ITestOutputHelper output) : IDisposable
 
     private static int PointsPerWorkload => FromEnvironment("XFSWIN_CRASH_POINTS", 10);
     private static int TornPointsPerWorkload => FromEnvironment("XFSWIN_CRASH_TORN", 4);
+    /// <summary>Recordings of each workload, each with its own seed (a different random sequence, so other write streams).</summary>
+    private static int Rounds => Math.Max(1, FromEnvironment("XFSWIN_CRASH_ROUNDS", 1));
+
+    /// <summary>The seed of a workload's recording: the first round's are the CI sample's.</summary>
+    private static int WorkloadSeed(int w, int round) => 1000 + w + 100 * round;
 
     private static readonly CrashSubset[] Subsets = [CrashSubset.None, CrashSubset.All, CrashSubset.Prefix, CrashSubset.Random];
 
@@ -94,7 +99,7 @@ public sealed class CrashPointTests(ITestOutputHelper output) : IDisposable
     }
 
     /// <summary>Runs one workload on a recording device over a copy of <paramref name="baseImage"/>; its model and write stream.</summary>
-    private (CrashModel Model, IReadOnlyList<DeviceEvent> Events) Record(string baseImage, int w)
+    private (CrashModel Model, IReadOnlyList<DeviceEvent> Events) Record(string baseImage, int w, int seed)
     {
         var (name, run) = CrashWorkloads.All[w];
         string work = Path.Combine(_tmp, $"work-{name}.img");
@@ -104,7 +109,7 @@ public sealed class CrashPointTests(ITestOutputHelper output) : IDisposable
         using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true }, ownsDevice: true))
         {
             model = new CrashModel(v, dev);
-            run(model, new Random(1000 + w));
+            run(model, new Random(seed));
         }
         File.Delete(work);
         var events = dev.Snapshot();
@@ -130,12 +135,14 @@ public sealed class CrashPointTests(ITestOutputHelper output) : IDisposable
         var failures = new List<string>();
         int judged = 0;
         var total = Stopwatch.StartNew();
+        for (int round = 0; round < Rounds; round++)
         for (int w = 0; w < CrashWorkloads.All.Length; w++)
         {
-            string name = CrashWorkloads.All[w].Name;
+            int seed = WorkloadSeed(w, round);
+            string name = CrashWorkloads.All[w].Name + (round == 0 ? "" : $"#{round}");
             var sw = Stopwatch.StartNew();
-            var (model, events) = Record(baseImage, w);
-            var points = ChoosePoints(events, perWorkload, seed: 2000 + w);
+            var (model, events) = Record(baseImage, w, seed);
+            var points = ChoosePoints(events, perWorkload, seed: seed + 1000);
             output.WriteLine($"{name}: {points.Count} distinct points");
             string crashImage = Path.Combine(_tmp, "crash.img");
             foreach (var (crash, writes) in points)
@@ -145,12 +152,12 @@ public sealed class CrashPointTests(ITestOutputHelper output) : IDisposable
                 string? problem = CrashWorkloads.Judge(crashImage, model, events, crash);
                 judged++;
                 if (problem is null) continue;
-                string failure = $"{name} (workload seed {1000 + w}) {crash}: {problem}";
+                string failure = $"{name} (workload seed {seed}) {crash}: {problem}";
                 failures.Add(failure);
                 output.WriteLine("FAIL " + failure);
                 Keep(baseImage, events, writes, name, crash);
             }
-            if (w == 0)
+            if (w == 0 && round == 0)
             {
                 // The judge must be able to fail: an image that lost the writes the first fsync flushed (a disk that
                 // ignored that flush) is wrong about a file the fsync made durable.
@@ -203,12 +210,14 @@ public sealed class CrashPointTests(ITestOutputHelper output) : IDisposable
         var failures = new List<string>();
         int judged = 0, tornLog = 0, tornData = 0, replayedByUs = 0;
         var total = Stopwatch.StartNew();
+        for (int round = 0; round < Rounds; round++)
         for (int w = 0; w < CrashWorkloads.All.Length; w++)
         {
-            string name = CrashWorkloads.All[w].Name;
+            int seed = WorkloadSeed(w, round);
+            string name = CrashWorkloads.All[w].Name + (round == 0 ? "" : $"#{round}");
             var sw = Stopwatch.StartNew();
-            var (model, events) = Record(baseImage, w);
-            var points = ChooseTornPoints(events, perWorkload, seed: 3000 + w, tearable, IsLog);
+            var (model, events) = Record(baseImage, w, seed);
+            var points = ChooseTornPoints(events, perWorkload, seed: seed + 2000, tearable, IsLog);
             output.WriteLine($"{name}: {points.Count} distinct torn points");
             string kernelImage = Path.Combine(_tmp, "torn-kernel.img"), ourImage = Path.Combine(_tmp, "torn-xfswin.img");
             foreach (var (crash, writes) in points)
@@ -235,7 +244,7 @@ public sealed class CrashPointTests(ITestOutputHelper output) : IDisposable
                 if (problems.Count == 0 && CrashWorkloads.Judge(ourImage, model, events, crash) is { } byUs) problems.Add("xfswin's replay: " + byUs);
                 judged++;
                 if (problems.Count == 0) continue;
-                string failure = $"{name} (workload seed {1000 + w}) {crash} torn {string.Join(' ', torn)}: {string.Join("; ", problems)}";
+                string failure = $"{name} (workload seed {seed}) {crash} torn {string.Join(' ', torn)}: {string.Join("; ", problems)}";
                 failures.Add(failure);
                 output.WriteLine("FAIL " + failure);
                 Keep(baseImage, events, writes, name, crash);
