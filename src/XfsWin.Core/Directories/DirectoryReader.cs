@@ -23,7 +23,6 @@ public sealed class DirectoryReader
     private readonly int _dirBlockByteLog;
     private readonly bool _v5;
     private readonly bool _ftype;
-    private readonly ConditionalWeakTable<Inode, DirectoryShape> _shapes = new();
 
     private readonly ExtentMapCache _maps;
 
@@ -364,17 +363,17 @@ public sealed class DirectoryReader
     /// </summary>
     private Form FormOf(Inode dir, out ExtentMap? map)
     {
-        if (_shapes.TryGetValue(dir, out var shape))
+        if (dir.DirectoryShape is DirectoryShape shape && ReferenceEquals(shape.Reader, this))
         {
             map = shape.Map;
             return shape.Form;
         }
         var form = WorkOutForm(dir, out map);
-        _shapes.AddOrUpdate(dir, new DirectoryShape(form, map));
+        dir.DirectoryShape = new DirectoryShape(this, form, map);
         return form;
     }
 
-    private sealed record DirectoryShape(Form Form, ExtentMap? Map);
+    private sealed record DirectoryShape(DirectoryReader Reader, Form Form, ExtentMap? Map);
 
     private Form WorkOutForm(Inode dir, out ExtentMap? map)
     {
