@@ -9,7 +9,9 @@
 #   untar      untar of a source tree (a tar of /usr/include made once: headers in nested directories)
 # Each measurement mounts afresh (kernel: loop mount; xfswin: `xfswin mount -o rw`) with caches
 # dropped, and times the operation plus its sync; the setup (the files to unlink or rename) and the
-# unmount are not timed. After every xfswin run, xfs_repair -n must find nothing. For the creates, the
+# unmount are not timed; the xfswin server's CPU time (user + system, from /proc) over the same span is printed too
+# (the least of the runs): it moves far less with the machine's load than the wall time. After every xfswin run,
+# xfs_repair -n must find nothing. For the creates, the
 # kernel's log traffic is read from /sys/fs/xfs/<dev>/stats (log blocks written) and printed per create.
 # Needs root, xfsprogs, fuse3, python3, the .NET SDK.
 # Usage: bench/write-vs-kernel.sh [RUNS]     (default 1; the best of RUNS is reported)
@@ -67,11 +69,18 @@ mount_xfswin() {
 umount_xfswin() {
   fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt"
   wait "$server_pid" 2>/dev/null || true
+  server_pid=""
   if ! xfs_repair -n "$work/x.img" >/dev/null 2>&1; then echo "xfs_repair -n found problems in xfswin's image" >&2; exit 1; fi
   rm -f "$work/x.img"
 }
 
 now() { date +%s.%N; }
+# CPU seconds (user + system) the xfswin server has used so far (0 for the kernel's side).
+server_cpu() {
+  if [ -n "$server_pid" ] && [ -r "/proc/$server_pid/stat" ]; then
+    awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' "/proc/$server_pid/stat"
+  else echo 0; fi
+}
 # Everything durable: syncfs for the kernel's XFS, and an fsync of the root directory, which FUSE passes on
 # (the kernel does not send syncfs to FUSE servers; fsync forces xfswin's log and flushes the device).
 settle() { sync -f "$mnt"; python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)' "$mnt"; }
@@ -145,10 +154,11 @@ kernel_log_per_create=""
 measure() {
   local name=$1 setup; setup=$(setup_of "$1")
   for side in kernel xfswin; do
-    local b=""
+    local b="" bc=""
     for _ in $(seq "$runs"); do
       "mount_$side"; $setup; drop
       local l0; l0=$(log_blocks)
+      local c0; c0=$(server_cpu)
       local t0; t0=$(now)
       if ! "run_$name" 2> "$work/workload.err"; then
         echo "$name on $side failed: $(head -c 2000 "$work/workload.err")" >&2
@@ -158,14 +168,18 @@ measure() {
         b="failed"; break
       fi
       local t1; t1=$(now)
+      local c1; c1=$(server_cpu)
       if [ "$side" = kernel ] && [ "$name" = create_20k ]; then
         kernel_log_per_create=$(( ($(log_blocks) - l0) * 512 / 20000 ))
       fi
       "umount_$side"
       local t; t=$(echo "$t1 - $t0" | bc)
       if [ -z "$b" ] || (( $(echo "$t < $b" | bc) )); then b=$t; fi
+      local c; c=$(echo "$c1 - $c0" | bc)
+      if [ -z "$bc" ] || (( $(echo "$c < $bc" | bc) )); then bc=$c; fi
     done
     best[$name,$side]=$b
+    [ "$side" = kernel ] || best[$name,cpu]=$bc
   done
 }
 
@@ -185,11 +199,11 @@ label() {
     untar) echo "untar /usr/include ($tree_files entries) + sync" ;;
   esac
 }
-printf '\n| Operation | Kernel (s) | xfswin rw mount (s) | xfswin vs kernel |\n|---|---|---|---|\n'
+printf '\n| Operation | Kernel (s) | xfswin rw mount (s) | xfswin vs kernel | xfswin server CPU (s) |\n|---|---|---|---|---|\n'
 for name in $only; do
-  k=${best[$name,kernel]}; x=${best[$name,xfswin]}
-  if [ "$k" = failed ] || [ "$x" = failed ]; then printf '| %s | %s | %s | - |\n' "$(label "$name")" "$k" "$x"; continue; fi
-  printf '| %s | %.3f | %.3f | %.2fx |\n' "$(label "$name")" "$k" "$x" "$(echo "$k / $x" | bc -l)"
+  k=${best[$name,kernel]}; x=${best[$name,xfswin]}; c=${best[$name,cpu]:-}
+  if [ "$k" = failed ] || [ "$x" = failed ]; then printf '| %s | %s | %s | - | - |\n' "$(label "$name")" "$k" "$x"; continue; fi
+  printf '| %s | %.3f | %.3f | %.2fx | %.2f |\n' "$(label "$name")" "$k" "$x" "$(echo "$k / $x" | bc -l)" "$c"
 done
 printf '\nRaw O_DIRECT write of 1 GiB to a new file on the same disk: %.3f s\n' "$raw"
 [ -z "$kernel_log_per_create" ] || printf 'Kernel log traffic for the creates: %s bytes per create\n' "$kernel_log_per_create"

@@ -50,6 +50,8 @@ public sealed class AgAllocator
         public uint Length, FreeBlocks, Longest, FlCount, BtreeBlocks, RmapBlocks, RefcountBlocks;
         public uint MetadataAsk, RmapAsk;
         public readonly BusyExtents Busy = new();
+        /// <summary>The durable checkpoint sequence <see cref="Busy"/> was last pruned to.</summary>
+        public long BusyPrunedTo;
     }
 
     /// <summary>One transaction's view of the AGs it joined.</summary>
@@ -471,6 +473,9 @@ public sealed class AgAllocator
     private void Committed(Transaction tx, TxWork work)
     {
         long delta = 0;
+        // Extents whose checkpoint is on disk stop being busy (the kernel clears them as each checkpoint completes), so
+        // the list holds only what the checkpoints not yet durable freed.
+        long durable = _log.DurableSequence;
         foreach (var (agno, w) in work.Ags)
         {
             var agf = ReadCommittedAgf(agno);
@@ -480,6 +485,11 @@ public sealed class AgAllocator
             {
                 LoadCommitted(s, agf);
                 s.Busy.Committed(tx, tx.CommitSequence);
+                if (durable > s.BusyPrunedTo)
+                {
+                    s.Busy.Prune(durable);
+                    s.BusyPrunedTo = durable;
+                }
             }
         }
         Interlocked.Add(ref _freeBlocks, delta);

@@ -1,3 +1,4 @@
+using System.Runtime.InteropServices;
 using XfsWin.Journal;
 
 namespace XfsWin.Allocation;
@@ -20,8 +21,11 @@ internal sealed class BusyExtents
         public Transaction? Owner;
     }
 
-    // Sorted by start, never overlapping.
+    // Sorted by start, never overlapping (so their ends are sorted too): ranges are found by binary search.
     private readonly List<Entry> _entries = new();
+
+    // The starts of the entries an open transaction owns (Owner set): few, and all Committed and Cancelled look at.
+    private readonly List<uint> _pendingStarts = new();
 
     public int Count => _entries.Count;
 
@@ -30,49 +34,62 @@ internal sealed class BusyExtents
     {
         // A block freed again (taken from the AGFL and freed in one transaction) is busy once, for the latest freer.
         Remove(start, length);
-        int i = 0;
-        while (i < _entries.Count && _entries[i].Start < start) i++;
-        _entries.Insert(i, new Entry { Start = start, Length = length, Sequence = Pending, Owner = tx });
+        _entries.Insert(FirstEndingAfter(start), new Entry { Start = start, Length = length, Sequence = Pending, Owner = tx });
+        _pendingStarts.Add(start);
     }
 
     /// <summary>The transaction committed into checkpoint <paramref name="sequence"/>: its extents wait for that checkpoint.</summary>
     public void Committed(Transaction tx, long sequence)
     {
-        for (int i = 0; i < _entries.Count; i++)
+        var entries = CollectionsMarshal.AsSpan(_entries);
+        for (int p = _pendingStarts.Count - 1; p >= 0; p--)
         {
-            if (!ReferenceEquals(_entries[i].Owner, tx)) continue;
-            var e = _entries[i];
-            e.Owner = null;
-            e.Sequence = sequence;
-            _entries[i] = e;
+            int i = IndexOfStart(_pendingStarts[p]);
+            if (!ReferenceEquals(entries[i].Owner, tx)) continue;
+            entries[i].Owner = null;
+            entries[i].Sequence = sequence;
+            _pendingStarts.RemoveAt(p);
         }
     }
 
     /// <summary>The transaction was cancelled: what it freed is still in use, so its entries go.</summary>
-    public void Cancelled(Transaction tx) => _entries.RemoveAll(e => ReferenceEquals(e.Owner, tx));
+    public void Cancelled(Transaction tx)
+    {
+        for (int p = _pendingStarts.Count - 1; p >= 0; p--)
+        {
+            int i = IndexOfStart(_pendingStarts[p]);
+            if (!ReferenceEquals(_entries[i].Owner, tx)) continue;
+            _entries.RemoveAt(i);
+            _pendingStarts.RemoveAt(p);
+        }
+    }
 
-    /// <summary>Drops every entry whose checkpoint is durable.</summary>
+    /// <summary>Drops every entry whose checkpoint is durable (entries of open transactions stay: their sequence is <see cref="Pending"/>).</summary>
     public void Prune(long durableSequence) => _entries.RemoveAll(e => e.Sequence <= durableSequence);
 
     /// <summary>True when some busy extent waits for a checkpoint a log force would write.</summary>
-    public bool AnyCommitted => _entries.Exists(e => e.Sequence != Pending);
+    public bool AnyCommitted => _entries.Count > _pendingStarts.Count;
 
     /// <summary>Clears [start, start+length) (metadata reusing a block the trees freed: xfs_extent_busy_reuse).</summary>
     public void Remove(uint start, uint length)
     {
         ulong end = (ulong)start + length;
-        for (int i = 0; i < _entries.Count; i++)
+        for (int i = FirstEndingAfter(start); i < _entries.Count && _entries[i].Start < end;)
         {
             var e = _entries[i];
             ulong eEnd = (ulong)e.Start + e.Length;
-            if (eEnd <= start || e.Start >= end) continue;
             _entries.RemoveAt(i);
-            int at = i;
+            if (e.Owner is not null) _pendingStarts.Remove(e.Start);
             if (e.Start < start)
-                _entries.Insert(at++, e with { Length = start - e.Start });
+            {
+                _entries.Insert(i++, e with { Length = start - e.Start });
+                if (e.Owner is not null) _pendingStarts.Add(e.Start);
+            }
             if (eEnd > end)
-                _entries.Insert(at++, e with { Start = (uint)end, Length = (uint)(eEnd - end) });
-            i = at - 1;
+            {
+                _entries.Insert(i++, e with { Start = (uint)end, Length = (uint)(eEnd - end) });
+                if (e.Owner is not null) _pendingStarts.Add((uint)end);
+            }
         }
     }
 
@@ -86,17 +103,39 @@ internal sealed class BusyExtents
         uint at = start;
         ulong end = (ulong)start + length;
         bool trimmed = false;
-        foreach (var e in _entries)
+        var entries = CollectionsMarshal.AsSpan(_entries);
+        for (int i = FirstEndingAfter(start); i < entries.Length; i++)
         {
-            ulong eEnd = (ulong)e.Start + e.Length;
-            if (eEnd <= at) continue;
+            var e = entries[i];
             if (e.Start >= end) break;
             trimmed = true;
             if (e.Start > at) free.Add((at, e.Start - at));
-            at = (uint)Math.Min(eEnd, end);
+            at = (uint)Math.Min((ulong)e.Start + e.Length, end);
             if (at >= end) break;
         }
         if (at < end) free.Add((at, (uint)(end - at)));
         return trimmed;
+    }
+
+    /// <summary>The index of the first entry that ends after <paramref name="block"/> (the count when none does).</summary>
+    private int FirstEndingAfter(uint block)
+    {
+        var entries = CollectionsMarshal.AsSpan(_entries);
+        int lo = 0, hi = entries.Length;
+        while (lo < hi)
+        {
+            int mid = (lo + hi) >>> 1;
+            if ((ulong)entries[mid].Start + entries[mid].Length <= block) lo = mid + 1; else hi = mid;
+        }
+        return lo;
+    }
+
+    /// <summary>The index of the entry that starts at <paramref name="start"/> (one does: it is in the pending list).</summary>
+    private int IndexOfStart(uint start)
+    {
+        int i = FirstEndingAfter(start);
+        if (i >= _entries.Count || _entries[i].Start != start)
+            throw new InvalidOperationException($"busy extent list lost the pending entry at block {start}");
+        return i;
     }
 }

@@ -4,17 +4,8 @@ using XfsWin.Metadata;
 
 namespace XfsWin.Directories;
 
-/// <summary>Verifies a directory data block (multi-block form) or the single block of a block-form directory.</summary>
-internal readonly struct DirectoryDataVerifier(Superblock sb, ulong owner, bool singleBlock) : IBufferVerifier
-{
-    public int Kind => singleBlock ? 10 : 11;
-    public string Structure => singleBlock ? $"directory block of inode {owner}" : $"directory data block of inode {owner}";
-    public VerifyResult Verify(ReadOnlySpan<byte> buffer, long byteOffset) =>
-        DirectoryDataBlock.VerifyHeader(buffer, singleBlock, sb, byteOffset, owner);
-}
-
 /// <summary>
-/// Verifies a block of a hash B+tree (directory leaf/node, attribute leaf/node): the magic must be
+/// Verifies a block of an attribute hash B+tree (leaf or node): the magic must be
 /// one of the kinds allowed at that position; V5 blocks must carry a valid CRC and self-description.
 /// </summary>
 internal readonly struct DaTreeBlockVerifier(Superblock sb, ulong owner, ushort magicA, ushort magicB, ushort magicC, string structure, int kind) : IBufferVerifier

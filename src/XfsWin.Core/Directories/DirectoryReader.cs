@@ -23,7 +23,6 @@ public sealed class DirectoryReader
     private readonly int _dirBlockByteLog;
     private readonly bool _v5;
     private readonly bool _ftype;
-    private readonly ConditionalWeakTable<Inode, DirectoryShape> _shapes = new();
 
     private readonly ExtentMapCache _maps;
 
@@ -268,7 +267,7 @@ public sealed class DirectoryReader
     {
         toDb = Math.Min(toDb, Math.Min(LeafDirBlock, fromDb + (ulong)Math.Max(1, ReadAheadWindowBytes / _dirBlockSize)));
         if (fromDb >= toDb) return;
-        var verifier = new DirectoryDataVerifier(_sb, dir.Number, singleBlock: false);
+        var verifier = new DirectoryAnyBlockVerifier(_sb, dir.Number);
         ulong fsbPerDirBlock = 1UL << _sb.DirBlockLog;
         Span<long> wanted = stackalloc long[(int)(toDb - fromDb)];
         int count = 0;
@@ -364,17 +363,17 @@ public sealed class DirectoryReader
     /// </summary>
     private Form FormOf(Inode dir, out ExtentMap? map)
     {
-        if (_shapes.TryGetValue(dir, out var shape))
+        if (dir.DirectoryShape is DirectoryShape shape && ReferenceEquals(shape.Reader, this))
         {
             map = shape.Map;
             return shape.Form;
         }
         var form = WorkOutForm(dir, out map);
-        _shapes.AddOrUpdate(dir, new DirectoryShape(form, map));
+        dir.DirectoryShape = new DirectoryShape(this, form, map);
         return form;
     }
 
-    private sealed record DirectoryShape(Form Form, ExtentMap? Map);
+    private sealed record DirectoryShape(DirectoryReader Reader, Form Form, ExtentMap? Map);
 
     private Form WorkOutForm(Inode dir, out ExtentMap? map)
     {
@@ -411,30 +410,40 @@ public sealed class DirectoryReader
         }
     }
 
-    private (byte[] Block, long ByteOffset) ReadDataBlock(Inode dir, ExtentMap map, ulong db, bool singleBlock) =>
-        ReadDirBlock(dir, map, db << _sb.DirBlockLog, new DirectoryDataVerifier(_sb, dir.Number, singleBlock));
+    /// <summary>
+    /// Reads a data block (or the single block of a block-form directory) and checks that it is that kind of block.
+    /// Every directory block is verified and cached as one kind, <see cref="DirectoryAnyBlockVerifier"/> (a known
+    /// directory magic, then CRC and self-description), the kind the write path's <c>DirectoryEditor</c> reads and
+    /// publishes them as; which block kind the caller expects is checked here on every read, without the CRC. A
+    /// lookup between two changes of a directory so finds its blocks as the change left them, instead of verifying
+    /// them again as another kind.
+    /// </summary>
+    private (byte[] Block, long ByteOffset) ReadDataBlock(Inode dir, ExtentMap map, ulong db, bool singleBlock)
+    {
+        var (block, offset) = ReadDirBlock(dir, map, db << _sb.DirBlockLog, new DirectoryAnyBlockVerifier(_sb, dir.Number));
+        var shape = DirectoryDataBlock.VerifyShape(block, singleBlock, _v5);
+        if (!shape.IsOk)
+            throw _mount.Corrupt(singleBlock ? $"directory block of inode {dir.Number}" : $"directory data block of inode {dir.Number}", offset, shape.ToString());
+        return (block, offset);
+    }
 
     /// <summary>
     /// Reads a block of the directory's hash tree (leaf, node or leafN) and checks that it is one of
-    /// the kinds the caller expects. Every tree block is verified and cached as one kind (any of the
-    /// three magics, then CRC and owner): the directory's form is learned from its first block, and
-    /// the lookup that follows finds that block cached instead of reading it again (one disk read
-    /// per cold directory).
+    /// the kinds the caller expects (cached as any directory block, see <see cref="ReadDataBlock"/>): the
+    /// directory's form is learned from its first block, and the lookup that follows finds that block
+    /// cached instead of reading it again (one disk read per cold directory).
     /// </summary>
     private byte[] ReadTreeBlock(Inode dir, ExtentMap map, ulong dablk, ushort magicA, ushort magicB, string structure, ushort magicC = 0)
     {
-        var (leaf1, node, leafN) = _v5
-            ? (DaBlockInfoView.Dir3Leaf1V5, DaBlockInfoView.DaNodeV5, DaBlockInfoView.Dir3LeafNV5)
-            : (DaBlockInfoView.Dir2Leaf1V4, DaBlockInfoView.DaNodeV4, DaBlockInfoView.Dir2LeafNV4);
-        var (block, offset) = ReadDirBlock(dir, map, dablk, new DaTreeBlockVerifier(_sb, dir.Number, leaf1, node, leafN, structure, TreeBlockKind));
+        var (block, offset) = ReadDirBlock(dir, map, dablk, new DirectoryAnyBlockVerifier(_sb, dir.Number));
+        uint magic32 = BinaryPrimitives.ReadUInt32BigEndian(block);
         ushort magic = new DaBlockInfoView(block).Magic;
+        if (DirectoryAnyBlockVerifier.IsDataHeader(magic32))
+            throw _mount.Corrupt($"{structure} of inode {dir.Number}", offset, $"data or free-index block (magic 0x{magic32:x8}) in the hash tree");
         if (magic != magicA && magic != magicB && magic != (magicC == 0 ? magicA : magicC))
             throw _mount.Corrupt($"{structure} of inode {dir.Number}", offset, $"bad magic 0x{magic:x4}");
         return block;
     }
-
-    /// <summary>The buffer-cache kind of directory hash-tree blocks (see <see cref="ReadTreeBlock"/>).</summary>
-    private const int TreeBlockKind = 23;
 
     /// <summary>
     /// Reads the directory block starting at file block <paramref name="fileBlock"/> (a da block number:

@@ -101,10 +101,22 @@ public static class DirectoryDataBlock
             ulong owner = BinaryPrimitives.ReadUInt64BigEndian(block[OffOwner..]);
             if (owner != ownerIno) return VerifyResult.Fail($"block owned by inode {owner}, expected {ownerIno}", OffOwner);
         }
+        return singleBlock ? VerifyShape(block, singleBlock, sb.IsV5) : VerifyResult.Ok;
+    }
+
+    /// <summary>
+    /// What <see cref="VerifyHeader"/> checks besides the CRC and the self-description: the magic of the kind asked for
+    /// (single-block or data block) and, for a single block, a leaf count that fits.
+    /// </summary>
+    public static VerifyResult VerifyShape(ReadOnlySpan<byte> block, bool singleBlock, bool v5)
+    {
+        uint magic = BinaryPrimitives.ReadUInt32BigEndian(block);
+        uint expected = v5 ? (singleBlock ? BlockMagicV5 : DataMagicV5) : (singleBlock ? BlockMagicV4 : DataMagicV4);
+        if (magic != expected) return VerifyResult.Fail($"bad magic 0x{magic:x8}, expected 0x{expected:x8}", OffMagic);
         if (singleBlock)
         {
             uint count = BinaryPrimitives.ReadUInt32BigEndian(block[^BlockTailSize..]);
-            if ((long)count * 8 + BlockTailSize + HeaderSize(sb.IsV5) > block.Length)
+            if ((long)count * 8 + BlockTailSize + HeaderSize(v5) > block.Length)
                 return VerifyResult.Fail($"block tail claims {count} leaf entries", block.Length - BlockTailSize);
         }
         return VerifyResult.Ok;

@@ -11,6 +11,13 @@ public sealed class Inode
     /// <summary>Set once the inodes this directory names were read ahead (see XfsVolume.TryLookup).</summary>
     internal int ChildrenReadAhead;
 
+    /// <summary>
+    /// What a directory reader worked out about this directory (its form and mapping), kept with the snapshot it was
+    /// worked out from: an inode never changes, so neither does the answer. Set and read by <c>DirectoryReader</c>
+    /// only, tagged with the reader that set it.
+    /// </summary>
+    internal object? DirectoryShape;
+
     internal Inode(ulong number, byte[] raw, long byteOffset, Superblock sb)
     {
         Number = number;

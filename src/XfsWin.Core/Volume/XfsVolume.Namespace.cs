@@ -1101,6 +1101,9 @@ public sealed partial class XfsVolume
         ulong end = count == ulong.MaxValue ? ulong.MaxValue : fileBlock + count;
         var current = _inodes.Get(inode);
         if (current.DataFormat is not (ForkFormat.Extents or ForkFormat.Btree)) return;
+        // A fork without extents (a file never written) has nothing to unmap: no transaction, as xfs_inactive frees such
+        // an inode without xfs_inactive_truncate.
+        if (current.DataExtentCount == 0) return;
         using var tx = Begin(w, TransactionKind.Itruncate);
         var update = new InodeUpdate(current, _mount.Superblock);
         var editor = new ExtentMapEditor(tx, update, w.FileSpace);
