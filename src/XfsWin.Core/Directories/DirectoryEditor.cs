@@ -69,8 +69,13 @@ public sealed partial class DirectoryEditor
     /// </summary>
     private enum NewBlockLogging
     {
-        /// <summary>Every byte (block-form blocks, whose hash array and tail end the block).</summary>
+        /// <summary>Every byte.</summary>
         Whole,
+        /// <summary>
+        /// Block-form blocks: their data area as <see cref="NonZero"/>, and from the chunk holding the first hash entry to
+        /// the end (the hash array and the tail, which count how many entries are read) every chunk.
+        /// </summary>
+        BlockForm,
         /// <summary>
         /// The header and the entries in use (or the valid bests) from the start: hash-tree and free-index blocks, past
         /// whose count nothing is read.
@@ -601,7 +606,7 @@ public sealed partial class DirectoryEditor
         byteOffset = _space.Allocate(_tx, _dir, fileBlock, _fsbPer);
         var buffer = _tx.GetNew(byteOffset, _blk, new DirectoryAnyBlockVerifier(_sb, _dir.Number).Kind, _dir.Number,
             new DirectoryBlockWriteVerifier(_sb, _dir.Number), block ? BufType.DirBlock : BufType.DirData);
-        _joined[byteOffset] = new Joined(buffer, null, block ? NewBlockLogging.Whole : NewBlockLogging.NonZero);
+        _joined[byteOffset] = new Joined(buffer, null, block ? NewBlockLogging.BlockForm : NewBlockLogging.NonZero);
         var b = buffer.Contents;
         uint magic = _v5 ? (block ? DirectoryDataBlock.BlockMagicV5 : DirectoryDataBlock.DataMagicV5)
             : (block ? DirectoryDataBlock.BlockMagicV4 : DirectoryDataBlock.DataMagicV4);
@@ -658,11 +663,12 @@ public sealed partial class DirectoryEditor
             // Past a hash-tree or free-index block's last non-zero byte nothing is read: what a change zeroed there
             // (entries moved out by a split) need not be logged, as the kernel logs only the entries it keeps.
             int end = logging == NewBlockLogging.Prefix ? (UsedLength(now) + chunk - 1) / chunk : now.Length / chunk;
+            int alwaysFrom = AlwaysLoggedChunk(now, logging);
             int runStart = -1;
             for (int c = 0; c <= end; c++)
             {
                 bool differs = c < end && !now.AsSpan(c * chunk, chunk).SequenceEqual(j.Before.AsSpan(c * chunk, chunk)) &&
-                               (logging != NewBlockLogging.NonZero || now.AsSpan(c * chunk, chunk).IndexOfAnyExcept((byte)0) >= 0);
+                               (c >= alwaysFrom || now.AsSpan(c * chunk, chunk).IndexOfAnyExcept((byte)0) >= 0);
                 if (differs && runStart < 0) runStart = c;
                 else if (!differs && runStart >= 0)
                 {
@@ -681,7 +687,28 @@ public sealed partial class DirectoryEditor
         if (magic32 == FreeMagic) return NewBlockLogging.Prefix;
         ushort magic16 = U16(b, DaBlockInfoView.OffMagic);
         if (magic16 == LeafNMagic || magic16 == NodeMagic) return NewBlockLogging.Prefix;
-        return magic32 is DirectoryDataBlock.BlockMagicV5 or DirectoryDataBlock.BlockMagicV4 ? NewBlockLogging.Whole : asCreated;
+        return magic32 is DirectoryDataBlock.BlockMagicV5 or DirectoryDataBlock.BlockMagicV4 ? NewBlockLogging.BlockForm : asCreated;
+    }
+
+    /// <summary>
+    /// The first 128-byte chunk from which every changed chunk is logged, zero or not: 0 but for data areas, whose zero
+    /// chunks are free space no one reads (<see cref="NewBlockLogging.NonZero"/>, <see cref="NewBlockLogging.BlockForm"/>).
+    /// </summary>
+    private static int AlwaysLoggedChunk(byte[] b, NewBlockLogging logging)
+    {
+        const int chunk = MetadataBuffer.DirtyChunkSize;
+        switch (logging)
+        {
+            case NewBlockLogging.NonZero:
+                return int.MaxValue;
+            case NewBlockLogging.BlockForm:
+                // The tail (count, stale) ends the block; the hash array of count entries ends at the tail.
+                long count = BinaryPrimitives.ReadUInt32BigEndian(b.AsSpan(b.Length - 8));
+                long hashStart = Math.Clamp(b.Length - 8 - 8 * count, 0, b.Length - 8);
+                return (int)(hashStart / chunk);
+            default:
+                return 0;
+        }
     }
 
     /// <summary>
@@ -705,8 +732,19 @@ public sealed partial class DirectoryEditor
                 _tx.LogRange(j.Buffer, 0, UsedLength(now) - 1);
                 return;
             case NewBlockLogging.NonZero:
-                for (int c = 0; c < now.Length / chunk; c++)
-                    if (now.AsSpan(c * chunk, chunk).IndexOfAnyExcept((byte)0) >= 0) _tx.LogRange(j.Buffer, c * chunk, c * chunk + chunk - 1);
+            case NewBlockLogging.BlockForm:
+                int alwaysFrom = AlwaysLoggedChunk(now, logging);
+                int runStart = -1;
+                for (int c = 0; c <= now.Length / chunk; c++)
+                {
+                    bool needed = c < now.Length / chunk && (c >= alwaysFrom || now.AsSpan(c * chunk, chunk).IndexOfAnyExcept((byte)0) >= 0);
+                    if (needed && runStart < 0) runStart = c;
+                    else if (!needed && runStart >= 0)
+                    {
+                        _tx.LogRange(j.Buffer, runStart * chunk, c * chunk - 1);
+                        runStart = -1;
+                    }
+                }
                 return;
             default:
                 _tx.LogRange(j.Buffer, 0, now.Length - 1);
