@@ -65,6 +65,9 @@ public sealed class CommittedItemList
         ReservedBlocks += reservedBlocks;
     }
 
+    /// <summary>Adds <paramref name="blocks"/> to the log space the list holds for its checkpoint.</summary>
+    public void Reserve(long blocks) => ReservedBlocks += blocks;
+
     /// <summary>Takes every item, oldest first, and empties the list.</summary>
     public List<JournalItem> TakeAll()
     {

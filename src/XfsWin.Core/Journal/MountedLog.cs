@@ -288,13 +288,17 @@ public sealed class MountedLog
             ThrowIfUnmounted();
             // The CIL's items go out in the next checkpoint; an empty transaction needs nothing written.
             long sequence = items.Count > 0 ? _checkpoints + 1 : _checkpoints;
-            long used = 0;
-            foreach (var item in items) used += item.FormattedBytes + (long)item.RegionCount * LogOpHeader.Size;
-            long usedBlocks = Math.Min(tx.ReservedBlocks, (used + LogArea.BBSize - 1) >> LogArea.BBShift);
-            // The CIL keeps what the items use; the rest of this part's unit goes back.
+            long usedBlocks = 0;
+            if (items.Count > 0)
+            {
+                // The CIL keeps log space for what its merged items will take in the checkpoint: an item logged again
+                // takes only what it grew by, as the kernel's CIL steals from a transaction's ticket only the change in
+                // its formatted size. The rest of this part's unit goes back.
+                _cil.Commit(items, 0);
+                usedBlocks = Math.Clamp(CheckpointBlocks(_cil.FormattedBytes) - _cil.ReservedBlocks, 0, tx.ReservedBlocks);
+                _cil.Reserve(usedBlocks);
+            }
             _outstandingBlocks -= tx.ReservedBlocks - usedBlocks;
-            if (items.Count > 0) _cil.Commit(items, usedBlocks);
-            else _outstandingBlocks -= usedBlocks;
             _transactions++;
             tx.UnitsLeft--;
             if (!regrant)
@@ -502,6 +506,14 @@ public sealed class MountedLog
     /// regions (split across records with CONTINUE / WAS_CONT op headers), COMMIT. Its items then enter the AIL at
     /// the checkpoint's start LSN.
     /// </summary>
+    /// <summary>
+    /// Log blocks a checkpoint of <paramref name="formattedBytes"/> (payloads and op headers) takes at most: with a record
+    /// header for every 32 KiB of it (a sixty-fourth, doubled for op headers of regions split across records) and room
+    /// for the start and commit records.
+    /// </summary>
+    private static long CheckpointBlocks(long formattedBytes) =>
+        ((formattedBytes + formattedBytes / 32 + LogArea.BBSize - 1) >> LogArea.BBShift) + 2;
+
     private void WriteCheckpoint()
     {
         // The CIL cannot change while the lock is held: what the hook writes out covers every transaction in it.

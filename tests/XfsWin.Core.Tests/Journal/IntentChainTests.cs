@@ -363,7 +363,9 @@ public sealed class IntentChainTests : IDisposable
         Shell.RunChecked("cp", "--sparse=always", img, baseImage);
         var device = new RecordingBlockDevice(FileBlockDevice.Open(img, writable: true));
         int start;
-        using (var volume = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true }, ownsDevice: true))
+        // A checkpoint every 8 KiB of log items, so the truncate's intent chains span checkpoints and flushes (the
+        // default limit, an eighth of the log, lets a few checkpoints hold whole chains, whose intents then cancel).
+        using (var volume = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, CheckpointThresholdBytes = 8 * 1024 }, ownsDevice: true))
         {
             start = device.EventCount;
             ulong frag = volume.ResolvePath("/frag");
