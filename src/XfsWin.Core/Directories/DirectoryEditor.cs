@@ -651,6 +651,7 @@ public sealed partial class DirectoryEditor
     private void LogChanges()
     {
         const int chunk = MetadataBuffer.DirtyChunkSize;
+        Span<bool> chunks = stackalloc bool[_blk / chunk];
         foreach (var (_, j) in _joined)
         {
             var now = j.Buffer.Contents;
@@ -664,17 +665,27 @@ public sealed partial class DirectoryEditor
             // (entries moved out by a split) need not be logged, as the kernel logs only the entries it keeps.
             int end = logging == NewBlockLogging.Prefix ? (UsedLength(now) + chunk - 1) / chunk : now.Length / chunk;
             int alwaysFrom = AlwaysLoggedChunk(now, logging);
-            int runStart = -1;
-            for (int c = 0; c <= end; c++)
+            var changed = chunks[..end];
+            for (int c = 0; c < end; c++)
+                changed[c] = !now.AsSpan(c * chunk, chunk).SequenceEqual(j.Before.AsSpan(c * chunk, chunk)) &&
+                             (c >= alwaysFrom || now.AsSpan(c * chunk, chunk).IndexOfAnyExcept((byte)0) >= 0);
+            LogChunkRuns(j.Buffer, changed);
+        }
+    }
+
+    /// <summary>Logs the 128-byte chunks of <paramref name="buffer"/> marked in <paramref name="logged"/>, neighbours as one range.</summary>
+    private void LogChunkRuns(MetadataBuffer buffer, ReadOnlySpan<bool> logged)
+    {
+        const int chunk = MetadataBuffer.DirtyChunkSize;
+        int runStart = -1;
+        for (int c = 0; c <= logged.Length; c++)
+        {
+            bool log = c < logged.Length && logged[c];
+            if (log && runStart < 0) runStart = c;
+            else if (!log && runStart >= 0)
             {
-                bool differs = c < end && !now.AsSpan(c * chunk, chunk).SequenceEqual(j.Before.AsSpan(c * chunk, chunk)) &&
-                               (c >= alwaysFrom || now.AsSpan(c * chunk, chunk).IndexOfAnyExcept((byte)0) >= 0);
-                if (differs && runStart < 0) runStart = c;
-                else if (!differs && runStart >= 0)
-                {
-                    _tx.LogRange(j.Buffer, runStart * chunk, c * chunk - 1);
-                    runStart = -1;
-                }
+                _tx.LogRange(buffer, runStart * chunk, c * chunk - 1);
+                runStart = -1;
             }
         }
     }
@@ -734,17 +745,10 @@ public sealed partial class DirectoryEditor
             case NewBlockLogging.NonZero:
             case NewBlockLogging.BlockForm:
                 int alwaysFrom = AlwaysLoggedChunk(now, logging);
-                int runStart = -1;
-                for (int c = 0; c <= now.Length / chunk; c++)
-                {
-                    bool needed = c < now.Length / chunk && (c >= alwaysFrom || now.AsSpan(c * chunk, chunk).IndexOfAnyExcept((byte)0) >= 0);
-                    if (needed && runStart < 0) runStart = c;
-                    else if (!needed && runStart >= 0)
-                    {
-                        _tx.LogRange(j.Buffer, runStart * chunk, c * chunk - 1);
-                        runStart = -1;
-                    }
-                }
+                Span<bool> needed = stackalloc bool[now.Length / chunk];
+                for (int c = 0; c < needed.Length; c++)
+                    needed[c] = c >= alwaysFrom || now.AsSpan(c * chunk, chunk).IndexOfAnyExcept((byte)0) >= 0;
+                LogChunkRuns(j.Buffer, needed);
                 return;
             default:
                 _tx.LogRange(j.Buffer, 0, now.Length - 1);

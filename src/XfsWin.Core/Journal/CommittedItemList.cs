@@ -33,8 +33,8 @@ public sealed class CommittedItemList
 
     public JournalItem? Find(LogItemKey key) => _byKey.TryGetValue(key, out var node) ? node.Value : null;
 
-    /// <summary>Adds one transaction's items (in the transaction's order) and the log space (blocks) it keeps reserved.</summary>
-    public void Commit(List<JournalItem> items, long reservedBlocks)
+    /// <summary>Adds one transaction's items (in the transaction's order); the log space they keep comes with <see cref="Reserve"/>.</summary>
+    public void Commit(List<JournalItem> items)
     {
         foreach (var item in items)
         {
@@ -62,7 +62,6 @@ public sealed class CommittedItemList
             }
         }
         Transactions++;
-        ReservedBlocks += reservedBlocks;
     }
 
     /// <summary>Adds <paramref name="blocks"/> to the log space the list holds for its checkpoint.</summary>

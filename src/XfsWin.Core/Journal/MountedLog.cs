@@ -294,7 +294,7 @@ public sealed class MountedLog
                 // The CIL keeps log space for what its merged items will take in the checkpoint: an item logged again
                 // takes only what it grew by, as the kernel's CIL steals from a transaction's ticket only the change in
                 // its formatted size. The rest of this part's unit goes back.
-                _cil.Commit(items, 0);
+                _cil.Commit(items);
                 usedBlocks = Math.Clamp(CheckpointBlocks(_cil.FormattedBytes) - _cil.ReservedBlocks, 0, tx.ReservedBlocks);
                 _cil.Reserve(usedBlocks);
             }
@@ -502,11 +502,6 @@ public sealed class MountedLog
     }
 
     /// <summary>
-    /// Writes the CIL as one checkpoint starting in a new record: START, the transaction header, every item's
-    /// regions (split across records with CONTINUE / WAS_CONT op headers), COMMIT. Its items then enter the AIL at
-    /// the checkpoint's start LSN.
-    /// </summary>
-    /// <summary>
     /// Log blocks a checkpoint of <paramref name="formattedBytes"/> (payloads and op headers) takes at most: with a record
     /// header for every 32 KiB of it (a sixty-fourth, doubled for op headers of regions split across records) and room
     /// for the start and commit records.
@@ -514,6 +509,11 @@ public sealed class MountedLog
     private static long CheckpointBlocks(long formattedBytes) =>
         ((formattedBytes + formattedBytes / 32 + LogArea.BBSize - 1) >> LogArea.BBShift) + 2;
 
+    /// <summary>
+    /// Writes the CIL as one checkpoint starting in a new record: START, the transaction header, every item's
+    /// regions (split across records with CONTINUE / WAS_CONT op headers), COMMIT. Its items then enter the AIL at
+    /// the checkpoint's start LSN.
+    /// </summary>
     private void WriteCheckpoint()
     {
         // The CIL cannot change while the lock is held: what the hook writes out covers every transaction in it.

@@ -25,9 +25,12 @@ public sealed class CommittedItemListTests
     public void RelogMergesDirtyRangesKeepsNewestImageAndMovesTheItemLast()
     {
         var cil = new CommittedItemList();
-        cil.Commit([BufferLogItem.Create(64, 8, BufType.Btree, Block(1), 0, 100)], 10);
-        cil.Commit([BufferLogItem.Create(200, 8, BufType.Agf, Block(7), 0, 512)], 10);
-        cil.Commit([BufferLogItem.Create(64, 8, BufType.Btree, Block(2), 1000, 300)], 10);
+        cil.Commit([BufferLogItem.Create(64, 8, BufType.Btree, Block(1), 0, 100)]);
+        cil.Reserve(10);
+        cil.Commit([BufferLogItem.Create(200, 8, BufType.Agf, Block(7), 0, 512)]);
+        cil.Reserve(10);
+        cil.Commit([BufferLogItem.Create(64, 8, BufType.Btree, Block(2), 1000, 300)]);
+        cil.Reserve(10);
 
         Assert.Equal(2, cil.Count);
         Assert.Equal(3, cil.Transactions);
@@ -69,8 +72,10 @@ public sealed class CommittedItemListTests
     public void CancelReplacesWhatTheBufferLoggedAndAReuseLogsOnlyTheNewContents()
     {
         var cil = new CommittedItemList();
-        cil.Commit([BufferLogItem.Create(64, 8, BufType.Btree, Block(1), 0, 4096)], 1);
-        cil.Commit([BufferLogItem.Cancel(64, 8)], 1);
+        cil.Commit([BufferLogItem.Create(64, 8, BufType.Btree, Block(1), 0, 4096)]);
+        cil.Reserve(1);
+        cil.Commit([BufferLogItem.Cancel(64, 8)]);
+        cil.Reserve(1);
         var cancel = (BufferLogItem)cil.Find(new LogItemKey(LogItemType.Buf, 64, 8))!;
         Assert.True(cancel.IsCancel);
         var regions = Regions(cancel);
@@ -79,7 +84,8 @@ public sealed class CommittedItemListTests
         Assert.Equal(1, f.Size);
         Assert.Equal(BufLogFormat.FlagCancel, f.Flags);
 
-        cil.Commit([BufferLogItem.Create(64, 8, BufType.DirData, Block(3), 128, 128)], 1);
+        cil.Commit([BufferLogItem.Create(64, 8, BufType.DirData, Block(3), 128, 128)]);
+        cil.Reserve(1);
         var reused = (BufferLogItem)cil.Find(new LogItemKey(LogItemType.Buf, 64, 8))!;
         Assert.False(reused.IsCancel);
         Assert.Equal(1, reused.DirtyChunkCount);
@@ -128,8 +134,10 @@ public sealed class CommittedItemListTests
     {
         var cil = new CommittedItemList();
         var efi = IntentLogItem.ExtentFree(false, 7, [new IntentExtent(10, 2)]);
-        cil.Commit([efi, BufferLogItem.Create(64, 8, BufType.Btree, Block(1), 0, 128)], 4);
-        cil.Commit([IntentLogItem.ExtentFree(true, 7, [new IntentExtent(10, 2)])], 1);
+        cil.Commit([efi, BufferLogItem.Create(64, 8, BufType.Btree, Block(1), 0, 128)]);
+        cil.Reserve(4);
+        cil.Commit([IntentLogItem.ExtentFree(true, 7, [new IntentExtent(10, 2)])]);
+        cil.Reserve(1);
         // Neither the intent nor its done item reaches the log; the buffer does.
         Assert.Equal(1, cil.Count);
         Assert.Equal(1, cil.Whiteouts);
@@ -139,7 +147,8 @@ public sealed class CommittedItemListTests
 
         // A done item whose intent was checkpointed already goes out: it takes the intent out of the AIL.
         cil.TakeAll();
-        cil.Commit([IntentLogItem.Done(LogItemType.Rud, 9)], 1);
+        cil.Commit([IntentLogItem.Done(LogItemType.Rud, 9)]);
+        cil.Reserve(1);
         Assert.Equal(1, cil.Count);
         Assert.Equal(1, cil.Whiteouts);
     }
