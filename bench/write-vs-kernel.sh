@@ -19,6 +19,9 @@
 #   XFSWIN_BENCH_UNLINKS=N                files for the unlink run (default 100000)
 #   XFSWIN_BENCH_XFSWIN=DIR               measures the xfswin.dll built in DIR (another commit's build)
 #   XFSWIN_BENCH_FUSE_OPTIONS=...         adds mount options to the xfswin mounts
+#   XFSWIN_BENCH_URING=on|off|auto        FUSE over io_uring (default auto): xfswin is measured through /dev/fuse and,
+#                                         when the kernel's switch (/sys/module/fuse/parameters/enable_uring) is on,
+#                                         through io_uring as well; "on" turns the switch on for the run (and back)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-1}
@@ -29,6 +32,7 @@ work=$(mktemp -d /var/tmp/xfswin-wbench-XXXXXX)
 mnt=$(mktemp -d /tmp/xfswin-wbench-mnt-XXXXXX)
 cleanup() {
   mountpoint -q "$mnt" && { umount "$mnt" 2>/dev/null || fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true; }
+  [ -z "${uring_was:-}" ] || echo "$uring_was" > /sys/module/fuse/parameters/enable_uring
   rm -rf "$work"; rmdir "$mnt" 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -42,8 +46,22 @@ else
 fi
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')), kernel $(uname -r), $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-fuse_options="io_uring=no${XFSWIN_BENCH_FUSE_OPTIONS:+,$XFSWIN_BENCH_FUSE_OPTIONS}"
-echo "xfswin mount options: rw,$fuse_options"
+extra_options=${XFSWIN_BENCH_FUSE_OPTIONS:+,$XFSWIN_BENCH_FUSE_OPTIONS}
+# The transports xfswin is measured through: /dev/fuse always, FUSE over io_uring when the kernel has it switched on.
+uring_switch=/sys/module/fuse/parameters/enable_uring
+uring_was=""
+sides="kernel xfswin"
+case ${XFSWIN_BENCH_URING:-auto} in
+  on)
+    [ -w "$uring_switch" ] || { echo "This kernel has no FUSE over io_uring ($uring_switch is missing)." >&2; exit 1; }
+    uring_was=$(cat "$uring_switch"); echo Y > "$uring_switch"; sides="kernel xfswin uring" ;;
+  off) ;;
+  auto)
+    if [ "$(cat "$uring_switch" 2>/dev/null)" = Y ]; then sides="kernel xfswin uring"
+    elif [ -e "$uring_switch" ]; then echo "FUSE over io_uring is off in this kernel (XFSWIN_BENCH_URING=on measures it too)."; fi ;;
+  *) echo "XFSWIN_BENCH_URING is on, off or auto" >&2; exit 1 ;;
+esac
+echo "xfswin mount options: rw,io_uring=no$extra_options$([[ $sides == *uring* ]] && echo " and rw,io_uring=yes$extra_options")"
 
 base=$work/base.img
 truncate -s 4G "$base"
@@ -56,12 +74,14 @@ mount_kernel() { cp --sparse=always "$base" "$work/k.img"; mount -o loop "$work/
 umount_kernel() { umount "$mnt"; rm -f "$work/k.img"; }
 # xfswin serves in the foreground of a background job, so that its messages (and the reason, should it stop) land
 # in $work/server.log; with the JIT setting the background mode gives its server (every method compiled optimized at
-# once). The transport is /dev/fuse unless XFSWIN_BENCH_FUSE_OPTIONS says io_uring=yes (which needs
-# /sys/module/fuse/parameters/enable_uring on).
+# once). Side "xfswin" serves through /dev/fuse, side "uring" through FUSE over io_uring.
 server_pid=""
-mount_xfswin() {
+mount_xfswin() { start_xfswin "io_uring=no"; }
+mount_uring() { start_xfswin "io_uring=yes"; }
+umount_uring() { umount_xfswin; }
+start_xfswin() {
   cp --sparse=always "$base" "$work/x.img"
-  DOTNET_TieredCompilation=0 "${xfswin[@]}" mount -f -o "rw,$fuse_options" "$work/x.img" "$mnt" > "$work/server.log" 2>&1 &
+  DOTNET_TieredCompilation=0 "${xfswin[@]}" mount -f -o "rw,$1$extra_options" "$work/x.img" "$mnt" > "$work/server.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 600); do mountpoint -q "$mnt" && return 0; kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
   echo "xfswin did not mount:" >&2; cat "$work/server.log" >&2; exit 1
@@ -153,7 +173,7 @@ declare -A best
 kernel_log_per_create=""
 measure() {
   local name=$1 setup; setup=$(setup_of "$1")
-  for side in kernel xfswin; do
+  for side in $sides; do
     local b="" bc=""
     for _ in $(seq "$runs"); do
       "mount_$side"; $setup; drop
@@ -162,7 +182,7 @@ measure() {
       local t0; t0=$(now)
       if ! "run_$name" 2> "$work/workload.err"; then
         echo "$name on $side failed: $(head -c 2000 "$work/workload.err")" >&2
-        if [ "$side" = xfswin ]; then echo "xfswin server's output:" >&2; tail -c 4000 "$work/server.log" >&2; fi
+        if [ "$side" != kernel ]; then echo "xfswin server's output:" >&2; tail -c 4000 "$work/server.log" >&2; fi
         fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
         [ "$side" = kernel ] || wait "$server_pid" 2>/dev/null || true
         b="failed"; break
@@ -179,7 +199,7 @@ measure() {
       if [ -z "$bc" ] || (( $(echo "$c < $bc" | bc) )); then bc=$c; fi
     done
     best[$name,$side]=$b
-    [ "$side" = kernel ] || best[$name,cpu]=$bc
+    [ "$side" = kernel ] || best[$name,$side,cpu]=$bc
   done
 }
 
@@ -199,11 +219,20 @@ label() {
     untar) echo "untar /usr/include ($tree_files entries) + sync" ;;
   esac
 }
-printf '\n| Operation | Kernel (s) | xfswin rw mount (s) | xfswin vs kernel | xfswin server CPU (s) |\n|---|---|---|---|---|\n'
+if [[ $sides == *uring* ]]; then
+  printf '\n| Operation | Kernel (s) | xfswin, /dev/fuse (s) | vs kernel | server CPU (s) | xfswin, io_uring (s) | vs kernel | server CPU (s) |\n|---|---|---|---|---|---|---|---|\n'
+else
+  printf '\n| Operation | Kernel (s) | xfswin, /dev/fuse (s) | vs kernel | server CPU (s) |\n|---|---|---|---|---|\n'
+fi
 for name in $only; do
-  k=${best[$name,kernel]}; x=${best[$name,xfswin]}; c=${best[$name,cpu]:-}
-  if [ "$k" = failed ] || [ "$x" = failed ]; then printf '| %s | %s | %s | - | - |\n' "$(label "$name")" "$k" "$x"; continue; fi
-  printf '| %s | %.3f | %.3f | %.2fx | %.2f |\n' "$(label "$name")" "$k" "$x" "$(echo "$k / $x" | bc -l)" "$c"
+  k=${best[$name,kernel]}
+  row="| $(label "$name") | $([ "$k" = failed ] && echo failed || printf %.3f "$k")"
+  for side in ${sides#kernel }; do
+    x=${best[$name,$side]}; c=${best[$name,$side,cpu]:-}
+    if [ "$k" = failed ] || [ "$x" = failed ]; then row+=" | $x | - | -"; continue; fi
+    row+=$(printf ' | %.3f | %.2fx | %.2f' "$x" "$(echo "$k / $x" | bc -l)" "$c")
+  done
+  echo "$row |"
 done
 printf '\nRaw O_DIRECT write of 1 GiB to a new file on the same disk: %.3f s\n' "$raw"
 [ -z "$kernel_log_per_create" ] || printf 'Kernel log traffic for the creates: %s bytes per create\n' "$kernel_log_per_create"

@@ -13,6 +13,19 @@ if (args.Length > 0 && args[0] == "lookup-cpu")
 }
 if (args.Length > 0 && args[0] == "engine-write")
 {
+    // The engine runs as `xfswin mount` runs its server: every method compiled optimized at once (the mount gives its
+    // server DOTNET_TieredCompilation=0; the Native AOT build is compiled ahead). With tiering, methods are still being
+    // recompiled on a background thread through the timed run, which then measures the JIT.
+    if (Environment.GetEnvironmentVariable("DOTNET_TieredCompilation") is null)
+    {
+        var psi = new System.Diagnostics.ProcessStartInfo(Environment.ProcessPath!) { UseShellExecute = false };
+        foreach (var a in Environment.GetCommandLineArgs().Skip(Environment.ProcessPath!.EndsWith("dotnet", StringComparison.Ordinal) ? 0 : 1))
+            psi.ArgumentList.Add(a);
+        psi.Environment["DOTNET_TieredCompilation"] = "0";
+        using var child = System.Diagnostics.Process.Start(psi)!;
+        child.WaitForExit();
+        Environment.Exit(child.ExitCode);
+    }
     EngineWriteRun.Run(args.Length > 1 ? int.Parse(args[1], System.Globalization.CultureInfo.InvariantCulture) : 20_000,
         args.Length > 2 ? int.Parse(args[2], System.Globalization.CultureInfo.InvariantCulture) : 1024);
     return;

@@ -53,6 +53,9 @@ public static class MountCommand
                                                        (default yes; root enables it in the kernel with
                                                        'echo Y > /sys/module/fuse/parameters/enable_uring')
                                   io_uring_depth=N     requests in flight per CPU with io_uring (default 4)
+                                  sync_interval=S      rw: seconds between the server's own syncs, which
+                                                       make durable what nobody fsynced (default 30, as
+                                                       the kernel's XFS; 0: only fsync, sync and unmount)
                                   debug                libfuse's request trace (implies -f)
                                 others are passed to libfuse as they are
           --allow-other, --default-permissions, --uid N, --gid N   same as the -o forms
@@ -152,7 +155,7 @@ public static class MountCommand
         try
         {
             volume = XfsVolume.Open(parsed.Source, parsed.ReadWrite
-                ? new VolumeOpenOptions { Writable = true, LogDevice = parsed.LogDevice }
+                ? new VolumeOpenOptions { Writable = true, LogDevice = parsed.LogDevice, SyncInterval = parsed.SyncInterval }
                 : new VolumeOpenOptions { Writable = false, Replay = parsed.Replay, LogDevice = parsed.LogDevice });
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException or ArgumentException)
@@ -391,6 +394,7 @@ internal sealed class MountArguments
     public LogReplayMode Replay { get; private set; } = LogReplayMode.Memory;
     /// <summary>-o logdev=PATH: the external log device of a volume made with mkfs -l logdev=.</summary>
     public string? LogDevice { get; private set; }
+    public TimeSpan SyncInterval { get; private set; } = new VolumeOpenOptions().SyncInterval;
     public List<string> ExtraOptions { get; } = [];
 
     /// <summary>
@@ -562,6 +566,11 @@ internal sealed class MountArguments
                     IoUringDepth = int.TryParse(Value(), NumberStyles.None, CultureInfo.InvariantCulture, out var depth) && depth is > 0 and <= 64
                         ? depth
                         : throw new ArgumentException($"io_uring_depth must be a number from 1 to 64, not '{value}'.");
+                    break;
+                case "sync_interval":
+                    SyncInterval = int.TryParse(Value(), NumberStyles.None, CultureInfo.InvariantCulture, out var seconds) && seconds <= 86400
+                        ? TimeSpan.FromSeconds(seconds)
+                        : throw new ArgumentException($"sync_interval must be a number of seconds from 0 (off) to 86400, not '{value}'.");
                     break;
                 case "debug":
                     Debug = true;

@@ -363,6 +363,17 @@ public sealed partial class DirectoryEditor
     {
         int count = DaCount(b), stale = LeafStale(b);
         if (count == _daMax && stale == 0) return false;
+        if (stale == 0)
+        {
+            // No stale entry to reuse (xfs_dir3_leaf_find_entry's common case): the entries from the insertion point
+            // move up one slot and the new one goes in the gap.
+            int at = _leafHdr + index * 8;
+            b.AsSpan(at, (count - index) * 8).CopyTo(b.AsSpan(at + 8));
+            BinaryPrimitives.WriteUInt32BigEndian(b.AsSpan(at), hash);
+            BinaryPrimitives.WriteUInt32BigEndian(b.AsSpan(at + 4), address);
+            SetU16(b, InfoSize, count + 1);
+            return true;
+        }
         var ents = DaEntries(b);
         if (count == _daMax && stale > 1)
         {

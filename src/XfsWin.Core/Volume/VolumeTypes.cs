@@ -30,6 +30,14 @@ public sealed record VolumeOpenOptions
     /// of the log. Tests set 1 to put every transaction part in a checkpoint of its own (crash points between the parts).
     /// </summary>
     internal long CheckpointThresholdBytes { get; init; }
+
+    /// <summary>
+    /// How often a read-write open makes durable by itself what changed since the last time (held file data written,
+    /// the device flushed, the log forced), as the kernel's periodic log work does every 30 seconds: a crash then
+    /// loses at most this much of the changes nobody fsynced. Zero turns it off (only fsync, sync and unmount make
+    /// changes durable then).
+    /// </summary>
+    public TimeSpan SyncInterval { get; init; } = TimeSpan.FromSeconds(30);
 }
 
 /// <summary>statfs(2) figures, from the superblock counters.</summary>

@@ -55,6 +55,8 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public required UnlinkedList Unlinked { get; init; }
     /// <summary>File data held until the checkpoint that maps it (see <see cref="FileDataCache"/>).</summary>
     public required FileDataCache Data { get; init; }
+    /// <summary>The periodic sync's thread (null when <see cref="VolumeOpenOptions.SyncInterval"/> is zero); stopped before unmount.</summary>
+    public PeriodicSync? PeriodicSync;
     /// <summary>One block's bytes for a write's partial blocks (under <see cref="Changes"/>; the data cache copies what it keeps).</summary>
     public byte[]? BlockScratch;
     /// <summary>Mapping updates as deferred work (BUI/BUD): the remaps of reflink and copy-on-write.</summary>
@@ -196,6 +198,8 @@ public sealed partial class XfsVolume
                     };
                 }
                 else volume.StartWriting(access, recovery);
+                if (options.SyncInterval > TimeSpan.Zero)
+                    volume._write!.PeriodicSync = new PeriodicSync(options.SyncInterval, volume.PeriodicSyncRound);
                 return volume;
             }
             catch
@@ -385,6 +389,23 @@ public sealed partial class XfsVolume
     /// <summary>What the log writer did so far (benchmarks report log traffic per operation from it).</summary>
     internal LogWriteStatistics LogStatistics => Writer().Log.Statistics;
 
+    /// <summary>
+    /// A round of the periodic sync (<see cref="VolumeOpenOptions.SyncInterval"/>): <see cref="Sync"/> when anything
+    /// changed since the last (the log holds committed items no checkpoint has written, or file data is held); false
+    /// once the volume can no longer change (shut down, found corrupt, unmounted).
+    /// </summary>
+    /// <summary>Rounds the periodic sync has completed (0 without one); for tests.</summary>
+    internal int PeriodicSyncRounds => _write?.PeriodicSync?.Rounds ?? 0;
+
+    internal bool PeriodicSyncRound()
+    {
+        var w = _write;
+        if (w is null || w.Unmounted || w.Shutdown.Reason is not null || w.Log.ShutdownReason is not null || !_mount.Health.IsHealthy) return false;
+        if (w.Log.CilCount == 0 && w.Data.Count == 0) return true;
+        Sync();
+        return true;
+    }
+
     /// <summary>sync(2): everything committed is durable (held file data written, the device flushed, the log forced).</summary>
     public void Sync()
     {
@@ -402,6 +423,8 @@ public sealed partial class XfsVolume
     {
         var w = _write;
         if (w is null || w.Unmounted) return;
+        // No periodic round runs beside (or after) the unmount.
+        w.PeriodicSync?.Dispose();
         using (w.Changes.Change())
         {
             w.Unmounted = true;

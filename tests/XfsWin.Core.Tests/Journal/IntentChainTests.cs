@@ -365,7 +365,7 @@ public sealed class IntentChainTests : IDisposable
         int start;
         // A checkpoint every 8 KiB of log items, so the truncate's intent chains span checkpoints and flushes (the
         // default limit, an eighth of the log, lets a few checkpoints hold whole chains, whose intents then cancel).
-        using (var volume = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, CheckpointThresholdBytes = 8 * 1024 }, ownsDevice: true))
+        using (var volume = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero, CheckpointThresholdBytes = 8 * 1024 }, ownsDevice: true))
         {
             start = device.EventCount;
             ulong frag = volume.ResolvePath("/frag");

@@ -106,7 +106,7 @@ public sealed class CrashPointTests(ITestOutputHelper output) : IDisposable
         Shell.RunChecked("cp", "--sparse=always", baseImage, work);
         var dev = new RecordingBlockDevice(PartitionSpec.Open(work, null, writable: true));
         CrashModel model;
-        using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true }, ownsDevice: true))
+        using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero }, ownsDevice: true))
         {
             model = new CrashModel(v, dev);
             run(model, new Random(seed));

@@ -37,7 +37,7 @@ public sealed class DeviceFaultTests(ITestOutputHelper output) : IDisposable
         Shell.RunChecked("cp", "--sparse=always", baseImage, work);
         var faulty = new FaultyBlockDevice(PartitionSpec.Open(work, null, writable: true), FaultKind.Write, int.MaxValue, persistent: false, seed: 0);
         var dev = new RecordingBlockDevice(faulty);
-        using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true }, ownsDevice: true))
+        using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero }, ownsDevice: true))
             CrashWorkloads.All[w].Run(new CrashModel(v, dev), new Random(1000 + w));
         File.Delete(work);
         return faulty.Counts;
@@ -55,7 +55,7 @@ public sealed class DeviceFaultTests(ITestOutputHelper output) : IDisposable
         var problems = new List<string>();
         CrashModel? model = null;
         string where = "after the unmount began";
-        var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true }, ownsDevice: true);
+        var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero }, ownsDevice: true);
         try
         {
             model = new CrashModel(v, dev);
@@ -154,7 +154,7 @@ public sealed class DeviceFaultTests(ITestOutputHelper output) : IDisposable
         string before = Convert.ToHexString(SHA256.HashData(File.ReadAllBytes(image)));
         using (var device = FileBlockDevice.Open(image, writable: false))
         {
-            var e = Assert.Throws<XfsException>(() => XfsVolume.Open(device, new VolumeOpenOptions { Writable = true }, ownsDevice: false).Dispose());
+            var e = Assert.Throws<XfsException>(() => XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero }, ownsDevice: false).Dispose());
             Assert.Equal(XfsError.ReadOnly, e.Error);
             Assert.Contains("read-only", e.Message, StringComparison.Ordinal);
             // The device still serves a read-only open.

@@ -90,7 +90,7 @@ public sealed class ExchangeRangeTests(ITestOutputHelper output) : IDisposable
         File.Copy(baseImage, work);
         var dev = new RecordingBlockDevice(PartitionSpec.Open(work, null, writable: true));
         int start;
-        using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true, CheckpointThresholdBytes = 1 }, ownsDevice: true))
+        using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero, CheckpointThresholdBytes = 1 }, ownsDevice: true))
         {
             ulong a = v.ResolvePath("/a"), b = v.ResolvePath("/b");
             start = dev.EventCount;

@@ -223,7 +223,7 @@ public sealed class ParentPointerKernelTests(ITestOutputHelper output) : IDispos
         string work = Path.Combine(_tmp, "work.img");
         Shell.RunChecked("cp", "--sparse=always", baseImage, work);
         var device = new RecordingBlockDevice(FileBlockDevice.Open(work, writable: true));
-        using (var v = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, CheckpointThresholdBytes = 1 }, ownsDevice: true))
+        using (var v = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero, CheckpointThresholdBytes = 1 }, ownsDevice: true))
         {
             ulong root = v.RootInode;
             v.TryLookup(root, "kernel-dir"u8, out ulong dir);

@@ -227,7 +227,7 @@ public sealed partial class QuotaKernelTests(ITestOutputHelper output) : IDispos
         string work = Path.Combine(_tmp, "work.img");
         File.Copy(baseImage, work);
         var dev = new RecordingBlockDevice(PartitionSpec.Open(work, null, writable: true));
-        using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true }, ownsDevice: true))
+        using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero }, ownsDevice: true))
             Change(v, v.Sync);
         var events = dev.Snapshot();
         var flushes = Enumerable.Range(0, events.Count).Where(i => events[i].IsFlush).ToList();

@@ -279,7 +279,7 @@ public sealed class ReflinkKernelTests(ITestOutputHelper output) : IDisposable
         Shell.RunChecked("cp", "--sparse=always", image, baseImage);
         var device = new RecordingBlockDevice(FileBlockDevice.Open(image, writable: true));
         int start, end;
-        using (var v = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, CheckpointThresholdBytes = 1 }, ownsDevice: true))
+        using (var v = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero, CheckpointThresholdBytes = 1 }, ownsDevice: true))
         {
             Workload()[0].Engine(v); // d shares all of a's blocks
             v.Sync();
@@ -315,7 +315,7 @@ public sealed class ReflinkKernelTests(ITestOutputHelper output) : IDisposable
         Shell.RunChecked("cp", "--sparse=always", image, baseImage);
         var device = new RecordingBlockDevice(FileBlockDevice.Open(image, writable: true));
         int start;
-        using (var v = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, CheckpointThresholdBytes = 1 }, ownsDevice: true))
+        using (var v = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero, CheckpointThresholdBytes = 1 }, ownsDevice: true))
         {
             start = device.EventCount;
             foreach (var op in Workload().Take(8)) op.Engine(v);

@@ -49,7 +49,7 @@ public sealed partial class StaleFreeSpaceReplayTests(ITestOutputHelper output) 
         CrashModel model;
         var expected = new Dictionary<string, int>();
         ulong last = 0;
-        using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true }, ownsDevice: true))
+        using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero }, ownsDevice: true))
         {
             model = new CrashModel(v, dev);
             // Block form (100 short names each) and leaf form (600 long names: data blocks and a leaf block).
