@@ -79,7 +79,8 @@ public sealed class WriteAllocationTests(ITestOutputHelper output) : IDisposable
             // Warm-up: the data cache fills to its limit and writes out at least once, every lazily grown table
             // reaches its size; then the same calls are measured.
             PerCall(size, (int)(FileDataCache.LimitBytes / size) + Calls);
-            perCall[size] = PerCall(size, Calls);
+            // The least of three runs (see Steady_reads_allocate_nothing).
+            perCall[size] = Enumerable.Range(0, 3).Min(_ => PerCall(size, Calls));
             output.WriteLine($"{size} B writes: {perCall[size]} B allocated per call");
         }
         foreach (var (size, bytes) in perCall)
@@ -119,11 +120,13 @@ public sealed class WriteAllocationTests(ITestOutputHelper output) : IDisposable
             return perCall;
         }
 
-        // 1000 bytes: unaligned, read through the bounce buffer.
+        // 1000 bytes: unaligned, read through the bounce buffer. The least of three runs: an allocation the read path
+        // makes per call shows in every run, a one-time one (a read-ahead's first use, a lock's first contention on a
+        // busy machine) in one only.
         foreach (int size in new[] { 1000, 4096, 64 << 10, 1 << 20 })
         {
             PerCall(size, Calls);
-            long bytes = PerCall(size, Calls);
+            long bytes = Enumerable.Range(0, 3).Min(_ => PerCall(size, Calls));
             output.WriteLine($"{size} B reads: {bytes} B allocated per call");
             Assert.True(bytes == 0, $"a {size}-byte read allocated {bytes} B per call");
         }
