@@ -14,7 +14,7 @@ namespace XfsWin.Driver.Benchmarks;
 /// image: writes over existing data (WinFsp hands at most 64 KiB per call unless the program writes more at once),
 /// reads, GetFileInfo, a create closed with delete-on-close, and a small listing. Allocation per call is what
 /// <see cref="MemoryDiagnoserAttribute"/> reports: the adapter's share is nothing on the read and write paths; a write
-/// allocates inside the engine only the inode's new committed state.
+/// allocates inside the engine only the inode's new committed state, once per timestamp granule of the file's writes.
 /// Run: dotnet run -c Release --project driver/XfsWin.Driver.Benchmarks -- --filter '*ReadWrite*'
 /// (mkfs.xfs needed; the scratch image goes to XFSWIN_BENCH_SCRATCH or /var/tmp).
 /// </summary>

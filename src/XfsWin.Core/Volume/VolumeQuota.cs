@@ -156,7 +156,7 @@ internal sealed class VolumeQuota : IDquotAccounting
     public void Reserve(uint uid, uint gid, uint projectId, long blocks, long inodes, long freedBlocks = 0, byte types = DquotView.TypeMask)
     {
         if ((Enforced & types) == 0 || blocks <= 0 && inodes <= 0) return;
-        long now = XfsVolume.Now().Seconds;
+        long now = XfsVolume.SystemNow().Seconds;
         foreach (byte type in AllTypes)
         {
             if ((Enforced & types & type) == 0) continue;
@@ -253,7 +253,7 @@ internal sealed class VolumeQuota : IDquotAccounting
 
     public void Apply(Transaction tx, IReadOnlyDictionary<DquotKey, DquotDelta> deltas)
     {
-        long now = XfsVolume.Now().Seconds;
+        long now = XfsVolume.SystemNow().Seconds;
         foreach (var (key, delta) in deltas.OrderBy(d => d.Key.Type).ThenBy(d => d.Key.Id))
         {
             if (delta.Blocks == 0 && delta.Inodes == 0) continue;

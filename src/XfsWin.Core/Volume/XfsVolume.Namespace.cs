@@ -745,59 +745,100 @@ public sealed partial class XfsVolume
                 Unshare(w, inode, first, last + 1, offset, data);
                 current = _inodes.Get(inode);
             }
-            using var tx = Begin(w, TransactionKind.Write);
-            var update = w.WriteInode is { } reused ? reused.Reload(current) : w.WriteInode = new InodeUpdate(current, sb);
             // A write over blocks the inode's extent list already maps as written changes no mapping: no editor (it
             // would only load the list and log nothing), the blocks are looked up in the inode's own fork bytes.
             bool overwrite = IsWrittenInFork(current, first, last);
+            var now = Now();
+            if (overwrite && offset + data.Length <= (long)current.Size && !TimestampsBehind(current, now))
+            {
+                // Nothing of the inode changes (no mapping, no size, timestamps already in this granule): no
+                // transaction, the data goes to its blocks (the kernel's file_update_time finds nothing to update).
+                WriteFileBlocks(w, current, null, null, first, last, offset, data);
+                return data.Length;
+            }
+            using var tx = Begin(w, TransactionKind.Write);
+            var update = w.WriteInode is { } reused ? reused.Reload(current) : w.WriteInode = new InodeUpdate(current, sb);
             var editor = overwrite ? null : new ExtentMapEditor(tx, update, w.FileSpace);
             ulong preallocate = editor is null || hint != 0 || reflinked ? 0 : SpeculativePreallocationFor(w, current, editor, first, offset + data.Length);
             var fresh = hint != 0 ? editor?.AllocateHolesAligned(first, last - first + 1, hint) : editor?.AllocateHoles(first, last - first + 1, unwritten: false);
             bool preallocated = preallocate != 0 && fresh is not null && Covers(fresh, last) && Preallocate(editor!, last + 1, preallocate);
             // Data goes to its blocks before the transaction that maps them commits: no crash exposes stale blocks.
-            for (ulong fb = first; fb <= last;)
-            {
-                BmbtRecord extent;
-                if (editor is null ? !TryFindInFork(current, fb, out extent) : !editor.TryMap(fb, out extent))
-                    throw new InvalidOperationException($"inode {inode}: block {fb} unmapped after allocation");
-                long disk = sb.FsbToByte(extent.StartBlock + (fb - extent.FileOffset));
-                long blockStart = (long)(fb << sb.BlockLog);
-                int from = (int)Math.Max(0, offset - blockStart);
-                if (from == 0)
-                {
-                    // Whole blocks of this extent in one device write.
-                    ulong run = Math.Min(extent.FileEnd, last + 1) - fb;
-                    long runBytes = Math.Min((long)run << sb.BlockLog, offset + data.Length - blockStart) & ~((long)blockSize - 1);
-                    if (runBytes > 0)
-                    {
-                        w.Data.Write(disk, data.Slice((int)(blockStart - offset), (int)runBytes));
-                        fb += (ulong)(runBytes >> sb.BlockLog);
-                        continue;
-                    }
-                }
-                int to = (int)Math.Min(blockSize, offset + data.Length - blockStart);
-                var piece = data.Slice((int)(blockStart + from - offset), to - from);
-                bool isNew = extent.Unwritten || (fresh is not null && Covers(fresh, fb));
-                // Part of a block: what is not written reads as before (zeros for a new or unwritten block).
-                var block = w.BlockScratch ??= GC.AllocateUninitializedArray<byte>(blockSize);
-                if (isNew || blockStart >= (long)current.Size) Array.Clear(block);
-                else w.Data.Read(disk, block);
-                if (!isNew && blockStart < (long)current.Size && blockStart + blockSize > (long)current.Size)
-                    Array.Clear(block, (int)((long)current.Size - blockStart), blockSize - (int)((long)current.Size - blockStart));
-                piece.CopyTo(block.AsSpan(from));
-                w.Data.Write(disk, block);
-                fb++;
-            }
+            WriteFileBlocks(w, current, editor, fresh, first, last, offset, data);
             if ((preallocated || (hint != 0 && fresh is { Count: > 0 })) && w.EofBlocks.Add(inode)) Volatile.Write(ref w.AnyEofBlocks, true);
             editor?.MarkWritten(first, last - first + 1);
             editor?.Save();
             long end = offset + data.Length;
             if (end > (long)update.Size) update.Size = (ulong)end;
-            update.Touch(Now(), modified: true);
+            update.Touch(now, modified: true);
             update.Log(tx, _inodes);
             tx.Commit();
             AfterCommit(w);
             return data.Length;
+        }
+    }
+
+    /// <summary>Timestamps move at most once per this many nanoseconds of a file's writes (a coarse clock tick, as the kernel's).</summary>
+    internal const uint TimestampGranuleNanoseconds = 4_000_000;
+
+    /// <summary>
+    /// True when a write at <paramref name="now"/> must update the inode's timestamps: the granule <paramref name="now"/>
+    /// falls in begins after its mtime or its ctime. The kernel's file_update_time compares against a coarse clock
+    /// (one tick: a few milliseconds), so a file written many times within a tick is updated once; timestamps never
+    /// move back (a clock behind them updates nothing). Like the kernel's without a query in between, a stat between
+    /// two writes of one granule sees the first's times.
+    /// </summary>
+    private static bool TimestampsBehind(Inode inode, XfsTimestamp now)
+    {
+        var granule = new XfsTimestamp(now.Seconds, now.Nanoseconds - now.Nanoseconds % TimestampGranuleNanoseconds);
+        return IsBefore(inode.Attributes.ModifyTime, granule) || IsBefore(inode.Attributes.ChangeTime, granule);
+
+        static bool IsBefore(XfsTimestamp a, XfsTimestamp b) => a.Seconds < b.Seconds || (a.Seconds == b.Seconds && a.Nanoseconds < b.Nanoseconds);
+    }
+
+    /// <summary>
+    /// Writes <paramref name="data"/> (file bytes from <paramref name="offset"/>, blocks <paramref name="first"/> to
+    /// <paramref name="last"/>) to the blocks that map it: through <paramref name="editor"/> when the write changes the
+    /// mapping (<paramref name="fresh"/> the extents it allocated, read as zeros), otherwise from the inode's own fork.
+    /// Partial blocks keep what they held (zeros for new or unwritten blocks and past EOF).
+    /// </summary>
+    private void WriteFileBlocks(VolumeWriteState w, Inode current, ExtentMapEditor? editor, List<BmbtRecord>? fresh,
+        ulong first, ulong last, long offset, ReadOnlySpan<byte> data)
+    {
+        var sb = _mount.Superblock;
+        int blockSize = (int)sb.BlockSize;
+        ulong inode = current.Number;
+        for (ulong fb = first; fb <= last;)
+        {
+            BmbtRecord extent;
+            if (editor is null ? !TryFindInFork(current, fb, out extent) : !editor.TryMap(fb, out extent))
+                throw new InvalidOperationException($"inode {inode}: block {fb} unmapped after allocation");
+            long disk = sb.FsbToByte(extent.StartBlock + (fb - extent.FileOffset));
+            long blockStart = (long)(fb << sb.BlockLog);
+            int from = (int)Math.Max(0, offset - blockStart);
+            if (from == 0)
+            {
+                // Whole blocks of this extent in one device write.
+                ulong run = Math.Min(extent.FileEnd, last + 1) - fb;
+                long runBytes = Math.Min((long)run << sb.BlockLog, offset + data.Length - blockStart) & ~((long)blockSize - 1);
+                if (runBytes > 0)
+                {
+                    w.Data.Write(disk, data.Slice((int)(blockStart - offset), (int)runBytes));
+                    fb += (ulong)(runBytes >> sb.BlockLog);
+                    continue;
+                }
+            }
+            int to = (int)Math.Min(blockSize, offset + data.Length - blockStart);
+            var piece = data.Slice((int)(blockStart + from - offset), to - from);
+            bool isNew = extent.Unwritten || (fresh is not null && Covers(fresh, fb));
+            // Part of a block: what is not written reads as before (zeros for a new or unwritten block).
+            var block = w.BlockScratch ??= GC.AllocateUninitializedArray<byte>(blockSize);
+            if (isNew || blockStart >= (long)current.Size) Array.Clear(block);
+            else w.Data.Read(disk, block);
+            if (!isNew && blockStart < (long)current.Size && blockStart + blockSize > (long)current.Size)
+                Array.Clear(block, (int)((long)current.Size - blockStart), blockSize - (int)((long)current.Size - blockStart));
+            piece.CopyTo(block.AsSpan(from));
+            w.Data.Write(disk, block);
+            fb++;
         }
     }
 

@@ -285,7 +285,13 @@ public sealed partial class XfsVolume
     }
 
     /// <summary>The current time as the volume stores it (whole nanoseconds; clamped to what the inode format can hold).</summary>
-    internal static XfsTimestamp Now()
+    internal XfsTimestamp Now() => Clock?.Invoke() ?? SystemNow();
+
+    /// <summary>The clock the volume's timestamps come from instead of the system's (tests).</summary>
+    internal Func<XfsTimestamp>? Clock { get; set; }
+
+    /// <summary>The system's current time as the volume stores it.</summary>
+    internal static XfsTimestamp SystemNow()
     {
         long ticks = DateTime.UtcNow.Ticks - DateTime.UnixEpoch.Ticks;
         return new XfsTimestamp(ticks / TimeSpan.TicksPerSecond, (uint)(ticks % TimeSpan.TicksPerSecond * 100));
@@ -364,7 +370,7 @@ public sealed partial class XfsVolume
             Math.Max(1, w.Reservations[TransactionKind.QmDqAlloc].LogCount)), w.FileSpace, uid, gid, projectId);
     }
 
-    private static void Apply(InodeUpdate update, AttributeChanges changes)
+    private void Apply(InodeUpdate update, AttributeChanges changes)
     {
         var now = Now();
         if (changes.Mode is ushort mode) update.Mode = (ushort)((update.Mode & 0xF000) | (mode & 0x0FFF));

@@ -16,6 +16,9 @@ namespace XfsWin.Tests.Volume;
 /// remains, the same for 1,000 bytes and 1 MiB, is the inode's new committed state: measured on .NET 10 with 512-byte
 /// inodes, 800 B (the 536-byte committed image that the log item, the cluster buffer and the inode cache share, and the
 /// 264-byte decoded inode the cache publishes; both are immutable snapshots that readers and the log may still hold).
+/// That is paid once per timestamp granule (<see cref="XfsVolume.TimestampGranuleNanoseconds"/>) of a file's writes:
+/// the overwrites within one change nothing of the inode, take no transaction and allocate nothing. The volume's
+/// clock is set by the test, so which writes update the inode does not depend on how fast they run.
 /// A read allocates nothing.
 /// Allocation counts are deterministic (no timing involved): every call runs on this thread, and so does each
 /// checkpoint a commit triggers. Nothing but the calls runs between the two readings of the counter.
@@ -50,20 +53,30 @@ public sealed class WriteAllocationTests(ITestOutputHelper output) : IDisposable
     }
 
     [Fact]
-    public void Steady_writes_over_written_blocks_allocate_only_the_committed_inode()
+    public void Steady_writes_over_written_blocks_allocate_only_the_committed_inode_once_per_timestamp_granule()
     {
         var data = new byte[1 << 20];
         var (volume, ino) = FilledVolume(data);
         using var _ = volume;
 
+        // The clock: an hour ahead of the file's times, at the start of a granule; each call of PerCall moves it to the
+        // next granule (every write updates the inode) or leaves it (no write after the first in it does).
+        var now = XfsVolume.SystemNow();
+        var clock = new XfsWin.Format.XfsTimestamp(now.Seconds + 3600, 0);
+        volume.Clock = () => clock;
+        void NextGranule() => clock = clock.Nanoseconds + XfsVolume.TimestampGranuleNanoseconds < 1_000_000_000
+            ? clock with { Nanoseconds = clock.Nanoseconds + XfsVolume.TimestampGranuleNanoseconds }
+            : new XfsWin.Format.XfsTimestamp(clock.Seconds + 1, 0);
+
         long offset = 0;
-        long PerCall(int size, int calls)
+        long PerCall(int size, int calls, bool granulePerCall = true)
         {
             int wrong = 0;
             long before = GC.GetAllocatedBytesForCurrentThread();
             for (int i = 0; i < calls; i++)
             {
                 if (offset + size > FileBytes) offset = 0;
+                if (granulePerCall) NextGranule();
                 if (volume.Write(ino, offset, data.AsSpan(0, size)) != size) wrong++;
                 offset += size;
             }
@@ -81,7 +94,12 @@ public sealed class WriteAllocationTests(ITestOutputHelper output) : IDisposable
             PerCall(size, (int)(FileDataCache.LimitBytes / size) + Calls);
             // The least of three runs (see Steady_reads_allocate_nothing).
             perCall[size] = Enumerable.Range(0, 3).Min(_ => PerCall(size, Calls));
-            output.WriteLine($"{size} B writes: {perCall[size]} B allocated per call");
+            // Within one granule: the first write updates the inode, the rest allocate nothing.
+            NextGranule();
+            PerCall(size, 1, granulePerCall: false);
+            long within = Enumerable.Range(0, 3).Min(_ => PerCall(size, Calls, granulePerCall: false));
+            output.WriteLine($"{size} B writes: {perCall[size]} B allocated per call, each in a granule of its own; {within} B within one granule");
+            Assert.True(within == 0, $"a {size}-byte write within one timestamp granule allocated {within} B per call");
         }
         foreach (var (size, bytes) in perCall)
         {
