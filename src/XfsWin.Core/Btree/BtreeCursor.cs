@@ -55,7 +55,8 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
     private readonly int[] _index = new int[MaxPath];
     // Scratch keys (one node entry's worth each) and one pending entry per level for inserts that propagate up.
     private readonly byte[] _lowA, _highA, _lowB, _highB;
-    private readonly byte[][] _pending = new byte[MaxPath][];
+    // Made at the first insert (most cursors only look up, update or delete).
+    private byte[][]? _pending;
     private bool _positioned;
 
     public BtreeCursor(IBtreeBlockStore store)
@@ -515,7 +516,7 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
         Ops.RecordLowKey(record, key);
         if (Lookup(key, BtreeLookup.Equal)) return false;
         _positioned = false;
-        var entry = _pending[0] ??= new byte[Math.Max(Ops.RecordSize, _entryKeyBytes)];
+        var entry = (_pending ??= new byte[MaxPath][])[0] ??= new byte[Math.Max(Ops.RecordSize, _entryKeyBytes)];
         record[..Ops.RecordSize].CopyTo(entry);
         InsertAt(0, _index[0], entry, 0);
         return true;
@@ -687,7 +688,7 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
         if (index > leftCount) PutEntry(right, index - leftCount, entry, child);
         else PutEntry(n, index, entry, child);
 
-        var up = _pending[level + 1] ??= new byte[Math.Max(Ops.RecordSize, _entryKeyBytes)];
+        var up = (_pending ??= new byte[MaxPath][])[level + 1] ??= new byte[Math.Max(Ops.RecordSize, _entryKeyBytes)];
         if (level == _levels - 1)
         {
             // The root split: a new root above the two halves (xfs_btree_new_root).
@@ -787,7 +788,7 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
         _levels++;
         _store.SetRoot(0, _levels);
         var newRoot = PathNode(level + 1);
-        var up = _pending[level + 1] ??= new byte[Math.Max(Ops.RecordSize, _entryKeyBytes)];
+        var up = (_pending ??= new byte[MaxPath][])[level + 1] ??= new byte[Math.Max(Ops.RecordSize, _entryKeyBytes)];
         EntryFor(child, up);
         newRoot.SetNumRecs(0);
         PutEntry(newRoot, 0, up, child.Ptr);

@@ -98,10 +98,7 @@ public sealed class InodeAllocator
         // Peeking at the published AGI first keeps AGs without free inodes unlocked.
         var agi = JoinAgi(tx, _sb, agno);
         if (Field(agi, AgiView.OffFreecount) == 0) return false;
-        var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
-            InodeTreeSpace(tx, agi, agno, freeInodeTree: false)));
         InobtRecord rec;
-        Span<byte> key = stackalloc byte[InobtRecord.KeySize];
         if (_sb.HasFinobt)
         {
             var finobt = new BtreeCursor<FinobtOps>(TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
@@ -114,6 +111,8 @@ public sealed class InodeAllocator
         {
             bool found = false;
             rec = default;
+            var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
+                InodeTreeSpace(tx, agi, agno, freeInodeTree: false)));
             if (inobt.MoveToFirst())
             {
                 do
