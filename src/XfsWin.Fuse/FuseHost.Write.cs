@@ -224,6 +224,10 @@ public sealed unsafe partial class FuseHost
             var host = HostOf(req);
             var inode = host.ToXfsInode(ino);
             var changes = ChangesFor(attr, toSet, Now);
+            // FATTR_KILL_SUIDGID: a truncate by a caller without CAP_FSETID, or a chown (for every caller).
+            if (changes is not null && (toSet & FuseConstants.FUSE_SET_ATTR_KILL_SUIDGID) != 0)
+                changes = host.WithoutSetuidSetgid(CallerOf(req), inode, changes,
+                    callerPrivileged: changes.Size is null && CallerOf(req).uid == 0);
             // Only root may give files away freely: other callers' chown/chgrp is held to the new owner's quota (the
             // kernel's CAP_FOWNER test, approximated by the caller's uid).
             if (changes is not null && (changes.Uid is not null || changes.Gid is not null) && CallerOf(req).uid != 0)
@@ -237,6 +241,46 @@ public sealed unsafe partial class FuseHost
         {
             ReplyError(req, ex, "setattr", ino);
         }
+    }
+
+    /// <summary>
+    /// Set (on the serving thread, before libfuse parses the request) when the FUSE_WRITE being served carries
+    /// FUSE_WRITE_KILL_SUIDGID: the writer has no CAP_FSETID and the file may have setuid or setgid to lose.
+    /// </summary>
+    [ThreadStatic] internal static bool t_writeKillsSuidgid;
+
+    /// <summary>
+    /// With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves setuid and setgid to the server: it marks a write
+    /// (FUSE_WRITE_KILL_SUIDGID) or a truncate (FATTR_KILL_SUIDGID) by a caller without CAP_FSETID, and every chown of a
+    /// file (FATTR_KILL_SUIDGID); it still removes security.capability itself. As the kernel's XFS does
+    /// (setattr_should_drop_suidgid): setuid goes, and setgid when the file is group-executable or when the caller,
+    /// not privileged, is not in the file's group. A chown's or truncate's bits go in its own change.
+    /// </summary>
+    internal AttributeChanges WithoutSetuidSetgid(FuseContext caller, ulong inode, AttributeChanges changes, bool callerPrivileged)
+    {
+        var current = _volume.GetAttributes(inode);
+        if ((current.Mode & 0xF000) == 0x4000) return changes; // directories keep theirs
+        uint mode = changes.Mode ?? (current.Mode & 0xFFF);
+        uint kill = KillBits(caller, mode, current.Gid, callerPrivileged);
+        return kill == 0 ? changes : changes with { Mode = (ushort)(mode & ~kill) };
+    }
+
+    /// <summary>A marked write's part of <see cref="WithoutSetuidSetgid"/>: a change of the mode alone, before the write.</summary>
+    internal void KillSetuidSetgid(FuseContext caller, ulong inode, bool callerPrivileged)
+    {
+        var current = _volume.GetAttributes(inode);
+        uint mode = current.Mode & 0xFFF;
+        uint kill = KillBits(caller, mode, current.Gid, callerPrivileged);
+        if (kill != 0) _volume.SetAttributes(inode, new AttributeChanges { Mode = (ushort)(mode & ~kill) });
+    }
+
+    private static uint KillBits(FuseContext caller, uint mode, uint gid, bool callerPrivileged)
+    {
+        const uint Setuid = 0x800, Setgid = 0x400, GroupExecute = 0x8;
+        uint kill = mode & Setuid;
+        if ((mode & Setgid) != 0 && ((mode & GroupExecute) != 0 || (!callerPrivileged && !CallerGroups(caller).Contains(gid))))
+            kill |= Setgid;
+        return kill;
     }
 
     [UnmanagedCallersOnly]
@@ -399,6 +443,8 @@ public sealed unsafe partial class FuseHost
         {
             var host = HostOf(req);
             var inode = host.ToXfsInode(ino);
+            if (t_writeKillsSuidgid)
+                host.KillSetuidSetgid(CallerOf(req), inode, callerPrivileged: false);
             var total = (int)Math.Min(size, (nuint)int.MaxValue);
             var done = 0;
             while (done < total)

@@ -282,10 +282,27 @@ public sealed unsafe partial class FuseHost : IDisposable
     /// started right after the mount reads with the larger window). The mount's device number
     /// comes from /proc/self/mountinfo (a stat of the mount point could wait on init).
     /// </summary>
-    internal void NoteInitRequest(ulong unique)
+    internal void NoteInitRequest(ulong unique, uint kernelFlags)
     {
         _initUnique = unique;
+        _kernelInitFlags = kernelFlags;
         Volatile.Write(ref _initRequestSeen, 1);
+    }
+
+    private uint _kernelInitFlags;
+
+    /// <summary>
+    /// Adds to libfuse's FUSE_INIT reply what xfswin does beyond libfuse 3.14's protocol: FUSE_HANDLE_KILLPRIV_V2 on a
+    /// read-write mount when the kernel offers it. With it the kernel keeps, per inode, that a write found no setuid,
+    /// setgid or security.capability to remove (SB_NOSEC), so it stops asking for security.capability before every
+    /// write (a GETXATTR round trip each, otherwise); it still removes them itself before a write that needs it
+    /// (setattr of the mode, removexattr), as it does for its own XFS. In exchange the server clears setuid and setgid
+    /// on a truncate the kernel marks FATTR_KILL_SUIDGID (<see cref="KillOnTruncate"/>).
+    /// </summary>
+    internal void AdjustInitReply(FuseInitOut* init)
+    {
+        if (!_options.ReadOnly && (_kernelInitFlags & FuseUringConstants.FUSE_HANDLE_KILLPRIV_V2) != 0)
+            init->flags |= FuseUringConstants.FUSE_HANDLE_KILLPRIV_V2;
     }
 
     /// <summary>Whether a reply with this unique answers FUSE_INIT (the device read hook saw the request).</summary>

@@ -383,11 +383,24 @@ internal sealed unsafe class FuseUringTransport
     internal static bool DeviceRequest(FuseHost host, int fd, FuseInHeader* request, nint length)
     {
         if (request->opcode == FuseUringConstants.FUSE_INIT)
-            host.NoteInitRequest(request->unique);
+            host.NoteInitRequest(request->unique, length >= FuseInHeader.Size + 16 ? ((FuseInitIn*)(request + 1))->flags : 0);
+        NoteWriteFlags(request, length);
         if (request->opcode == FuseStatxConstants.FUSE_STATX && TryAnswerOnDevice(host, fd, request))
             return true;
         host.Uring?.SawDeviceRequest(request, length);
         return false;
+    }
+
+    /// <summary>
+    /// Before libfuse parses a request on this thread: whether it is a FUSE_WRITE marked FUSE_WRITE_KILL_SUIDGID
+    /// (libfuse 3.14 does not pass a write's flags to the handler). See <see cref="FuseHost.t_writeKillsSuidgid"/>.
+    /// </summary>
+    internal static void NoteWriteFlags(FuseInHeader* request, nint length)
+    {
+        const uint FuseWriteKillSuidgid = 1u << 2;
+        const int WriteFlagsOffset = 20; // struct fuse_write_in: fh, offset, size, write_flags
+        FuseHost.t_writeKillsSuidgid = request->opcode == FuseUringConstants.FUSE_WRITE && length >= FuseInHeader.Size + WriteFlagsOffset + 4 &&
+            (*(uint*)((byte*)(request + 1) + WriteFlagsOffset) & FuseWriteKillSuidgid) != 0;
     }
 
     /// <summary>The host's answer to FUSE_STATX as iovecs (out header, then the body unless it is an error); returns their count.</summary>
@@ -432,6 +445,9 @@ internal sealed unsafe class FuseUringTransport
                 ((FuseOutHeader*)iov[0].iov_base)->unique == entry.CommitId)
                 return entry.Owner.AnswerOnRing(entry, iov, count);
             host = HostOf(userdata);
+            if (host is not null && count >= 2 && iov[0].iov_len >= FuseOutHeader.Size && iov[1].iov_len >= 16 &&
+                ((FuseOutHeader*)iov[0].iov_base)->error == 0 && host.IsInitReply(((FuseOutHeader*)iov[0].iov_base)->unique))
+                host.AdjustInitReply((FuseInitOut*)iov[1].iov_base);
             if (host?.Uring is { } t)
             {
                 n = t.WriteToDevice(fd, iov, count);
@@ -1336,6 +1352,7 @@ internal sealed unsafe class FuseUringTransport
                 Interlocked.Increment(ref Served);
                 return;
             }
+            NoteWriteFlags((FuseInHeader*)request, length);
             var buf = new FuseMemBuf { size = (nuint)length, mem = request };
             t_entry = e;
             try

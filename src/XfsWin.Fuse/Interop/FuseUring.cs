@@ -134,6 +134,8 @@ internal static class FuseUringConstants
     public const uint FUSE_INTERRUPT = 36;
     public const uint FUSE_BATCH_FORGET = 42;
     public const uint FUSE_INIT_EXT = 1u << 30;
+    /// <summary>FUSE_HANDLE_KILLPRIV_V2 (protocol 7.33; libfuse 3.14 speaks 7.31 and never sets it).</summary>
+    public const uint FUSE_HANDLE_KILLPRIV_V2 = 1u << 28;
     public const uint FUSE_MAX_PAGES = 1u << 22;
     /// <summary>FUSE_OVER_IO_URING is bit 41 of the 64-bit INIT flags: bit 9 of flags2.</summary>
     public const uint FUSE_OVER_IO_URING_FLAGS2 = 1u << (41 - 32);

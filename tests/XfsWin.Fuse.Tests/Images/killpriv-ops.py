@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""What writes, truncates and chowns take from files with setuid, setgid or a file capability: run as root on a
+mount (allow_other), with the unprivileged steps in children as uid/gid 65534; prints each file's mode and whether it
+still has security.capability after each step, for comparison between the kernel's XFS and an xfswin mount."""
+import os, struct, sys
+
+root = sys.argv[1]
+CAP = struct.pack("<IIIII", 0x02000001, 1 << 10, 0, 0, 0)  # VFS_CAP_REVISION_2, effective; cap_net_bind_service
+
+
+def p(name):
+    return os.path.join(root, name)
+
+
+def report(step, *names):
+    for n in names:
+        st = os.stat(p(n))
+        try:
+            has_cap = len(os.getxattr(p(n), "security.capability")) > 0
+        except OSError:
+            has_cap = False
+        print(f"{step}: {n} mode {st.st_mode & 0o7777:04o} size {st.st_size} cap {has_cap}")
+
+
+def as_nobody(action):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            action()
+            os._exit(0)
+        except OSError as e:
+            print(f"  unprivileged step failed: {e.strerror}")
+            os._exit(1)
+    os.waitpid(pid, 0)
+
+
+def make(name, mode, data=b"0123456789" * 100):
+    with open(p(name), "wb") as f:
+        f.write(data)
+    os.chmod(p(name), mode)
+
+
+def write_at(name, offset, data):
+    fd = os.open(p(name), os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, offset)
+    finally:
+        os.close(fd)
+
+
+# Unprivileged writes and truncates of setuid/setgid files (group-executable or not; the writer is not in group 0).
+make("w", 0o6777)
+make("t", 0o6777)
+make("o", 0o6777)
+make("g", 0o2767)
+make("x", 0o2777)
+as_nobody(lambda: write_at("w", 5, b"abc"))
+as_nobody(lambda: os.truncate(p("t"), 100))
+as_nobody(lambda: os.close(os.open(p("o"), os.O_WRONLY | os.O_TRUNC)))
+as_nobody(lambda: write_at("g", 0, b"g"))
+as_nobody(lambda: os.truncate(p("x"), 10))
+report("unprivileged", "w", "t", "o", "g", "x")
+
+# Root keeps setuid and setgid on write and truncate (CAP_FSETID).
+make("r", 0o6755)
+write_at("r", 0, b"root")
+os.truncate(p("r"), 50)
+report("root", "r")
+
+# A file capability goes at the first write, whoever writes; a later one set on a file already written goes too.
+make("c", 0o755)
+os.setxattr(p("c"), "security.capability", CAP)
+report("capability set", "c")
+write_at("c", 0, b"c")
+report("written", "c")
+os.setxattr(p("c"), "security.capability", CAP)
+write_at("c", 1, b"d")
+report("set again and written", "c")
+os.setxattr(p("c"), "security.capability", CAP)
+os.truncate(p("c"), 3)
+report("set again and truncated", "c")
+
+# setuid added to a file that writes have already found clean, then an unprivileged write.
+make("s", 0o777)
+as_nobody(lambda: write_at("s", 0, b"s"))
+os.chmod(p("s"), 0o4777)
+as_nobody(lambda: write_at("s", 1, b"t"))
+report("setuid added later", "s")
+
+# chown by root clears setuid, and setgid of group-executable files.
+make("n", 0o6755)
+make("m", 0o2745)
+os.chown(p("n"), 1000, 1000)
+os.chown(p("m"), 1000, 1000)
+report("chown", "n", "m")
