@@ -274,6 +274,17 @@ public sealed unsafe partial class FuseHost
         if (kill != 0) _volume.SetAttributes(inode, new AttributeChanges { Mode = (ushort)(mode & ~kill) });
     }
 
+    /// <summary>
+    /// fallocate and copy_file_range (into the file): the kernel's XFS takes setuid and setgid from a caller without
+    /// CAP_FSETID here too (file_modified), but with FUSE_HANDLE_KILLPRIV_V2 the kernel's FUSE neither does it nor marks
+    /// the request, so the host does, counting root (uid 0) as the holder of CAP_FSETID.
+    /// </summary>
+    internal void KillSetuidSetgidUnmarked(FuseContext caller, ulong inode)
+    {
+        if (caller.uid != 0 && _killPrivilegesNegotiated)
+            KillSetuidSetgid(caller, inode, callerPrivileged: false);
+    }
+
     private static uint KillBits(FuseContext caller, uint mode, uint gid, bool callerPrivileged)
     {
         const uint Setuid = 0x800, Setgid = 0x400, GroupExecute = 0x8;
@@ -516,6 +527,7 @@ public sealed unsafe partial class FuseHost
         {
             var host = HostOf(req);
             var inode = host.ToXfsInode(ino);
+            host.KillSetuidSetgidUnmarked(CallerOf(req), inode);
             if (mode == (FuseConstants.FALLOC_FL_ZERO_RANGE | FuseConstants.FALLOC_FL_KEEP_SIZE))
             {
                 // No engine mode: zeros inside EOF, preallocation (unwritten, reading as zeros) past it.
@@ -560,6 +572,7 @@ public sealed unsafe partial class FuseHost
                 return;
             }
             var host = HostOf(req);
+            host.KillSetuidSetgidUnmarked(CallerOf(req), host.ToXfsInode(inoOut));
             var copied = host._volume.CopyFileRange(host.ToXfsInode(inoIn), offIn, host.ToXfsInode(inoOut), offOut, (long)Math.Min((ulong)len, long.MaxValue));
             FuseNative.fuse_reply_write(req, (nuint)copied);
         }

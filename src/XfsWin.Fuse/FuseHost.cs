@@ -302,8 +302,14 @@ public sealed unsafe partial class FuseHost : IDisposable
     internal void AdjustInitReply(FuseInitOut* init)
     {
         if (!_options.ReadOnly && (_kernelInitFlags & FuseUringConstants.FUSE_HANDLE_KILLPRIV_V2) != 0)
+        {
             init->flags |= FuseUringConstants.FUSE_HANDLE_KILLPRIV_V2;
+            _killPrivilegesNegotiated = true;
+        }
     }
+
+    /// <summary>FUSE_HANDLE_KILLPRIV_V2 was put in the FUSE_INIT reply: setuid and setgid are the host's to clear.</summary>
+    private bool _killPrivilegesNegotiated;
 
     /// <summary>Whether a reply with this unique answers FUSE_INIT (the device read hook saw the request).</summary>
     internal bool IsInitReply(ulong unique) => Volatile.Read(ref _initRequestSeen) != 0 && unique == _initUnique;

@@ -5,7 +5,8 @@ using Xunit.Abstractions;
 namespace XfsWin.Fuse.Tests;
 
 /// <summary>
-/// What writes, truncates (truncate(2) and open with O_TRUNC) and chowns take from files with setuid, setgid or a file
+/// What writes, truncates (truncate(2) and open with O_TRUNC), fallocate, copy_file_range and chowns take from files
+/// with setuid, setgid or a file
 /// capability, through <c>xfswin mount -o rw</c> against the kernel's XFS on copies of one empty volume
 /// (Images/killpriv-ops.py: unprivileged steps as uid 65534, root's own, capabilities set again after a write, setuid
 /// added to a file writes already found clean). The mount negotiates FUSE_HANDLE_KILLPRIV_V2, so the kernel stops

@@ -64,6 +64,34 @@ as_nobody(lambda: write_at("g", 0, b"g"))
 as_nobody(lambda: os.truncate(p("x"), 10))
 report("unprivileged", "w", "t", "o", "g", "x")
 
+# fallocate past EOF and copy_file_range into setuid/setgid files, unprivileged.
+make("f", 0o6777)
+make("k", 0o6777)
+make("src", 0o644)
+
+
+def fallocate():
+    fd = os.open(p("f"), os.O_WRONLY)
+    try:
+        os.posix_fallocate(fd, 0, 8192)
+    finally:
+        os.close(fd)
+
+
+def copy_range():
+    src = os.open(p("src"), os.O_RDONLY)
+    dst = os.open(p("k"), os.O_WRONLY)
+    try:
+        os.copy_file_range(src, dst, 100, 0, 0)
+    finally:
+        os.close(src)
+        os.close(dst)
+
+
+as_nobody(fallocate)
+as_nobody(copy_range)
+report("unprivileged", "f", "k")
+
 # Root keeps setuid and setgid on write and truncate (CAP_FSETID).
 make("r", 0o6755)
 write_at("r", 0, b"root")
