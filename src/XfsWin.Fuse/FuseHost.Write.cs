@@ -225,7 +225,7 @@ public sealed unsafe partial class FuseHost
             var inode = host.ToXfsInode(ino);
             var changes = ChangesFor(attr, toSet, Now);
             // FATTR_KILL_SUIDGID: a truncate by a caller without CAP_FSETID, or a chown (for every caller).
-            if (changes is not null && (toSet & FuseConstants.FUSE_SET_ATTR_KILL_SUIDGID) != 0)
+            if (changes is not null && (toSet & FuseConstants.FUSE_SET_ATTR_KILL_SUID) != 0)
                 changes = host.WithoutSetuidSetgid(CallerOf(req), inode, changes,
                     callerPrivileged: changes.Size is null && CallerOf(req).uid == 0);
             // Only root may give files away freely: other callers' chown/chgrp is held to the new owner's quota (the

@@ -295,9 +295,9 @@ public sealed unsafe partial class FuseHost : IDisposable
     /// Adds to libfuse's FUSE_INIT reply what xfswin does beyond libfuse 3.14's protocol: FUSE_HANDLE_KILLPRIV_V2 on a
     /// read-write mount when the kernel offers it. With it the kernel keeps, per inode, that a write found no setuid,
     /// setgid or security.capability to remove (SB_NOSEC), so it stops asking for security.capability before every
-    /// write (a GETXATTR round trip each, otherwise); it still removes them itself before a write that needs it
-    /// (setattr of the mode, removexattr), as it does for its own XFS. In exchange the server clears setuid and setgid
-    /// on a truncate the kernel marks FATTR_KILL_SUIDGID (<see cref="KillOnTruncate"/>).
+    /// write (a GETXATTR round trip each, otherwise); it still removes security.capability itself before a write that needs it
+    /// with removexattr, as it does for its own XFS. In exchange the server clears setuid and setgid (see
+    /// <see cref="WithoutSetuidSetgid"/>).
     /// </summary>
     internal void AdjustInitReply(FuseInitOut* init)
     {

@@ -395,9 +395,10 @@ internal sealed unsafe class FuseUringTransport
     /// Before libfuse parses a request on this thread: whether it is a FUSE_WRITE marked FUSE_WRITE_KILL_SUIDGID
     /// (libfuse 3.14 does not pass a write's flags to the handler). See <see cref="FuseHost.t_writeKillsSuidgid"/>.
     /// </summary>
+    internal const uint FuseWriteKillSuidgid = 1u << 2;
+
     internal static void NoteWriteFlags(FuseInHeader* request, nint length)
     {
-        const uint FuseWriteKillSuidgid = 1u << 2;
         const int WriteFlagsOffset = 20; // struct fuse_write_in: fh, offset, size, write_flags
         FuseHost.t_writeKillsSuidgid = request->opcode == FuseUringConstants.FUSE_WRITE && length >= FuseInHeader.Size + WriteFlagsOffset + 4 &&
             (*(uint*)((byte*)(request + 1) + WriteFlagsOffset) & FuseWriteKillSuidgid) != 0;

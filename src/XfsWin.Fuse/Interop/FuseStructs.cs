@@ -302,8 +302,8 @@ internal static class FuseConstants
     public const int FUSE_SET_ATTR_MTIME = 1 << 5;
     public const int FUSE_SET_ATTR_ATIME_NOW = 1 << 7;
     public const int FUSE_SET_ATTR_MTIME_NOW = 1 << 8;
-    /// <summary>The kernel's FATTR_KILL_SUIDGID (libfuse's FUSE_SET_ATTR_KILL_SUID bit), sent with FUSE_HANDLE_KILLPRIV_V2.</summary>
-    public const int FUSE_SET_ATTR_KILL_SUIDGID = 1 << 11;
+    /// <summary>libfuse's name for the kernel's FATTR_KILL_SUIDGID (kill setuid and setgid), sent with FUSE_HANDLE_KILLPRIV_V2.</summary>
+    public const int FUSE_SET_ATTR_KILL_SUID = 1 << 11;
 
     // fallocate(2) mode bits (linux/falloc.h).
     public const int FALLOC_FL_KEEP_SIZE = 0x01;
