@@ -285,14 +285,8 @@ public sealed unsafe partial class FuseHost
             KillSetuidSetgid(caller, inode, callerPrivileged: false);
     }
 
-    private static uint KillBits(FuseContext caller, uint mode, uint gid, bool callerPrivileged)
-    {
-        const uint Setuid = 0x800, Setgid = 0x400, GroupExecute = 0x8;
-        uint kill = mode & Setuid;
-        if ((mode & Setgid) != 0 && ((mode & GroupExecute) != 0 || (!callerPrivileged && !CallerGroups(caller).Contains(gid))))
-            kill |= Setgid;
-        return kill;
-    }
+    private static uint KillBits(FuseContext caller, uint mode, uint gid, bool callerPrivileged) =>
+        XfsVolume.SetuidSetgidToDrop(mode, gid, callerPrivileged, g => CallerGroups(caller).Contains(g));
 
     [UnmanagedCallersOnly]
     private static void OnMknod(nint req, ulong parent, byte* name, uint mode, ulong rdev)

@@ -179,6 +179,20 @@ public sealed partial class XfsVolume
     private static readonly byte[] CapabilityName = "capability"u8.ToArray();
 
     /// <summary>
+    /// The setuid and setgid bits of <paramref name="mode"/> a change by a caller takes away (the kernel's
+    /// setattr_should_drop_suidgid, for a write, truncate or chown): setuid, and setgid when the file is
+    /// group-executable or when the caller, not privileged, is not in the file's group <paramref name="gid"/>
+    /// (<paramref name="callerInGroup"/>; unknown counts as in the group).
+    /// </summary>
+    public static ushort SetuidSetgidToDrop(uint mode, uint gid, bool callerPrivileged, Func<uint, bool>? callerInGroup)
+    {
+        ushort kill = (ushort)(mode & ModeSetuid);
+        if ((mode & ModeSetgid) != 0 && ((mode & 0x8) != 0 || (!callerPrivileged && callerInGroup?.Invoke(gid) == false)))
+            kill |= ModeSetgid;
+        return kill;
+    }
+
+    /// <summary>
     /// file_remove_privs of a regular file: security.capability goes when it has a value (cap_inode_need_killpriv, for
     /// every caller), setuid and setgid as setattr_should_drop_suidgid says for a caller without CAP_FSETID. The
     /// attribute's removal and the mode change are one transaction with the ctime; nothing is logged when there is
@@ -187,13 +201,7 @@ public sealed partial class XfsVolume
     private void RemovePrivileges(VolumeWriteState w, ulong inode, bool privileged, Func<uint, bool>? callerInGroup)
     {
         var current = _inodes.Get(inode);
-        uint mode = current.Attributes.Mode;
-        ushort kill = 0;
-        if (!privileged)
-        {
-            if ((mode & ModeSetuid) != 0) kill |= ModeSetuid;
-            if ((mode & ModeSetgid) != 0 && ((mode & 0x8) != 0 || callerInGroup?.Invoke(current.Attributes.Gid) == false)) kill |= ModeSetgid;
-        }
+        ushort kill = privileged ? (ushort)0 : SetuidSetgidToDrop(current.Attributes.Mode, current.Attributes.Gid, callerPrivileged: false, callerInGroup);
         bool capability = current.HasAttrFork && _attributes.TryGet(current, XattrNamespace.Secure, CapabilityName, out var value) && value.Length > 0;
         if (kill == 0 && !capability) return;
         // xfs_attr_set's removal: the owner's dquots are reserved what it may allocate (unforced, not a trusted attribute).
