@@ -655,6 +655,10 @@ public sealed partial class DirectoryEditor
         foreach (var (_, j) in _joined)
         {
             var now = j.Buffer.Contents;
+            // The bytes before the change must be another array than the change's own (a copy made after an earlier part
+            // of the transaction committed would diff against itself and log nothing).
+            if (ReferenceEquals(now, j.Before))
+                throw new InvalidOperationException($"directory block at byte {j.Buffer.Offset} of inode {_dir.Number}: the change's copy is the block it started from");
             var logging = LoggingOf(now, j.Logging);
             if (j.Before is null)
             {

@@ -40,6 +40,9 @@ public sealed class BufferLogItem : JournalItem
     public bool IsCancel => (Flags & BufLogFormat.FlagCancel) != 0;
     /// <summary>The buffer's newest logged contents (LengthBB × 512 bytes; empty for a cancel).</summary>
     public ReadOnlySpan<byte> Image => _image;
+
+    /// <summary>The array <see cref="Image"/> is (the committed bytes themselves for an item made by <see cref="CreateShared"/>).</summary>
+    internal byte[] ImageArray => _image;
     public override LogItemKey Key => new(LogItemType.Buf, Daddr, LengthBB);
 
     /// <summary>A buffer item logging the byte range [offset, offset+length) of <paramref name="image"/> (rounded out to 128-byte chunks).</summary>

@@ -9,10 +9,20 @@ namespace XfsWin.Journal;
 /// A done item committed while its intent is still here (never checkpointed) whites both out, as the kernel's CIL
 /// does: neither reaches the log, since the work and its promise land in the same checkpoint anyway.
 /// </para>
+/// <para>
+/// A buffer item relogged here drops the image it held for the newer one (<see cref="ImageReleased"/>). Nothing else
+/// holds that array any more: the buffer published the newer bytes before its transaction reached the CIL, no
+/// checkpoint has taken it (a checkpoint empties the list, and what it took lives on in the AIL, never here), and
+/// readers of a read-write volume keep a buffer's bytes only while they hold the volume's lock, which the committing
+/// change holds exclusively. So the buffer may reuse it for its next private copy instead of allocating one.
+/// </para>
 /// Not thread-safe: <see cref="MountedLog"/> serialises access under its lock.
 /// </summary>
 public sealed class CommittedItemList
 {
+    /// <summary>Called (under the log's lock) with a relogged buffer item and the image array it no longer holds.</summary>
+    public Action<BufferLogItem, byte[]>? ImageReleased { get; init; }
+
     private readonly LinkedList<JournalItem> _order = new();
     private readonly Dictionary<LogItemKey, LinkedListNode<JournalItem>> _byKey = new();
 
@@ -49,7 +59,12 @@ public sealed class CommittedItemList
             if (_byKey.TryGetValue(item.Key, out var node))
             {
                 FormattedBytes -= SizeOf(node.Value);
+                // Only an image replaced by a newer one is released: a cancel keeps the freed buffer's bytes published.
+                var released = ImageReleased is not null && node.Value is BufferLogItem { IsCancel: false } held && item is BufferLogItem { IsCancel: false }
+                    ? held.ImageArray : null;
                 node.Value.MergeNewer(item);
+                if (released is { Length: > 0 } && !ReferenceEquals(released, ((BufferLogItem)node.Value).ImageArray))
+                    ImageReleased!((BufferLogItem)node.Value, released);
                 if (!ReferenceEquals(node.Value, item)) item.MergedAway = true;
                 FormattedBytes += SizeOf(node.Value);
                 _order.Remove(node);

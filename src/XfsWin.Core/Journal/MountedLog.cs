@@ -25,6 +25,13 @@ public sealed record MountedLogOptions
     /// the commit record makes it durable first (data before the metadata that exposes it).
     /// </summary>
     public Action? BeforeCheckpoint { get; init; }
+
+    /// <summary>
+    /// Runs under the log's lock with the (daddr, image) of a buffer item the CIL relogged: the array the item held
+    /// until then, which nothing references any more (see <see cref="CommittedItemList"/>); the buffer cache takes it
+    /// back for the buffer's next private copy.
+    /// </summary>
+    public Action<long, byte[]>? ImageReleased { get; init; }
 }
 
 /// <summary>Counters of what the log writer did.</summary>
@@ -54,7 +61,7 @@ public sealed class MountedLog
     private readonly LogArea _area;
     private readonly LogRecordWriter _writer;
     private readonly ILogWriteback _writeback;
-    private readonly CommittedItemList _cil = new();
+    private readonly CommittedItemList _cil;
     private readonly ActiveItemList _ail = new();
     private readonly uint _baseCycle;
     private readonly long _thresholdBytes;
@@ -73,6 +80,8 @@ public sealed class MountedLog
         _writeback = writeback;
         _baseCycle = writer.HeadCycle;
         _beforeCheckpoint = options.BeforeCheckpoint;
+        var released = options.ImageReleased;
+        _cil = new CommittedItemList { ImageReleased = released is null ? null : (item, image) => released(item.Daddr, image) };
         _thresholdBytes = options.CheckpointThresholdBytes > 0 ? options.CheckpointThresholdBytes : (area.Blocks << LogArea.BBShift) / 8;
         _nextTid = options.FirstTid != 0 ? options.FirstTid : (uint)(writer.HeadLsn * 0x9E3779B97F4A7C15UL >> 32) | 1;
         _intentId = (writer.HeadLsn * 0xC2B2AE3D27D4EB4FUL) & 0xFFFFFFFF00000000UL;

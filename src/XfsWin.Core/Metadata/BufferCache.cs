@@ -103,7 +103,10 @@ public sealed class BufferCache : IDisposable
     /// <summary>
     /// Returns the verified contents of <paramref name="length"/> bytes at <paramref name="byteOffset"/>,
     /// as <paramref name="verifier"/> checks them for <paramref name="owner"/> (the inode or AG the
-    /// caller expects to own them). The array is the buffer's published snapshot: never changed.
+    /// caller expects to own them). The array is the buffer's published snapshot, never changed while it is
+    /// published; once newer bytes replaced it the buffer may reuse it for a later change (see
+    /// <see cref="MetadataBuffer.OfferSpare"/>), so a reader of a read-write volume keeps it no longer than it holds the
+    /// volume's lock.
     /// </summary>
     public byte[] Read<TVerifier>(long byteOffset, int length, ulong owner, TVerifier verifier)
         where TVerifier : struct, IBufferVerifier

@@ -12,7 +12,10 @@ namespace XfsWin.Metadata;
 /// (<see cref="Contents"/>) and logs the byte ranges it changed; when the change commits the copy
 /// becomes the new snapshot (copy-on-write per buffer). Copy-on-write was chosen over the kernel's
 /// in-place change under the lock because the read path here takes no buffer lock at all: an
-/// in-place change would let a lock-free reader see a block half rewritten (a btree block mid-split).
+/// in-place change would let a lock-free reader see a block half rewritten (a btree block mid-split). A replaced
+/// snapshot's array is reused for a later private copy only once nothing can reach it (<see cref="OfferSpare"/>):
+/// readers of a read-write volume hold the volume's lock, which every change holds exclusively, and use what they
+/// read only while they hold it.
 /// </para>
 /// <para>
 /// Lock order: the modification lock is taken after inode locks; AG header buffers (AGI, AGF,
@@ -44,6 +47,9 @@ public sealed class MetadataBuffer
     private object? _lockOwner;
     private int _lockDepth;
     private byte[]? _working;
+    // An array of this buffer's length that nothing references (an image the log's CIL let go, see OfferSpare): the
+    // next private copy is made in it instead of a new one.
+    private byte[]? _spare;
     // Locked for a change whose private copy is made on first use of Contents (a change that only patches in place,
     // or reads, never copies the buffer).
     private bool _copyOnUse;
@@ -217,6 +223,37 @@ public sealed class MetadataBuffer
         }
     }
 
+    /// <summary>
+    /// Gives the buffer an array of its length to make its next private copy in: one that nothing references any more
+    /// (the log's committed item list passes the image a relogged item held, once the buffer published newer bytes). The published
+    /// bytes and the private copy are never taken; a buffer keeps one spare.
+    /// </summary>
+    /// <returns>True when the buffer took it.</returns>
+    public bool OfferSpare(byte[] image)
+    {
+        lock (State)
+        {
+            if (image.Length != Length || _spare is not null || ReferenceEquals(image, _working) || ReferenceEquals(image, _snapshot?.Data))
+                return false;
+            _spare = image;
+            return true;
+        }
+    }
+
+    /// <summary>Private copies made in a spare rather than a new array (see <see cref="OfferSpare"/>).</summary>
+    public long SparesUsed { get { lock (State) return _sparesUsed; } }
+
+    private long _sparesUsed;
+
+    private byte[]? TakeSpareLocked()
+    {
+        var spare = _spare;
+        if (spare is null) return null;
+        _spare = null;
+        _sparesUsed++;
+        return spare;
+    }
+
     // ---- used by BufferCache ----------------------------------------------------------------------
 
     internal void Publish(Snapshot snapshot) => _snapshot = snapshot;
@@ -268,7 +305,7 @@ public sealed class MetadataBuffer
             return;
         }
         _copyOnUse = false;
-        var working = GC.AllocateUninitializedArray<byte>(Length);
+        var working = TakeSpareLocked() ?? GC.AllocateUninitializedArray<byte>(Length);
         working.AsSpan().Clear();
         _working = working;
         if (zeroed)
@@ -282,7 +319,7 @@ public sealed class MetadataBuffer
 
     private void MakeWorkingCopyLocked()
     {
-        var working = GC.AllocateUninitializedArray<byte>(Length);
+        var working = TakeSpareLocked() ?? GC.AllocateUninitializedArray<byte>(Length);
         _snapshot!.Data.CopyTo(working, 0);
         _working = working;
         _copyOnUse = false;
@@ -322,6 +359,10 @@ public sealed class MetadataBuffer
             Dirty = true;
             becameDirty = true;
         }
+        // A copy the committed change made but did not change was neither published nor logged: the next change may
+        // make its copy in it. (A cancelled change's copy is dropped: part of it may have reached a log item.)
+        if (commit && !_changedUnderLock && _working is not null && _spare is null && !ReferenceEquals(_working, _snapshot?.Data))
+            _spare = _working;
         _working = null;
         _copyOnUse = false;
         _changedUnderLock = false;

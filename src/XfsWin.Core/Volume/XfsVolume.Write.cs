@@ -237,7 +237,14 @@ public sealed partial class XfsVolume
         var area = LogArea.For(access.Data, access.Log, sb);
         var writeback = new CachedLogWriteback(access.Data, sb, _mount.Buffers);
         var data = new FileDataCache(access.Data, (int)sb.BlockSize);
-        var logOptions = new MountedLogOptions { BeforeCheckpoint = data.WriteOut, CheckpointThresholdBytes = _checkpointThresholdBytes };
+        var buffers = _mount.Buffers;
+        var logOptions = new MountedLogOptions
+        {
+            BeforeCheckpoint = data.WriteOut,
+            CheckpointThresholdBytes = _checkpointThresholdBytes,
+            // A relogged buffer's older image goes back to its buffer for the next private copy (see CommittedItemList).
+            ImageReleased = (daddr, image) => buffers.Find(daddr << LogArea.BBShift, image.Length)?.OfferSpare(image),
+        };
         var log = after is null
             ? MountedLog.Open(area, sb, writeback, logOptions)
             : MountedLog.OpenAfterReplay(area, sb, writeback, after, intents ?? [], logOptions);

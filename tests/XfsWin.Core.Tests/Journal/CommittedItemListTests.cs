@@ -241,4 +241,34 @@ public sealed class CommittedItemListTests
         Assert.Equal(3, BinaryPrimitives.ReadUInt16LittleEndian(regions[0].Span[2..]));
         Assert.Equal(8, regions[1].Length);
     }
+
+    [Fact]
+    public void Relogging_a_buffer_releases_the_image_it_replaced_and_never_one_a_checkpoint_took()
+    {
+        var released = new List<(long Daddr, byte[] Image)>();
+        var cil = new CommittedItemList { ImageReleased = (item, image) => released.Add((item.Daddr, image)) };
+        var map = new uint[] { 1 };
+        BufferLogItem Shared(long daddr, byte[] image) => BufferLogItem.CreateShared(daddr, 8, BufType.Btree, image, map);
+        byte[] one = Block(1), two = Block(2), three = Block(3), four = Block(4), five = Block(5), other = Block(9);
+
+        cil.Commit([Shared(64, one), Shared(128, other)]);
+        Assert.Empty(released);
+        cil.Commit([Shared(64, two)]);
+        Assert.Equal([(64L, one)], released);
+
+        // A freed buffer keeps its published bytes: its cancel releases nothing, nor does the image that follows it.
+        released.Clear();
+        cil.Commit([BufferLogItem.Cancel(64, 8)]);
+        cil.Commit([Shared(64, three)]);
+        Assert.Empty(released);
+
+        // A checkpoint takes the items (on to the AIL): a later relog starts a new item and releases nothing of theirs.
+        var taken = cil.TakeAll();
+        Assert.Contains(taken, i => i is BufferLogItem { Daddr: 64 } b && b.Image.SequenceEqual(three));
+        cil.Commit([Shared(64, four)]);
+        Assert.Empty(released);
+        cil.Commit([Shared(64, five)]);
+        Assert.Equal([(64L, four)], released);
+        Assert.True(((BufferLogItem)cil.Find(new LogItemKey(LogItemType.Buf, 64, 8))!).Image.SequenceEqual(five));
+    }
 }

@@ -153,6 +153,44 @@ public sealed class BufferCacheTests
     }
 
     [Fact]
+    public void A_spare_array_becomes_the_next_private_copy_and_is_never_the_published_bytes()
+    {
+        var device = MakeDevice(4);
+        using var cache = MakeCache(device);
+        byte[] Commit(byte value)
+        {
+            var change = new MetadataChangeSet(cache);
+            var b = change.Read(Block, Block, 0, A, A.ForWrite());
+            b.Contents[200] = value;
+            b.LogRange(200, 200);
+            change.Commit();
+            return cache.Read(Block, Block, 0, A);
+        }
+
+        var first = Commit(1);
+        var buffer = cache.Find(Block, Block)!;
+        Assert.False(buffer.OfferSpare(first), "the published bytes are not free");
+        Assert.False(buffer.OfferSpare(new byte[Block / 2]), "an array of another length does not fit");
+        var second = Commit(2);
+        Assert.NotSame(first, second);
+        Assert.True(buffer.OfferSpare(first));
+        Assert.False(buffer.OfferSpare(new byte[Block]), "a buffer keeps one spare");
+
+        var change = new MetadataChangeSet(cache);
+        var copy = change.Read(Block, Block, 0, A, A.ForWrite()).Contents;
+        Assert.Same(first, copy);
+        Assert.Equal(1, buffer.SparesUsed);
+        Assert.Equal(2, copy[200]); // the copy holds the published bytes, not what the array held before
+        copy[200] = 3;
+        buffer.LogRange(200, 200);
+        Assert.Equal(2, cache.Read(Block, Block, 0, A)[200]); // readers see the published bytes until the commit
+        change.Commit();
+        Assert.Same(first, cache.Read(Block, Block, 0, A));
+        Assert.Equal(3, cache.Read(Block, Block, 0, A)[200]);
+        Assert.Equal(2, second[200]);
+    }
+
+    [Fact]
     public async Task A_lock_excludes_other_owners_is_recursive_for_its_owner_and_readers_see_the_last_commit()
     {
         var device = MakeDevice(4);
