@@ -50,11 +50,27 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
     private readonly bool _rootInInode;
     private readonly ArraySegment<byte> _inodeRoot;
     private int _levels;
-    private readonly ulong[] _ptr = new ulong[MaxPath];
-    private readonly byte[]?[] _block = new byte[]?[MaxPath];
-    private readonly int[] _index = new int[MaxPath];
-    // Scratch keys (one node entry's worth each) and one pending entry per level for inserts that propagate up.
-    private readonly byte[] _lowA, _highA, _lowB, _highB;
+    // The path from the leaf (level 0) up: block pointers, their bytes and the index in each (inline in the cursor).
+    private PathPointers _ptr;
+    private PathBlocks _block;
+    private PathIndexes _index;
+    // Scratch keys: four of Ops.KeySize bytes (low and high, twice) in one array.
+    private readonly byte[] _keys;
+    private Span<byte> LowA => _keys.AsSpan(0, Ops.KeySize);
+    private Span<byte> HighA => _keys.AsSpan(Ops.KeySize, Ops.KeySize);
+    private Span<byte> LowB => _keys.AsSpan(2 * Ops.KeySize, Ops.KeySize);
+    private Span<byte> HighB => _keys.AsSpan(3 * Ops.KeySize, Ops.KeySize);
+
+    [System.Runtime.CompilerServices.InlineArray(MaxPath)]
+    private struct PathPointers { private ulong _element; }
+
+    [System.Runtime.CompilerServices.InlineArray(MaxPath)]
+    private struct PathBlocks { private byte[]? _element; }
+
+    [System.Runtime.CompilerServices.InlineArray(MaxPath)]
+    private struct PathIndexes { private int _element; }
+
+    // One pending entry per level for inserts that propagate up.
     // Made at the first insert (most cursors only look up, update or delete).
     private byte[][]? _pending;
     private bool _positioned;
@@ -89,10 +105,7 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
         {
             throw store.Corrupt($"{Ops.Name} root", store.ByteOffset(store.RootPointer), $"{_levels} levels");
         }
-        _lowA = new byte[Ops.KeySize];
-        _highA = new byte[Ops.KeySize];
-        _lowB = new byte[Ops.KeySize];
-        _highB = new byte[Ops.KeySize];
+        _keys = new byte[4 * Ops.KeySize];
     }
 
     /// <summary>Records a leaf of <paramref name="blockSize"/> bytes holds (xfs_btree maxrecs for level 0).</summary>
@@ -298,12 +311,12 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
         {
             if (node.NumRecs == 0) return;
             var parent = PathNode(level);
-            NodeKeys(node, _lowA, _highA);
+            NodeKeys(node, LowA, HighA);
             var entry = parent.Span.Slice(KeyOffset(parent, pidx), _entryKeyBytes);
-            bool same = entry[..Ops.KeySize].SequenceEqual(_lowA) && (!Ops.Overlapping || entry[Ops.KeySize..].SequenceEqual(_highA));
+            bool same = entry[..Ops.KeySize].SequenceEqual(LowA) && (!Ops.Overlapping || entry[Ops.KeySize..].SequenceEqual(HighA));
             if (same) return;
-            _lowA.CopyTo(entry);
-            if (Ops.Overlapping) _highA.CopyTo(entry[Ops.KeySize..]);
+            LowA.CopyTo(entry);
+            if (Ops.Overlapping) HighA.CopyTo(entry[Ops.KeySize..]);
             Dirty(parent, KeyOffset(parent, pidx), _entryKeyBytes);
             node = parent;
             if (level + 1 < _levels) pidx = _index[level + 1];
@@ -632,9 +645,9 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
     /// <summary>Writes the keys of <paramref name="n"/> into <paramref name="entry"/> (low, then high for overlapping trees).</summary>
     private void EntryFor(in Node n, byte[] entry)
     {
-        NodeKeys(n, _lowB, _highB);
-        _lowB.CopyTo(entry, 0);
-        if (Ops.Overlapping) _highB.CopyTo(entry, Ops.KeySize);
+        NodeKeys(n, LowB, HighB);
+        LowB.CopyTo(entry);
+        if (Ops.Overlapping) HighB.CopyTo(entry.AsSpan(Ops.KeySize));
     }
 
     /// <summary>

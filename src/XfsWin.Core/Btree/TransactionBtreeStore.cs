@@ -44,8 +44,13 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
     private readonly int _rootField, _levelField;
     private readonly IInodeRootHolder? _inodeRoot;
     private readonly long _ownerByteOffset;
-    private readonly byte[] _uuid = new byte[16];
-    private readonly Dictionary<ulong, MetadataBuffer> _blocks = new();
+    private byte[]? _uuid;
+    // The blocks this store handed out (a handful per operation: searched in order rather than hashed).
+    private (ulong Pointer, MetadataBuffer Buffer)[] _blocks = new (ulong, MetadataBuffer)[4];
+    private int _blockCount;
+    // The write verifier of the blocks read with the tree's magic (one per store, not one per block read).
+    private IBufferWriteVerifier? _writeVerifier;
+    private uint _writeVerifierMagic;
     private int _inodeLevels;
 
     private TransactionBtreeStore(Transaction tx, string name, uint magic, bool longPointers, ulong owner, uint agno, IBtreeSpace space,
@@ -64,7 +69,6 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
         _levelField = levelField;
         _inodeRoot = inodeRoot;
         _ownerByteOffset = ownerByteOffset;
-        _sb.MetaUuid.TryWriteBytes(_uuid, bigEndian: true, out _);
         if (inodeRoot is not null)
             _inodeLevels = new BmdrBlockView(inodeRoot.Root.AsSpan()).Level + 1;
     }
@@ -92,7 +96,48 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
     public bool IsV5 => _sb.IsV5;
     public int BlockSize => (int)_sb.BlockSize;
     public ulong Owner { get; }
-    public ReadOnlySpan<byte> MetadataUuid => _uuid;
+    public ReadOnlySpan<byte> MetadataUuid
+    {
+        get
+        {
+            if (_uuid is null)
+            {
+                _uuid = new byte[16];
+                _sb.MetaUuid.TryWriteBytes(_uuid, bigEndian: true, out _);
+            }
+            return _uuid;
+        }
+    }
+
+    private MetadataBuffer? Joined(ulong pointer)
+    {
+        for (int i = 0; i < _blockCount; i++)
+            if (_blocks[i].Pointer == pointer) return _blocks[i].Buffer;
+        return null;
+    }
+
+    private void Remember(ulong pointer, MetadataBuffer buffer)
+    {
+        for (int i = 0; i < _blockCount; i++)
+            if (_blocks[i].Pointer == pointer)
+            {
+                _blocks[i].Buffer = buffer;
+                return;
+            }
+        if (_blockCount == _blocks.Length) Array.Resize(ref _blocks, _blocks.Length * 2);
+        _blocks[_blockCount++] = (pointer, buffer);
+    }
+
+    private void Forget(ulong pointer)
+    {
+        for (int i = 0; i < _blockCount; i++)
+            if (_blocks[i].Pointer == pointer)
+            {
+                _blocks[i] = _blocks[--_blockCount];
+                _blocks[_blockCount] = default;
+                return;
+            }
+    }
     public bool RootInInode => _inodeRoot is not null;
     public ArraySegment<byte> InodeRoot => _inodeRoot?.Root ?? default;
 
@@ -119,13 +164,18 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
 
     public byte[] Read(ulong pointer, uint magic, long referrerByteOffset)
     {
-        if (_blocks.TryGetValue(pointer, out var joined)) return joined.Contents;
+        if (Joined(pointer) is { } joined) return joined.Contents;
         if (_longPointers ? !_sb.IsValidFsb(pointer) : pointer == 0 || pointer >= _sb.AgBlocks)
             throw Corrupt($"{_name} pointer", referrerByteOffset, $"block {pointer} is outside the {(_longPointers ? "volume" : "AG")}");
         long at = ByteOffset(pointer);
         var verifier = new BlockVerifier(_sb, Owner, magic, _longPointers, _name);
-        var buffer = _tx.Read(at, BlockSize, Owner, verifier, verifier.ForWrite(), BufType.Btree);
-        _blocks[pointer] = buffer;
+        if (_writeVerifier is null || _writeVerifierMagic != magic)
+        {
+            _writeVerifier = verifier.ForWrite();
+            _writeVerifierMagic = magic;
+        }
+        var buffer = _tx.Read(at, BlockSize, Owner, verifier, _writeVerifier, BufType.Btree);
+        Remember(pointer, buffer);
         return buffer.Contents;
     }
 
@@ -133,7 +183,7 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
 
     public void Changed(ulong pointer, byte[] block, int offset, int length)
     {
-        if (!_blocks.TryGetValue(pointer, out var buffer) || !ReferenceEquals(buffer.Contents, block))
+        if (Joined(pointer) is not { } buffer || !ReferenceEquals(buffer.Contents, block))
             throw new InvalidOperationException($"{_name}: change of block {pointer}, which this transaction did not read or allocate");
         if (length > 0) _tx.LogRange(buffer, offset, offset + length - 1);
     }
@@ -143,14 +193,14 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
         ulong pointer = _space.Allocate(_tx, near);
         var verifier = new BlockVerifier(_sb, Owner, _magic, _longPointers, _name);
         var buffer = _tx.GetNew(ByteOffset(pointer), BlockSize, verifier.Kind, Owner, verifier.ForWrite(), BufType.Btree);
-        _blocks[pointer] = buffer;
+        Remember(pointer, buffer);
         block = buffer.Contents;
         return pointer;
     }
 
     public void Free(ulong pointer)
     {
-        _blocks.Remove(pointer);
+        Forget(pointer);
         _tx.Invalidate(ByteOffset(pointer), BlockSize);
         _space.Free(_tx, pointer);
     }

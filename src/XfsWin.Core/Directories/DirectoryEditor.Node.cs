@@ -141,7 +141,7 @@ public sealed partial class DirectoryEditor
     {
         long at = _space.Allocate(_tx, _dir, fileBlock, _fsbPer);
         var buffer = _tx.GetNew(at, _blk, new DirectoryAnyBlockVerifier(_sb, _dir.Number).Kind, _dir.Number,
-            new DirectoryBlockWriteVerifier(_sb, _dir.Number), BufType.DirFree);
+            WriteVerifier, BufType.DirFree);
         _joined[at] = new Joined(buffer, null, NewBlockLogging.Prefix);
         var b = buffer.Contents;
         BinaryPrimitives.WriteUInt32BigEndian(b, FreeMagic);
@@ -203,9 +203,15 @@ public sealed partial class DirectoryEditor
     private sealed record NodeHit(List<PathBlk> Path, Hit Hit);
 
     /// <summary>xfs_dir2_leafn_lookup_for_entry over the leaves holding <paramref name="hash"/> (moving right while a leaf ends with it).</summary>
-    private NodeHit? NodeLookup(uint hash, ReadOnlySpan<byte> name)
+    private NodeHit? NodeLookup(uint hash, ReadOnlySpan<byte> name) => NodeLookup(hash, name, Descend(hash), out _);
+
+    /// <summary>
+    /// As <see cref="NodeLookup(uint, ReadOnlySpan{byte})"/> on a path <see cref="Descend"/> made; <paramref name="moved"/>
+    /// says whether the search left the path's leaf (then the path no longer leads to where the hash goes first).
+    /// </summary>
+    private NodeHit? NodeLookup(uint hash, ReadOnlySpan<byte> name, List<PathBlk> path, out bool moved)
     {
-        var path = Descend(hash);
+        moved = false;
         while (true)
         {
             var leaf = path[^1];
@@ -222,8 +228,23 @@ public sealed partial class DirectoryEditor
                     return new NodeHit(path, hit.Value);
                 }
             }
-            if (leaf.Hash != hash || !PathShift(path, path.Count, forward: true)) return null;
+            if (leaf.Hash != hash) return null;
+            moved = true;
+            if (!PathShift(path, path.Count, forward: true)) return null;
         }
+    }
+
+    /// <summary>
+    /// Adds <paramref name="name"/> unless the directory has it (xfs_dir2_node_addname's lookup and insertion on one
+    /// descent of the hash tree); false when the name exists.
+    /// </summary>
+    private bool NodeTryAdd(ReadOnlySpan<byte> name, ulong ino, XfsFileType type)
+    {
+        uint hash = Hash(name);
+        var path = Descend(hash);
+        if (NodeLookup(hash, name, path, out bool moved) is not null) return false;
+        NodeAdd(name, ino, type, moved ? null : path);
+        return true;
     }
 
     // ================================================================ leaf -> node
@@ -249,11 +270,11 @@ public sealed partial class DirectoryEditor
 
     // ================================================================ add
 
-    private void NodeAdd(ReadOnlySpan<byte> name, ulong ino, XfsFileType type)
+    private void NodeAdd(ReadOnlySpan<byte> name, ulong ino, XfsFileType type, List<PathBlk>? descended = null)
     {
         uint hash = Hash(name);
         int len = EntSize(name.Length);
-        var path = Descend(hash);
+        var path = descended ?? Descend(hash);
 
         // xfs_dir2_leafn_lookup_for_addname: the insertion point, and a data block already holding this hash with room.
         long fitDb = -1, seenFdb = -1;

@@ -54,6 +54,9 @@ public sealed partial class DirectoryEditor
     private readonly int _daMax;
     private readonly byte[] _uuid = new byte[16];
     private readonly Dictionary<long, Joined> _joined = new();
+    private DirectoryBlockWriteVerifier? _writeVerifier;
+    /// <summary>The write verifier of this directory's blocks (one per editor).</summary>
+    private DirectoryBlockWriteVerifier WriteVerifier => _writeVerifier ??= new DirectoryBlockWriteVerifier(_sb, _dir.Number);
 
     private sealed class Joined(MetadataBuffer buffer, byte[]? before, NewBlockLogging logging = NewBlockLogging.Whole)
     {
@@ -175,8 +178,16 @@ public sealed partial class DirectoryEditor
     public bool TryAddEntry(ReadOnlySpan<byte> name, ulong ino, XfsFileType type)
     {
         CheckName(name);
+        var form = Form;
+        if (form == DirectoryForm.Node)
+        {
+            // One descent of the hash tree finds the name or where it goes.
+            if (!NodeTryAdd(name, ino, type)) return false;
+            LogChanges();
+            return true;
+        }
         if (TryLookup(name, out _)) return false;
-        switch (Form)
+        switch (form)
         {
             case DirectoryForm.Shortform: ShortformAdd(name, ino, type); break;
             case DirectoryForm.Block: BlockAdd(name, ino, type); break;
@@ -594,7 +605,7 @@ public sealed partial class DirectoryEditor
     {
         long at = ByteOffsetOf(fileBlock);
         var verifier = new DirectoryAnyBlockVerifier(_sb, _dir.Number);
-        var buffer = _tx.Read(at, _blk, _dir.Number, verifier, new DirectoryBlockWriteVerifier(_sb, _dir.Number), type);
+        var buffer = _tx.Read(at, _blk, _dir.Number, verifier, WriteVerifier, type);
         // The published bytes are the block as it was before this transaction (they change only when it commits).
         if (!_joined.ContainsKey(at)) _joined[at] = new Joined(buffer, buffer.Published!.Data);
         return buffer.Contents;
@@ -605,7 +616,7 @@ public sealed partial class DirectoryEditor
     {
         byteOffset = _space.Allocate(_tx, _dir, fileBlock, _fsbPer);
         var buffer = _tx.GetNew(byteOffset, _blk, new DirectoryAnyBlockVerifier(_sb, _dir.Number).Kind, _dir.Number,
-            new DirectoryBlockWriteVerifier(_sb, _dir.Number), block ? BufType.DirBlock : BufType.DirData);
+            WriteVerifier, block ? BufType.DirBlock : BufType.DirData);
         _joined[byteOffset] = new Joined(buffer, null, block ? NewBlockLogging.BlockForm : NewBlockLogging.NonZero);
         var b = buffer.Contents;
         uint magic = _v5 ? (block ? DirectoryDataBlock.BlockMagicV5 : DirectoryDataBlock.DataMagicV5)
@@ -976,7 +987,7 @@ public sealed partial class DirectoryEditor
     {
         long at = _space.Allocate(_tx, _dir, fileBlock, _fsbPer);
         var buffer = _tx.GetNew(at, _blk, new DirectoryAnyBlockVerifier(_sb, _dir.Number).Kind, _dir.Number,
-            new DirectoryBlockWriteVerifier(_sb, _dir.Number), type);
+            WriteVerifier, type);
         _joined[at] = new Joined(buffer, null, NewBlockLogging.Prefix);
         var b = buffer.Contents;
         SetU16(b, DaBlockInfoView.OffMagic, magic);

@@ -131,10 +131,30 @@ public sealed class BufferLogItem : JournalItem
     private void Measure()
     {
         if (_regions >= 0) return;
-        var runs = Runs();
-        _regions = 1 + runs.Count;
-        _bytes = FormatSize;
-        foreach (var (_, count) in runs) _bytes += count * BufLogFormat.ChunkSize;
+        // What Runs() gives, counted without making the list (this runs at every relog the CIL merges).
+        int runs = 0, chunks = 0, first = -1, lastEnd = 0;
+        if (!IsCancel)
+        {
+            int n = Chunks;
+            for (int c = 0; c < n;)
+            {
+                if (!IsChunkDirty(c)) { c++; continue; }
+                int start = c;
+                while (c < n && IsChunkDirty(c)) c++;
+                if (first < 0) first = start;
+                lastEnd = c;
+                runs++;
+                chunks += c - start;
+            }
+            // Past the region cap the whole span between the first and last dirty chunk is one run.
+            if (runs > MaxDataRegions)
+            {
+                runs = 1;
+                chunks = lastEnd - first;
+            }
+        }
+        _regions = 1 + runs;
+        _bytes = FormatSize + chunks * BufLogFormat.ChunkSize;
     }
 
     public override int RegionCount { get { Measure(); return _regions; } }
