@@ -46,6 +46,8 @@ public sealed class MetadataBuffer
     private int _holds;
     private object? _lockOwner;
     private int _lockDepth;
+    // Owners waiting in AcquireLocked (under State).
+    private int _lockWaiters;
     private byte[]? _working;
     // An array of this buffer's length that nothing references (an image the log's CIL let go, see OfferSpare): the
     // next private copy is made in it instead of a new one.
@@ -286,7 +288,18 @@ public sealed class MetadataBuffer
             _lockDepth++;
             return false;
         }
-        while (_lockOwner is not null) Monitor.Wait(State);
+        while (_lockOwner is not null)
+        {
+            _lockWaiters++;
+            try
+            {
+                Monitor.Wait(State);
+            }
+            finally
+            {
+                _lockWaiters--;
+            }
+        }
         _lockOwner = owner;
         _lockDepth = 1;
         _changedUnderLock = false;
@@ -367,7 +380,8 @@ public sealed class MetadataBuffer
         _copyOnUse = false;
         _changedUnderLock = false;
         _lockOwner = null;
-        Monitor.PulseAll(State);
+        // Waking is a call into the runtime: only when another owner waits for the lock.
+        if (_lockWaiters > 0) Monitor.PulseAll(State);
         return (true, becameDirty);
     }
 
