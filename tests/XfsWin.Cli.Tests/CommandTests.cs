@@ -160,7 +160,10 @@ public class CommandTests
         Assert.Contains("no problems found", quiet.Out, StringComparison.Ordinal);
 
         var forced = Xfswin.Ok("check", "--progress", Tree);
-        Assert.Equal(quiet.Out.Split('\n').Length, forced.Out.Split('\n').Length);
+        // Tests running beside this one loop-mount the same image read-only at times, which check reports in a note of
+        // its own: the lines compared are the rest.
+        static int Lines(string output) => output.Split('\n').Count(l => !l.StartsWith("note: mounted read-only", StringComparison.Ordinal));
+        Assert.Equal(Lines(quiet.Out), Lines(forced.Out));
         foreach (var phase in new[] { "allocation groups", "inodes", "block usage", "directories" })
             Assert.Contains($"check: {phase}: done\n", forced.Err.Replace("\r\n", "\n"), StringComparison.Ordinal);
 
