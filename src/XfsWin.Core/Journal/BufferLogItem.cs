@@ -110,14 +110,7 @@ public sealed class BufferLogItem : JournalItem
     {
         var runs = new List<(int, int)>();
         if (IsCancel) return runs;
-        int n = Chunks;
-        for (int c = 0; c < n;)
-        {
-            if (!IsChunkDirty(c)) { c++; continue; }
-            int start = c;
-            while (c < n && IsChunkDirty(c)) c++;
-            runs.Add((start, c - start));
-        }
+        for (int c = 0; NextRun(ref c, out int first, out int count);) runs.Add((first, count));
         if (runs.Count > MaxDataRegions)
         {
             var (first, _) = runs[0];
@@ -128,29 +121,36 @@ public sealed class BufferLogItem : JournalItem
         return runs;
     }
 
+    /// <summary>The next run of dirty chunks at or after chunk <paramref name="from"/> (moved past it); false when there is none.</summary>
+    private bool NextRun(ref int from, out int first, out int count)
+    {
+        int n = Chunks;
+        while (from < n && !IsChunkDirty(from)) from++;
+        first = from;
+        while (from < n && IsChunkDirty(from)) from++;
+        count = from - first;
+        return count > 0;
+    }
+
     private void Measure()
     {
         if (_regions >= 0) return;
         // What Runs() gives, counted without making the list (this runs at every relog the CIL merges).
-        int runs = 0, chunks = 0, first = -1, lastEnd = 0;
+        int runs = 0, chunks = 0, spanFirst = -1, spanEnd = 0;
         if (!IsCancel)
         {
-            int n = Chunks;
-            for (int c = 0; c < n;)
+            for (int c = 0; NextRun(ref c, out int first, out int count);)
             {
-                if (!IsChunkDirty(c)) { c++; continue; }
-                int start = c;
-                while (c < n && IsChunkDirty(c)) c++;
-                if (first < 0) first = start;
-                lastEnd = c;
+                if (spanFirst < 0) spanFirst = first;
+                spanEnd = first + count;
                 runs++;
-                chunks += c - start;
+                chunks += count;
             }
             // Past the region cap the whole span between the first and last dirty chunk is one run.
             if (runs > MaxDataRegions)
             {
                 runs = 1;
-                chunks = lastEnd - first;
+                chunks = spanEnd - spanFirst;
             }
         }
         _regions = 1 + runs;

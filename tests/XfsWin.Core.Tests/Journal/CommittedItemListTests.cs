@@ -271,4 +271,19 @@ public sealed class CommittedItemListTests
         Assert.Equal([(64L, four)], released);
         Assert.True(((BufferLogItem)cil.Find(new LogItemKey(LogItemType.Buf, 64, 8))!).Image.SequenceEqual(five));
     }
+
+    [Theory]
+    [InlineData(8, 1, 1)]      // one chunk of a 4 KiB block
+    [InlineData(8, 1, 32)]     // all of it
+    [InlineData(8, 3, 11)]     // every third chunk
+    [InlineData(128, 2, 256)]  // every other chunk of a 64 KiB block: as many runs as an item has data regions
+    public void A_buffer_item_measures_what_it_formats(int lengthBB, int step, int dirtyChunks)
+    {
+        var item = BufferLogItem.Create(64, lengthBB, BufType.Btree, new byte[lengthBB << 9], 0, 1);
+        for (int i = 0; i < dirtyChunks; i++) item.MarkDirty(i * step * BufLogFormat.ChunkSize, 1);
+        var regions = Regions(item);
+        Assert.Equal(regions.Count, item.RegionCount);
+        Assert.Equal(regions.Sum(r => r.Length), item.FormattedBytes);
+        Assert.True(regions.Count <= LogItemType.MaxRegionsInItem);
+    }
 }
