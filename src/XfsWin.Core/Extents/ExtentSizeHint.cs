@@ -18,6 +18,21 @@ public static class ExtentSizeHint
     public static uint Of(Inode inode) =>
         (inode.Attributes.Flags & DiExtSize) != 0 && inode.IsRegular ? new DinodeView(inode.Raw).ExtSize : 0;
 
+    /// <summary>XFS_DEFAULT_COWEXTSZ_HINT: the copy-on-write extent size hint of a file that sets neither hint, in blocks.</summary>
+    public const uint DefaultCopyOnWrite = 32;
+
+    /// <summary>
+    /// xfs_get_cowextsz_hint: how far a copy-on-write allocation is rounded out, in blocks: the larger of di_cowextsize
+    /// (when XFS_DIFLAG2_COWEXTSIZE is set) and the extent size hint, <see cref="DefaultCopyOnWrite"/> when neither is set.
+    /// </summary>
+    public static uint CopyOnWrite(Inode inode)
+    {
+        uint cow = (inode.Flags2 & DinodeView.Flag2CowExtSize) != 0 && inode.Version >= 3
+            ? System.Buffers.Binary.BinaryPrimitives.ReadUInt32BigEndian(inode.Raw.AsSpan(DinodeView.OffCowextsize)) : 0;
+        uint hint = Math.Max(cow, Of(inode));
+        return hint == 0 ? DefaultCopyOnWrite : hint;
+    }
+
     /// <summary>
     /// xfs_bmap_extsize_align: the allocation for the hole request [<paramref name="offset"/>, +<paramref name="length"/>)
     /// rounded out to multiples of <paramref name="extsize"/> blocks, then moved or cut so it stays between the end of the

@@ -24,12 +24,16 @@ public sealed partial class XfsVolume
     {
         var w = _write;
         if (!writable || w is null || w.Unmounted || !_mount.Health.IsHealthy || ShutdownReason is not null) return;
-        // Only writes of this open leave blocks past EOF (files other writers left them on keep them until the kernel
-        // mounts the volume again): a close of any other file takes no lock.
-        if (!Volatile.Read(ref w.AnyEofBlocks)) return;
+        // Only writes of this open leave blocks past EOF or staged copy-on-write blocks (files other writers left them
+        // on keep them until the kernel mounts the volume again): a close of any other file takes no lock.
+        if (!Volatile.Read(ref w.AnyEofBlocks) && !w.CowStaging.Any) return;
         using (w.Changes.Change())
         {
-            if (w.Unmounted || w.EofReleased.Contains(inode) || !w.EofBlocks.Contains(inode)) return;
+            if (w.Unmounted) return;
+            // Staged copy-on-write blocks no write used go at every writable close (the kernel keeps them until the
+            // inode leaves memory or its background collection, 30 minutes by default, takes them).
+            if (w.CowStaging.Has(inode)) CancelCowStaging(w, inode);
+            if (w.EofReleased.Contains(inode) || !w.EofBlocks.Contains(inode)) return;
             var current = _inodes.Get(inode);
             if (current.Attributes.LinkCount == 0 || (current.Attributes.Flags & DiFlagAppend) != 0) return;
             if (!CanFreeEofBlocks(current)) return;
@@ -66,9 +70,10 @@ public sealed partial class XfsVolume
         UnmapInSteps(w, inode.Number, EofBlock(inode), ulong.MaxValue);
     }
 
-    /// <summary>xfs_inactive for a linked file: its post-EOF blocks go when the inode leaves memory (last hold, unmount). Under the change lock.</summary>
+    /// <summary>xfs_inactive for a linked file: its staged copy-on-write blocks and post-EOF blocks go when the inode leaves memory (last hold, unmount). Under the change lock.</summary>
     private void InactivateEofBlocks(VolumeWriteState w, ulong inode)
     {
+        if (w.CowStaging.Has(inode)) CancelCowStaging(w, inode);
         w.EofReleased.Remove(inode);
         if (!w.EofBlocks.Contains(inode)) return;
         var current = _inodes.Get(inode);

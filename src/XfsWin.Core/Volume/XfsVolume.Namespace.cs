@@ -1337,6 +1337,7 @@ public sealed partial class XfsVolume
     /// <summary>An unlinked inode whose last hold went: its blocks, then the inode.</summary>
     private void FreeOrphan(VolumeWriteState w, ulong inode)
     {
+        if (w.CowStaging.Has(inode)) CancelCowStaging(w, inode);
         var current = _inodes.Get(inode);
         if (current.Attributes.LinkCount != 0 || current.Mode == 0) return;
         // Nothing names it any more: its blocks go in a rolling transaction first (a directory's too), the inode after.

@@ -205,16 +205,7 @@ public sealed partial class XfsVolume
             staging = allocator.CowStagingExtents(tx, ag);
             tx.Cancel();
         }
-        foreach (var (start, length) in staging)
-        {
-            using var tx = Begin(w, TransactionKind.Write);
-            if (_mount.Superblock.HasRmapbt)
-                tx.Defer(allocator.RmapUpdates, new RmapUpdate(RmapUpdateKind.Free, start, length, RmapOwner.Cow));
-            tx.Defer(allocator.RefcountUpdates, new RefcountUpdate(RefcountUpdateKind.FreeCow, start, length));
-            tx.Defer(allocator.ExtentFrees, new ExtentToFree(start, length, RmapOwner.Null));
-            tx.Commit();
-            AfterCommit(w);
-        }
+        foreach (var (start, length) in staging) FreeStagingExtent(w, start, length);
         return staging.Count;
     }
 }

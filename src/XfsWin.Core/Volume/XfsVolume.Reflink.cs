@@ -258,10 +258,11 @@ public sealed partial class XfsVolume
     /// <summary>
     /// Copy-on-write of the shared blocks of file blocks [<paramref name="first"/>, <paramref name="end"/>) of a
     /// reflinked file (xfs_reflink_allocate_cow, then xfs_reflink_end_cow): each shared run gets staging blocks (a CoW
-    /// staging extent in the refcount btree, so a crash before the remap leaves them to recovery to free), its data is
-    /// copied there with <paramref name="overlay"/> (the bytes of a write at <paramref name="overlayOffset"/>) laid over
-    /// it, then one transaction chain remaps the run: the old blocks leave the file (their count lowered, freed at zero),
-    /// the staging extent leaves the CoW domain and is mapped in. Blocks the file alone uses are left in place.
+    /// staging extent in the refcount btree, so a crash before the remap leaves them to recovery to free; staged ahead
+    /// for the range the copy-on-write extent size hint rounds the run out to, see <see cref="CowStaging"/>), its data
+    /// is copied there with <paramref name="overlay"/> (the bytes of a write at <paramref name="overlayOffset"/>) laid
+    /// over it, then one transaction chain remaps the run: the old blocks leave the file (their count lowered, freed at
+    /// zero), the staging blocks leave the CoW domain and are mapped in. Blocks the file alone uses are left in place.
     /// </summary>
     private void Unshare(VolumeWriteState w, ulong ino, ulong first, ulong end, long overlayOffset, ReadOnlySpan<byte> overlay)
     {
@@ -300,15 +301,15 @@ public sealed partial class XfsVolume
     {
         var sb = _mount.Superblock;
         var allocator = w.FileSpace.Allocator;
+        uint hint = ExtentSizeHint.CopyOnWrite(_inodes.Get(ino));
         for (uint done = 0; done < run.BlockCount;)
         {
             ulong fileBlock = run.FileOffset + done, oldFsb = run.StartBlock + done;
-            ulong newFsb;
-            uint got;
-            using (var tx = Begin(w, TransactionKind.Write))
+            if (!w.CowStaging.TryTake(ino, fileBlock, run.BlockCount - done, out ulong newFsb, out uint got))
             {
-                (newFsb, got) = w.FileSpace.AllocateCow(tx, ino, oldFsb, run.BlockCount - done);
-                tx.Commit();
+                Stage(w, ino, fileBlock, run.BlockCount - done, oldFsb, hint);
+                if (!w.CowStaging.TryTake(ino, fileBlock, run.BlockCount - done, out newFsb, out got))
+                    throw new InvalidOperationException($"inode {ino}: file block {fileBlock} is not staged after staging it");
             }
             CopyBlocks(w, oldFsb, newFsb, got, fileBlock, overlayOffset, overlay);
             // xfs_reflink_end_cow_extent: the data is in the staging blocks before the remap that maps them commits
@@ -326,6 +327,55 @@ public sealed partial class XfsVolume
             AfterCommit(w);
             done += got;
         }
+    }
+
+    /// <summary>
+    /// Stages blocks for file block <paramref name="fileBlock"/> (not staged) and the <paramref name="count"/> - 1 after
+    /// it, rounded out to <paramref name="hint"/> between the file's staged neighbours (xfs_bmap_extsize_align on the
+    /// CoW fork), one staging extent per contiguous piece the allocator finds, the first near
+    /// <paramref name="nearFsb"/> (where the shared block lies), each next one after the last.
+    /// </summary>
+    private void Stage(VolumeWriteState w, ulong ino, ulong fileBlock, uint count, ulong nearFsb, uint hint)
+    {
+        var (previousEnd, nextStart) = w.CowStaging.Neighbours(ino, fileBlock);
+        ulong want = Math.Min(count, nextStart - fileBlock);
+        var (offset, length) = ExtentSizeHint.Align(fileBlock, want, hint, previousEnd, nextStart);
+        ulong near = nearFsb >= fileBlock - offset ? nearFsb - (fileBlock - offset) : nearFsb;
+        for (ulong pos = offset, end = offset + length; pos < end;)
+        {
+            ulong fsb;
+            uint got;
+            using (var tx = Begin(w, TransactionKind.Write))
+            {
+                (fsb, got) = w.FileSpace.AllocateCow(tx, ino, near, (uint)Math.Min(end - pos, BmbtRecord.MaxBlockCount));
+                tx.Commit();
+            }
+            w.CowStaging.Add(ino, pos, fsb, got);
+            pos += got;
+            near = fsb + got;
+        }
+    }
+
+    /// <summary>Frees the blocks staged for <paramref name="ino"/> that no write used (xfs_reflink_cancel_cow_range over the whole file). Under the change lock.</summary>
+    private void CancelCowStaging(VolumeWriteState w, ulong ino)
+    {
+        foreach (var e in w.CowStaging.Remove(ino)) FreeStagingExtent(w, e.StartBlock, e.BlockCount);
+    }
+
+    /// <summary>
+    /// One staging extent leaves the refcount btree's CoW domain, its OWN_COW reverse mapping goes and its blocks are
+    /// freed, in one transaction and its deferred work.
+    /// </summary>
+    private void FreeStagingExtent(VolumeWriteState w, ulong start, uint length)
+    {
+        var allocator = w.FileSpace.Allocator;
+        using var tx = Begin(w, TransactionKind.Write);
+        if (_mount.Superblock.HasRmapbt)
+            tx.Defer(allocator.RmapUpdates, new RmapUpdate(RmapUpdateKind.Free, start, length, RmapOwner.Cow));
+        tx.Defer(allocator.RefcountUpdates, new RefcountUpdate(RefcountUpdateKind.FreeCow, start, length));
+        tx.Defer(allocator.ExtentFrees, new ExtentToFree(start, length, RmapOwner.Null));
+        tx.Commit();
+        AfterCommit(w);
     }
 
     /// <summary>Copies <paramref name="count"/> blocks from <paramref name="fromFsb"/> to <paramref name="toFsb"/> through the file data cache, with the overlay's bytes (file offsets) laid over them.</summary>

@@ -82,6 +82,8 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public bool AnyEofBlocks;
     /// <summary>XFS_EOFBLOCKS_RELEASED: inodes whose post-EOF blocks a close already gave back; later closes keep them (under <see cref="Changes"/>).</summary>
     public readonly HashSet<ulong> EofReleased = new();
+    /// <summary>Copy-on-write staging blocks kept for the writes that follow (under <see cref="Changes"/>).</summary>
+    public readonly CowStaging CowStaging = new();
     /// <summary>Inodes with no name left that are kept while held; freed at their last release (under <see cref="Changes"/>).</summary>
     public readonly HashSet<ulong> Orphans = new();
 
@@ -448,7 +450,9 @@ public sealed partial class XfsVolume
                 {
                     // Holds end with the unmount: inodes unlinked while held are freed (and leave the unlinked lists).
                     lock (w.Holds) w.Holds.Clear();
-                    // Every inode is inactivated at unmount: post-EOF blocks writes left go (xfs_inactive, xfs_free_eofblocks).
+                    // Every inode is inactivated at unmount: staged copy-on-write blocks and post-EOF blocks writes
+                    // left go (xfs_inactive, xfs_reflink_cancel_cow_range, xfs_free_eofblocks).
+                    foreach (ulong ino in w.CowStaging.Inodes()) CancelCowStaging(w, ino);
                     foreach (ulong ino in w.EofBlocks.Order().ToList()) InactivateEofBlocks(w, ino);
                     foreach (ulong orphan in w.Orphans.Order().ToList())
                     {
