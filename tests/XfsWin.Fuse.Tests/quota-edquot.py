@@ -100,6 +100,8 @@ def truncate(path, size):
 
 w, pj = os.path.join(M, "w"), os.path.join(M, "pj")
 steps = [
+    # Root fills a short-form directory of user 1000's to the last entry its inode holds (no blocks: nothing charged).
+    ("root fills a short-form directory of user 1000", 0, 0, lambda: attempt(lambda: fill_directory(os.path.join(w, "sf"), 18, 1000))),
     # User 1000 writes to its hard block limit (crossing the soft one starts its block timer).
     ("u1000 writes", 1000, 1000, lambda: write_until(os.path.join(w, "f"))),
     # At the hard block limit a create is refused for the blocks it reserves, inodes to spare or not.
@@ -111,6 +113,11 @@ steps = [
     ("u1000 removexattr at its block limit", 1000, 1000, lambda: attempt(lambda: os.removexattr(os.path.join(w, "f"), "user.a"))),
     # A hard link in its own directory: refused the reservation, it still goes in where the entry fits.
     ("u1000 links at its block limit", 1000, 1000, lambda: attempt(lambda: os.link(os.path.join(w, "f"), os.path.join(w, "l")))),
+    # A rename reserves what the target directory may need: refused, it goes ahead where the entry fits, and is
+    # refused (EDQUOT) where the target directory must grow a block (its 19th entry no longer fits in the inode).
+    ("u1000 renames at its block limit", 1000, 1000, lambda: attempt(lambda: os.rename(os.path.join(w, "l"), os.path.join(w, "l2")))),
+    ("u1000 renames into a full short-form directory at its block limit", 1000, 1000,
+     lambda: attempt(lambda: os.rename(os.path.join(w, "l2"), os.path.join(w, "sf", "n000000018")))),
     # Overwriting what is allocated needs nothing more.
     ("u1000 overwrites", 1000, 1000, lambda: attempt(lambda: write_over(os.path.join(w, "f")))),
     # Freed blocks make room again.
@@ -148,6 +155,14 @@ steps = [
     ("u1005 moves a 1-block file to project 30 past its limit", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m5"), 1, 30))),
     ("u1005 moves an empty file to project 30 past its limit", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m6"), 0, 30))),
 ]
+
+
+def fill_directory(path, count, owner):
+    """A directory owned by OWNER holding COUNT empty files named n000000000 and on."""
+    os.mkdir(path)
+    os.chown(path, owner, owner)
+    for i in range(count):
+        os.close(os.open(os.path.join(path, "n%09d" % i), os.O_WRONLY | os.O_CREAT, 0o644))
 
 
 def set_project(path, blocks, project):

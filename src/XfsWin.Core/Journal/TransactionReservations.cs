@@ -252,11 +252,39 @@ public sealed class TransactionReservations
     /// <summary>XFS_IALLOC_SPACE_RES: an inode chunk and the inode btree splits it may cause.</summary>
     public int InodeAllocSpaceBlocks => InodeChunkBlocks + (_g.Finobt ? 2 : 1) * InobtMaxLevels;
 
-    /// <summary>XFS_CREATE_SPACE_RES and XFS_MKDIR_SPACE_RES: a new inode and its directory entry.</summary>
-    public int CreateSpaceBlocks => InodeAllocSpaceBlocks + DirEnterSpaceBlocks;
+    /// <summary>XFS_DIRREMOVE_SPACE_RES: the mapping btree blocks removing one directory entry may split.</summary>
+    public int DirRemoveSpaceBlocks => DaEnterBmaps(true);
 
-    /// <summary>XFS_SYMLINK_SPACE_RES: a new inode, its entry and <paramref name="targetBlocks"/> blocks holding its target.</summary>
-    public int SymlinkSpaceBlocks(int targetBlocks) => CreateSpaceBlocks + targetBlocks;
+    /// <summary>
+    /// xfs_parent_calc_space_res: the blocks adding one parent pointer for a name of <paramref name="nameLength"/> bytes
+    /// may allocate (an attribute fork block entry and its mapping; the kernel counts the name's length as blocks there).
+    /// </summary>
+    public int ParentPointerSpaceBlocks(int nameLength) => DaEnterSpaceRes(false) + NextentAddSpaceRes(nameLength, false);
+
+    private int ParentPointerIfAny(int nameLength) => _g.ParentPointers ? ParentPointerSpaceBlocks(nameLength) : 0;
+
+    /// <summary>xfs_create_space_res and xfs_mkdir_space_res: a new inode, its directory entry and its parent pointer.</summary>
+    public int CreateSpaceBlocks(int nameLength) => InodeAllocSpaceBlocks + DirEnterSpaceBlocks + ParentPointerIfAny(nameLength);
+
+    /// <summary>xfs_link_space_res: a new entry and its parent pointer.</summary>
+    public int LinkSpaceBlocks(int nameLength) => DirEnterSpaceBlocks + ParentPointerIfAny(nameLength);
+
+    /// <summary>
+    /// xfs_rename_space_res: the source entry's removal, the target entry, and on parent-pointer volumes the parent
+    /// pointers a rename replaces and adds (the whiteout's too); a replaced target adds one more parent pointer's worth
+    /// on every volume, as the kernel counts it.
+    /// </summary>
+    public int RenameSpaceBlocks(int sourceNameLength, bool targetExists, int targetNameLength, bool whiteout)
+    {
+        int blocks = DirRemoveSpaceBlocks + DirEnterSpaceBlocks;
+        if (_g.ParentPointers)
+        {
+            if (whiteout) blocks += ParentPointerSpaceBlocks(sourceNameLength);
+            blocks += 2 * ParentPointerSpaceBlocks(targetNameLength);
+        }
+        if (targetExists) blocks += ParentPointerSpaceBlocks(targetNameLength);
+        return blocks;
+    }
 
     /// <summary>XFS_ADDAFORK_SPACE_RES: giving an inode an attribute fork (its local data may move to a block).</summary>
     public int AddAttrForkSpaceBlocks => DirFsbCount + DaEnterBmap1B(true);

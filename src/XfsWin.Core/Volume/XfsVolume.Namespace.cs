@@ -159,7 +159,7 @@ public sealed partial class XfsVolume
             uint newGid = (dir.Mode & ModeSetgid) != 0 ? dir.Attributes.Gid : gid;
             uint newProject = (dir.Attributes.Flags & ProjInherit) != 0 ? dir.Attributes.ProjectId : 0;
             PrepareDquots(w, uid, newGid, newProject);
-            w.Quota?.Reserve(uid, newGid, newProject, w.Reservations.CreateSpaceBlocks + dataBlocks, 1);
+            w.Quota?.Reserve(uid, newGid, newProject, w.Reservations.CreateSpaceBlocks(name.Length) + dataBlocks, 1);
             using var tx = Begin(w, kind);
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, parent, dirUpdate.Image);
@@ -253,17 +253,11 @@ public sealed partial class XfsVolume
             RefuseIfLocked(target, "a new link");
             RefuseIfLocked(dir, "a new name", appendAllowed: true);
             RefuseOtherProject(dir, target);
-            // xfs_trans_alloc_dir: the directory's dquots are reserved what the new entry may allocate; when that is
-            // refused, the link goes ahead only if the entry fits the directory's blocks (xfs_dir_canenter).
-            XfsException? refused = null;
-            try
-            {
-                ReserveQuota(w, dir, w.Reservations.DirEnterSpaceBlocks);
-            }
-            catch (XfsException e) when (e.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
-            {
-                refused = e;
-            }
+            // xfs_trans_alloc_dir: the directory's dquots are reserved what the new entry (and its parent pointer) may
+            // allocate; when that is refused, the link goes ahead only if the entry fits the directory's blocks
+            // (xfs_dir_canenter), and never on a parent-pointer volume (the attribute could not be backed out).
+            var refused = TryReserveQuota(w, dir, w.Reservations.LinkSpaceBlocks(newName.Length));
+            if (refused is not null && _mount.Superblock.HasParentPointers) throw refused;
             using var tx = BeginWithParentPointers(w, TransactionKind.Link, target);
             var dirUpdate = new InodeUpdate(dir, _mount.Superblock);
             var dirImage = new DirectoryInodeImage(_mount.Superblock, newParent, dirUpdate.Image);
@@ -438,6 +432,14 @@ public sealed partial class XfsVolume
                 if (!src.IsDirectory && dst.IsDirectory) throw new XfsException(XfsError.IsADirectory, $"\"{Show(newName)}\" is a directory");
                 // XFS answers EEXIST (not ENOTEMPTY) for a rename over a directory that has entries.
                 if (dst.IsDirectory && !IsEmptyDirectory(dst)) throw new XfsException(XfsError.Exists, $"directory \"{Show(newName)}\" is not empty");
+            }
+            // xfs_rename: the target directory's dquots are reserved what the rename may allocate; when that is refused
+            // the rename goes ahead only if a new entry fits the target directory's blocks, and never on a
+            // parent-pointer volume (the attributes could not be backed out).
+            var refused = TryReserveQuota(w, toDir, w.Reservations.RenameSpaceBlocks(name.Length, targetExists, newName.Length, whiteout));
+            if (refused is not null && _mount.Superblock.HasParentPointers) throw refused;
+            if (!exchange && dst is not null)
+            {
                 if (dst.Attributes.LinkCount <= 1 && dst.IsRegular && !IsHeld(target))
                 {
                     ShrinkInSteps(w, target, 0);
@@ -511,7 +513,10 @@ public sealed partial class XfsVolume
                 }
                 else
                 {
+                    ulong toBlocks = new DinodeView(toUpdate.Image).Nblocks;
                     toEditor.AddEntry(newName, source, src.FileType);
+                    // Refused a reservation and the entry needed a new block: the transaction is cancelled unchanged.
+                    if (refused is not null && new DinodeView(toUpdate.Image).Nblocks > toBlocks) throw refused;
                 }
                 if (whiteout)
                 {
@@ -903,6 +908,23 @@ public sealed partial class XfsVolume
     /// <paramref name="blocks"/> more (after <paramref name="freedBlocks"/> the change frees first), or the change is
     /// refused before it starts (<see cref="XfsError.QuotaExceeded"/>, <see cref="XfsError.NoSpace"/> for a project).
     /// </summary>
+    /// <summary>
+    /// <see cref="ReserveQuota"/> for a change that may go ahead without the reservation (xfs_trans_alloc_dir's
+    /// reservationless mode): the refusal (over a limit, or no space) is returned instead of thrown.
+    /// </summary>
+    private static XfsException? TryReserveQuota(VolumeWriteState w, Inode owner, long blocks)
+    {
+        try
+        {
+            ReserveQuota(w, owner, blocks);
+            return null;
+        }
+        catch (XfsException e) when (e.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
+        {
+            return e;
+        }
+    }
+
     private static void ReserveQuota(VolumeWriteState w, Inode owner, long blocks, long freedBlocks = 0) =>
         w.Quota?.Reserve(owner.Attributes.Uid, owner.Attributes.Gid, owner.Attributes.ProjectId, blocks, 0, freedBlocks);
 
