@@ -59,7 +59,10 @@ public sealed class Transaction : IDisposable
     {
         public BufType Type;
         public bool InodeCluster;
-        public uint[] Map = [];
+        // The dirty bitmap's words: the first MapWords of an array kept from the largest buffer this record served.
+        private uint[] _map = [];
+        public int MapWords;
+        public Span<uint> Map => _map.AsSpan(0, MapWords);
         public bool Logged;
         public bool Invalidated;
 
@@ -67,9 +70,9 @@ public sealed class Transaction : IDisposable
         {
             Type = type;
             InodeCluster = inodeCluster;
-            int words = (chunks + 31) / 32;
-            if (Map.Length != words) Map = new uint[words];
-            else Array.Clear(Map);
+            MapWords = (chunks + 31) / 32;
+            if (_map.Length < MapWords) _map = new uint[MapWords];
+            else Array.Clear(_map, 0, MapWords);
             Logged = false;
             Invalidated = false;
             return this;

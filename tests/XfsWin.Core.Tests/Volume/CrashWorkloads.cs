@@ -162,6 +162,26 @@ internal sealed class CrashModel(XfsVolume v, RecordingBlockDevice dev)
         }
     }
 
+    /// <summary>FICLONE: <paramref name="to"/> (a new file in <paramref name="dir"/>) shares every block of <paramref name="from"/>.</summary>
+    public ulong Clone(ulong from, string dir, string name)
+    {
+        var ino = Create(dir, name, []);
+        int start = dev.EventCount;
+        try
+        {
+            V.CloneRange(from, 0, ino, 0, 0);
+        }
+        finally
+        {
+            Files[ino].Content = (byte[])Files[from].Content.Clone();
+            Changed(ino, start);
+        }
+        return ino;
+    }
+
+    /// <summary>The release of a writable open: staged copy-on-write blocks and blocks past EOF are given back.</summary>
+    public void Close(ulong ino) => V.CloseFile(ino, writable: true);
+
     public void Fsync(ulong ino)
     {
         V.Flush(ino);
@@ -346,8 +366,77 @@ internal static class CrashWorkloads
         m.Fsync(keep[5].Ino);
     }
 
+    /// <summary>
+    /// Clones rewritten in small pieces (copy-on-write taking blocks staged for the hint-aligned range, the rest left
+    /// staged until the file's close), the source rewritten under its clones, clones truncated and removed, so crashes
+    /// find staging extents in use, left over and freed. The judge holds a file to one of its states from its last
+    /// durable fsync on, and a crash may keep any subset of the writes after it (on Linux too: copy-on-write remaps
+    /// complete in writeback order), so the files that are judged (the sources and the even clones) take one change
+    /// within one block at a time, each fsynced; the odd clones take runs of writes without a fsync and are judged by
+    /// the kernel's mount and xfs_repair only, until the last change of each, which is fsynced.
+    /// </summary>
+    private static void Reflink(CrashModel m, Random rng)
+    {
+        string d = m.Mkdir("", "reflink");
+        var sources = new List<ulong>();
+        for (int i = 0; i < 3; i++)
+        {
+            var ino = m.Create(d, $"src{i}", Bytes(rng, rng.Next(200_000, 600_000)));
+            m.Fsync(ino);
+            sources.Add(ino);
+        }
+        var clones = new List<ulong>();
+        for (int i = 0; i < 6; i++)
+        {
+            var clone = m.Clone(sources[i % 3], d, $"clone{i}");
+            if (i % 2 == 0) m.Fsync(clone);
+            clones.Add(clone);
+        }
+        // A write inside one block of the file (a whole block, or a few bytes of one).
+        void WriteInOneBlock(ulong ino)
+        {
+            int blocks = m.Files[ino].Content.Length / 4096;
+            int block = rng.Next(0, blocks);
+            int length = rng.Next(2) == 0 ? 4096 : rng.Next(1, 600);
+            m.Write(ino, block * 4096L + (length == 4096 ? 0 : rng.Next(0, 4096 - length)), Bytes(rng, length));
+        }
+        for (int round = 0; round < 4; round++)
+        {
+            for (int i = 0; i < clones.Count; i++)
+            {
+                for (int k = 0; k < 5; k++)
+                {
+                    if (i % 2 == 0)
+                    {
+                        WriteInOneBlock(clones[i]);
+                        m.Fsync(clones[i]);
+                    }
+                    else
+                    {
+                        int size = m.Files[clones[i]].Content.Length, length = rng.Next(1, 20_000);
+                        m.Write(clones[i], rng.Next(0, size - length), Bytes(rng, length));
+                    }
+                }
+            }
+            // The source under its clones, then some closes give staged blocks back.
+            WriteInOneBlock(sources[round % 3]);
+            m.Fsync(sources[round % 3]);
+            foreach (var clone in clones.Where((_, i) => (i + round) % 3 == 0)) m.Close(clone);
+        }
+        // Block-aligned: a cut inside a block zeroes that block's tail first, which a crash may keep without the cut.
+        m.Truncate(clones[1], 17 * 4096);
+        m.Fsync(clones[1]);
+        m.Unlink(d + "/clone4");
+        m.Fsync(clones[0]);
+        m.Write(clones[5], 0, Bytes(rng, 50_000));
+        m.Fsync(clones[5]);
+        m.Write(clones[3], 8192, Bytes(rng, 30_000));
+        m.Fsync(clones[3]);
+    }
+
     public static readonly (string Name, Action<CrashModel, Random> Run)[] All =
-        [("small-files", SmallFiles), ("directory-growth", DirectoryGrowth), ("data", Data), ("namespace", Namespace), ("held-unlinked", HeldUnlinked)];
+        [("small-files", SmallFiles), ("directory-growth", DirectoryGrowth), ("data", Data), ("namespace", Namespace), ("held-unlinked", HeldUnlinked),
+         ("reflink", Reflink)];
 
     /// <summary>A 512 MiB volume made by mkfs.xfs 6.13 with its defaults, with one file the kernel wrote.</summary>
     public static string MakeBase(string directory)
