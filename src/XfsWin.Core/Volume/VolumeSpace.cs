@@ -52,23 +52,25 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
     }
 
     /// <summary>
-    /// Copy-on-write staging blocks for <paramref name="ino"/> (xfs_bmapi_write on the CoW fork): between one and
-    /// <paramref name="maxBlocks"/> contiguous blocks near <paramref name="nearFsb"/>, recorded as a staging extent in the
-    /// refcount btree's CoW domain with an OWN_COW reverse mapping (xfs_refcount_alloc_cow_extent, deferred work), so
-    /// that a crash before they are remapped into the file leaves them to the next mount's recovery to free.
+    /// Copy-on-write staging blocks for <paramref name="ino"/> (xfs_bmapi_write on the CoW fork): between
+    /// <paramref name="minBlocks"/> and <paramref name="maxBlocks"/> contiguous blocks near <paramref name="nearFsb"/>,
+    /// recorded as a staging extent in the refcount btree's CoW domain with an OWN_COW reverse mapping
+    /// (xfs_refcount_alloc_cow_extent, deferred work), so that a crash before they are remapped into the file leaves
+    /// them to the next mount's recovery to free. Null when no extent that long is free (the transaction changed
+    /// nothing it cannot commit or cancel).
     /// </summary>
-    public (ulong Fsb, uint Blocks) AllocateCow(Transaction tx, ulong ino, ulong nearFsb, uint maxBlocks)
+    public (ulong Fsb, uint Blocks)? TryAllocateCow(Transaction tx, ulong ino, ulong nearFsb, uint minBlocks, uint maxBlocks)
     {
-        var got = allocator.Allocate(tx, new AllocationRequest
+        if (allocator.TryAllocate(tx, new AllocationRequest
         {
             Target = Target(tx, nearFsb != 0 ? nearFsb : InodeBlock(ino)),
-            MinLength = 1,
+            MinLength = minBlocks,
             MaxLength = maxBlocks,
             Mode = AllocationMode.Near,
             Scope = AllocationScope.StartAg,
             Owner = RmapOwner.Null,
             MinLeft = 8,
-        });
+        }) is not { } got) return null;
         tx.Defer(allocator.RefcountUpdates, new RefcountUpdate(RefcountUpdateKind.AllocCow, got.StartBlock, got.Length));
         if (sb.HasRmapbt)
             tx.Defer(allocator.RmapUpdates, new RmapUpdate(RmapUpdateKind.Alloc, got.StartBlock, got.Length, RmapOwner.Cow));

@@ -332,8 +332,11 @@ public sealed partial class XfsVolume
     /// <summary>
     /// Stages blocks for file block <paramref name="fileBlock"/> (not staged) and the <paramref name="count"/> - 1 after
     /// it, rounded out to <paramref name="hint"/> between the file's staged neighbours (xfs_bmap_extsize_align on the
-    /// CoW fork), one staging extent per contiguous piece the allocator finds, the first near
-    /// <paramref name="nearFsb"/> (where the shared block lies), each next one after the last.
+    /// CoW fork): one staging extent per contiguous piece the allocator finds, the first reaching
+    /// <paramref name="fileBlock"/> and near <paramref name="nearFsb"/> (where the shared block lies), each next one
+    /// after the last. The write needs only the blocks from <paramref name="fileBlock"/> on: when no extent reaching it
+    /// is free, those alone are staged, and the rest of the range only as far as space allows. Throws NoSpace when not
+    /// even <paramref name="fileBlock"/> can be staged.
     /// </summary>
     private void Stage(VolumeWriteState w, ulong ino, ulong fileBlock, uint count, ulong nearFsb, uint hint)
     {
@@ -341,19 +344,40 @@ public sealed partial class XfsVolume
         ulong want = Math.Min(count, nextStart - fileBlock);
         var (offset, length) = ExtentSizeHint.Align(fileBlock, want, hint, previousEnd, nextStart);
         ulong near = nearFsb >= fileBlock - offset ? nearFsb - (fileBlock - offset) : nearFsb;
-        for (ulong pos = offset, end = offset + length; pos < end;)
+        ulong pos = offset, end = offset + length;
+        if (!TryStagePiece(w, ino, ref pos, end, (uint)(fileBlock - offset + 1), ref near))
         {
-            ulong fsb;
-            uint got;
-            using (var tx = Begin(w, TransactionKind.Write))
-            {
-                (fsb, got) = w.FileSpace.AllocateCow(tx, ino, near, (uint)Math.Min(end - pos, BmbtRecord.MaxBlockCount));
-                tx.Commit();
-            }
-            w.CowStaging.Add(ino, pos, fsb, got);
-            pos += got;
-            near = fsb + got;
+            pos = fileBlock;
+            end = fileBlock + want;
+            near = nearFsb;
+            if (!TryStagePiece(w, ino, ref pos, end, 1, ref near))
+                throw new XfsException(XfsError.NoSpace, $"no space left on the volume for a copy of a shared block of inode {ino}; free some space and retry");
         }
+        while (pos < end && TryStagePiece(w, ino, ref pos, end, 1, ref near)) { }
+    }
+
+    /// <summary>
+    /// Stages file blocks from <paramref name="from"/> (at least <paramref name="minBlocks"/>, at most up to
+    /// <paramref name="end"/>) in one transaction, near <paramref name="near"/>; both move past what was staged. False
+    /// when no extent that long is free.
+    /// </summary>
+    private bool TryStagePiece(VolumeWriteState w, ulong ino, ref ulong from, ulong end, uint minBlocks, ref ulong near)
+    {
+        using var tx = Begin(w, TransactionKind.Write);
+        uint max = (uint)Math.Min(end - from, BmbtRecord.MaxBlockCount);
+        var piece = w.FileSpace.TryAllocateCow(tx, ino, near, Math.Min(minBlocks, max), max);
+        if (piece is null)
+        {
+            // What the failed search did (free-list fixes) is consistent: it commits like any other change.
+            tx.Commit();
+            return false;
+        }
+        tx.Commit();
+        var (fsb, got) = piece.Value;
+        w.CowStaging.Add(ino, from, fsb, got);
+        from += got;
+        near = fsb + got;
+        return true;
     }
 
     /// <summary>Frees the blocks staged for <paramref name="ino"/> that no write used (xfs_reflink_cancel_cow_range over the whole file). Under the change lock.</summary>

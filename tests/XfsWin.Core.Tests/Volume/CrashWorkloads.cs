@@ -370,10 +370,12 @@ internal static class CrashWorkloads
     /// Clones rewritten in small pieces (copy-on-write taking blocks staged for the hint-aligned range, the rest left
     /// staged until the file's close), the source rewritten under its clones, clones truncated and removed, so crashes
     /// find staging extents in use, left over and freed. The judge holds a file to one of its states from its last
-    /// durable fsync on, and a crash may keep any subset of the writes after it (on Linux too: copy-on-write remaps
-    /// complete in writeback order), so the files that are judged (the sources and the even clones) take one change
-    /// within one block at a time, each fsynced; the odd clones take runs of writes without a fsync and are judged by
-    /// the kernel's mount and xfs_repair only, until the last change of each, which is fsynced.
+    /// durable fsync on; a crash may keep any subset of the writes since (on Linux too: copy-on-write remaps complete
+    /// in writeback order), and a write over a block the file no longer shares goes in place, where a torn write
+    /// leaves a block of neither state. So the judged files (the sources and the even clones) take one write inside one
+    /// block at a time, each fsynced, always to a block that file still shares (copied, then remapped in one
+    /// transaction); the odd clones take runs of writes without a fsync and are judged by the kernel's mount and
+    /// xfs_repair, and by their content once their last change is fsynced.
     /// </summary>
     private static void Reflink(CrashModel m, Random rng)
     {
@@ -392,35 +394,38 @@ internal static class CrashWorkloads
             if (i % 2 == 0) m.Fsync(clone);
             clones.Add(clone);
         }
-        // A write inside one block of the file (a whole block, or a few bytes of one).
-        void WriteInOneBlock(ulong ino)
+        // Per source, the blocks any file of its group (the source and its two clones) has written: a block none of
+        // them wrote is still shared by all three.
+        var touched = new[] { new HashSet<int>(), new HashSet<int>(), new HashSet<int>() };
+        void JudgedWrite(ulong ino, int group)
         {
             int blocks = m.Files[ino].Content.Length / 4096;
-            int block = rng.Next(0, blocks);
+            var free = Enumerable.Range(0, blocks).Where(b => !touched[group].Contains(b)).ToList();
+            if (free.Count == 0) return;
+            int block = free[rng.Next(free.Count)];
+            touched[group].Add(block);
             int length = rng.Next(2) == 0 ? 4096 : rng.Next(1, 600);
             m.Write(ino, block * 4096L + (length == 4096 ? 0 : rng.Next(0, 4096 - length)), Bytes(rng, length));
+            m.Fsync(ino);
         }
         for (int round = 0; round < 4; round++)
         {
             for (int i = 0; i < clones.Count; i++)
             {
-                for (int k = 0; k < 5; k++)
+                if (i % 2 == 0)
                 {
-                    if (i % 2 == 0)
-                    {
-                        WriteInOneBlock(clones[i]);
-                        m.Fsync(clones[i]);
-                    }
-                    else
-                    {
-                        int size = m.Files[clones[i]].Content.Length, length = rng.Next(1, 20_000);
-                        m.Write(clones[i], rng.Next(0, size - length), Bytes(rng, length));
-                    }
+                    for (int k = 0; k < 5; k++) JudgedWrite(clones[i], i % 3);
+                    continue;
+                }
+                for (int k = 0; k < 3; k++)
+                {
+                    int size = m.Files[clones[i]].Content.Length, length = rng.Next(1, 8_000), at = rng.Next(0, size - length);
+                    for (int b = at / 4096; b <= (at + length - 1) / 4096; b++) touched[i % 3].Add(b);
+                    m.Write(clones[i], at, Bytes(rng, length));
                 }
             }
             // The source under its clones, then some closes give staged blocks back.
-            WriteInOneBlock(sources[round % 3]);
-            m.Fsync(sources[round % 3]);
+            JudgedWrite(sources[round % 3], round % 3);
             foreach (var clone in clones.Where((_, i) => (i + round) % 3 == 0)) m.Close(clone);
         }
         // Block-aligned: a cut inside a block zeroes that block's tail first, which a crash may keep without the cut.

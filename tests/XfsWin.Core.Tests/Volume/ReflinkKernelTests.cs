@@ -351,6 +351,56 @@ public sealed class ReflinkKernelTests(ITestOutputHelper output) : IDisposable
         AssertSame(expected, actual);
     }
 
+    /// <summary>
+    /// On a volume with fewer usable blocks than the hint-aligned staging takes: the write stages only the
+    /// block it needs, as before the hint, and goes ahead; the kernel reads what was written and repair finds nothing.
+    /// </summary>
+    [Fact]
+    public void Copy_on_write_on_a_nearly_full_volume_stages_only_what_the_write_needs()
+    {
+        string image = Make("6.13", "");
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            var d = v.CreateNode(v.RootInode, "d"u8, 0x81A4, 0, 0).Inode;
+            v.CloneRange(Ino(v, "a"), 0, d, 0, 0);
+            // Fill every block ordinary allocations may use (fallocate in shrinking pieces, then single-block writes,
+            // which need the least room), then free 10 single blocks apart from each other: fewer usable blocks than
+            // the 21 a staging extent reaching file block 20 from its 32-block hint's start needs.
+            var filler = v.CreateNode(v.RootInode, "filler"u8, 0x81A4, 0, 0).Inode;
+            long at = 0;
+            foreach (long chunk in new[] { 64L << 20, 1 << 20, 4096 })
+                while (true)
+                {
+                    try { v.Allocate(filler, at, chunk, FallocateMode.Allocate); }
+                    catch (XfsException e) when (e.Error == XfsError.NoSpace) { break; }
+                    at += chunk;
+                }
+            while (true)
+            {
+                try { v.Write(filler, at, Pattern(0x11, 4096)); }
+                catch (XfsException e) when (e.Error == XfsError.NoSpace) { break; }
+                at += 4096;
+            }
+            for (int i = 0; i < 10; i++) v.Allocate(filler, 4096L * 2 * i, 4096, FallocateMode.PunchHole);
+            ulong free = v.GetStats().FreeBlocks;
+            Assert.Equal(4096, v.Write(d, 20 * 4096L, Pattern(0x3c, 4096)));
+            // One block staged and mapped in, none left staged: a 32-block staging extent would have taken 32 (statfs
+            // also counts the blocks only the per-AG reservations may use, so it does not read as nearly full).
+            output.WriteLine($"filler {at} bytes, {free} blocks free before the write, {v.GetStats().FreeBlocks} after");
+            Assert.Equal(free - 1, v.GetStats().FreeBlocks);
+            var back = new byte[4096];
+            v.Read(d, 20 * 4096L, back);
+            Assert.Equal(Pattern(0x3c, 4096), back);
+        }
+        AssertClean(image);
+        using var mount = LoopMount.Mount(image, readOnly: true);
+        var a = File.ReadAllBytes(Path.Combine(mount.MountPoint, "a"));
+        var dBytes = File.ReadAllBytes(Path.Combine(mount.MountPoint, "d"));
+        Assert.Equal(Pattern(0x3c, 4096), dBytes.AsSpan(20 * 4096, 4096).ToArray());
+        Assert.True(a.AsSpan(0, 20 * 4096).SequenceEqual(dBytes.AsSpan(0, 20 * 4096)));
+        Assert.True(a.AsSpan(21 * 4096).SequenceEqual(dBytes.AsSpan(21 * 4096)));
+    }
+
     [Fact]
     public void A_crash_during_copy_on_write_leaves_staging_extents_that_the_kernel_and_we_remove()
     {
