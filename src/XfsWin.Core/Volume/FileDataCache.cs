@@ -38,7 +38,8 @@ namespace XfsWin.Volume;
 /// </para>
 /// Thread safety: every member takes the cache's own lock, a leaf lock (taken inside the volume's change lock and
 /// inside the log's lock, never the other way round); the writer thread takes it only to pick up and retire a write,
-/// never across a device call.
+/// never across a device call, and a read only around its device read (which runs unlocked, so that concurrent reads
+/// reach the device together).
 /// </summary>
 internal sealed class FileDataCache : IDisposable
 {
@@ -71,6 +72,8 @@ internal sealed class FileDataCache : IDisposable
     private readonly Stack<AlignedBuffer> _freeSlots = new();
     private int _slotsAllocated;
     private long _queued, _completed;
+    // Counts the moves of data from memory to the device (retired writes, write-outs, partial writes), under _lock.
+    private long _movedToDevice;
     private Exception? _writeFailure;
     private Thread? _writer;
     private bool _stopping;
@@ -174,6 +177,7 @@ internal sealed class FileDataCache : IDisposable
             lock (_lock)
             {
                 _inFlight.Dequeue();
+                _movedToDevice++;
                 _freeSlots.Push(next.Buffer);
                 _completed = next.Sequence;
                 if (failure is null)
@@ -230,16 +234,25 @@ internal sealed class FileDataCache : IDisposable
                 return;
             }
             WaitForOverlappingLocked(offset, data.Length);
+            _movedToDevice++;
             _device.Write(offset, data);
         }
     }
 
-    /// <summary>Reads device bytes with the writes in flight, then the held blocks, laid over them.</summary>
+    /// <summary>
+    /// Reads device bytes with the writes in flight, then the held blocks, laid over them. The device read runs outside
+    /// the lock (reads of several threads reach the device together); when data moved from memory to the device
+    /// meanwhile (a write in flight retired, held blocks written out, a partial write), what the read saw may predate
+    /// it, and it reads again under the lock.
+    /// </summary>
     public void Read(long offset, Span<byte> destination)
     {
+        long moved;
+        lock (_lock) moved = _movedToDevice;
+        _device.Read(offset, destination);
         lock (_lock)
         {
-            _device.Read(offset, destination);
+            if (_movedToDevice != moved) _device.Read(offset, destination);
             if (destination.IsEmpty) return;
             // Oldest first, so the newest bytes of a block land last; a write in flight stays queued (and its slot
             // untouched) until it retires under this lock, whatever the device read above saw of it.
@@ -331,6 +344,7 @@ internal sealed class FileDataCache : IDisposable
                 if (_free.Count < _freeLimit) _free.Push(bytes);
             _blocks.Clear();
             _order.Clear();
+            _movedToDevice++;
         }
     }
 

@@ -24,6 +24,8 @@ public sealed partial class XfsVolume : IDisposable
     private readonly DirectoryReader _directories;
     private readonly AttributeReader _attributes;
     private readonly ExtentMapCache _maps;
+    // Spare batches for reads that meet several extents (see ReadCore).
+    private readonly SegmentReadPool _segmentReads = new();
     private readonly AgSummary _agSummary;
     private VolumeInfo _info;
 
@@ -412,22 +414,55 @@ public sealed partial class XfsVolume : IDisposable
         }
     }
 
-    private int ReadCore(ulong inode, long offset, Span<byte> destination)
+    /// <summary>
+    /// The read itself: holes and unwritten extents are zeroed; a read that meets one extent reads it in place, one
+    /// that meets several reads them concurrently (<see cref="SegmentReadBatch"/>).
+    /// </summary>
+    private unsafe int ReadCore(ulong inode, long offset, Span<byte> destination)
     {
         var (_, map, length) = PrepareRead(inode, offset, destination.Length);
-        var dest = destination[..length];
-        long pos = offset;
-        while (dest.Length > 0)
+        var data = _write?.Data;
+        SegmentReadBatch? batch = null;
+        ReadSegment first = default;
+        int firstAt = -1;
+        try
         {
-            var segment = NextSegment(map, pos, dest.Length);
-            if (segment.IsZeros)
-                dest[..segment.Length].Clear();
-            else if (_write is { } w)
-                w.Data.Read(segment.DiskOffset, dest[..segment.Length]);
-            else
-                _mount.Device.Read(segment.DiskOffset, dest[..segment.Length]);
-            dest = dest[segment.Length..];
-            pos += segment.Length;
+            for (int at = 0; at < length;)
+            {
+                var segment = NextSegment(map, offset + at, length - at);
+                if (segment.IsZeros) destination.Slice(at, segment.Length).Clear();
+                else if (firstAt < 0)
+                {
+                    first = segment;
+                    firstAt = at;
+                }
+                else
+                {
+                    if (batch is null)
+                    {
+                        batch = _segmentReads.Rent();
+                        batch.Start(_mount.Device, data);
+                        batch.Add(first.DiskOffset, firstAt, first.Length);
+                    }
+                    batch.Add(segment.DiskOffset, at, segment.Length);
+                }
+                at += segment.Length;
+            }
+        }
+        catch
+        {
+            if (batch is not null) _segmentReads.Return(batch);
+            throw;
+        }
+        if (batch is not null)
+        {
+            fixed (byte* buffer = destination) batch.Run(buffer);
+        }
+        else if (firstAt >= 0)
+        {
+            var target = destination.Slice(firstAt, first.Length);
+            if (data is not null) data.Read(first.DiskOffset, target);
+            else _mount.Device.Read(first.DiskOffset, target);
         }
         return length;
     }
@@ -672,6 +707,7 @@ public sealed partial class XfsVolume : IDisposable
         {
             _readAheadPlanner.Dispose();
             WaitForReadAhead(TimeSpan.FromSeconds(10));
+            _segmentReads.Dispose();
             _mount.Buffers.Dispose();
             if (_ownsDevice) _device.Dispose();
             _ownedLogDevice?.Dispose();

@@ -34,9 +34,18 @@ public sealed class FileDataCacheTests
         public bool CanWrite => true;
         public string IoMode => "memory";
 
+        /// <summary>Closed: a read copies the device's bytes, then waits for it to open (what it returns may be stale by then).</summary>
+        public readonly ManualResetEventSlim ReadGate = new(initialState: true);
+        public readonly SemaphoreSlim ReadStarted = new(0);
+
         public void Read(long offset, Span<byte> destination)
         {
             lock (Bytes) Bytes.AsSpan((int)offset, destination.Length).CopyTo(destination);
+            if (!ReadGate.IsSet)
+            {
+                ReadStarted.Release();
+                ReadGate.Wait();
+            }
         }
 
         public ValueTask ReadAsync(long offset, Memory<byte> destination, CancellationToken cancellationToken = default)
@@ -102,6 +111,27 @@ public sealed class FileDataCacheTests
         Assert.Equal([(1L << 20, 1 << 20), (2L << 20, 1 << 20), (3L << 20, 1 << 20)], device.Writes);
         Assert.All(device.Bytes.AsSpan(1 << 20, 3 << 20).ToArray(), b => Assert.Equal(0xA5, b));
         Assert.Equal(3, cache.DeviceWrites);
+    }
+
+    /// <summary>
+    /// A read reads the device outside the cache's lock: when held blocks go to the device while it does (a checkpoint's
+    /// write-out), what it read may predate them, and the blocks are no longer there to lay over it; it reads again.
+    /// </summary>
+    [Fact]
+    public async Task A_read_that_a_write_out_overtakes_returns_the_written_bytes()
+    {
+        var device = new GatedWriteDevice(1 << 20);
+        using var cache = new FileDataCache(device, Block);
+        cache.Write(Block, Filled(Block, 0x44));
+        device.ReadGate.Reset();
+        var read = new byte[Block];
+        var reader = Task.Run(() => cache.Read(Block, read));
+        Assert.True(await device.ReadStarted.WaitAsync(HangLimit)); // it has the device's zeros, and waits
+        await Bounded(cache.WriteOut);
+        Assert.Equal(0, cache.Count);
+        device.ReadGate.Set();
+        await reader.WaitAsync(HangLimit);
+        Assert.All(read, b => Assert.Equal(0x44, b));
     }
 
     [Fact]
