@@ -366,13 +366,9 @@ public sealed partial class XfsVolume
         using var tx = Begin(w, TransactionKind.Write);
         uint max = (uint)Math.Min(end - from, BmbtRecord.MaxBlockCount);
         var piece = w.FileSpace.TryAllocateCow(tx, ino, near, Math.Min(minBlocks, max), max);
-        if (piece is null)
-        {
-            // What the failed search did (free-list fixes) is consistent: it commits like any other change.
-            tx.Commit();
-            return false;
-        }
+        // A search that found nothing leaves only consistent free-list fixes: it commits like any other change.
         tx.Commit();
+        if (piece is null) return false;
         var (fsb, got) = piece.Value;
         w.CowStaging.Add(ino, from, fsb, got);
         from += got;
