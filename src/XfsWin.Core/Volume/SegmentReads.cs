@@ -31,15 +31,12 @@ internal sealed unsafe class SegmentReadBatch
 
     public SegmentReadBatch(SegmentReadPool pool) => _pool = pool;
 
-    public int Count => _count;
-
     /// <summary>Starts a batch that reads through <paramref name="data"/> when given (a read-write open), else <paramref name="device"/>.</summary>
     public void Start(IBlockDevice device, FileDataCache? data)
     {
         _device = device;
         _data = data;
         _count = 0;
-        _failure = null;
     }
 
     /// <summary>Adds the piece of <paramref name="length"/> bytes at device byte <paramref name="disk"/> that goes to <paramref name="destination"/> bytes into the buffer.</summary>

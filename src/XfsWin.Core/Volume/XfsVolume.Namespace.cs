@@ -904,11 +904,6 @@ public sealed partial class XfsVolume
     }
 
     /// <summary>
-    /// xfs_trans_reserve_quota_nblks for a change of <paramref name="owner"/>'s blocks: its dquots must take
-    /// <paramref name="blocks"/> more (after <paramref name="freedBlocks"/> the change frees first), or the change is
-    /// refused before it starts (<see cref="XfsError.QuotaExceeded"/>, <see cref="XfsError.NoSpace"/> for a project).
-    /// </summary>
-    /// <summary>
     /// <see cref="ReserveQuota"/> for a change that may go ahead without the reservation (xfs_trans_alloc_dir's
     /// reservationless mode): the refusal (over a limit, or no space) is returned instead of thrown.
     /// </summary>
@@ -925,6 +920,11 @@ public sealed partial class XfsVolume
         }
     }
 
+    /// <summary>
+    /// xfs_trans_reserve_quota_nblks for a change of <paramref name="owner"/>'s blocks: its dquots must take
+    /// <paramref name="blocks"/> more (after <paramref name="freedBlocks"/> the change frees first), or the change is
+    /// refused before it starts (<see cref="XfsError.QuotaExceeded"/>, <see cref="XfsError.NoSpace"/> for a project).
+    /// </summary>
     private static void ReserveQuota(VolumeWriteState w, Inode owner, long blocks, long freedBlocks = 0) =>
         w.Quota?.Reserve(owner.Attributes.Uid, owner.Attributes.Gid, owner.Attributes.ProjectId, blocks, 0, freedBlocks);
 
