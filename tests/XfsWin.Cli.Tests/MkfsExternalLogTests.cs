@@ -93,7 +93,7 @@ public sealed partial class MkfsTests
         }
         finally
         {
-            Shell.Run("losetup", "-d", logLoop);
+            XfsWin.TestSupport.LoopMount.Detach(logLoop);
         }
         AssertRepairClean(image, log);
         Assert.Equal("outside", ReadSuperblock(image).Label);

@@ -320,7 +320,7 @@ public sealed partial class MkfsTests : IDisposable
         }
         finally
         {
-            Shell.Run("losetup", "-d", loop);
+            XfsWin.TestSupport.LoopMount.Detach(loop);
         }
     }
 
@@ -360,7 +360,7 @@ public sealed partial class MkfsTests : IDisposable
         }
         finally
         {
-            Shell.Run("losetup", "-d", loop);
+            XfsWin.TestSupport.LoopMount.Detach(loop);
         }
     }
 

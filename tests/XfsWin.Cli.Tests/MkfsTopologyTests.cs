@@ -83,7 +83,7 @@ public sealed partial class MkfsTests
         }
         finally
         {
-            Shell.Run("losetup", "-d", loop);
+            XfsWin.TestSupport.LoopMount.Detach(loop);
         }
     }
 }

@@ -44,7 +44,7 @@ public sealed class ExternalLogMountTests : IDisposable
         }
         finally
         {
-            XfsWin.TestSupport.Shell.Run("losetup", "-d", logLoop);
+            LoopMount.Detach(logLoop);
         }
         var repair = XfsWin.TestSupport.Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", "-l", log, image);
         Assert.True(repair.ExitCode == 0, repair.StandardOutput + repair.StandardError);

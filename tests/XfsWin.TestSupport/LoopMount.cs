@@ -26,7 +26,8 @@ public sealed class LoopMount : IDisposable
     {
         if (!File.Exists(image))
             throw new FileNotFoundException($"image {image} does not exist", image);
-        var loop = Shell.RunChecked("losetup", "--find", "--show", readOnly ? "--read-only" : "--nooverlap", image)
+        // No --nooverlap: it would hand back (or refuse over) a device of an earlier mount still being released.
+        var loop = Shell.RunChecked("losetup", readOnly ? ["--find", "--show", "--read-only", image] : ["--find", "--show", image])
             .StandardOutput.Trim();
         if (!loop.StartsWith("/dev/loop", StringComparison.Ordinal))
         {
@@ -45,7 +46,7 @@ public sealed class LoopMount : IDisposable
         }
         catch
         {
-            Shell.Run("losetup", "-d", loop);
+            Detach(loop);
             if (dir is not null)
                 TryDeleteDirectory(dir);
             throw;
@@ -68,13 +69,34 @@ public sealed class LoopMount : IDisposable
         }
         if (IsMounted(MountPoint))
             errors.Add($"umount {MountPoint}: {umount?.StandardError.Trim()}");
-        var detach = Shell.Run("losetup", "-d", LoopDevice);
-        if (detach.ExitCode != 0 && !detach.StandardError.Contains("No such device", StringComparison.Ordinal))
-            errors.Add($"losetup -d {LoopDevice}: {detach.StandardError.Trim()}");
+        var detachError = Detach(LoopDevice);
+        if (detachError is not null)
+            errors.Add(detachError);
         if (!IsMounted(MountPoint))
             TryDeleteDirectory(MountPoint);
         if (errors.Count > 0)
             throw new InvalidOperationException("could not clean up a loop mount: " + string.Join("; ", errors));
+    }
+
+    /// <summary>
+    /// Detaches <paramref name="loopDevice"/> and waits until the kernel has let go of its backing file. While anything
+    /// (udev's probe of a new device, say) still has the device open, `losetup -d` only marks it to go at the last
+    /// close; the image stays attached until then, and a test that next opens the image (our mount refuses attached
+    /// images) or attaches it again would see the old device. Returns an error message, or null.
+    /// </summary>
+    public static string? Detach(string loopDevice)
+    {
+        var detach = Shell.Run("losetup", "-d", loopDevice);
+        if (detach.ExitCode != 0 && !detach.StandardError.Contains("No such device", StringComparison.Ordinal))
+            return $"losetup -d {loopDevice}: {detach.StandardError.Trim()}";
+        string backingFile = $"/sys/block/{Path.GetFileName(loopDevice)}/loop/backing_file";
+        for (var waited = 0; File.Exists(backingFile); waited++)
+        {
+            if (waited == 600)
+                return $"{loopDevice} was still attached 30 s after losetup -d";
+            Thread.Sleep(50);
+        }
+        return null;
     }
 
     public static bool IsMounted(string mountPoint)

@@ -213,7 +213,7 @@ public sealed class KernelLogReplayTests : IDisposable
         }
         finally
         {
-            if (logLoop is not null) Shell.Run("losetup", "-d", logLoop);
+            if (logLoop is not null) LoopMount.Detach(logLoop);
         }
     }
 
