@@ -460,6 +460,18 @@ public sealed class AgAllocator
     private AgWork Join(Transaction tx, TxWork work, uint agno)
     {
         if (work.Ags.TryGetValue(agno, out var w)) return w;
+        // Frees whose checkpoint reached the disk since the AG was last looked at stop being busy before this
+        // transaction searches it (the kernel clears them as each checkpoint completes).
+        var s = _ags[agno];
+        long durable = _log.DurableSequence;
+        lock (s.Sync)
+        {
+            if (durable > s.BusyPrunedTo)
+            {
+                s.Busy.Prune(durable);
+                s.BusyPrunedTo = durable;
+            }
+        }
         var verifier = new AgfBufferVerifier(_sb, agno);
         var agf = tx.Read(AgfOffset(agno), _sb.SectorSize, agno, verifier, verifier.ForWrite(), BufType.Agf);
         var a = agf.Contents;

@@ -354,6 +354,15 @@ public sealed partial class XfsVolume
         if (update.DataFormat is ForkFormat.Extents or ForkFormat.Btree && update.DataExtentCount > 0)
         {
             var editor = new ExtentMapEditor(tx, update, w.FileSpace);
+            // A remote symlink's blocks are metadata buffers (one per extent, as WriteRemoteSymlink made them): they are
+            // invalidated before the blocks go, as xfs_inactive_symlink_rmt does, so that a buffer still dirty is never
+            // written back over whatever the blocks hold next, and recovery replays none of its older images.
+            if ((update.Mode & TypeMask) == TypeSymlink)
+            {
+                var sb = _mount.Superblock;
+                foreach (var extent in editor.Extents)
+                    tx.Invalidate(sb.FsbToByte(extent.StartBlock), checked((int)(extent.BlockCount << sb.BlockLog)));
+            }
             editor.Unmap(0, ulong.MaxValue);
             editor.Save();
         }

@@ -373,6 +373,52 @@ public sealed class NamespaceKernelTests(ITestOutputHelper output) : IDisposable
         using (var f = new FileStream(Path.Combine(mount.MountPoint, "big"), FileMode.Append)) f.Write(chunk);
     }
 
+    /// <summary>
+    /// A remote symlink's target block is a metadata buffer that stays dirty until the log's writeback pushes it. Removed
+    /// and its block reused for file data in the same open, the buffer must be invalidated with the free (as the kernel's
+    /// xfs_inactive_symlink_rmt does): written back at unmount it would overwrite the file's data with the old target.
+    /// </summary>
+    [Fact]
+    public void A_removed_remote_symlink_never_overwrites_the_data_its_block_holds_next()
+    {
+        string image = Make("6.1", "");
+        byte[] N(string s) => Encoding.UTF8.GetBytes(s);
+        var data = new byte[8 * 4096];
+        new Random(9).NextBytes(data);
+        var linkBlocks = new HashSet<ulong>();
+        int reused = 0;
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero }))
+        {
+            // Targets longer than the inode's literal area: a block each, whose buffers stay dirty.
+            for (int i = 0; i < 8; i++)
+            {
+                var link = v.MakeSymlink(v.RootInode, N($"long-link-{i}"), N(new string((char)('a' + i), 1000)), 0, 0).Inode;
+                Assert.True(Map(v, link).TryFind(0, out var extent, out _));
+                linkBlocks.Add(extent.StartBlock);
+            }
+            for (int i = 0; i < 8; i++) v.Unlink(v.RootInode, N($"long-link-{i}"));
+            // The frees are on disk (the blocks are no longer busy); nothing is written back in place yet.
+            v.Sync();
+            var file = v.CreateNode(v.RootInode, N("file"), 0x81A4, 0, 0).Inode;
+            // A block per write, each placed near the file's last one: the small free pieces the symlinks left.
+            for (int b = 0; b < 8; b++) v.Write(file, b * 4096, data.AsSpan(b * 4096, 4096));
+            var map = Map(v, file);
+            for (ulong fileBlock = 0; fileBlock < 8; fileBlock++)
+            {
+                if (map.TryFind(fileBlock, out var extent, out _) && linkBlocks.Contains(extent.StartBlock + (fileBlock - extent.FileOffset)))
+                    reused++;
+            }
+        }
+        // The form this test is about: the file's data went to blocks the symlinks' targets had.
+        Assert.True(reused > 0, $"the file's blocks are none of the symlinks' ({string.Join(", ", linkBlocks)})");
+        AssertRepairClean(image, "6.1");
+        using var mount = LoopMount.Mount(image, readOnly: true);
+        Assert.Equal(data, File.ReadAllBytes(Path.Combine(mount.MountPoint, "file")));
+    }
+
+    private static XfsWin.Extents.ExtentMap Map(XfsVolume v, ulong ino) =>
+        new(v.Mount, new XfsWin.Inodes.InodeCache(v.Mount).Get(ino), XfsWin.Extents.ForkKind.Data);
+
     [Fact]
     public void Renaming_over_a_file_with_blocks_frees_them_once()
     {
