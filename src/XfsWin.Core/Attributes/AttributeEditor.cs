@@ -114,8 +114,10 @@ public sealed class AttributeEditor
         var old = i >= 0 ? _entries[i] : null;
         if (i >= 0) _entries[i] = entry;
         else _entries.Add(entry);
-        if (HasBlocks && TryChangeOneLeaf(old, entry)) return;
-        Write(removing: false);
+        // A replace in block form ends as the kernel's does, with the old entry's removal (xfs_attr_leaf_remove_attr):
+        // a fork whose entries then all fit short-form goes back to short-form.
+        if (HasBlocks && (old is null || !ShrinksOnRemoval()) && TryChangeOneLeaf(old, entry)) return;
+        Write(removing: old is not null);
     }
 
     /// <summary>
@@ -417,8 +419,25 @@ public sealed class AttributeEditor
                 return;
             }
         }
-        if (!HasFork) AddFork(AttrShortformView.HeaderSize + ShortformEntrySize(_entries[^1]));
+        // xfs_attr_set sizes the new fork for the new entry with xfs_attr_sf_entsize_byname, whose lengths are 8-bit:
+        // a value too long for short-form counts its length modulo 256 there, and the fork is placed accordingly.
+        if (!HasFork)
+        {
+            var added = _entries[^1];
+            AddFork(AttrShortformView.HeaderSize + AttrShortformView.EntryHeaderSize + added.Name.Length + (byte)added.ValueLength);
+        }
         WriteBlocks(removing);
+    }
+
+    /// <summary>
+    /// The empty fork xfs_attr_set adds (xfs_bmap_add_attrfork, in a transaction of its own) to an inode that has none
+    /// before it looks the name up, placed for the entry the set would make: a replace of a name that is not there
+    /// fails after it, leaving the fork.
+    /// </summary>
+    public void AddEmptyFork(int nameLength, int valueLength)
+    {
+        if (HasFork) return;
+        AddFork(AttrShortformView.HeaderSize + AttrShortformView.EntryHeaderSize + nameLength + (byte)valueLength);
     }
 
     /// <summary>xfs_bmap_add_attrfork: places the new fork and moves the data fork's content where it no longer fits.</summary>

@@ -177,7 +177,7 @@ public sealed partial class XfsVolume
             }
             var now = Now();
             var inode = NewInode(ino, mode, uid, gid, dir, now);
-            if (w.ParentPointerWork is not null) InitAttrFork(inode, Inode.FileTypeOf(mode));
+            if (w.ParentPointerWork is not null || (mode & TypeMask) != TypeSymlink) InitAttrFork(inode, Inode.FileTypeOf(mode));
             shape(tx, inode);
             // The name is looked up once, where it goes in; when it exists the transaction (inode allocation included) is cancelled.
             if (!editor.TryAddEntry(name, ino, Inode.FileTypeOf(mode)))
@@ -638,8 +638,12 @@ public sealed partial class XfsVolume
     }
 
     /// <summary>
-    /// A new inode on a parent-pointer volume starts with an empty attribute fork at the default offset, as the kernel's
-    /// create does when attributes follow at once (XFS_ICREATE_INIT_XATTRS); its data fork is sized by it from the start.
+    /// A new inode starts with an empty attribute fork at the default offset where the kernel's create gives it one
+    /// (XFS_ICREATE_INIT_XATTRS); its data fork is sized by it from the start. The kernel does so for every inode on a
+    /// parent-pointer volume, and otherwise for files, directories and device nodes when a security module keeps
+    /// per-superblock state (xfs_create_need_xattr: attributes are then expected at once), as the kernels of common
+    /// distributions do; never for symlinks, whiteouts and O_TMPFILE files without parent pointers. Both forms are valid
+    /// XFS; this one keeps short-form directories, local symlinks and extent lists changing form where the kernel's do.
     /// </summary>
     private void InitAttrFork(InodeUpdate inode, XfsFileType type)
     {
@@ -1233,7 +1237,17 @@ public sealed partial class XfsVolume
             var editor = new AttributeEditor(tx, update, w.FileSpace, inode => MoveLocalData(tx, w, inode));
             bool exists = editor.Contains(ns, name);
             if (mode == XattrSetMode.Create && exists) throw new XfsException(XfsError.Exists, $"attribute \"{XattrNames.ToLinuxName(ns, name)}\" exists already");
-            if (mode == XattrSetMode.Replace && !exists) throw new XfsException(XfsError.NoAttribute, $"attribute \"{XattrNames.ToLinuxName(ns, name)}\" does not exist");
+            if (mode == XattrSetMode.Replace && !exists)
+            {
+                if (!current.HasAttrFork)
+                {
+                    editor.AddEmptyFork(name.Length, value.Length);
+                    update.Log(tx, _inodes);
+                    tx.Commit();
+                    AfterCommit(w);
+                }
+                throw new XfsException(XfsError.NoAttribute, $"attribute \"{XattrNames.ToLinuxName(ns, name)}\" does not exist");
+            }
             editor.Set(ns, name, value);
             update.Touch(Now(), modified: false);
             update.Log(tx, _inodes);

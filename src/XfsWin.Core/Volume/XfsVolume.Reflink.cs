@@ -123,6 +123,9 @@ public sealed partial class XfsVolume
         if (_mount.Superblock.HasReflink && sourceOffset % bs == 0 && destinationOffset % bs == 0)
         {
             long remap = sourceOffset + count == sizeIn ? count : count / bs * bs;
+            // generic_remap_check_len with REMAP_FILE_CAN_SHORTEN: a partial EOF block is linked only at or past the
+            // destination's EOF; inside it the remap stops at the last whole block, and the call returns that count.
+            if (remap % bs != 0 && destinationOffset + remap < dst.Size) remap = remap / bs * bs;
             if (remap > 0)
             {
                 try

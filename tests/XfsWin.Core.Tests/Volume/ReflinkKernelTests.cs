@@ -226,6 +226,38 @@ public sealed class ReflinkKernelTests(ITestOutputHelper output) : IDisposable
         AssertSame(expected, actual);
     }
 
+    /// <summary>
+    /// copy_file_range tries a remap first and returns what it remapped (REMAP_FILE_CAN_SHORTEN): a source ending in a
+    /// partial block, copied to the start of a longer file, is remapped up to its last whole block only
+    /// (generic_remap_check_len) and the call returns that count; the caller copies the rest with a second call.
+    /// </summary>
+    [Fact]
+    public void Copy_file_range_of_a_partial_last_block_into_a_longer_file_stops_at_the_last_whole_block()
+    {
+        string image = Make("6.13", "");
+        string kernelImage = Path.Combine(_tmp, "kernel.img");
+        File.Copy(image, kernelImage);
+        long kernelCount;
+        using (var mount = LoopMount.Mount(kernelImage, readOnly: false))
+        {
+            const string Script = """
+                import os, sys
+                src = os.open(sys.argv[1], os.O_RDONLY); dst = os.open(sys.argv[2], os.O_WRONLY)
+                print(os.copy_file_range(src, dst, 1 << 20, 0, 0))
+                """;
+            kernelCount = long.Parse(Shell.RunChecked("python3", "-c", Script, Path.Combine(mount.MountPoint, "c"), Path.Combine(mount.MountPoint, "a")).StandardOutput.Trim());
+        }
+        long ourCount;
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+            ourCount = v.CopyFileRange(v.ResolvePath("/c"), 0, v.ResolvePath("/a"), 0, 1 << 20);
+        // c has 300,000 bytes: 73 whole blocks and 992 bytes.
+        Assert.Equal(73 * 4096, kernelCount);
+        Assert.Equal(kernelCount, ourCount);
+        using var k = LoopMount.Mount(kernelImage, readOnly: true);
+        using var o = LoopMount.Mount(image, readOnly: true);
+        Assert.Equal(SHA256.HashData(File.ReadAllBytes(Path.Combine(k.MountPoint, "a"))), SHA256.HashData(File.ReadAllBytes(Path.Combine(o.MountPoint, "a"))));
+    }
+
     [Fact]
     public void Clone_checks_answer_as_the_kernel_does()
     {
