@@ -7,6 +7,7 @@
 # `bench/differential-soak.sh SEED 1`. About 3 s per seed on 2 cores. Needs root (loop mounts, FUSE) and what
 # scripts/test.sh installs.
 # Usage: bench/differential-soak.sh [FIRST_SEED [COUNT]]   (default 1000 100)
+#   XFSWIN_DIFF_MKFS="-n parent=1 -b size=1024"   mkfs.xfs options for every volume (then mkfs.xfs 6.13 for all seeds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "Run as root: the harness loop-mounts images and mounts FUSE." >&2; exit 1; }
