@@ -56,6 +56,11 @@ public static class MountCommand
                                   sync_interval=S      rw: seconds between the server's own syncs, which
                                                        make durable what nobody fsynced (default 30, as
                                                        the kernel's XFS; 0: only fsync, sync and unmount)
+                                  attr_fork=create|first  rw: new files, directories and device nodes
+                                                       get their attribute fork when created (default,
+                                                       as current kernels) or with their first
+                                                       attribute (as Linux 6.1): which kernel's on-disk
+                                                       shapes new inodes follow; both are valid XFS
                                   debug                libfuse's request trace (implies -f)
                                 others are passed to libfuse as they are
           --allow-other, --default-permissions, --uid N, --gid N   same as the -o forms
@@ -155,7 +160,7 @@ public static class MountCommand
         try
         {
             volume = XfsVolume.Open(parsed.Source, parsed.ReadWrite
-                ? new VolumeOpenOptions { Writable = true, LogDevice = parsed.LogDevice, SyncInterval = parsed.SyncInterval }
+                ? new VolumeOpenOptions { Writable = true, LogDevice = parsed.LogDevice, SyncInterval = parsed.SyncInterval, AttrForkAtCreate = parsed.AttrForkAtCreate }
                 : new VolumeOpenOptions { Writable = false, Replay = parsed.Replay, LogDevice = parsed.LogDevice });
         }
         catch (Exception e) when (e is IOException or UnauthorizedAccessException or ArgumentException)
@@ -395,6 +400,7 @@ internal sealed class MountArguments
     /// <summary>-o logdev=PATH: the external log device of a volume made with mkfs -l logdev=.</summary>
     public string? LogDevice { get; private set; }
     public TimeSpan SyncInterval { get; private set; } = new VolumeOpenOptions().SyncInterval;
+    public bool AttrForkAtCreate { get; private set; } = new VolumeOpenOptions().AttrForkAtCreate;
     public List<string> ExtraOptions { get; } = [];
 
     /// <summary>
@@ -571,6 +577,14 @@ internal sealed class MountArguments
                     SyncInterval = int.TryParse(Value(), NumberStyles.None, CultureInfo.InvariantCulture, out var seconds) && seconds <= 86400
                         ? TimeSpan.FromSeconds(seconds)
                         : throw new ArgumentException($"sync_interval must be a number of seconds from 0 (off) to 86400, not '{value}'.");
+                    break;
+                case "attr_fork":
+                    AttrForkAtCreate = Value() switch
+                    {
+                        "create" => true,
+                        "first" => false,
+                        _ => throw new ArgumentException($"attr_fork is 'create' or 'first', not '{value}'."),
+                    };
                     break;
                 case "debug":
                     Debug = true;

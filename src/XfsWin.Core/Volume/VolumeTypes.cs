@@ -38,6 +38,15 @@ public sealed record VolumeOpenOptions
     /// changes durable then).
     /// </summary>
     public TimeSpan SyncInterval { get; init; } = TimeSpan.FromSeconds(30);
+
+    /// <summary>
+    /// Whether new files, directories and device nodes get their (empty) attribute fork when they are created, as
+    /// current Linux kernels with a security module give it (the default), or with their first attribute, as Linux 6.1
+    /// and kernels without one do. Both are valid XFS; the fork's offset decides when short-form directories, local
+    /// symlinks and extent lists change form, so this picks which kernel's shapes new inodes follow. Parent-pointer
+    /// volumes always give the fork at create, as every kernel does there.
+    /// </summary>
+    public bool AttrForkAtCreate { get; init; } = true;
 }
 
 /// <summary>statfs(2) figures, from the superblock counters.</summary>

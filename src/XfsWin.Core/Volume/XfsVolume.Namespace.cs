@@ -177,7 +177,7 @@ public sealed partial class XfsVolume
             }
             var now = Now();
             var inode = NewInode(ino, mode, uid, gid, dir, now);
-            if (w.ParentPointerWork is not null || (mode & TypeMask) != TypeSymlink) InitAttrFork(inode, Inode.FileTypeOf(mode));
+            if (w.ParentPointerWork is not null || (_attrForkAtCreate && (mode & TypeMask) != TypeSymlink)) InitAttrFork(inode, Inode.FileTypeOf(mode));
             shape(tx, inode);
             // The name is looked up once, where it goes in; when it exists the transaction (inode allocation included) is cancelled.
             if (!editor.TryAddEntry(name, ino, Inode.FileTypeOf(mode)))
@@ -640,10 +640,11 @@ public sealed partial class XfsVolume
     /// <summary>
     /// A new inode starts with an empty attribute fork at the default offset where the kernel's create gives it one
     /// (XFS_ICREATE_INIT_XATTRS); its data fork is sized by it from the start. The kernel does so for every inode on a
-    /// parent-pointer volume, and otherwise for files, directories and device nodes when a security module keeps
-    /// per-superblock state (xfs_create_need_xattr: attributes are then expected at once), as the kernels of common
-    /// distributions do; never for symlinks, whiteouts and O_TMPFILE files without parent pointers. Both forms are valid
-    /// XFS; this one keeps short-form directories, local symlinks and extent lists changing form where the kernel's do.
+    /// parent-pointer volume, and otherwise (current kernels: Linux 6.1 does not) for files, directories and device nodes
+    /// when a security module keeps per-superblock state (xfs_create_need_xattr: attributes are then expected at once),
+    /// as the kernels of common distributions do; never for symlinks, whiteouts and O_TMPFILE files without parent
+    /// pointers. Both forms are valid XFS; this one keeps short-form directories, local symlinks and extent lists
+    /// changing form where the kernel's do. <see cref="VolumeOpenOptions.AttrForkAtCreate"/> turns it off.
     /// </summary>
     private void InitAttrFork(InodeUpdate inode, XfsFileType type)
     {

@@ -184,6 +184,7 @@ public sealed partial class XfsVolume
         {
             var volume = OpenDevice(data, options with { Replay = LogReplayMode.None, LogDevice = null }, ownsDevice: false);
             volume._checkpointThresholdBytes = options.CheckpointThresholdBytes;
+            volume._attrForkAtCreate = options.AttrForkAtCreate;
             try
             {
                 if (prepared.FollowUp is { } followUp)
@@ -219,6 +220,7 @@ public sealed partial class XfsVolume
 
     private IReadOnlyList<string>? _extraReadOnlyReasons;
     private long _checkpointThresholdBytes;
+    private bool _attrForkAtCreate = true;
 
     private static byte[] ReadSuperblockSector(IBlockDevice device)
     {
