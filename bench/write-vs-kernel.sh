@@ -4,6 +4,8 @@
 #   write_1g   sequential write of a 1 GiB file plus fsync (dd bs=1M conv=fsync), and a raw O_DIRECT
 #              write of a new file on the same disk for scale
 #   create_20k 20,000 creates of 4 KiB files in 20 directories, then sync
+#   create_2x10k  the same 20,000 creates by two processes at once, each in its own 10 directories, then sync:
+#              with create_20k, how creates in separate directories scale with a second thread
 #   unlink     unlink of $XFSWIN_BENCH_UNLINKS empty files (default 100,000, in 100 directories), then sync
 #   rename     a rename-heavy run: 20,000 renames across the 20 directories of create_20k, then sync
 #   untar      untar of a source tree (a tar of /usr/include made once: headers in nested directories)
@@ -25,7 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-1}
-only=${XFSWIN_BENCH_ONLY:-write_1g create_20k unlink rename untar}
+only=${XFSWIN_BENCH_ONLY:-write_1g create_20k create_2x10k unlink rename untar}
 unlinks=${XFSWIN_BENCH_UNLINKS:-100000}
 [ "$(id -u)" -eq 0 ] || { echo "Run as root: it loop-mounts images and drops caches." >&2; exit 1; }
 work=$(mktemp -d /var/tmp/xfswin-wbench-XXXXXX)
@@ -126,6 +128,31 @@ for i in range(20000):
 PY
   settle
 }
+run_create_2x10k() {
+  python3 - "$mnt" <<'PY'
+import os, sys
+root = sys.argv[1]
+data = b"x" * 4096
+def creates(half):
+    # Files half, half + 2, ...: process 0 fills d0, d2, ... d18, process 1 d1, d3, ... d19.
+    for i in range(half, 20000, 2):
+        fd = os.open(os.path.join(root, f"d{i % 20}", f"file-{i:05d}"), os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+        creates(1)
+        code = 0
+    finally:
+        os._exit(code)
+creates(0)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+PY
+  settle
+}
 make_empty_files() {
   python3 - "$mnt" "$unlinks" <<'PY'
 import os, sys
@@ -161,7 +188,7 @@ noop() { :; }
 setup_of() {
   case $1 in
     write_1g|untar) echo noop ;;
-    create_20k) echo make_dirs ;;
+    create_20k|create_2x10k) echo make_dirs ;;
     unlink) echo make_empty_files ;;
     rename) echo with_files ;;
   esac
@@ -214,6 +241,7 @@ label() {
   case $1 in
     write_1g) echo "write 1 GiB + fsync" ;;
     create_20k) echo "create 20k x 4 KiB + sync" ;;
+    create_2x10k) echo "create 20k x 4 KiB, two processes + sync" ;;
     unlink) echo "unlink $unlinks + sync" ;;
     rename) echo "rename 20k + sync" ;;
     untar) echo "untar /usr/include ($tree_files entries) + sync" ;;
