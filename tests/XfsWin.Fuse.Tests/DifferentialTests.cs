@@ -72,7 +72,8 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
     [Theory]
     [MemberData(nameof(LongSequenceSeeds))]
     public void Long_sequences_match_the_kernel(int seed, string xfsprogs) =>
-        RunOn(KernelMadeImages.Make(_tmp, xfsprogs, "base.img", SoakMkfsOptions), seed, All, xfsprogs, 1500);
+        RunOn(KernelMadeImages.Make(_tmp, xfsprogs, "base.img", SoakMkfsOptions, Environment.GetEnvironmentVariable("XFSWIN_DIFF_SIZE") ?? "300M"),
+            seed, All, xfsprogs, 1500);
 
     /// <summary>mkfs.xfs options for the soak's volumes (XFSWIN_DIFF_MKFS, with mkfs.xfs 6.13 for every seed); none by default.</summary>
     private static string[] SoakMkfsOptions =>
