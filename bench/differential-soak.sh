@@ -9,6 +9,8 @@
 # Usage: bench/differential-soak.sh [FIRST_SEED [COUNT]]   (default 1000 100)
 #   XFSWIN_DIFF_MKFS="-n parent=1 -b size=1024"   mkfs.xfs options for every volume (then mkfs.xfs 6.13 for all seeds)
 #   XFSWIN_DIFF_SIZE=1G                           the volumes' size (default 300M; 64 KiB blocks need 1G)
+#   XFSWIN_DIFF_KEEP=DIR                          keep both images of a seed whose final comparison fails
+#   XFSWIN_DIFF_OPS=N                             operations per seed (default 1500; fewer finds the first failing step)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "Run as root: the harness loop-mounts images and mounts FUSE." >&2; exit 1; }

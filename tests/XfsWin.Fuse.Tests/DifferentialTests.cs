@@ -73,7 +73,7 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
     [MemberData(nameof(LongSequenceSeeds))]
     public void Long_sequences_match_the_kernel(int seed, string xfsprogs) =>
         RunOn(KernelMadeImages.Make(_tmp, xfsprogs, "base.img", SoakMkfsOptions, Environment.GetEnvironmentVariable("XFSWIN_DIFF_SIZE") ?? "300M"),
-            seed, All, xfsprogs, 1500);
+            seed, All, xfsprogs, int.TryParse(Environment.GetEnvironmentVariable("XFSWIN_DIFF_OPS"), out int ops) ? ops : 1500);
 
     /// <summary>mkfs.xfs options for the soak's volumes (XFSWIN_DIFF_MKFS, with mkfs.xfs 6.13 for every seed); none by default.</summary>
     private static string[] SoakMkfsOptions =>
@@ -133,7 +133,7 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             var succeeded = log.Where(l => l.Contains("-> = ", StringComparison.Ordinal) || l.Contains("-> ok", StringComparison.Ordinal)).ToList();
             output.WriteLine($"seed {seed}: {operations} operations, {succeeded.Count} succeeded: " + string.Join(", ", succeeded
                 .GroupBy(l => l.Split(' ') is var w && w[1] == "renameat2" ? "renameat2 " + w[4] : w[1]).OrderBy(g => g.Key, StringComparer.Ordinal).Select(g => $"{g.Key} {g.Count()}")));
-            WithOperationsOnFailure(log, () => AssertSameTrees(ManifestComparison.Take(kernel.MountPoint), ManifestComparison.Take(ours.MountPoint), withBlocks: false, "live mounts"));
+            JudgeKeepingEvidence(log, seed, kernelImage, ourImage, () => AssertSameTrees(ManifestComparison.Take(kernel.MountPoint), ManifestComparison.Take(ours.MountPoint), withBlocks: false, "live mounts"));
             ours.Unmount();
         }
         afterOurUnmount?.Invoke(ourImage);
@@ -151,15 +151,39 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
                 var parents = ParentPointers.Compare(k.MountPoint, o.MountPoint);
                 var listed = ParentPointers.List(o.MountPoint);
                 output.WriteLine($"parent pointers of {listed.Count} inodes compared: " + string.Join("; ", listed));
-                Assert.True(parents.Count == 0, string.Join("\n", parents));
+                JudgeKeepingEvidence(log, seed, kernelImage, ourImage, () => Assert.True(parents.Count == 0, string.Join("\n", parents)));
             }
         }
         // Block counts are not compared: the kernel's own count depends on its speculative preallocation and on when
         // writeback ran (delayed allocation), so two kernel runs of one sequence can differ too; contents, sizes and
         // holes read back equal either way.
-        WithOperationsOnFailure(log, () => AssertSameTrees(expectedTree, ourTree, withBlocks: false, "both images mounted by the kernel"));
+        JudgeKeepingEvidence(log, seed, kernelImage, ourImage, () => AssertSameTrees(expectedTree, ourTree, withBlocks: false, "both images mounted by the kernel"));
         var problems = KernelMadeImages.RepairProblems(ourImage, xfsprogs);
-        Assert.True(problems.Count == 0, string.Join("\n", problems));
+        JudgeKeepingEvidence(log, seed, kernelImage, ourImage, () => Assert.True(problems.Count == 0, string.Join("\n", problems)));
+    }
+
+    /// <summary>
+    /// A final comparison that fails shows the whole sequence in the test's output (a step that fails shows the last 25
+    /// itself); with XFSWIN_DIFF_KEEP=DIR both images are kept there, as they are when the comparison runs.
+    /// </summary>
+    private void JudgeKeepingEvidence(List<string> log, int seed, string kernelImage, string ourImage, Action compare)
+    {
+        try
+        {
+            compare();
+        }
+        catch
+        {
+            output.WriteLine("the operations:\n" + string.Join('\n', log));
+            if (Environment.GetEnvironmentVariable("XFSWIN_DIFF_KEEP") is { Length: > 0 } keep)
+            {
+                Directory.CreateDirectory(keep);
+                File.Copy(kernelImage, Path.Combine(keep, $"seed-{seed}-kernel.img"), overwrite: true);
+                File.Copy(ourImage, Path.Combine(keep, $"seed-{seed}-xfswin.img"), overwrite: true);
+                output.WriteLine($"images kept in {keep}");
+            }
+            throw;
+        }
     }
 
     private static bool HasParentPointers(string image)
@@ -170,20 +194,6 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
     }
 
     /// <summary>Every manifest field but times and inode numbers; directory entries by name (sorted).</summary>
-    /// <summary>A final comparison that fails shows the whole sequence in the test's output (a step that fails shows the last 25 itself).</summary>
-    private void WithOperationsOnFailure(List<string> log, Action compare)
-    {
-        try
-        {
-            compare();
-        }
-        catch
-        {
-            output.WriteLine("the operations:\n" + string.Join('\n', log));
-            throw;
-        }
-    }
-
     internal static void AssertSameTrees(KernelManifest expected, KernelManifest actual, bool withBlocks, string what)
     {
         var diffs = new List<string>();

@@ -18,8 +18,10 @@ public static partial class ParentPointers
     }
 
     /// <summary>The parent pointers of every allocated inode but the root, as the kernel mounted at <paramref name="mountPoint"/> lists them.</summary>
-    public static List<InodeParents> List(string mountPoint, ulong rootIno = 128)
+    public static List<InodeParents> List(string mountPoint)
     {
+        // The root's number depends on the geometry (128 with 512-byte inodes, 64 with 2 KiB ones): the mount point's.
+        ulong rootIno = ulong.Parse(Shell.RunChecked("stat", "-c", "%i", mountPoint).StandardOutput.Trim(), CultureInfo.InvariantCulture);
         string io = OracleImages.Tool("xfs_io", "6.13");
         var bulk = Shell.RunChecked(io, "-c", "bulkstat", mountPoint).StandardOutput;
         var result = new List<InodeParents>();
@@ -53,7 +55,8 @@ public static partial class ParentPointers
         var e = Keys(expected);
         var a = Keys(actual);
         foreach (var k in e.Except(a)) problems.Add($"the kernel's volume has an inode with parent pointers {k}, ours has none like it");
-        foreach (var k in a.Except(e)) problems.Add($"our volume has an inode with parent pointers {k}, the kernel's has none like it");
+        foreach (var k in a.Except(e))
+            problems.Add($"our volume has an inode with parent pointers {k} (inodes {string.Join(", ", actual.Where(i => string.Join(" | ", i.Paths) == k).Select(i => i.Ino))}), the kernel's has none like it");
         if (problems.Count == 0 && !e.SequenceEqual(a)) problems.Add("the same parent pointer sets, different multiplicities");
         return problems;
     }

@@ -71,21 +71,24 @@ public sealed class InodeAllocator
     }
 
     /// <summary>
-    /// A free inode for a new file in <paramref name="parentIno"/>'s AG (new directories rotor across AGs, as the
-    /// kernel spreads them), or <see cref="XfsError.NoSpace"/> when no AG has a free inode or room for a chunk.
-    /// Returns the inode number; its on-disk slot is free (mode 0) until the caller logs the new inode.
+    /// A free inode for a new file, as the kernel's xfs_dialloc picks its AG: starting at <paramref name="parentIno"/>'s
+    /// AG (new directories at the next AG of a rotor, so they spread), the first AG that has a free inode or room for a
+    /// new chunk gives it, so a file goes into a new chunk near its directory before it takes a free inode elsewhere.
+    /// With <paramref name="lowSpace"/> (less than 1% of the blocks free) a first pass takes free inodes only, sparing
+    /// the space a chunk would take, and a second allows new chunks. <see cref="XfsError.NoSpace"/> when no AG has a
+    /// free inode or room for a chunk. Returns the inode number; its on-disk slot is free (mode 0) until the caller
+    /// logs the new inode.
     /// </summary>
-    public (ulong Ino, int NewInodes) Allocate(Transaction tx, ulong parentIno, bool directory, Func<uint, bool> agHasSpaceForChunk)
+    public (ulong Ino, int NewInodes) Allocate(Transaction tx, ulong parentIno, bool directory, bool lowSpace, Func<uint, bool> agHasSpaceForChunk)
     {
         uint agcount = _sb.AgCount;
         uint start = directory ? (uint)(Interlocked.Increment(ref _directoryRotor) % agcount) : _sb.InoToAgno(parentIno);
-        // First pass: AGs whose AGI counts free inodes; second: AGs that can take a new chunk.
-        for (int pass = 0; pass < 2; pass++)
+        for (int pass = lowSpace ? 0 : 1; pass < 2; pass++)
         {
             for (uint i = 0; i < agcount; i++)
             {
                 uint agno = (start + i) % agcount;
-                if (pass == 0 && TryFromFreeInode(tx, agno, out ulong ino)) return (ino, 0);
+                if (TryFromFreeInode(tx, agno, out ulong ino)) return (ino, 0);
                 if (pass == 1 && agHasSpaceForChunk(agno) && TryNewChunk(tx, agno, out ino, out int count)) return (ino, count);
             }
         }

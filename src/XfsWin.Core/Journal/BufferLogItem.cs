@@ -81,6 +81,9 @@ public sealed class BufferLogItem : JournalItem
         return item;
     }
 
+    /// <summary>The longest buffer the kernel logs in one item (XFS_MAX_BLOCKSIZE, 64 KiB; the data map has room for it), in BB.</summary>
+    public const int MaxLengthBB = (64 << 10) >> LogArea.BBShift;
+
     /// <summary>The cancel item for a freed buffer: recovery replays no image of (daddr, length) logged before it.</summary>
     public static BufferLogItem Cancel(long daddr, int lengthBB) =>
         new(daddr, lengthBB, BufType.Unknown, BufLogFormat.FlagCancel, []);

@@ -567,7 +567,13 @@ public sealed class Transaction : IDisposable
                 long daddr = buffer.Offset >> LogArea.BBShift;
                 int lengthBB = buffer.Length >> LogArea.BBShift;
                 if (joined.Invalidated)
-                    _log.Log(BufferLogItem.Cancel(daddr, lengthBB));
+                {
+                    // A buffer longer than one item carries (the inode cache reads a whole chunk of large inodes at
+                    // once) is cancelled in pieces: recovery matches a cancel to buffers logged with its very range,
+                    // and none is logged that long.
+                    for (int done = 0; done < lengthBB; done += BufferLogItem.MaxLengthBB)
+                        _log.Log(BufferLogItem.Cancel(daddr + done, Math.Min(BufferLogItem.MaxLengthBB, lengthBB - done)));
+                }
                 else if (joined.Logged && !joined.InodeCluster)
                     // The item keeps the private copy, which becomes the published bytes and is never changed again
                     // (the next change copies it); inode cluster bytes can be patched in place, so their item copies.
