@@ -52,6 +52,14 @@ public sealed class AgAllocator
         public readonly BusyExtents Busy = new();
         /// <summary>The durable checkpoint sequence <see cref="Busy"/> was last pruned to.</summary>
         public long BusyPrunedTo;
+
+        /// <summary>Drops the busy extents whose checkpoint is durable now, unless none became durable since the last time. Caller holds <see cref="Sync"/>.</summary>
+        public void PruneBusyLocked(long durable)
+        {
+            if (durable <= BusyPrunedTo) return;
+            Busy.Prune(durable);
+            BusyPrunedTo = durable;
+        }
     }
 
     /// <summary>One transaction's view of the AGs it joined.</summary>
@@ -464,14 +472,7 @@ public sealed class AgAllocator
         // transaction searches it (the kernel clears them as each checkpoint completes).
         var s = _ags[agno];
         long durable = _log.DurableSequence;
-        lock (s.Sync)
-        {
-            if (durable > s.BusyPrunedTo)
-            {
-                s.Busy.Prune(durable);
-                s.BusyPrunedTo = durable;
-            }
-        }
+        lock (s.Sync) s.PruneBusyLocked(durable);
         var verifier = new AgfBufferVerifier(_sb, agno);
         var agf = tx.Read(AgfOffset(agno), _sb.SectorSize, agno, verifier, verifier.ForWrite(), BufType.Agf);
         var a = agf.Contents;
@@ -497,11 +498,7 @@ public sealed class AgAllocator
             {
                 LoadCommitted(s, agf);
                 s.Busy.Committed(tx, tx.CommitSequence);
-                if (durable > s.BusyPrunedTo)
-                {
-                    s.Busy.Prune(durable);
-                    s.BusyPrunedTo = durable;
-                }
+                s.PruneBusyLocked(durable);
             }
         }
         Interlocked.Add(ref _freeBlocks, delta);

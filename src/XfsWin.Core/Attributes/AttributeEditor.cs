@@ -419,20 +419,15 @@ public sealed class AttributeEditor
                 return;
             }
         }
-        // xfs_attr_set sizes the new fork for the new entry with xfs_attr_sf_entsize_byname, whose lengths are 8-bit:
-        // a value too long for short-form counts its length modulo 256 there, and the fork is placed accordingly.
-        if (!HasFork)
-        {
-            var added = _entries[^1];
-            AddFork(AttrShortformView.HeaderSize + AttrShortformView.EntryHeaderSize + added.Name.Length + (byte)added.ValueLength);
-        }
+        if (!HasFork) AddEmptyFork(_entries[^1].Name.Length, _entries[^1].ValueLength);
         WriteBlocks(removing);
     }
 
     /// <summary>
     /// The empty fork xfs_attr_set adds (xfs_bmap_add_attrfork, in a transaction of its own) to an inode that has none
     /// before it looks the name up, placed for the entry the set would make: a replace of a name that is not there
-    /// fails after it, leaving the fork.
+    /// fails after it, leaving the fork. The entry is sized with xfs_attr_sf_entsize_byname, whose lengths are 8-bit:
+    /// a value too long for short-form counts its length modulo 256 there, and the fork is placed accordingly.
     /// </summary>
     public void AddEmptyFork(int nameLength, int valueLength)
     {
