@@ -68,6 +68,15 @@ public sealed unsafe partial class FuseHost
 
     private static FuseContext CallerOf(nint req) => *FuseNative.fuse_req_ctx(req);
 
+    /// <summary>
+    /// The mode a create, mknod or mkdir makes its inode with and the ACLs it sets on it afterwards, from the directory's
+    /// default ACL or the caller's umask (the VFS's posix_acl_create, which FUSE leaves to the server: with
+    /// FUSE_CAP_DONT_MASK the kernel passes the mode unmasked and the umask beside it). Without that capability the
+    /// kernel has applied the umask already.
+    /// </summary>
+    private InheritedAcls InheritAcls(ulong directory, uint mode, FuseContext caller) =>
+        _volume.InheritAcls(directory, (ushort)mode, _umaskToServer ? caller.umask : 0);
+
     /// <summary>glibc's major()/minor() of a dev_t (the inverse of <see cref="MakeDev"/>).</summary>
     internal static (uint Major, uint Minor) SplitDev(ulong dev) =>
         ((uint)(((dev >> 8) & 0xFFF) | ((dev >> 32) & 0xFFFFF000)), (uint)((dev & 0xFF) | ((dev >> 12) & 0xFFFFFF00)));
@@ -296,7 +305,10 @@ public sealed unsafe partial class FuseHost
             var host = HostOf(req);
             var caller = CallerOf(req);
             var (major, minor) = SplitDev(rdev);
-            var a = host._volume.CreateNode(host.ToXfsInode(parent), NameOf(name), (ushort)mode, caller.uid, caller.gid, major, minor);
+            var directory = host.ToXfsInode(parent);
+            var inherit = host.InheritAcls(directory, mode, caller);
+            var a = host._volume.CreateNode(directory, NameOf(name), inherit.Mode, caller.uid, caller.gid, major, minor);
+            a = host._volume.SetInheritedAcls(directory, NameOf(name), a, inherit);
             host.ReplyEntry(req, a);
         }
         catch (Exception ex)
@@ -312,7 +324,10 @@ public sealed unsafe partial class FuseHost
         {
             var host = HostOf(req);
             var caller = CallerOf(req);
-            var a = host._volume.CreateNode(host.ToXfsInode(parent), NameOf(name), (ushort)mode, caller.uid, caller.gid);
+            var directory = host.ToXfsInode(parent);
+            var inherit = host.InheritAcls(directory, mode, caller);
+            var a = host._volume.CreateNode(directory, NameOf(name), inherit.Mode, caller.uid, caller.gid);
+            a = host._volume.SetInheritedAcls(directory, NameOf(name), a, inherit);
             FuseEntryParam e;
             host.FillEntry(a, &e);
             fi->bits |= FileOpenBits(host._options.ReadOnly);
@@ -337,7 +352,10 @@ public sealed unsafe partial class FuseHost
             var host = HostOf(req);
             var caller = CallerOf(req);
             // The VFS passes permission bits (with setgid and sticky); the type is the engine's.
-            var a = host._volume.MakeDirectory(host.ToXfsInode(parent), NameOf(name), (ushort)(mode & 0xFFF), caller.uid, caller.gid);
+            var directory = host.ToXfsInode(parent);
+            var inherit = host.InheritAcls(directory, 0x4000 | (mode & 0xFFF), caller);
+            var a = host._volume.MakeDirectory(directory, NameOf(name), (ushort)(inherit.Mode & 0xFFF), caller.uid, caller.gid);
+            a = host._volume.SetInheritedAcls(directory, NameOf(name), a, inherit);
             host.ReplyEntry(req, a);
         }
         catch (Exception ex)
@@ -659,9 +677,17 @@ public sealed unsafe partial class FuseHost
         try
         {
             var host = HostOf(req);
-            if (!TryXattrName(req, name, out _, out var ns, out var xfsName))
+            if (!TryXattrName(req, name, out var linuxName, out var ns, out var xfsName))
                 return;
-            host._volume.RemoveXattr(host.ToXfsInode(ino), ns, xfsName);
+            try
+            {
+                host._volume.RemoveXattr(host.ToXfsInode(ino), ns, xfsName);
+            }
+            // Removing a POSIX ACL the file does not have succeeds (xfs_set_acl ignores ENOATTR for a removal; an access
+            // ACL the mode bits express is not stored at all).
+            catch (XfsException e) when (e.Error == XfsError.NoAttribute && linuxName.StartsWith("system.posix_acl_", StringComparison.Ordinal))
+            {
+            }
             FuseNative.fuse_reply_err(req, 0);
         }
         catch (Exception ex)

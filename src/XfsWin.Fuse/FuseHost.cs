@@ -41,6 +41,8 @@ public sealed unsafe partial class FuseHost : IDisposable
     private string? _mountPoint;
     private int _unmountRequested;
     private int _initDone;
+    /// <summary>FUSE_CAP_DONT_MASK was granted: create, mknod and mkdir requests carry the caller's umask for the server to apply.</summary>
+    private bool _umaskToServer;
     private int _transportChosen;
     private const int ReadAheadSettled = 1, ReadAheadRaising = 2;
     private int _readAheadState;        // ReadAheadSettled once the window is raised (or need not be)
@@ -724,8 +726,12 @@ public sealed unsafe partial class FuseHost : IDisposable
                          FuseConstants.FUSE_CAP_IOCTL_DIR |
                          // ACLs are served in the Linux format; with this the kernel also enforces
                          // them (and the mode bits) itself, as it does for its own XFS.
-                         FuseConstants.FUSE_CAP_POSIX_ACL;
+                         FuseConstants.FUSE_CAP_POSIX_ACL |
+                         // New inodes' modes: the kernel passes mode and umask apart, so that a directory's default
+                         // ACL can stand in for the umask (see InheritAcls).
+                         FuseConstants.FUSE_CAP_DONT_MASK;
             conn->want |= wanted & conn->capable;
+            host._umaskToServer = (conn->want & FuseConstants.FUSE_CAP_DONT_MASK) != 0;
             // Nothing changes behind the kernel's back on a read-only mount: no need to revalidate
             // cached pages. A read-write mount keeps libfuse's choice (revalidate when mtime moves).
             if (host._options.ReadOnly)

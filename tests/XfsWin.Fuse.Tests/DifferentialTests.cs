@@ -1,3 +1,4 @@
+using System.Buffers.Binary;
 using System.Runtime.InteropServices;
 using System.Security.Cryptography;
 using System.Text;
@@ -17,6 +18,11 @@ public enum VfsOp
     SetXattr, RemoveXattr, Fallocate,
     OpenHeld, WriteHeld, ReadHeld, CloseHeld,
     CopyFileRange,
+    // Drawn by the long sequences' soak and the operation groups; the regression seeds found before they existed
+    // keep drawing from the kinds above (see LongSequenceSeeds). Collapse and insert range and FICLONE are not here:
+    // the kernel's FUSE client refuses them itself (EOPNOTSUPP) before a server sees them; RangeOperationsKernelTests
+    // compares them through the engine.
+    Mknod, SetAcl, ExchangeRange,
 }
 
 /// <summary>
@@ -36,6 +42,9 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
     public static readonly VfsOp[] Today = Enum.GetValues<VfsOp>();
 
     public static readonly VfsOp[] All = Enum.GetValues<VfsOp>();
+
+    /// <summary>The kinds before mknod, POSIX ACLs and exchange-range joined: the regression seeds found with them replay the same sequences.</summary>
+    public static readonly VfsOp[] BeforeMknod = All.Where(k => k < VfsOp.Mknod).ToArray();
 
     private const int Operations = 300;
 
@@ -61,6 +70,8 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
     [InlineData(23, VfsOp.SetXattr, VfsOp.RemoveXattr, VfsOp.Chmod, VfsOp.Read)]
     [InlineData(24, VfsOp.Create, VfsOp.OpenHeld, VfsOp.WriteHeld, VfsOp.ReadHeld, VfsOp.CloseHeld, VfsOp.Unlink, VfsOp.Rename, VfsOp.Write)]
     [InlineData(25, VfsOp.Create, VfsOp.Write, VfsOp.CopyFileRange, VfsOp.CopyFileRange, VfsOp.Truncate, VfsOp.Read, VfsOp.Fallocate, VfsOp.Unlink)]
+    [InlineData(26, VfsOp.Mknod, VfsOp.SetAcl, VfsOp.SetAcl, VfsOp.Create, VfsOp.Mkdir, VfsOp.Chmod, VfsOp.Write, VfsOp.Read, VfsOp.Unlink)]
+    [InlineData(27, VfsOp.Create, VfsOp.Write, VfsOp.ExchangeRange, VfsOp.ExchangeRange, VfsOp.Truncate, VfsOp.Read, VfsOp.CopyFileRange)]
     public void Operation_groups_match_the_kernel(int seed, params VfsOp[] kinds) => Run(seed, kinds, "6.1");
 
     /// <summary>
@@ -73,7 +84,11 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
     [MemberData(nameof(LongSequenceSeeds))]
     public void Long_sequences_match_the_kernel(int seed, string xfsprogs) =>
         RunOn(KernelMadeImages.Make(_tmp, xfsprogs, "base.img", SoakMkfsOptions, Environment.GetEnvironmentVariable("XFSWIN_DIFF_SIZE") ?? "300M"),
-            seed, All, xfsprogs, int.TryParse(Environment.GetEnvironmentVariable("XFSWIN_DIFF_OPS"), out int ops) ? ops : 1500);
+            seed, seed < FirstSeedWithEveryKind ? BeforeMknod : All, xfsprogs,
+            int.TryParse(Environment.GetEnvironmentVariable("XFSWIN_DIFF_OPS"), out int ops) ? ops : 1500);
+
+    /// <summary>Seeds from here on draw every kind; the seeds below it replay the sequences they were found with.</summary>
+    private const int FirstSeedWithEveryKind = 2000;
 
     /// <summary>mkfs.xfs options for the soak's volumes (XFSWIN_DIFF_MKFS, with mkfs.xfs 6.13 for every seed); none by default.</summary>
     private static string[] SoakMkfsOptions =>
@@ -237,8 +252,52 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
         private static readonly int[] XattrSizes = [0, 1, 37, 100, 255, 256, 1000, 3000, 4096, 10000, 65536];
         private static readonly string[] XattrNames = ["user.a", "user.b", "user." + new string('x', 200), "trusted.t", "trusted.u"];
         private static readonly int[] FallocateModes = [0, 1, 3, 0x10, 0x11];
+        /// <summary>S_IFIFO, S_IFCHR, S_IFBLK, S_IFSOCK and S_IFREG (mknod of a regular file is a create).</summary>
+        private static readonly uint[] NodeTypes = [0x1000, 0x2000, 0x6000, 0xC000, 0x8000];
+        /// <summary>Majors and minors: small, large, and past what XFS's 32-bit device number holds (EINVAL on both sides).</summary>
+        private static readonly uint[] Majors = [0, 1, 8, 259, 16383, 16384], Minors = [0, 3, 255, 256, 262143, 262144];
+        private static readonly uint[] AclIds = [0, 1, 1000, 65534];
+        private static readonly ulong[] ExchangeFlags = [0, 0, 1 /*TO_EOF*/, 8 /*FILE1_WRITTEN*/, 9, 2 /*DSYNC*/, 4 /*DRY_RUN*/];
 
         private T Pick<T>(IReadOnlyList<T> items) => items[_random.Next(items.Count)];
+
+        /// <summary>A path from the fixed pools (it may or may not exist).</summary>
+        private string PoolPath()
+        {
+            var dir = Pick(Directories);
+            var name = Pick(Names);
+            return dir.Length == 0 ? name : dir + "/" + name;
+        }
+
+        /// <summary>
+        /// A POSIX ACL in the xattr form Linux passes (little-endian: version 2, then tag, permissions and id of each
+        /// entry, sorted by tag then id): the owner, named users, the owning group, named groups, the mask (left out
+        /// one time in ten where named entries need it: EINVAL on both sides) and others.
+        /// </summary>
+        private byte[] Acl()
+        {
+            var entries = new List<(ushort Tag, ushort Perm, uint Id)>();
+            ushort Perm() => (ushort)_random.Next(8);
+            entries.Add((0x01, Perm(), uint.MaxValue));
+            var users = AclIds.Where(_ => _random.Next(3) == 0).ToList();
+            foreach (var id in users) entries.Add((0x02, Perm(), id));
+            entries.Add((0x04, Perm(), uint.MaxValue));
+            var groups = AclIds.Where(_ => _random.Next(4) == 0).ToList();
+            foreach (var id in groups) entries.Add((0x08, Perm(), id));
+            bool named = users.Count + groups.Count > 0;
+            if (named ? _random.Next(10) != 0 : _random.Next(4) == 0) entries.Add((0x10, Perm(), uint.MaxValue));
+            entries.Add((0x20, Perm(), uint.MaxValue));
+            var bytes = new byte[4 + 8 * entries.Count];
+            BinaryPrimitives.WriteUInt32LittleEndian(bytes, 2);
+            for (int i = 0; i < entries.Count; i++)
+            {
+                var e = bytes.AsSpan(4 + 8 * i);
+                BinaryPrimitives.WriteUInt16LittleEndian(e, entries[i].Tag);
+                BinaryPrimitives.WriteUInt16LittleEndian(e[2..], entries[i].Perm);
+                BinaryPrimitives.WriteUInt32LittleEndian(e[4..], entries[i].Id);
+            }
+            return bytes;
+        }
 
         /// <summary>
         /// Two times in three a path that exists in the kernel's tree now (sorted walk, so the draw
@@ -307,6 +366,30 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             var grow = Pick(new long[] { 0, 1, 4095, 4096, 4097, 65536, 1 << 20 });
             var size = Pick(new long[] { 0, 1, 4095, 4096, 4097, 8205, 100_000, 300_000 });
             var target = _random.Next(2) == 0 ? Pick(Names) : new string('t', _random.Next(1, 1024));
+            // The arguments of the later kinds, drawn for them only (the other kinds' sequences stay as they were).
+            string nodePath = "", aclName = "";
+            uint nodeMode = 0, major = 0, minor = 0;
+            byte[]? acl = null;
+            long exchange1 = 0, exchange2 = 0, exchangeLength = 0;
+            ulong exchangeFlags = 0;
+            switch (op)
+            {
+                case VfsOp.Mknod:
+                    nodePath = _random.Next(3) == 0 ? p : PoolPath();
+                    nodeMode = Pick(NodeTypes) | (mode & 0xFFF);
+                    (major, minor) = (Pick(Majors), Pick(Minors));
+                    break;
+                case VfsOp.SetAcl:
+                    aclName = _random.Next(3) == 0 ? "system.posix_acl_default" : "system.posix_acl_access";
+                    acl = _random.Next(5) == 0 ? null : Acl();
+                    break;
+                case VfsOp.ExchangeRange:
+                    exchange1 = _random.Next(6) == 0 ? PickOffset() : _random.Next(40) * 4096L;
+                    exchange2 = _random.Next(6) == 0 ? PickOffset() : _random.Next(40) * 4096L;
+                    exchangeLength = Pick(new long[] { 4096, 8192, 65536, 300_000, 1 << 20 });
+                    exchangeFlags = Pick(ExchangeFlags);
+                    break;
+            }
 
             string description = op switch
             {
@@ -336,6 +419,9 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
                 VfsOp.ReadHeld => $"pread [{slot}] {length} at {offset}",
                 VfsOp.CloseHeld => $"close [{slot}]",
                 VfsOp.CopyFileRange => $"copy_file_range {p} at {offset} to {q} at {copyTo}, {copyLength} bytes",
+                VfsOp.Mknod => $"mknod {nodePath} {Convert.ToString(nodeMode, 8)} {major}:{minor}",
+                VfsOp.SetAcl => acl is null ? $"lremovexattr {p} {aclName}" : $"lsetxattr {p} {aclName} {Convert.ToHexString(acl)}",
+                VfsOp.ExchangeRange => $"exchange-range {q} at {exchange1} with {p} at {exchange2}, {exchangeLength} bytes, flags {exchangeFlags}",
                 _ => throw new ArgumentOutOfRangeException(nameof(kinds), op, null),
             };
 
@@ -370,18 +456,22 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
                     VfsOp.ReadHeld => fds[slot] < 0 ? "no file" : Read(fds[slot], length, offset),
                     VfsOp.CloseHeld => CloseHeld(fds, slot),
                     VfsOp.CopyFileRange => WithFile(P(p), Libc.O_RDONLY, 0, from => WithFile(P(q), Libc.O_RDWR, 0, to => CopyFileRange(from, offset, to, copyTo, copyLength))),
+                    VfsOp.Mknod => Libc.Result(Libc.mknod(P(nodePath), nodeMode, Libc.MakeDev(major, minor))),
+                    VfsOp.SetAcl => acl is null ? Libc.Result(Libc.lremovexattr(P(p), aclName)) : SetXattr(P(p), aclName, acl, 0),
+                    VfsOp.ExchangeRange => WithFile(P(q), Libc.O_RDWR, 0, file1 => WithFile(P(p), Libc.O_RDWR, 0, file2 =>
+                        ExchangeRange(file1, exchange1, file2, exchange2, exchangeLength, exchangeFlags) + Contents(file1) + Contents(file2))),
                     _ => throw new ArgumentOutOfRangeException(nameof(kinds), op, null),
                 };
                 // What the paths named now look like (also checks the kernel's cached copies of ours).
-                var touched = op is VfsOp.CopyFileRange or VfsOp.Link or VfsOp.Symlink or VfsOp.Rename or VfsOp.RenameNoReplace or VfsOp.RenameExchange or VfsOp.RenameWhiteout
+                var touched = op is VfsOp.Mknod ? [nodePath] : op is VfsOp.CopyFileRange or VfsOp.ExchangeRange or VfsOp.Link or VfsOp.Symlink or VfsOp.Rename or VfsOp.RenameNoReplace or VfsOp.RenameExchange or VfsOp.RenameWhiteout
                     ? new[] { p, q } : [p];
                 var sb = new StringBuilder(r);
                 foreach (var t in touched)
                     sb.Append(" | ").Append(t).Append(": ").Append(Libc.Stat(P(t), withBlocks: false));
-                if (op is VfsOp.SetXattr or VfsOp.RemoveXattr)
-                    sb.Append(" | xattrs ").Append(Libc.ListXattrs(P(p))).Append(" value ").Append(Libc.GetXattr(P(p), xattr));
-                var parent = Path.GetDirectoryName(p) ?? "";
-                if (op is VfsOp.Mkdir or VfsOp.Rmdir or VfsOp.Unlink or VfsOp.Create or VfsOp.RenameWhiteout or VfsOp.Rename)
+                if (op is VfsOp.SetXattr or VfsOp.RemoveXattr or VfsOp.SetAcl)
+                    sb.Append(" | xattrs ").Append(Libc.ListXattrs(P(p))).Append(" value ").Append(Libc.GetXattr(P(p), op is VfsOp.SetAcl ? aclName : xattr));
+                var parent = Path.GetDirectoryName(op is VfsOp.Mknod ? nodePath : p) ?? "";
+                if (op is VfsOp.Mknod or VfsOp.Mkdir or VfsOp.Rmdir or VfsOp.Unlink or VfsOp.Create or VfsOp.RenameWhiteout or VfsOp.Rename)
                     sb.Append(" | parent ").Append(Libc.Stat(P(parent.Length == 0 ? "." : parent), withBlocks: false));
                 return sb.ToString();
             }
@@ -407,9 +497,13 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             return Libc.Result(Libc.truncate(path, size + grow));
         }
 
+        /// <summary>
+        /// Opens <paramref name="path"/> for <paramref name="action"/>, non-blocking: opening a FIFO then never waits for
+        /// the other end (read-only succeeds, write-only answers ENXIO on both sides).
+        /// </summary>
         private static string WithFile(string path, int flags, uint mode, Func<int, string> action)
         {
-            var fd = Libc.open(path, flags, mode);
+            var fd = Libc.open(path, flags | Libc.O_NONBLOCK, mode);
             if (fd < 0)
                 return "open errno " + Marshal.GetLastPInvokeError();
             try
@@ -447,6 +541,31 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             return $"= {n} offsets {inOff} {outOff} | copied {Read(to, (int)n, toOffset)}";
         }
 
+        /// <summary>" | contents " and the SHA-256 of the whole file an open descriptor names (size and every byte).</summary>
+        private static string Contents(int fd)
+        {
+            var buffer = stackalloc byte[256];
+            if (Libc.statx(fd, "", 0x1000 /*AT_EMPTY_PATH*/, 0x200, buffer) != 0)
+                return " | contents: stat errno " + Marshal.GetLastPInvokeError();
+            long size = *(long*)(buffer + 40);
+            if (size > 64 << 20)
+                return $" | contents: {size} bytes";
+            return $" | contents {size}: {Read(fd, (int)size, 0)}";
+        }
+
+        /// <summary>XFS_IOC_EXCHANGE_RANGE on file 2 with file 1's descriptor in the argument (struct xfs_exchange_range).</summary>
+        private static string ExchangeRange(int file1, long offset1, int file2, long offset2, long length, ulong flags)
+        {
+            var arg = stackalloc byte[40];
+            new Span<byte>(arg, 40).Clear();
+            *(int*)arg = file1;
+            *(long*)(arg + 8) = offset1;
+            *(long*)(arg + 16) = offset2;
+            *(long*)(arg + 24) = length;
+            *(ulong*)(arg + 32) = flags;
+            return Libc.Result(Libc.ioctl(file2, 0x40285881, arg));
+        }
+
         private static string SetXattr(string path, string name, byte[] value, int flags)
         {
             fixed (byte* v = value)
@@ -457,7 +576,7 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
         {
             if (fds[slot] >= 0)
                 Libc.close(fds[slot]);
-            fds[slot] = Libc.open(path, Libc.O_RDWR, 0);
+            fds[slot] = Libc.open(path, Libc.O_RDWR | Libc.O_NONBLOCK, 0);
             return fds[slot] < 0 ? "open errno " + Marshal.GetLastPInvokeError() : "ok";
         }
 

@@ -92,11 +92,21 @@ internal static unsafe partial class Libc
     public static partial int fallocate(int fd, int mode, long offset, long length);
 
     [LibraryImport(C, SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]
+    public static partial int mknod(string path, uint mode, ulong dev);
+
+    [LibraryImport(C, SetLastError = true)]
+    public static partial int ioctl(int fd, nuint request, void* argument);
+
+    /// <summary>glibc's makedev: the device number mknod(2) takes.</summary>
+    public static ulong MakeDev(uint major, uint minor) =>
+        ((ulong)(major & 0xFFFFF000) << 32) | ((ulong)(major & 0xFFF) << 8) | ((ulong)(minor & 0xFFFFFF00) << 12) | (minor & 0xFF);
+
+    [LibraryImport(C, SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]
     public static partial int statx(int dirfd, string path, int flags, uint mask, byte* buffer);
 
     public const int AT_FDCWD = -100;
     public const int AT_SYMLINK_NOFOLLOW = 0x100;
-    public const int O_RDONLY = 0, O_WRONLY = 1, O_RDWR = 2, O_CREAT = 0x40, O_EXCL = 0x80, O_TRUNC = 0x200, O_APPEND = 0x400, O_CLOEXEC = 0x80000;
+    public const int O_RDONLY = 0, O_WRONLY = 1, O_RDWR = 2, O_CREAT = 0x40, O_EXCL = 0x80, O_TRUNC = 0x200, O_APPEND = 0x400, O_NONBLOCK = 0x800, O_CLOEXEC = 0x80000;
     public const long UTIME_NOW = (1L << 30) - 1, UTIME_OMIT = (1L << 30) - 2;
 
     [StructLayout(LayoutKind.Sequential)]

@@ -151,6 +151,75 @@ public sealed class PosixAcl
         return bytes;
     }
 
+    /// <summary>
+    /// posix_acl_create_masq: the access ACL a new inode with permission bits <paramref name="mode"/> gets from its
+    /// directory's default ACL (this one): the owner, other and the mask (or, without one, the owning group) entries
+    /// keep only the permissions the mode grants, and the mode keeps only what they grant. Returns the masked ACL and
+    /// whether it says more than the mode bits (named entries or a mask: then it is stored), with the new mode (file
+    /// type and setuid/setgid/sticky bits kept).
+    /// </summary>
+    public (PosixAcl Acl, bool NotEquivalent, ushort Mode) CreateMasq(ushort mode)
+    {
+        var entries = Entries.ToArray();
+        int bits = mode & 0x1FF;
+        int groupObj = -1, mask = -1;
+        bool notEquivalent = false;
+        for (int i = 0; i < entries.Length; i++)
+        {
+            var e = entries[i];
+            switch (e.Tag)
+            {
+                case PosixAclTag.UserObj:
+                    entries[i] = e with { Permissions = (ushort)(e.Permissions & ((bits >> 6) & 7)) };
+                    bits &= (entries[i].Permissions << 6) | ~0x1C0;
+                    break;
+                case PosixAclTag.User or PosixAclTag.Group:
+                    notEquivalent = true;
+                    break;
+                case PosixAclTag.GroupObj:
+                    groupObj = i;
+                    break;
+                case PosixAclTag.Other:
+                    entries[i] = e with { Permissions = (ushort)(e.Permissions & (bits & 7)) };
+                    bits &= entries[i].Permissions | ~7;
+                    break;
+                case PosixAclTag.Mask:
+                    mask = i;
+                    notEquivalent = true;
+                    break;
+            }
+        }
+        int group = mask >= 0 ? mask : groupObj;
+        if (group < 0) throw new XfsException(XfsError.Corrupt, $"a default ACL without a mask or owning-group entry ({ToText()}). Run xfs_repair.");
+        entries[group] = entries[group] with { Permissions = (ushort)(entries[group].Permissions & ((bits >> 3) & 7)) };
+        bits &= (entries[group].Permissions << 3) | ~0x38;
+        return (new PosixAcl(entries), notEquivalent, (ushort)((mode & ~0x1FF) | (bits & 0x1FF)));
+    }
+
+    /// <summary>
+    /// __posix_acl_chmod: this access ACL after a chmod to <paramref name="mode"/>: the owner and other entries take
+    /// the mode's owner and other bits, the mask (or, without one, the owning group) the group bits; named entries stay.
+    /// </summary>
+    public PosixAcl Chmod(ushort mode)
+    {
+        var entries = Entries.ToArray();
+        int group = -1, mask = -1;
+        for (int i = 0; i < entries.Length; i++)
+        {
+            switch (entries[i].Tag)
+            {
+                case PosixAclTag.UserObj: entries[i] = entries[i] with { Permissions = (ushort)((mode >> 6) & 7) }; break;
+                case PosixAclTag.Other: entries[i] = entries[i] with { Permissions = (ushort)(mode & 7) }; break;
+                case PosixAclTag.GroupObj: group = i; break;
+                case PosixAclTag.Mask: mask = i; break;
+            }
+        }
+        int target = mask >= 0 ? mask : group;
+        if (target < 0) throw new XfsException(XfsError.Corrupt, $"an access ACL without a mask or owning-group entry ({ToText()}). Run xfs_repair.");
+        entries[target] = entries[target] with { Permissions = (ushort)((mode >> 3) & 7) };
+        return new PosixAcl(entries);
+    }
+
     /// <summary>Text as getfacl prints it with numeric ids ("user::rw-,user:1000:r--,...").</summary>
     public string ToText() => string.Join(",", Entries.Select(e =>
     {

@@ -322,11 +322,19 @@ public sealed partial class XfsVolume
     /// <summary>
     /// chmod, chown, utimes and truncate (setattr): changes what <paramref name="changes"/> names and sets ctime, in one
     /// logged transaction. Growing the size only moves EOF; shrinking a file that has blocks past the new size is
-    /// done by the truncate path.
+    /// done by the truncate path. A new mode is then followed by the inode's access ACL, if it has one.
     /// </summary>
     public InodeAttributes SetAttributes(ulong inode, AttributeChanges changes)
     {
         ArgumentNullException.ThrowIfNull(changes);
+        var result = SetAttributesCore(inode, changes);
+        if (changes.Mode is null) return result;
+        FollowModeInAccessAcl(inode, (ushort)result.Mode);
+        return GetAttributes(inode);
+    }
+
+    private InodeAttributes SetAttributesCore(ulong inode, AttributeChanges changes)
+    {
         var w = Writer();
         using (w.Changes.Change())
         {

@@ -281,6 +281,7 @@ internal static class FuseConstants
     public const uint FUSE_CAP_ASYNC_READ = 1u << 0;
     public const uint FUSE_CAP_ATOMIC_O_TRUNC = 1u << 3;
     public const uint FUSE_CAP_EXPORT_SUPPORT = 1u << 4;
+    public const uint FUSE_CAP_DONT_MASK = 1u << 6;
     public const uint FUSE_CAP_SPLICE_WRITE = 1u << 7;
     public const uint FUSE_CAP_SPLICE_MOVE = 1u << 8;
     public const uint FUSE_CAP_IOCTL_DIR = 1u << 11;
