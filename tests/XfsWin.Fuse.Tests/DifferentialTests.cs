@@ -72,6 +72,8 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
     [InlineData(25, VfsOp.Create, VfsOp.Write, VfsOp.CopyFileRange, VfsOp.CopyFileRange, VfsOp.Truncate, VfsOp.Read, VfsOp.Fallocate, VfsOp.Unlink)]
     [InlineData(26, VfsOp.Mknod, VfsOp.SetAcl, VfsOp.SetAcl, VfsOp.Create, VfsOp.Mkdir, VfsOp.Chmod, VfsOp.Write, VfsOp.Read, VfsOp.Unlink)]
     [InlineData(27, VfsOp.Create, VfsOp.Write, VfsOp.ExchangeRange, VfsOp.ExchangeRange, VfsOp.Truncate, VfsOp.Read, VfsOp.CopyFileRange)]
+    // File capabilities (security.capability) set, then removed by writes and truncates (Mknod widens the xattr names).
+    [InlineData(28, VfsOp.SetXattr, VfsOp.SetXattr, VfsOp.SetXattr, VfsOp.Write, VfsOp.OpenHeld, VfsOp.WriteHeld, VfsOp.Truncate, VfsOp.Chown, VfsOp.Mknod)]
     public void Operation_groups_match_the_kernel(int seed, params VfsOp[] kinds) => Run(seed, kinds, "6.1");
 
     /// <summary>
@@ -251,6 +253,10 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
         private static readonly int[] Lengths = [1, 100, 511, 512, 4095, 4096, 4097, 10000, 65536, 70000];
         private static readonly int[] XattrSizes = [0, 1, 37, 100, 255, 256, 1000, 3000, 4096, 10000, 65536];
         private static readonly string[] XattrNames = ["user.a", "user.b", "user." + new string('x', 200), "trusted.t", "trusted.u"];
+        /// <summary>With the security namespace: file capabilities (which a write removes) and a name of its own.</summary>
+        private static readonly string[] XattrNamesWithSecurity = [.. XattrNames, "security.s", "security.capability"];
+        /// <summary>The kinds include those added with mknod: the arguments' pools may grow too (the older sequences draw from the older pools).</summary>
+        private readonly bool _everyKind = kinds.Contains(VfsOp.Mknod);
         private static readonly int[] FallocateModes = [0, 1, 3, 0x10, 0x11];
         /// <summary>S_IFIFO, S_IFCHR, S_IFBLK, S_IFSOCK and S_IFREG (mknod of a regular file is a create).</summary>
         private static readonly uint[] NodeTypes = [0x1000, 0x2000, 0x6000, 0xC000, 0x8000];
@@ -346,8 +352,11 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             var offset = PickOffset();
             var length = Pick(Lengths);
             var data = Data(length);
-            var xattr = Pick(XattrNames);
+            var xattr = Pick(_everyKind ? XattrNamesWithSecurity : XattrNames);
             var xattrValue = Data(Pick(XattrSizes));
+            // A file capability the VFS accepts (struct vfs_cap_data, revision 2, effective), half the time.
+            if (xattr == "security.capability" && _random.Next(2) == 0)
+                xattrValue = Convert.FromHexString("0100000220000000000000000000000000000000");
             var xattrFlags = _random.Next(3);
             var fallocateMode = Pick(FallocateModes);
             var copyTo = PickOffset();
