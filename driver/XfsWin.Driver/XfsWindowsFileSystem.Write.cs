@@ -88,8 +88,9 @@ public sealed partial class XfsWindowsFileSystem
     /// WinFsp's Create (and CreateEx): a new file, or a directory with FILE_DIRECTORY_FILE. The security descriptor's
     /// owner and group become uid and gid (through the identity map; the mounting user is <c>--uid</c>/<c>--gid</c>),
     /// its DACL the permission bits (at most 0744 for files and 0755 for directories; 0644/0755 without a DACL);
-    /// FILE_ATTRIBUTE_READONLY removes the write bits; EAs become user.* xattrs. STATUS_OBJECT_NAME_COLLISION when
-    /// the name exists (on case-insensitive mounts also in another case).
+    /// FILE_ATTRIBUTE_READONLY removes the write bits; EAs become user.* xattrs. In a directory with a default POSIX ACL
+    /// the new file or directory gets the ACLs and the mode Linux gives an inode created with that mode there.
+    /// STATUS_OBJECT_NAME_COLLISION when the name exists (on case-insensitive mounts also in another case).
     /// </summary>
     public int Create(ReadOnlySpan<char> fileName, uint createOptions, uint grantedAccess, uint fileAttributes,
         ReadOnlySpan<byte> securityDescriptor, ulong allocationSize, ReadOnlySpan<byte> extendedAttributes,
@@ -120,9 +121,13 @@ public sealed partial class XfsWindowsFileSystem
             }
             if (!directory && (fileAttributes & FileAttributeReadOnly) != 0) mode &= ~(uint)WriteBits;
 
+            // A directory with a default POSIX ACL gives the new inode its ACLs and masks its mode, as Linux does for the
+            // mode a Linux program asks for (the mode from the descriptor or the defaults stands for that request).
+            var inherit = _volume.InheritAcls(parent.Inode, (ushort)((directory ? 0x4000u : TypeRegular) | mode), umask: 0);
             var created = directory
-                ? _volume.MakeDirectory(parent.Inode, name, (ushort)mode, uid, gid)
-                : _volume.CreateNode(parent.Inode, name, (ushort)(TypeRegular | mode), uid, gid);
+                ? _volume.MakeDirectory(parent.Inode, name, (ushort)(inherit.Mode & 0xFFF), uid, gid)
+                : _volume.CreateNode(parent.Inode, name, inherit.Mode, uid, gid);
+            created = _volume.SetInheritedAcls(parent.Inode, name, created, inherit);
             var opened = new OpenFile(created.Inode, created, name, [.. parent.Ancestors, parent.Inode],
                 fileName.ToString())
             {

@@ -122,6 +122,47 @@ public sealed class ReadWriteAdapterTests : IDisposable
     private static readonly DateTime WriteTime = new(2020, 1, 2, 3, 4, 5, DateTimeKind.Utc);
     private static readonly DateTime AccessTime = new(2021, 6, 7, 8, 9, 10, DateTimeKind.Utc);
 
+    /// <summary>
+    /// Files and directories created from Windows in a directory with a default POSIX ACL get what the kernel gives a
+    /// Linux program creating them with the same mode: the mode the default ACL allows, the access ACL, and for a
+    /// directory the default ACL too.
+    /// </summary>
+    [Fact]
+    public void CreatesInADirectoryWithADefaultAclInheritItAsOnLinux()
+    {
+        using (var mount = LoopMount.Mount(_image, readOnly: false))
+        {
+            string shared = Path.Combine(mount.MountPoint, "shared");
+            Directory.CreateDirectory(shared);
+            Shell.RunChecked("setfacl", "-d", "-m", "u::rwx,u:1000:rw-,g::r-x,g:100:rwx,m::rwx,o::---", shared);
+            // What the kernel gives a file created with 0644 and a directory with 0755 (the Windows defaults).
+            Shell.RunChecked("python3", "-c", "import os,sys; os.close(os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o644)); os.mkdir(sys.argv[2], 0o755)",
+                Path.Combine(shared, "by-linux.txt"), Path.Combine(shared, "by-linux-dir"));
+        }
+        using (var volume = XfsVolume.Open(_image, new VolumeOpenOptions { Writable = true }))
+        {
+            var fs = Adapter(volume);
+            Close(fs, Create(fs, @"\shared\by-windows.txt"));
+            Close(fs, Create(fs, @"\shared\by-windows-dir", directory: true));
+        }
+        using (var mount = LoopMount.Mount(_image, readOnly: true))
+        {
+            string Acl(string rel)
+            {
+                string path = Path.Combine(mount.MountPoint, "shared", rel);
+                return Shell.RunChecked("stat", "-c", "%a", path).StandardOutput.Trim() + " " +
+                       string.Join(",", Shell.RunChecked("getfacl", "-n", "-p", "--omit-header", path).StandardOutput.Split('\n', StringSplitOptions.RemoveEmptyEntries));
+            }
+            string file = Acl("by-linux.txt"), dir = Acl("by-linux-dir");
+            Assert.Contains("user:1000:rw-", file);
+            Assert.Contains("default:group:100:rwx", dir);
+            Assert.Equal(file, Acl("by-windows.txt"));
+            Assert.Equal(dir, Acl("by-windows-dir"));
+        }
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair"), "-n", _image);
+        Assert.True(repair.ExitCode == 0, repair.StandardOutput + repair.StandardError);
+    }
+
     [Fact]
     public void WindowsChangesAreWhatTheKernelAndXfsRepairSee()
     {
