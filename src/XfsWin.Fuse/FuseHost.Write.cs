@@ -449,7 +449,8 @@ public sealed unsafe partial class FuseHost
             // the kernel may hold its attributes under another name.
             host._volume.TryLookup(to, newNameSpan, out var displaced);
             host._volume.TryLookup(from, NameOf(name), out var moved);
-            host._volume.Rename(from, NameOf(name), to, newNameSpan, (RenameFlags)flags);
+            var caller = CallerOf(req);
+            host._volume.Rename(from, NameOf(name), to, newNameSpan, (RenameFlags)flags, caller.uid, caller.gid);
             host.InvalidateAttributes(displaced, moved);
             FuseNative.fuse_reply_err(req, 0);
         }

@@ -108,8 +108,9 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             for (int s = first; s < first + count; s++) seeds.Add(s, s % 2 == 0 && !options ? "6.1" : "6.13");
             return seeds;
         }
-        // A remote symlink's block reused for file data; attribute forks of directories; a copy_file_range remap cut short.
-        foreach (var s in new[] { 1030, 1056, 1088, 1131 }) seeds.Add(s, s % 2 == 0 ? "6.1" : "6.13");
+        // A remote symlink's block reused for file data; attribute forks of directories; a copy_file_range remap cut short;
+        // a whiteout made by an unprivileged caller.
+        foreach (var s in new[] { 1030, 1056, 1088, 1131, 8010 }) seeds.Add(s, s % 2 == 0 ? "6.1" : "6.13");
         return seeds;
     }
 
@@ -263,6 +264,7 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
         /// <summary>Majors and minors: small, large, and past what XFS's 32-bit device number holds (EINVAL on both sides).</summary>
         private static readonly uint[] Majors = [0, 1, 8, 259, 16383, 16384], Minors = [0, 3, 255, 256, 262143, 262144];
         private static readonly uint[] AclIds = [0, 1, 1000, 65534];
+        private const uint UnprivilegedId = 1000;
         private static readonly ulong[] ExchangeFlags = [0, 0, 1 /*TO_EOF*/, 8 /*FILE1_WRITTEN*/, 9, 2 /*DSYNC*/, 4 /*DRY_RUN*/];
 
         private T Pick<T>(IReadOnlyList<T> items) => items[_random.Next(items.Count)];
@@ -399,8 +401,11 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
                     exchangeFlags = Pick(ExchangeFlags);
                     break;
             }
+            // One operation in four as an unprivileged caller (fsuid and fsgid 1000: the kernel drops the file system
+            // capabilities), for the sequences that draw every kind.
+            bool unprivileged = _everyKind && _random.Next(4) == 0;
 
-            string description = op switch
+            string description = (unprivileged ? "[uid 1000] " : "") + op switch
             {
                 VfsOp.Chmod => $"chmod {p} {Convert.ToString(mode, 8)}",
                 VfsOp.Chown => $"lchown {p} {uid}:{gid}",
@@ -437,7 +442,42 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             string Apply(string root, int[] fds)
             {
                 string P(string r) => Path.Combine(root, r);
-                var r = op switch
+                string r;
+                // setfsuid and setfsgid act on this thread only; back to root before the state is read.
+                if (unprivileged)
+                {
+                    Libc.setfsgid(UnprivilegedId);
+                    Libc.setfsuid(UnprivilegedId);
+                }
+                try
+                {
+                    r = Call(P, fds);
+                }
+                finally
+                {
+                    if (unprivileged)
+                    {
+                        Libc.setfsuid(0);
+                        Libc.setfsgid(0);
+                    }
+                }
+                // What the paths named now look like (also checks the kernel's cached copies of ours).
+                var touched = op is VfsOp.Mknod ? [nodePath] : op is VfsOp.CopyFileRange or VfsOp.ExchangeRange or VfsOp.Link or VfsOp.Symlink or VfsOp.Rename or VfsOp.RenameNoReplace or VfsOp.RenameExchange or VfsOp.RenameWhiteout
+                    ? new[] { p, q } : [p];
+                var sb = new StringBuilder(r);
+                foreach (var t in touched)
+                    sb.Append(" | ").Append(t).Append(": ").Append(Libc.Stat(P(t), withBlocks: false));
+                if (op is VfsOp.SetXattr or VfsOp.RemoveXattr or VfsOp.SetAcl)
+                    sb.Append(" | xattrs ").Append(Libc.ListXattrs(P(p))).Append(" value ").Append(Libc.GetXattr(P(p), op is VfsOp.SetAcl ? aclName : xattr));
+                var parent = Path.GetDirectoryName(op is VfsOp.Mknod ? nodePath : p) ?? "";
+                if (op is VfsOp.Mknod or VfsOp.Mkdir or VfsOp.Rmdir or VfsOp.Unlink or VfsOp.Create or VfsOp.RenameWhiteout or VfsOp.Rename)
+                    sb.Append(" | parent ").Append(Libc.Stat(P(parent.Length == 0 ? "." : parent), withBlocks: false));
+                return sb.ToString();
+            }
+
+            string Call(Func<string, string> P, int[] fds)
+            {
+                return op switch
                 {
                     VfsOp.Chmod => Libc.Result(Libc.chmod(P(p), mode)),
                     VfsOp.Chown => Libc.Result(Libc.lchown(P(p), uid, gid)),
@@ -471,18 +511,6 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
                         ExchangeRange(file1, exchange1, file2, exchange2, exchangeLength, exchangeFlags) + Contents(file1) + Contents(file2))),
                     _ => throw new ArgumentOutOfRangeException(nameof(kinds), op, null),
                 };
-                // What the paths named now look like (also checks the kernel's cached copies of ours).
-                var touched = op is VfsOp.Mknod ? [nodePath] : op is VfsOp.CopyFileRange or VfsOp.ExchangeRange or VfsOp.Link or VfsOp.Symlink or VfsOp.Rename or VfsOp.RenameNoReplace or VfsOp.RenameExchange or VfsOp.RenameWhiteout
-                    ? new[] { p, q } : [p];
-                var sb = new StringBuilder(r);
-                foreach (var t in touched)
-                    sb.Append(" | ").Append(t).Append(": ").Append(Libc.Stat(P(t), withBlocks: false));
-                if (op is VfsOp.SetXattr or VfsOp.RemoveXattr or VfsOp.SetAcl)
-                    sb.Append(" | xattrs ").Append(Libc.ListXattrs(P(p))).Append(" value ").Append(Libc.GetXattr(P(p), op is VfsOp.SetAcl ? aclName : xattr));
-                var parent = Path.GetDirectoryName(op is VfsOp.Mknod ? nodePath : p) ?? "";
-                if (op is VfsOp.Mknod or VfsOp.Mkdir or VfsOp.Rmdir or VfsOp.Unlink or VfsOp.Create or VfsOp.RenameWhiteout or VfsOp.Rename)
-                    sb.Append(" | parent ").Append(Libc.Stat(P(parent.Length == 0 ? "." : parent), withBlocks: false));
-                return sb.ToString();
             }
 
             return (description, Apply(kernelRoot, _kernelFds), Apply(ourRoot, _ourFds));

@@ -94,6 +94,13 @@ internal static unsafe partial class Libc
     [LibraryImport(C, SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]
     public static partial int mknod(string path, uint mode, ulong dev);
 
+    /// <summary>setfsuid(2): the calling thread's file system uid (returns the previous one).</summary>
+    [LibraryImport(C)]
+    public static partial int setfsuid(uint uid);
+
+    [LibraryImport(C)]
+    public static partial int setfsgid(uint gid);
+
     [LibraryImport(C, SetLastError = true)]
     public static partial int ioctl(int fd, nuint request, void* argument);
 

@@ -397,8 +397,12 @@ public sealed partial class XfsVolume
         });
     }
 
-    /// <summary>rename / renameat2.</summary>
-    public void Rename(ulong parent, ReadOnlySpan<byte> name, ulong newParent, ReadOnlySpan<byte> newName, RenameFlags flags = RenameFlags.None)
+    /// <summary>
+    /// rename / renameat2. A whiteout (<see cref="RenameFlags.Whiteout"/>) is owned by <paramref name="callerUid"/> and
+    /// <paramref name="callerGid"/>, the caller's ids (the group of a setgid target directory wins, as for any new inode).
+    /// </summary>
+    public void Rename(ulong parent, ReadOnlySpan<byte> name, ulong newParent, ReadOnlySpan<byte> newName, RenameFlags flags = RenameFlags.None,
+        uint callerUid = 0, uint callerGid = 0)
     {
         ValidateName(name);
         ValidateName(newName);
@@ -430,7 +434,7 @@ public sealed partial class XfsVolume
             {
                 // xfs_rename_alloc_whiteout: the whiteout's dquots are reserved a new inode first.
                 const ushort ProjInherit = 0x200;
-                w.Quota?.Reserve(0, (toDir.Mode & ModeSetgid) != 0 ? toDir.Attributes.Gid : 0,
+                w.Quota?.Reserve(callerUid, (toDir.Mode & ModeSetgid) != 0 ? toDir.Attributes.Gid : callerGid,
                     (toDir.Attributes.Flags & ProjInherit) != 0 ? toDir.Attributes.ProjectId : 0, w.Reservations.InodeAllocSpaceBlocks, 1);
             }
             if (exchange && dst!.IsDirectory && parent != newParent && IsAncestor(target, parent))
@@ -456,11 +460,11 @@ public sealed partial class XfsVolume
                 }
             }
 
-            // The whiteout's dquots (root's, or the setgid group and inherited project NewInode gives it) exist first.
+            // The whiteout's dquots (the caller's, or the setgid group and inherited project NewInode gives it) exist first.
             if (whiteout)
             {
                 const ushort ProjInherit = 0x200;
-                PrepareDquots(w, 0, (toDir.Mode & ModeSetgid) != 0 ? toDir.Attributes.Gid : 0,
+                PrepareDquots(w, callerUid, (toDir.Mode & ModeSetgid) != 0 ? toDir.Attributes.Gid : callerGid,
                     (toDir.Attributes.Flags & ProjInherit) != 0 ? toDir.Attributes.ProjectId : 0);
             }
             using var tx = BeginWithParentPointers(w, TransactionKind.Rename, src, dst);
@@ -533,7 +537,7 @@ public sealed partial class XfsVolume
                     // makes it as a temporary file of the target directory (xfs_rename_alloc_whiteout gets target_dp):
                     // it is allocated near that directory and takes its group when that directory is setgid.
                     var (wIno, wNew) = w.AllocateInode(tx, newParent, directory: false);
-                    var white = NewInode(wIno, 0x2000, 0, 0, toDir, now);
+                    var white = NewInode(wIno, 0x2000, callerUid, callerGid, toDir, now);
                     if (w.ParentPointerWork is not null) InitAttrFork(white, XfsFileType.CharacterDevice);
                     white.DataFormat = ForkFormat.Device;
                     whiteUpdate = white;
