@@ -133,9 +133,13 @@ public sealed partial class QuotaEnforcementTests(ITestOutputHelper output) : ID
         return (Seconds(f["diskdq.btimer"]), Seconds(f["diskdq.itimer"]));
     }
 
-    /// <summary>xfs_quota's reports with running grace timers told apart from stopped ones only (their days depend on the hour).</summary>
-    private static string Normalise(string report) => GraceRegex().Replace(report.Trim(), m => m.Value == "[--------]" ? m.Value : "[running]");
+    /// <summary>
+    /// xfs_quota's reports with running grace timers told apart from stopped ones only: their days depend on the hour,
+    /// and xfs_quota pads the column to the widest text ("[1 day]", "[6 days]"), so the spaces before it go too.
+    /// </summary>
+    private static string Normalise(string report) =>
+        GraceRegex().Replace(report.Trim(), m => m.Groups[1].Value == "[--------]" ? " " + m.Groups[1].Value : " [running]");
 
-    [GeneratedRegex(@"\[[^\]]*\]")]
+    [GeneratedRegex(@" +(\[[^\]]*\])")]
     private static partial Regex GraceRegex();
 }
