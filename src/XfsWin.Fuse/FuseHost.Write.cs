@@ -609,6 +609,8 @@ public sealed unsafe partial class FuseHost
         return false;
     }
 
+    private const uint SetgidBit = 0x400; // S_ISGID
+
     [UnmanagedCallersOnly]
     private static void OnSetXattr(nint req, ulong ino, byte* name, byte* value, nuint size, int flags)
     {
@@ -655,8 +657,13 @@ public sealed unsafe partial class FuseHost
                         host._volume.SetXattr(inode, ns, xfsName, acl!.ToXfs(), mode.Value);
                     }
                     var current = host._volume.GetAttributes(inode);
-                    if ((current.Mode & 0x1FF) != bits)
-                        host._volume.SetAttributes(inode, new AttributeChanges { Mode = (ushort)((current.Mode & 0xE00) | bits) });
+                    uint newMode = (current.Mode & 0xE00) | bits;
+                    // posix_acl_update_mode: a caller outside the file's group and without CAP_FSETID (root's, here)
+                    // also loses the setgid bit.
+                    var caller = CallerOf(req);
+                    if ((newMode & SetgidBit) != 0 && caller.uid != 0 && !CallerGroups(caller).Contains(current.Gid)) newMode &= ~SetgidBit;
+                    if ((current.Mode & 0xFFF) != newMode)
+                        host._volume.SetAttributes(inode, new AttributeChanges { Mode = (ushort)newMode });
                     host.InvalidateAttributes(inode);
                     FuseNative.fuse_reply_err(req, 0);
                     return;

@@ -8,7 +8,8 @@ namespace XfsWin.Fuse.Tests;
 /// POSIX ACLs that change other inodes: a directory's default ACL gives new files, directories and device nodes their
 /// mode (the umask is not used) and their access ACL (stored only when it says more than the mode), and new
 /// directories the default ACL itself; a chmod moves the access ACL's owner, mask and other entries with the mode;
-/// removing an ACL a file does not have succeeds. The same steps on a kernel loop mount and on an xfswin rw mount of
+/// removing an ACL a file does not have succeeds; an owner outside the file's group who sets an access ACL loses the
+/// setgid bit. The same steps on a kernel loop mount and on an xfswin rw mount of
 /// copies of one image; after each, the mode and both ACLs of every path named must be equal.
 /// </summary>
 public sealed unsafe class AclInheritanceTests(ITestOutputHelper output) : IDisposable
@@ -62,6 +63,11 @@ public sealed unsafe class AclInheritanceTests(ITestOutputHelper output) : IDisp
             ("remove d/f's access ACL", r => Libc.Result(Libc.lremovexattr(Path.Combine(r, "d/f"), "system.posix_acl_access")), ["d/f"]),
             ("remove d's default ACL", r => Libc.Result(Libc.lremovexattr(Path.Combine(r, "d"), "system.posix_acl_default")), ["d"]),
             ("create d/later 0666 (the umask again)", r => Create(Path.Combine(r, "d/later"), 0x1B6), ["d/later"]),
+            // An owner outside the file's group sets an access ACL: the setgid bit goes (posix_acl_update_mode).
+            ("mkdir g 0755", r => Libc.Result(Libc.mkdir(Path.Combine(r, "g"), 0x1ED)), ["g"]),
+            ("chown g 1000:1", r => Libc.Result(Libc.lchown(Path.Combine(r, "g"), 1000, 1)), ["g"]),
+            ("chmod g 02775", r => Libc.Result(Libc.chmod(Path.Combine(r, "g"), 0x5FD)), ["g"]),
+            ("[uid 1000] access ACL with a named user on g", r => AsUnprivileged(() => Set(Path.Combine(r, "g"), "system.posix_acl_access", named)), ["g"]),
         };
 
         var image = KernelMadeImages.Make(_tmp, "6.13");
@@ -86,6 +92,22 @@ public sealed unsafe class AclInheritanceTests(ITestOutputHelper output) : IDisp
         Assert.True(inherited >= 5, $"only {inherited} steps showed an access ACL");
         var repair = XfsWin.TestSupport.Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", ourImage);
         Assert.True(repair.ExitCode == 0, repair.StandardOutput + repair.StandardError);
+    }
+
+    /// <summary>Runs <paramref name="action"/> with fsuid and fsgid 1000 (this thread only; the kernel drops the file system capabilities).</summary>
+    private static string AsUnprivileged(Func<string> action)
+    {
+        Libc.setfsgid(1000);
+        Libc.setfsuid(1000);
+        try
+        {
+            return action();
+        }
+        finally
+        {
+            Libc.setfsuid(0);
+            Libc.setfsgid(0);
+        }
     }
 
     private static string Set(string path, string name, byte[] value)
