@@ -1,4 +1,3 @@
-using System.Buffers.Binary;
 using XfsWin.TestSupport;
 using Xunit.Abstractions;
 
@@ -19,19 +18,7 @@ public sealed unsafe class AclInheritanceTests(ITestOutputHelper output) : IDisp
     public void Dispose() => Directory.Delete(_tmp, recursive: true);
 
     /// <summary>An ACL's Linux xattr value from (tag, permissions, id) entries (ids of the owner, group, mask and other entries undefined).</summary>
-    private static byte[] Acl(params (ushort Tag, ushort Perm, uint Id)[] entries)
-    {
-        var bytes = new byte[4 + 8 * entries.Length];
-        BinaryPrimitives.WriteUInt32LittleEndian(bytes, 2);
-        for (int i = 0; i < entries.Length; i++)
-        {
-            var e = bytes.AsSpan(4 + 8 * i);
-            BinaryPrimitives.WriteUInt16LittleEndian(e, entries[i].Tag);
-            BinaryPrimitives.WriteUInt16LittleEndian(e[2..], entries[i].Perm);
-            BinaryPrimitives.WriteUInt32LittleEndian(e[4..], entries[i].Id);
-        }
-        return bytes;
-    }
+    private static byte[] Acl(params (ushort Tag, ushort Perm, uint Id)[] entries) => PosixAcl.LinuxXattr(entries);
 
     private const uint Undefined = uint.MaxValue;
     private const ushort UserObj = 1, User = 2, GroupObj = 4, Group = 8, Mask = 0x10, Other = 0x20;

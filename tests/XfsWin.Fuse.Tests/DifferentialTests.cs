@@ -1,4 +1,3 @@
-using System.Buffers.Binary;
 using System.Runtime.InteropServices;
 using System.Security.Cryptography;
 using System.Text;
@@ -295,16 +294,7 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             bool named = users.Count + groups.Count > 0;
             if (named ? _random.Next(10) != 0 : _random.Next(4) == 0) entries.Add((0x10, Perm(), uint.MaxValue));
             entries.Add((0x20, Perm(), uint.MaxValue));
-            var bytes = new byte[4 + 8 * entries.Count];
-            BinaryPrimitives.WriteUInt32LittleEndian(bytes, 2);
-            for (int i = 0; i < entries.Count; i++)
-            {
-                var e = bytes.AsSpan(4 + 8 * i);
-                BinaryPrimitives.WriteUInt16LittleEndian(e, entries[i].Tag);
-                BinaryPrimitives.WriteUInt16LittleEndian(e[2..], entries[i].Perm);
-                BinaryPrimitives.WriteUInt32LittleEndian(e[4..], entries[i].Id);
-            }
-            return bytes;
+            return XfsWin.TestSupport.PosixAcl.LinuxXattr(entries);
         }
 
         /// <summary>

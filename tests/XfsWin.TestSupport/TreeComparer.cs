@@ -403,6 +403,21 @@ public static class PosixAcl
 {
     private const int AclUser = 0x02, AclGroup = 0x08;
 
+    /// <summary>Linux's xattr form of the entries (tag, permissions, id), in the order given: what setxattr(2) takes.</summary>
+    public static byte[] LinuxXattr(IReadOnlyList<(ushort Tag, ushort Perm, uint Id)> entries)
+    {
+        var bytes = new byte[4 + 8 * entries.Count];
+        BinaryPrimitives.WriteUInt32LittleEndian(bytes, 2);
+        for (int i = 0; i < entries.Count; i++)
+        {
+            var e = bytes.AsSpan(4 + 8 * i);
+            BinaryPrimitives.WriteUInt16LittleEndian(e, entries[i].Tag);
+            BinaryPrimitives.WriteUInt16LittleEndian(e[2..], entries[i].Perm);
+            BinaryPrimitives.WriteUInt32LittleEndian(e[4..], entries[i].Id);
+        }
+        return bytes;
+    }
+
     public static string? Describe(ReadOnlySpan<byte> v)
     {
         var entries = new List<(int Tag, int Perm, long Id)>();
