@@ -491,7 +491,8 @@ public sealed partial class XfsWindowsFileSystem
     /// <summary>
     /// WinFsp's SetSecurity: the owner and group SIDs become uid and gid (an owner that maps to no uid is
     /// STATUS_INVALID_OWNER; the SID a file already shows keeps its uid), the DACL the rwx bits of owner, group and
-    /// others (setuid, setgid and sticky are kept); ACEs for other SIDs that map to ids become a POSIX access ACL.
+    /// others (setuid, setgid and sticky are kept); ACEs for other SIDs that map to ids become a POSIX access ACL. On a
+    /// directory the ACEs its children inherit become its default ACL (see <see cref="WriteDefaultAcl"/>).
     /// </summary>
     public int SetSecurity(OpenFile file, uint securityInformation, ReadOnlySpan<byte> modificationDescriptor)
     {
@@ -519,6 +520,11 @@ public sealed partial class XfsWindowsFileSystem
             if ((securityInformation & SecurityDacl) != 0 && (sd.Control & SecurityDescriptors.SeDaclPresent) != 0)
             {
                 uint bits = SecurityDescriptors.ModeFromDacl(sd.Dacl, ownerSid, groupSid);
+                if (a.FileType == XfsFileType.Directory)
+                {
+                    int defaultStatus = WriteDefaultAcl(file.Inode, sd.Dacl, bits);
+                    if (defaultStatus != NtStatus.Success) return defaultStatus;
+                }
                 int status = WriteAccessAcl(file.Inode, sd.Dacl, ownerSid, groupSid, ref bits);
                 if (status != NtStatus.Success) return status;
                 mode = (ushort)((a.Mode & 0xE00) | bits);
@@ -546,14 +552,7 @@ public sealed partial class XfsWindowsFileSystem
     /// </summary>
     private int WriteAccessAcl(ulong inode, IReadOnlyList<Ace>? dacl, Sid owner, Sid group, ref uint bits)
     {
-        var users = new SortedDictionary<uint, ushort>();
-        var groups = new SortedDictionary<uint, ushort>();
-        foreach (var sid in SecurityDescriptors.NamedSids(dacl, owner, group))
-        {
-            ushort perm = (ushort)SecurityDescriptors.PermissionFor(dacl, sid);
-            if (_ids.UidOf(sid) is uint u && sid != _ids.MountingUser) users[u] = perm;
-            else if (_ids.GidOf(sid) is uint g) groups[g] = perm;
-        }
+        var (users, groups) = NamedEntries(dacl, owner, group);
         bool hadAcl = _volume.TryGetXattr(inode, XattrNamespace.Trusted, AclAttributeName, out _);
         try
         {
@@ -562,14 +561,8 @@ public sealed partial class XfsWindowsFileSystem
                 if (hadAcl) _volume.RemoveXattr(inode, XattrNamespace.Trusted, AclAttributeName);
                 return NtStatus.Success;
             }
-            uint groupPerm = (bits >> 3) & 7, mask = groupPerm;
-            var entries = new List<PosixAclEntry> { new(PosixAclTag.UserObj, PosixAcl.UndefinedId, (ushort)((bits >> 6) & 7)) };
-            foreach (var (id, perm) in users) { entries.Add(new(PosixAclTag.User, id, perm)); mask |= perm; }
-            entries.Add(new(PosixAclTag.GroupObj, PosixAcl.UndefinedId, (ushort)groupPerm));
-            foreach (var (id, perm) in groups) { entries.Add(new(PosixAclTag.Group, id, perm)); mask |= perm; }
-            entries.Add(new(PosixAclTag.Mask, PosixAcl.UndefinedId, (ushort)mask));
-            entries.Add(new(PosixAclTag.Other, PosixAcl.UndefinedId, (ushort)(bits & 7)));
-            _volume.SetXattr(inode, XattrNamespace.Trusted, AclAttributeName, new PosixAcl(entries).ToXfs());
+            var acl = AclOf((bits >> 6) & 7, (bits >> 3) & 7, bits & 7, users, groups, out uint mask);
+            _volume.SetXattr(inode, XattrNamespace.Trusted, AclAttributeName, acl.ToXfs());
             bits = (bits & ~0x38u) | mask << 3; // with an ACL the mode's group bits are its mask
             return NtStatus.Success;
         }
@@ -577,6 +570,71 @@ public sealed partial class XfsWindowsFileSystem
         {
             return NtStatus.NotSupported;
         }
+    }
+
+    /// <summary>
+    /// A directory's default POSIX ACL (trusted SGI_ACL_DEFAULT, as XFS stores system.posix_acl_default) from the ACEs of
+    /// <paramref name="dacl"/> that children inherit: CREATOR OWNER's rights become the owner entry, CREATOR GROUP's the
+    /// owning group's, Everyone's the others', SIDs that map to ids named entries (the mask their union with the
+    /// owning group's); a class no inheritable ACE names takes its bits from <paramref name="bits"/>, as setfacl fills
+    /// a default ACL's missing entries from the access permissions. Without inheritable ACEs for any of those SIDs the
+    /// directory has no default ACL (one it had is removed). STATUS_NOT_SUPPORTED, nothing changed, when the engine
+    /// cannot write xattrs.
+    /// </summary>
+    private int WriteDefaultAcl(ulong directory, IReadOnlyList<Ace>? dacl, uint bits)
+    {
+        var inherited = SecurityDescriptors.InheritedByChildren(dacl);
+        var (users, groups) = NamedEntries(inherited, Sid.CreatorOwner, Sid.CreatorGroup);
+        bool hasOwner = SecurityDescriptors.Names(inherited, Sid.CreatorOwner), hasGroup = SecurityDescriptors.Names(inherited, Sid.CreatorGroup);
+        bool hasOthers = SecurityDescriptors.Names(inherited, Sid.World);
+        try
+        {
+            bool had = _volume.TryGetXattr(directory, XattrNamespace.Trusted, DefaultAclAttributeName, out _);
+            if (!hasOwner && !hasGroup && !hasOthers && users.Count == 0 && groups.Count == 0)
+            {
+                if (had) _volume.RemoveXattr(directory, XattrNamespace.Trusted, DefaultAclAttributeName);
+                return NtStatus.Success;
+            }
+            uint Class(bool named, Sid sid, int shift) => named ? SecurityDescriptors.PermissionFor(inherited, sid) : (bits >> shift) & 7;
+            var acl = AclOf(Class(hasOwner, Sid.CreatorOwner, 6), Class(hasGroup, Sid.CreatorGroup, 3), Class(hasOthers, Sid.World, 0), users, groups, out _);
+            _volume.SetXattr(directory, XattrNamespace.Trusted, DefaultAclAttributeName, acl.ToXfs());
+            return NtStatus.Success;
+        }
+        catch (XfsException x) when (x.Error == XfsError.Unsupported)
+        {
+            return NtStatus.NotSupported;
+        }
+    }
+
+    /// <summary>
+    /// The named users and groups of <paramref name="aces"/> with their rwx: SIDs besides the owner, group and Everyone
+    /// that map to a uid (the mounting user excepted: it stands for the creator, not a named user) or else a gid. SIDs
+    /// that map to no id (SYSTEM, Administrators under the default mapping) are left out.
+    /// </summary>
+    private (SortedDictionary<uint, ushort> Users, SortedDictionary<uint, ushort> Groups) NamedEntries(IReadOnlyList<Ace>? aces, Sid owner, Sid group)
+    {
+        var users = new SortedDictionary<uint, ushort>();
+        var groups = new SortedDictionary<uint, ushort>();
+        foreach (var sid in SecurityDescriptors.NamedSids(aces, owner, group))
+        {
+            ushort perm = (ushort)SecurityDescriptors.PermissionFor(aces, sid);
+            if (_ids.UidOf(sid) is uint u && sid != _ids.MountingUser) users[u] = perm;
+            else if (_ids.GidOf(sid) is uint g) groups[g] = perm;
+        }
+        return (users, groups);
+    }
+
+    /// <summary>A POSIX ACL in the order Linux keeps one; the mask is the union of the owning group's and the named entries' rights.</summary>
+    private static PosixAcl AclOf(uint ownerPerm, uint groupPerm, uint otherPerm, SortedDictionary<uint, ushort> users, SortedDictionary<uint, ushort> groups, out uint mask)
+    {
+        mask = groupPerm;
+        var entries = new List<PosixAclEntry> { new(PosixAclTag.UserObj, PosixAcl.UndefinedId, (ushort)ownerPerm) };
+        foreach (var (id, perm) in users) { entries.Add(new(PosixAclTag.User, id, perm)); mask |= perm; }
+        entries.Add(new(PosixAclTag.GroupObj, PosixAcl.UndefinedId, (ushort)groupPerm));
+        foreach (var (id, perm) in groups) { entries.Add(new(PosixAclTag.Group, id, perm)); mask |= perm; }
+        entries.Add(new(PosixAclTag.Mask, PosixAcl.UndefinedId, (ushort)mask));
+        entries.Add(new(PosixAclTag.Other, PosixAcl.UndefinedId, (ushort)otherPerm));
+        return new PosixAcl(entries);
     }
 
     // ---------------------------------------------------------------- extended attributes

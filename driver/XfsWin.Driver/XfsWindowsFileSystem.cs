@@ -46,6 +46,8 @@ public sealed partial class XfsWindowsFileSystem
 
     private const int MaxSymlinkFollows = 40;
     private static readonly byte[] AclAttributeName = "SGI_ACL_FILE"u8.ToArray();
+    /// <summary>Where XFS keeps system.posix_acl_default (a directory's default ACL).</summary>
+    private static readonly byte[] DefaultAclAttributeName = "SGI_ACL_DEFAULT"u8.ToArray();
 
     private readonly XfsVolume _volume;
     private readonly MountOptions _options;
@@ -406,14 +408,19 @@ public sealed partial class XfsWindowsFileSystem
 
     // ---------------------------------------------------------------- security
 
-    /// <summary>The self-relative security descriptor of an inode: owner, group, mode and its POSIX access ACL.</summary>
+    /// <summary>
+    /// The self-relative security descriptor of an inode: owner, group, mode and its POSIX access ACL; a directory's
+    /// default ACL as inherit-only ACEs (see <see cref="SecurityDescriptors.InheritableAces"/>).
+    /// </summary>
     public byte[] SecurityDescriptorFor(in InodeAttributes a)
     {
-        PosixAcl? acl = null;
+        PosixAcl? acl = null, defaultAcl = null;
         if (_volume.TryGetXattr(a.Inode, XattrNamespace.Trusted, AclAttributeName, out var aclValue))
             acl = PosixAcl.ParseXfs(aclValue);
-        if (acl is not null)
-            return SecurityDescriptors.Build(_ids.OwnerSid(a.Uid), _ids.GroupSid(a.Gid), a.Mode, acl, _ids);
+        if (a.FileType == XfsFileType.Directory && _volume.TryGetXattr(a.Inode, XattrNamespace.Trusted, DefaultAclAttributeName, out var defaultValue))
+            defaultAcl = PosixAcl.ParseXfs(defaultValue);
+        if (acl is not null || defaultAcl is not null)
+            return SecurityDescriptors.Build(_ids.OwnerSid(a.Uid), _ids.GroupSid(a.Gid), a.Mode, acl, _ids, defaultAcl);
         return _plainSecurity.GetOrAdd((a.Uid, a.Gid, a.Mode), static (k, ids) =>
             SecurityDescriptors.Build(ids.OwnerSid(k.Uid), ids.GroupSid(k.Gid), k.Mode), _ids);
     }

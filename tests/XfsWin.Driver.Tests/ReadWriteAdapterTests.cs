@@ -163,6 +163,95 @@ public sealed class ReadWriteAdapterTests : IDisposable
         Assert.True(repair.ExitCode == 0, repair.StandardOutput + repair.StandardError);
     }
 
+    /// <summary>
+    /// A directory's default POSIX ACL shows in its security descriptor as inherit-only ACEs (CREATOR OWNER, CREATOR
+    /// GROUP, named SIDs, Everyone), and SetSecurity turns the ACEs children inherit back into a default ACL: the
+    /// descriptor of a directory Linux gave a default ACL, set on a plain directory, gives it the same default ACL
+    /// (getfacl on the kernel's mount); an ACE for this folder, subfolders and files becomes an access and a default
+    /// entry; a DACL without inheritable ACEs removes the default ACL. Files created there from Linux afterwards get
+    /// what the default ACL says, and xfs_repair finds nothing.
+    /// </summary>
+    [Fact]
+    public void DefaultAclsAreInheritableAcesBothWays()
+    {
+        const string Default = "u::rwx,u:1000:rw-,g::r-x,g:100:rwx,m::rwx,o::---";
+        using (var mount = LoopMount.Mount(_image, readOnly: false))
+        {
+            foreach (var dir in new[] { "linux-default", "plain", "edited", "cleared" })
+                Directory.CreateDirectory(Path.Combine(mount.MountPoint, dir));
+            Shell.RunChecked("chmod", "750", Path.Combine(mount.MountPoint, "edited"));
+            Shell.RunChecked("setfacl", "-d", "-m", Default, Path.Combine(mount.MountPoint, "linux-default"));
+            Shell.RunChecked("setfacl", "-d", "-m", Default, Path.Combine(mount.MountPoint, "cleared"));
+        }
+        using (var volume = XfsVolume.Open(_image, new VolumeOpenOptions { Writable = true }))
+        {
+            var fs = Adapter(volume);
+            var linux = Open(fs, @"\linux-default");
+            Assert.Equal(NtStatus.Success, fs.GetSecurity(linux, out var shown));
+            var dacl = SecurityDescriptors.Parse(shown).Dacl!;
+            var inheritable = dacl.Where(ace => ace.Flags == SecurityDescriptors.InheritableFlags).ToList();
+            const A Rwx = A.ReadData | A.WriteData | A.Execute;
+            Assert.Equal(Rwx, inheritable.Single(ace => ace.Sid == Sid.CreatorOwner && ace.Type == AceType.AccessAllowed).Mask & Rwx);
+            Assert.Equal(A.ReadData | A.WriteData, inheritable.Single(ace => ace.Sid == Sid.UnixUser(1000) && ace.Type == AceType.AccessAllowed).Mask & Rwx);
+            // Named user 1000 is refused the execute bit a group entry would otherwise give it (POSIX picks one entry).
+            Assert.Equal(A.Execute, inheritable.Single(ace => ace.Sid == Sid.UnixUser(1000) && ace.Type == AceType.AccessDenied).Mask & Rwx);
+            Assert.Equal(A.ReadData | A.Execute, inheritable.Single(ace => ace.Sid == Sid.CreatorGroup && ace.Type == AceType.AccessAllowed).Mask & Rwx);
+            Assert.Equal(Rwx, inheritable.Single(ace => ace.Sid == Sid.UnixGroup(100) && ace.Type == AceType.AccessAllowed).Mask & Rwx);
+            Assert.Equal((A)0, inheritable.Single(ace => ace.Sid == Sid.World).Mask & Rwx);
+            // The directory's own access is its mode alone (no access ACL): no other ACE names user 1000 or group 100.
+            Assert.DoesNotContain(dacl, ace => ace.Flags == 0 && (ace.Sid == Sid.UnixUser(1000) || ace.Sid == Sid.UnixGroup(100)));
+            Close(fs, linux);
+
+            // The whole descriptor set on another directory: the same default ACL.
+            var plain = Open(fs, @"\plain");
+            Assert.Equal(NtStatus.Success, fs.GetSecurity(plain, out var plainSd));
+            var plainOwn = SecurityDescriptors.Parse(plainSd);
+            var copied = plainOwn.Dacl!.Concat(inheritable).ToList();
+            Assert.Equal(NtStatus.Success, fs.SetSecurity(plain, XfsWindowsFileSystem.SecurityDacl, SecurityDescriptors.Serialize(plainOwn.Owner!, plainOwn.Group!, copied)));
+            Close(fs, plain);
+
+            // What Explorer writes for "user 1000: read and execute, this folder, subfolders and files" and "CREATOR
+            // OWNER: full control, subfolders and files only" on a 0750 directory.
+            var edited = Open(fs, @"\edited");
+            Assert.Equal(NtStatus.Success, fs.GetSecurity(edited, out var editedSd));
+            var editedOwn = SecurityDescriptors.Parse(editedSd);
+            var editedDacl = editedOwn.Dacl!.ToList();
+            editedDacl.Add(new Ace(AceType.AccessAllowed, A.ReadData | A.Execute | A.ReadAttributes | A.Synchronize, Sid.UnixUser(1000),
+                SecurityDescriptors.ObjectInheritAce | SecurityDescriptors.ContainerInheritAce));
+            editedDacl.Add(new Ace(AceType.AccessAllowed, (A)0x1F01FF, Sid.CreatorOwner, SecurityDescriptors.InheritableFlags));
+            Assert.Equal(NtStatus.Success, fs.SetSecurity(edited, XfsWindowsFileSystem.SecurityDacl, SecurityDescriptors.Serialize(editedOwn.Owner!, editedOwn.Group!, editedDacl)));
+            Close(fs, edited);
+
+            // The directory's own ACEs only: its default ACL goes.
+            var cleared = Open(fs, @"\cleared");
+            Assert.Equal(NtStatus.Success, fs.GetSecurity(cleared, out var clearedSd));
+            var clearedOwn = SecurityDescriptors.Parse(clearedSd);
+            Assert.Contains(clearedOwn.Dacl!, ace => ace.Flags == SecurityDescriptors.InheritableFlags);
+            var own = clearedOwn.Dacl!.Where(ace => ace.Flags == 0).ToList();
+            Assert.Equal(NtStatus.Success, fs.SetSecurity(cleared, XfsWindowsFileSystem.SecurityDacl, SecurityDescriptors.Serialize(clearedOwn.Owner!, clearedOwn.Group!, own)));
+            Assert.Equal(NtStatus.Success, fs.GetSecurity(cleared, out var afterClear));
+            Assert.DoesNotContain(SecurityDescriptors.Parse(afterClear).Dacl!, ace => (ace.Flags & SecurityDescriptors.InheritOnlyAce) != 0);
+            Close(fs, cleared);
+        }
+        using (var mount = LoopMount.Mount(_image, readOnly: false))
+        {
+            string Facl(string rel, params string[] options) =>
+                string.Join(",", Shell.RunChecked("getfacl", [.. options, "-n", "-p", "--omit-header", Path.Combine(mount.MountPoint, rel)]).StandardOutput
+                    .Split('\n', StringSplitOptions.RemoveEmptyEntries).Select(line => line.Split('\t')[0]));
+            string linuxDefault = Facl("linux-default", "-d");
+            Assert.Equal("user::rwx,user:1000:rw-,group::r-x,group:100:rwx,mask::rwx,other::---", linuxDefault);
+            Assert.Equal(linuxDefault, Facl("plain", "-d"));
+            Assert.Equal("user::rwx,user:1000:r-x,group::r-x,mask::r-x,other::---", Facl("edited", "-a"));
+            Assert.Equal("user::rwx,user:1000:r-x,group::r-x,mask::r-x,other::---", Facl("edited", "-d"));
+            Assert.Equal("", Facl("cleared", "-d"));
+            // The kernel applies what we stored: a file made in "plain" gets the default ACL's entries.
+            Shell.RunChecked("python3", "-c", "import os,sys; os.close(os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY, 0o666))", Path.Combine(mount.MountPoint, "plain", "new.txt"));
+            Assert.Equal("user::rw-,user:1000:rw-,group::r-x,group:100:rwx,mask::rw-,other::---", Facl(Path.Combine("plain", "new.txt"), "-a"));
+        }
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair"), "-n", _image);
+        Assert.True(repair.ExitCode == 0, repair.StandardOutput + repair.StandardError);
+    }
+
     [Fact]
     public void WindowsChangesAreWhatTheKernelAndXfsRepairSee()
     {

@@ -128,8 +128,45 @@ public static class SecurityDescriptors
         return aces;
     }
 
-    public static byte[] Build(Sid owner, Sid group, uint mode, PosixAcl? acl = null, IdentityMap? ids = null) =>
-        Serialize(owner, group, BuildDacl(owner, group, mode, acl, ids));
+    public static byte[] Build(Sid owner, Sid group, uint mode, PosixAcl? acl = null, IdentityMap? ids = null, PosixAcl? defaultAcl = null)
+    {
+        var dacl = BuildDacl(owner, group, mode, acl, ids);
+        if (defaultAcl is not null && ids is not null) dacl.AddRange(InheritableAces(defaultAcl, ids));
+        return Serialize(owner, group, dacl);
+    }
+
+    /// <summary>
+    /// A directory's default POSIX ACL as inherit-only ACEs for the files and directories made in it (object and
+    /// container inherit), mapped as <see cref="BuildDacl"/> maps an access ACL: the owner entry for CREATOR OWNER, the
+    /// owning group's for CREATOR GROUP (what Windows puts the creator's SIDs in place of), others for Everyone, named
+    /// users and groups for their SIDs, limited by the mask, with the deny ACEs POSIX's choice of one class needs.
+    /// </summary>
+    public static List<Ace> InheritableAces(PosixAcl defaultAcl, IdentityMap ids)
+    {
+        var aces = BuildDacl(Sid.CreatorOwner, Sid.CreatorGroup, DirectoryBit, defaultAcl, ids);
+        for (int i = 0; i < aces.Count; i++) aces[i] = aces[i] with { Flags = InheritableFlags };
+        return aces;
+    }
+
+    /// <summary>
+    /// The ACEs of a DACL that children inherit (object or container inherit set, inherit-only or not), as
+    /// <see cref="PermissionFor"/> reads them: the basis of a directory's default POSIX ACL.
+    /// </summary>
+    public static List<Ace> InheritedByChildren(IReadOnlyList<Ace>? dacl)
+    {
+        var aces = new List<Ace>();
+        if (dacl is null) return aces;
+        foreach (var ace in dacl)
+            if ((ace.Flags & (ObjectInheritAce | ContainerInheritAce)) != 0) aces.Add(ace with { Flags = 0 });
+        return aces;
+    }
+
+    /// <summary>True when <paramref name="dacl"/> has an ACE for <paramref name="sid"/> or for Everyone.</summary>
+    public static bool Names(IReadOnlyList<Ace> dacl, Sid sid)
+    {
+        foreach (var ace in dacl) if (ace.Sid == sid || ace.Sid == Sid.World) return true;
+        return false;
+    }
 
     /// <summary>Writes a self-relative SD: header, DACL, owner, group (the order MakeSelfRelativeSD uses).</summary>
     public static byte[] Serialize(Sid owner, Sid group, IReadOnlyList<Ace> dacl)
@@ -266,7 +303,9 @@ public static class SecurityDescriptors
         return named;
     }
 
-    private const byte InheritOnlyAce = 0x08;
+    public const byte ObjectInheritAce = 0x01, ContainerInheritAce = 0x02, InheritOnlyAce = 0x08;
+    /// <summary>The flags of the ACEs that show a default ACL: inherited by files and directories, not applied here.</summary>
+    public const byte InheritableFlags = ObjectInheritAce | ContainerInheritAce | InheritOnlyAce;
     private const uint GenericAll = 0x1000_0000, GenericExecute = 0x2000_0000, GenericWrite = 0x4000_0000, GenericRead = 0x8000_0000;
 
     /// <summary>An access mask as rwx (generic rights count as the file rights they map to).</summary>

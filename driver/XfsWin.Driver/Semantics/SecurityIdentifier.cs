@@ -31,6 +31,10 @@ public sealed class Sid : IEquatable<Sid>
     public static readonly Sid LocalSystem = new(5, 18);          // S-1-5-18
     public static readonly Sid Administrators = new(5, 32, 544);  // S-1-5-32-544
     public static readonly Sid Unmapped = new(0, 65534);          // S-1-0-65534, WinFsp's "unmapped"
+    /// <summary>S-1-3-0: in an inheritable ACE, whoever creates the object (the owner of what inherits it).</summary>
+    public static readonly Sid CreatorOwner = new(3, 0);
+    /// <summary>S-1-3-1: in an inheritable ACE, the primary group of whoever creates the object.</summary>
+    public static readonly Sid CreatorGroup = new(3, 1);
 
     /// <summary>Samba / NFS "Unix User" SID S-1-22-1-uid.</summary>
     public static Sid UnixUser(uint uid) => new(22, 1, uid);
