@@ -70,6 +70,7 @@ internal static class EngineWriteRun
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"  GC: {(GC.GetTotalAllocatedBytes() - allocated0) / files} bytes allocated per create; collections gen0 {GC.CollectionCount(0) - gen0}, gen1 {GC.CollectionCount(1) - gen1}, gen2 {GC.CollectionCount(2) - gen2}; pauses {(GC.GetTotalPauseDuration() - pause0).TotalSeconds:F3} s"));
         sampler?.Print(files);
+        sampler?.Reset();
 
         // The same files unlinked (each one transaction: the name, the inode freed, its block given back), then sync.
         var cpuUnlink0 = Process.GetCurrentProcess().TotalProcessorTime;
@@ -80,6 +81,7 @@ internal static class EngineWriteRun
         double us = sw.Elapsed.TotalSeconds;
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"unlinks: {files} + sync: {us:F3} s, {files / us:F0} unlinks/s (CPU {(Process.GetCurrentProcess().TotalProcessorTime - cpuUnlink0).TotalSeconds:F3} s); {(GC.GetTotalAllocatedBytes() - allocatedUnlink0) / files} bytes allocated per unlink"));
+        sampler?.Print(files);
     }
 
     private static void SequentialWrite(string image, string rawPath, int mib)

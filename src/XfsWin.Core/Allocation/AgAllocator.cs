@@ -372,7 +372,7 @@ public sealed class AgAllocator
         var found = new List<(ulong, uint)>();
         if (!_sb.HasReflink) return found;
         var w = Join(tx, WorkOf(tx), agno);
-        var cur = new BtreeCursor<RefcountbtOps>(RefcountStore(tx, w));
+        var cur = RefcountStore(tx, w).Cursor<RefcountbtOps>();
         Span<byte> key = stackalloc byte[RefcountRecord.KeySize];
         BinaryPrimitives.WriteUInt32BigEndian(key, RefcountRecord.CowFlag);
         for (bool ok = cur.Lookup(key, BtreeLookup.GreaterOrEqual); ok; ok = cur.Increment())
@@ -592,7 +592,7 @@ public sealed class AgAllocator
     private Candidate? SearchBySize(Transaction tx, AgWork w, uint minLength, uint maxLength, uint align)
     {
         var s = _ags[w.Agno];
-        var cnt = new BtreeCursor<CntbtOps>(CntStore(tx, w));
+        var cnt = CntStore(tx, w).Cursor<CntbtOps>();
         Span<byte> key = stackalloc byte[8];
         var parts = new List<(uint, uint)>();
         Candidate? best = null;
@@ -628,8 +628,8 @@ public sealed class AgAllocator
         uint longest = U32(w.Agf.Contents, AgfView.OffLongest);
         uint effMax = Math.Min(maxLength, longest);
         var store = BnoStore(tx, w);
-        var left = new BtreeCursor<BnobtOps>(store);
-        var right = new BtreeCursor<BnobtOps>(store);
+        var left = store.Cursor<BnobtOps>();
+        var right = store.Cursor<BnobtOps>();
         Span<byte> key = stackalloc byte[8];
         BinaryPrimitives.WriteUInt32BigEndian(key, target);
         bool haveLeft = left.Lookup(key, BtreeLookup.LessOrEqual);
@@ -677,7 +677,7 @@ public sealed class AgAllocator
     private Candidate? SearchExact(Transaction tx, AgWork w, uint target, uint minLength, uint maxLength)
     {
         var s = _ags[w.Agno];
-        var bno = new BtreeCursor<BnobtOps>(BnoStore(tx, w));
+        var bno = BnoStore(tx, w).Cursor<BnobtOps>();
         Span<byte> key = stackalloc byte[8];
         BinaryPrimitives.WriteUInt32BigEndian(key, target);
         if (!bno.Lookup(key, BtreeLookup.LessOrEqual)) return null;
@@ -736,8 +736,8 @@ public sealed class AgAllocator
 
     private void RemoveFromTrees(Transaction tx, AgWork w, uint fbno, uint flen, uint bno, uint len)
     {
-        var cnt = new BtreeCursor<CntbtOps>(CntStore(tx, w));
-        var bnoCur = new BtreeCursor<BnobtOps>(BnoStore(tx, w));
+        var cnt = CntStore(tx, w).Cursor<CntbtOps>();
+        var bnoCur = BnoStore(tx, w).Cursor<BnobtOps>();
         Span<byte> rec = stackalloc byte[8];
         uint leftLen = bno - fbno;
         uint rightStart = bno + len, rightLen = fbno + flen - rightStart;
@@ -768,8 +768,8 @@ public sealed class AgAllocator
     /// <summary>xfs_free_ag_extent: [bno, bno+len) back into both trees, merged with a free neighbour on either side.</summary>
     private void FreeExtentInTrees(Transaction tx, AgWork w, uint bno, uint len)
     {
-        var bnoCur = new BtreeCursor<BnobtOps>(BnoStore(tx, w));
-        var cnt = new BtreeCursor<CntbtOps>(CntStore(tx, w));
+        var bnoCur = BnoStore(tx, w).Cursor<BnobtOps>();
+        var cnt = CntStore(tx, w).Cursor<CntbtOps>();
         Span<byte> rec = stackalloc byte[8];
         Write(rec, bno, len);
         uint lbno = 0, llen = 0, rbno = 0, rlen = 0;
@@ -819,7 +819,7 @@ public sealed class AgAllocator
 
     private void UpdateLongest(Transaction tx, AgWork w)
     {
-        var cnt = new BtreeCursor<CntbtOps>(CntStore(tx, w));
+        var cnt = CntStore(tx, w).Cursor<CntbtOps>();
         Span<byte> key = stackalloc byte[8];
         key.Fill(0xFF);
         uint longest = cnt.Lookup(key, BtreeLookup.LessOrEqual) ? Rec(cnt.Record).Length : 0;

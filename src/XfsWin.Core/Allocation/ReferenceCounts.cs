@@ -67,7 +67,7 @@ internal static class ReferenceCounts
     /// </summary>
     public static (uint Bno, uint Len)? Adjust(AgAllocator a, Transaction tx, AgAllocator.AgWork w, uint bno, uint len, int adjust)
     {
-        var cur = new BtreeCursor<RefcountbtOps>(a.RefcountStore(tx, w));
+        var cur = a.RefcountStore(tx, w).Cursor<RefcountbtOps>();
         uint end = bno + len;
         var window = Window(cur, bno, end, cow: false);
         (uint, uint)? rest = null;
@@ -133,7 +133,7 @@ internal static class ReferenceCounts
     /// </summary>
     public static List<(uint Bno, uint Len)> SharedRuns(AgAllocator a, Transaction tx, AgAllocator.AgWork w, uint bno, uint len)
     {
-        var cur = new BtreeCursor<RefcountbtOps>(a.RefcountStore(tx, w));
+        var cur = a.RefcountStore(tx, w).Cursor<RefcountbtOps>();
         uint end = bno + len;
         var runs = new List<(uint Bno, uint Len)>();
         foreach (var r in Window(cur, bno, end, cow: false))
@@ -158,7 +158,7 @@ internal static class ReferenceCounts
     /// <summary>Adds a copy-on-write staging extent (count 1 in the CoW domain), merged with staging extents it touches.</summary>
     public static void AllocCow(AgAllocator a, Transaction tx, AgAllocator.AgWork w, uint bno, uint len)
     {
-        var cur = new BtreeCursor<RefcountbtOps>(a.RefcountStore(tx, w));
+        var cur = a.RefcountStore(tx, w).Cursor<RefcountbtOps>();
         var window = Window(cur, bno, bno + len, cow: true);
         uint start = bno, end = bno + len;
         foreach (var r in window)
@@ -173,7 +173,7 @@ internal static class ReferenceCounts
     /// <summary>Removes [bno, bno+len) from the CoW domain (staging extents trimmed or split).</summary>
     public static void FreeCow(AgAllocator a, Transaction tx, AgAllocator.AgWork w, uint bno, uint len)
     {
-        var cur = new BtreeCursor<RefcountbtOps>(a.RefcountStore(tx, w));
+        var cur = a.RefcountStore(tx, w).Cursor<RefcountbtOps>();
         uint end = bno + len;
         var window = Window(cur, bno, end, cow: true).Where(r => r.Start < end && r.End > bno).ToList();
         ulong covered = 0;

@@ -24,7 +24,7 @@ internal static class ReverseMap
 
     public static void Map(AgAllocator a, Transaction tx, AgAllocator.AgWork w, uint bno, uint len, RmapOwner owner)
     {
-        var cur = new BtreeCursor<RmapbtOps>(a.RmapStore(tx, w));
+        var cur = a.RmapStore(tx, w).Cursor<RmapbtOps>();
         ulong offset = owner.EncodedOffset;
         ulong flags = offset & FlagBits;
         Rec? left = null, right = null;
@@ -63,7 +63,7 @@ internal static class ReverseMap
 
     public static void Unmap(AgAllocator a, Transaction tx, AgAllocator.AgWork w, uint bno, uint len, RmapOwner owner)
     {
-        var cur = new BtreeCursor<RmapbtOps>(a.RmapStore(tx, w));
+        var cur = a.RmapStore(tx, w).Cursor<RmapbtOps>();
         ulong flags = owner.EncodedOffset & (RmapRecord.AttrForkFlag | RmapRecord.BmbtBlockFlag);
         Rec? found = null;
         foreach (var r in Query(cur, bno, bno + len - 1))
@@ -85,7 +85,7 @@ internal static class ReverseMap
     /// </summary>
     public static void UnmapAny(AgAllocator a, Transaction tx, AgAllocator.AgWork w, uint bno, uint len)
     {
-        var cur = new BtreeCursor<RmapbtOps>(a.RmapStore(tx, w));
+        var cur = a.RmapStore(tx, w).Cursor<RmapbtOps>();
         var overlapping = Query(cur, bno, bno + len - 1).Where(r => r.Start < (ulong)bno + len && r.End > bno).ToList();
         if (overlapping.Count == 0) return;
         if (overlapping.Count > 1 || overlapping[0].Start > bno || overlapping[0].End < (ulong)bno + len)

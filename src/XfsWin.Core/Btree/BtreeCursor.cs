@@ -42,13 +42,14 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
     private static readonly TOps Ops = default;
     private const int MaxPath = 12;
 
-    private readonly IBtreeBlockStore _store;
-    private readonly bool _v5;
-    private readonly int _blockSize, _header, _leafMax, _nodeMax, _ptrSize, _entryKeyBytes, _rootMax;
-    private readonly uint _magic;
+    // Set by Init (the constructor, or Reuse for a cursor a transaction's store lends again).
+    private IBtreeBlockStore _store = null!;
+    private bool _v5;
+    private int _blockSize, _header, _leafMax, _nodeMax, _ptrSize, _entryKeyBytes, _rootMax;
+    private uint _magic;
     // Fixed for the tree's life: where the root lives (read once, off the hot path's interface calls).
-    private readonly bool _rootInInode;
-    private readonly ArraySegment<byte> _inodeRoot;
+    private bool _rootInInode;
+    private ArraySegment<byte> _inodeRoot;
     private int _levels;
     // The path from the leaf (level 0) up: block pointers, their bytes and the index in each (inline in the cursor).
     private PathPointers _ptr;
@@ -76,6 +77,27 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
     private bool _positioned;
 
     public BtreeCursor(IBtreeBlockStore store)
+    {
+        _keys = new byte[4 * Ops.KeySize];
+        Init(store);
+    }
+
+    /// <summary>
+    /// Makes this cursor a new cursor over <paramref name="store"/>, as the constructor would, keeping its scratch
+    /// arrays: for <see cref="TransactionBtreeStore.Cursor{TOps}"/>, whose cursors live no longer than their transaction.
+    /// </summary>
+    internal void Reuse(IBtreeBlockStore store)
+    {
+        _ptr = default;
+        _block = default;
+        _index = default;
+        _positioned = false;
+        _inodeRoot = default;
+        _rootMax = 0;
+        Init(store);
+    }
+
+    private void Init(IBtreeBlockStore store)
     {
         _store = store;
         _v5 = store.IsV5;
@@ -105,7 +127,6 @@ public sealed class BtreeCursor<TOps> where TOps : struct, IBtreeOps
         {
             throw store.Corrupt($"{Ops.Name} root", store.ByteOffset(store.RootPointer), $"{_levels} levels");
         }
-        _keys = new byte[4 * Ops.KeySize];
     }
 
     /// <summary>Records a leaf of <paramref name="blockSize"/> bytes holds (xfs_btree maxrecs for level 0).</summary>

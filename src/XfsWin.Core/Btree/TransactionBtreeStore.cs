@@ -30,34 +30,48 @@ public interface IInodeRootHolder
 /// becomes a logged byte range; new blocks come from <see cref="IBtreeSpace"/> as zeroed, joined buffers; freed
 /// blocks are invalidated (recovery skips their older images). The root of an AG tree lives in an AG header buffer
 /// the transaction has joined (AGF or AGI) and <see cref="SetRoot"/> logs it there; a bmbt root lives in an inode fork.
+/// <para>
+/// Stores and their cursors (<see cref="Cursor{TOps}"/>) are lent by the transaction (<see cref="Transaction.Scratch{T}"/>)
+/// and made again for its next use: a store is valid until its transaction is disposed, and no code keeps one, or a
+/// cursor over one, past that.
+/// </para>
 /// </summary>
 public sealed class TransactionBtreeStore : IBtreeBlockStore
 {
-    private readonly Transaction _tx;
-    private readonly Superblock _sb;
-    private readonly uint _agno;
-    private readonly bool _longPointers;
-    private readonly string _name;
-    private readonly uint _magic;
-    private readonly IBtreeSpace _space;
-    private readonly MetadataBuffer? _header;
-    private readonly int _rootField, _levelField;
-    private readonly IInodeRootHolder? _inodeRoot;
-    private readonly long _ownerByteOffset;
+    // Set by Init for each transaction the store is lent to.
+    private Transaction _tx = null!;
+    private Superblock _sb = null!;
+    private uint _agno;
+    private bool _longPointers;
+    private string _name = "";
+    private uint _magic;
+    private IBtreeSpace _space = null!;
+    private MetadataBuffer? _header;
+    private int _rootField, _levelField;
+    private IInodeRootHolder? _inodeRoot;
+    private long _ownerByteOffset;
     private byte[]? _uuid;
     // The blocks this store handed out (a handful per operation: searched in order rather than hashed).
     private (ulong Pointer, MetadataBuffer Buffer)[] _blocks = new (ulong, MetadataBuffer)[4];
     private int _blockCount;
-    // The write verifier of the blocks read with the tree's magic (one per store, not one per block read).
-    private IBufferWriteVerifier? _writeVerifier;
-    private uint _writeVerifierMagic;
+    // The rental that lent this store: it keeps the write verifiers of the trees its stores served.
+    private Rental _rental = null!;
     private int _inodeLevels;
+    // Cursors made over this store (Cursor<TOps>), of any tree kind, and which of them are lent now: set up again when
+    // lent again (a store is lent for different trees from one transaction to the next).
+    private readonly List<object> _cursors = new(4);
+    private readonly List<bool> _cursorLent = new(4);
+    private const int MaxKeptCursors = 8;
 
-    private TransactionBtreeStore(Transaction tx, string name, uint magic, bool longPointers, ulong owner, uint agno, IBtreeSpace space,
+    private TransactionBtreeStore(Rental rental) => _rental = rental;
+
+    private TransactionBtreeStore Init(Transaction tx, string name, uint magic, bool longPointers, ulong owner, uint agno, IBtreeSpace space,
         MetadataBuffer? header, int rootField, int levelField, IInodeRootHolder? inodeRoot, long ownerByteOffset)
     {
+        var sb = tx.Mount.Superblock;
+        if (!ReferenceEquals(sb, _sb)) _uuid = null;
         _tx = tx;
-        _sb = tx.Mount.Superblock;
+        _sb = sb;
         _name = name;
         _magic = magic;
         _longPointers = longPointers;
@@ -69,9 +83,89 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
         _levelField = levelField;
         _inodeRoot = inodeRoot;
         _ownerByteOffset = ownerByteOffset;
-        if (inodeRoot is not null)
-            _inodeLevels = new BmdrBlockView(inodeRoot.Root.AsSpan()).Level + 1;
+        _inodeLevels = inodeRoot is not null ? new BmdrBlockView(inodeRoot.Root.AsSpan()).Level + 1 : 0;
+        _blockCount = 0;
+        return this;
     }
+
+    /// <summary>The transaction ended: the store forgets its buffers (they are the transaction's) until it is lent again.</summary>
+    private void Release()
+    {
+        Array.Clear(_blocks, 0, _blockCount);
+        _blockCount = 0;
+        for (int i = 0; i < _cursorLent.Count; i++) _cursorLent[i] = false;
+        _tx = null!;
+        _space = null!;
+        _header = null;
+        _inodeRoot = null;
+    }
+
+    /// <summary>
+    /// A cursor over this store: a new one, or one this store lent for an earlier transaction, set up again (see
+    /// <see cref="BtreeCursor{TOps}.Reuse"/>). Valid as long as the store.
+    /// </summary>
+    public BtreeCursor<TOps> Cursor<TOps>() where TOps : struct, IBtreeOps
+    {
+        for (int i = 0; i < _cursors.Count; i++)
+        {
+            if (_cursorLent[i] || _cursors[i] is not BtreeCursor<TOps> kept) continue;
+            kept.Reuse(this);
+            _cursorLent[i] = true;
+            return kept;
+        }
+        var cursor = new BtreeCursor<TOps>(this);
+        if (_cursors.Count < MaxKeptCursors)
+        {
+            _cursors.Add(cursor);
+            _cursorLent.Add(true);
+        }
+        return cursor;
+    }
+
+    /// <summary>The stores one transaction object lends (see <see cref="Transaction.Scratch{T}"/>).</summary>
+    public sealed class Rental : ITransactionScratch
+    {
+        private readonly List<TransactionBtreeStore> _stores = new();
+        private int _lent;
+        // A transaction that walks many trees (a large truncate) makes the rest anew rather than keeping them all.
+        private const int MaxKept = 16;
+        // Write verifiers by tree (immutable, so shared by every store and transaction that writes the tree's blocks);
+        // a bounded list (bmbts are many), replaced round-robin once full.
+        private readonly List<(Superblock Sb, ulong Owner, uint Magic, bool LongPointers, IBufferWriteVerifier Verifier)> _verifiers = new();
+        private int _nextVerifierSlot;
+        private const int MaxVerifiers = 32;
+
+        internal TransactionBtreeStore Lend()
+        {
+            if (_lent < _stores.Count) return _stores[_lent++];
+            var store = new TransactionBtreeStore(this);
+            if (_stores.Count < MaxKept)
+            {
+                _stores.Add(store);
+                _lent++;
+            }
+            return store;
+        }
+
+        internal IBufferWriteVerifier WriteVerifier(BlockVerifier verifier, Superblock sb, ulong owner, uint magic, bool longPointers)
+        {
+            foreach (var kept in _verifiers)
+                if (kept.Owner == owner && kept.Magic == magic && kept.LongPointers == longPointers && ReferenceEquals(kept.Sb, sb))
+                    return kept.Verifier;
+            var made = verifier.ForWrite();
+            if (_verifiers.Count < MaxVerifiers) _verifiers.Add((sb, owner, magic, longPointers, made));
+            else _verifiers[_nextVerifierSlot++ % MaxVerifiers] = (sb, owner, magic, longPointers, made);
+            return made;
+        }
+
+        public void TransactionEnded()
+        {
+            for (int i = 0; i < _lent; i++) _stores[i].Release();
+            _lent = 0;
+        }
+    }
+
+    private static TransactionBtreeStore Lend(Transaction tx) => tx.Scratch<Rental>().Lend();
 
     /// <summary>
     /// An AG tree whose root block and level are the big-endian u32 fields at <paramref name="rootField"/> and
@@ -81,7 +175,7 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
         where TOps : struct, IBtreeOps
     {
         var ops = default(TOps);
-        return new TransactionBtreeStore(tx, ops.Name, ops.Magic(tx.Mount.Superblock.IsV5), false, agno, agno, space, header, rootField, levelField,
+        return Lend(tx).Init(tx, ops.Name, ops.Magic(tx.Mount.Superblock.IsV5), false, agno, agno, space, header, rootField, levelField,
             null, header.Offset);
     }
 
@@ -90,12 +184,12 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
         where TOps : struct, IBtreeOps
     {
         var ops = default(TOps);
-        return new TransactionBtreeStore(tx, ops.Name, ops.Magic(tx.Mount.Superblock.IsV5), true, ino, 0, space, null, 0, 0, root, inodeByteOffset);
+        return Lend(tx).Init(tx, ops.Name, ops.Magic(tx.Mount.Superblock.IsV5), true, ino, 0, space, null, 0, 0, root, inodeByteOffset);
     }
 
     public bool IsV5 => _sb.IsV5;
     public int BlockSize => (int)_sb.BlockSize;
-    public ulong Owner { get; }
+    public ulong Owner { get; private set; }
     public ReadOnlySpan<byte> MetadataUuid
     {
         get
@@ -169,15 +263,12 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
             throw Corrupt($"{_name} pointer", referrerByteOffset, $"block {pointer} is outside the {(_longPointers ? "volume" : "AG")}");
         long at = ByteOffset(pointer);
         var verifier = new BlockVerifier(_sb, Owner, magic, _longPointers, _name);
-        if (_writeVerifier is null || _writeVerifierMagic != magic)
-        {
-            _writeVerifier = verifier.ForWrite();
-            _writeVerifierMagic = magic;
-        }
-        var buffer = _tx.Read(at, BlockSize, Owner, verifier, _writeVerifier, BufType.Btree);
+        var buffer = _tx.Read(at, BlockSize, Owner, verifier, WriteVerifier(verifier, magic), BufType.Btree);
         Remember(pointer, buffer);
         return buffer.Contents;
     }
+
+    private IBufferWriteVerifier WriteVerifier(BlockVerifier verifier, uint magic) => _rental.WriteVerifier(verifier, _sb, Owner, magic, _longPointers);
 
     public long ByteOffset(ulong pointer) => _longPointers ? _sb.FsbToByte(pointer) : _sb.AgBlockToByte(_agno, (uint)pointer);
 
@@ -192,7 +283,7 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
     {
         ulong pointer = _space.Allocate(_tx, near);
         var verifier = new BlockVerifier(_sb, Owner, _magic, _longPointers, _name);
-        var buffer = _tx.GetNew(ByteOffset(pointer), BlockSize, verifier.Kind, Owner, verifier.ForWrite(), BufType.Btree);
+        var buffer = _tx.GetNew(ByteOffset(pointer), BlockSize, verifier.Kind, Owner, WriteVerifier(verifier, _magic), BufType.Btree);
         Remember(pointer, buffer);
         block = buffer.Contents;
         return pointer;
@@ -209,7 +300,7 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
         _tx.Mount.Corrupt(structure, byteOffset < 0 ? _ownerByteOffset : byteOffset, problem);
 
     /// <summary>Verifies a tree block as the read cursor does (same kind: the whole magic), and finishes it for writing (LSN, CRC).</summary>
-    private readonly struct BlockVerifier(Superblock sb, ulong owner, uint magic, bool longPointers, string name) : IBufferVerifier
+    internal readonly struct BlockVerifier(Superblock sb, ulong owner, uint magic, bool longPointers, string name) : IBufferVerifier
     {
         public int Kind => unchecked((int)magic);
         public string Structure => name + " block";

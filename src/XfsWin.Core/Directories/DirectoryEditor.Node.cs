@@ -614,11 +614,12 @@ public sealed partial class DirectoryEditor
         var data = hit.Block;
         ulong ino = BinaryPrimitives.ReadUInt64BigEndian(data.AsSpan(hit.Offset));
 
-        // xfs_dir2_leafn_remove: the hash entry goes stale, the data entry becomes free space.
-        var ents = DaEntries(leaf.B);
+        // xfs_dir2_leafn_remove: the hash entry goes stale (its address zeroed in place), the data entry becomes free space.
+        int count = DaCount(leaf.B);
+        if ((uint)hit.HashIndex >= (uint)count) throw new InvalidOperationException($"directory {_dir.Number}: hash entry {hit.HashIndex} of {count}");
         int stale = LeafStale(leaf.B) + 1;
-        ents[hit.HashIndex] = (ents[hit.HashIndex].Hash, 0);
-        WriteLeafN(leaf.B, ents, stale);
+        BinaryPrimitives.WriteUInt32BigEndian(leaf.B.AsSpan(_leafHdr + hit.HashIndex * 8 + 4), 0);
+        SetU16(leaf.B, InfoSize + 2, stale);
         int longest = BestFree(data, 0).Len;
         MakeFree(data, hit.Offset, EntSize(data[hit.Offset + 8]), _blk);
         FreeScan(data, _blk);
@@ -636,7 +637,7 @@ public sealed partial class DirectoryEditor
             }
             else SetBest(free, findex, longest);
         }
-        bool join = _leafHdr + 8 * (ents.Count - stale) < _blk * 37 / 100;
+        bool join = _leafHdr + 8 * (count - stale) < _blk * 37 / 100;
         FixHashPath(path, path.Count);
         int active = path.Count;
         if (join && active > 1) active = Join(path);

@@ -129,7 +129,8 @@ public sealed class ExtentMapEditor
 
     private List<BmbtRecord> Load()
     {
-        var list = new List<BmbtRecord>();
+        // Sized for what the fork says it holds and a split or two (a corrupt count is refused below, not allocated for).
+        var list = new List<BmbtRecord>((int)Math.Min(ExtentCount, 4096) + 2);
         switch (Format)
         {
             case ForkFormat.Extents:
@@ -161,7 +162,7 @@ public sealed class ExtentMapEditor
     private XfsCorruptionException Corrupt(string problem) => _tx.Mount.Corrupt($"{(IsAttr ? "attribute" : "data")} fork of inode {_inode.Number}", _inode.ByteOffset, problem);
 
     private BtreeCursor<BmbtOps> Cursor() =>
-        new(TransactionBtreeStore.ForInodeRoot<BmbtOps>(_tx, _inode.Number, RootHolder, _inode.ByteOffset, TreeSpace()));
+        TransactionBtreeStore.ForInodeRoot<BmbtOps>(_tx, _inode.Number, RootHolder, _inode.ByteOffset, TreeSpace()).Cursor<BmbtOps>();
 
     /// <summary>The extent btree's block space; every block it takes or gives back counts in di_nblocks.</summary>
     private IBtreeSpace TreeSpace() => new CountingSpace(_space.BtreeSpace(_inode.Number, _fork), _inode);

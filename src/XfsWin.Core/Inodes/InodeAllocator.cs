@@ -104,8 +104,8 @@ public sealed class InodeAllocator
         InobtRecord rec;
         if (_sb.HasFinobt)
         {
-            var finobt = new BtreeCursor<FinobtOps>(TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
-                InodeTreeSpace(tx, agi, agno, freeInodeTree: true)));
+            var finobt = TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
+                InodeTreeSpace(tx, agi, agno, freeInodeTree: true)).Cursor<FinobtOps>();
             if (!finobt.MoveToFirst() || !finobt.AtRecord)
                 throw tx.Mount.Corrupt($"free inode btree of AG {agno}", agi.Offset, "agi_freecount counts free inodes but the finobt is empty");
             rec = InobtRecord.Decode(finobt.Record, _sb.HasSparseInodes);
@@ -114,8 +114,8 @@ public sealed class InodeAllocator
         {
             bool found = false;
             rec = default;
-            var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
-                InodeTreeSpace(tx, agi, agno, freeInodeTree: false)));
+            var inobt = TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
+                InodeTreeSpace(tx, agi, agno, freeInodeTree: false)).Cursor<InobtOps>();
             if (inobt.MoveToFirst())
             {
                 do
@@ -150,14 +150,14 @@ public sealed class InodeAllocator
         BinaryPrimitives.WriteUInt32BigEndian(key, old.StartIno);
         Span<byte> raw = stackalloc byte[InobtRecord.Size];
         Encode(updated, raw);
-        var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
-            InodeTreeSpace(tx, agi, agno, freeInodeTree: false)));
+        var inobt = TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
+            InodeTreeSpace(tx, agi, agno, freeInodeTree: false)).Cursor<InobtOps>();
         if (!inobt.Lookup(key, BtreeLookup.Equal))
             throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"no record for the chunk at AG inode {old.StartIno}");
         inobt.Update(raw);
         if (!_sb.HasFinobt) return;
-        var finobt = new BtreeCursor<FinobtOps>(TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
-            InodeTreeSpace(tx, agi, agno, freeInodeTree: true)));
+        var finobt = TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
+            InodeTreeSpace(tx, agi, agno, freeInodeTree: true)).Cursor<FinobtOps>();
         bool present = finobt.Lookup(key, BtreeLookup.Equal);
         if (old.FreeCount > 0 && !present)
             throw tx.Mount.Corrupt($"free inode btree of AG {agno}", agi.Offset, $"the chunk at AG inode {old.StartIno} has free inodes but no finobt record");
@@ -230,14 +230,14 @@ public sealed class InodeAllocator
         if (!_sb.HasSparseInodes) rec = rec with { Count = InobtRecord.InodesPerChunk };
         Span<byte> raw = stackalloc byte[InobtRecord.Size];
         Encode(rec, raw);
-        var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
-            InodeTreeSpace(tx, agi, agno, freeInodeTree: false)));
+        var inobt = TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
+            InodeTreeSpace(tx, agi, agno, freeInodeTree: false)).Cursor<InobtOps>();
         if (!inobt.Insert(raw))
             throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"a record for the new chunk at AG inode {startAgino} exists already");
         if (_sb.HasFinobt && rec.FreeCount > 0)
         {
-            var finobt = new BtreeCursor<FinobtOps>(TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
-                InodeTreeSpace(tx, agi, agno, freeInodeTree: true)));
+            var finobt = TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
+                InodeTreeSpace(tx, agi, agno, freeInodeTree: true)).Cursor<FinobtOps>();
             if (!finobt.Insert(raw))
                 throw tx.Mount.Corrupt($"free inode btree of AG {agno}", agi.Offset, $"a record for the new chunk at AG inode {startAgino} exists already");
         }
@@ -284,8 +284,8 @@ public sealed class InodeAllocator
         uint agno = _sb.InoToAgno(ino);
         uint agino = _sb.InoToAgino(ino);
         var agi = JoinAgi(tx, _sb, agno);
-        var inobt = new BtreeCursor<InobtOps>(TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
-            InodeTreeSpace(tx, agi, agno, freeInodeTree: false)));
+        var inobt = TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
+            InodeTreeSpace(tx, agi, agno, freeInodeTree: false)).Cursor<InobtOps>();
         Span<byte> key = stackalloc byte[InobtRecord.KeySize];
         BinaryPrimitives.WriteUInt32BigEndian(key, agino);
         if (!inobt.Lookup(key, BtreeLookup.LessOrEqual))
@@ -305,8 +305,8 @@ public sealed class InodeAllocator
         inobt.Delete();
         if (_sb.HasFinobt && rec.FreeCount > 0)
         {
-            var finobt = new BtreeCursor<FinobtOps>(TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
-                InodeTreeSpace(tx, agi, agno, freeInodeTree: true)));
+            var finobt = TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
+                InodeTreeSpace(tx, agi, agno, freeInodeTree: true)).Cursor<FinobtOps>();
             BinaryPrimitives.WriteUInt32BigEndian(key, rec.StartIno);
             if (!finobt.Lookup(key, BtreeLookup.Equal))
                 throw tx.Mount.Corrupt($"free inode btree of AG {agno}", agi.Offset, $"the chunk at AG inode {rec.StartIno} has free inodes but no finobt record");

@@ -15,7 +15,7 @@ public sealed class BufferLogItem : JournalItem
     private const int MaxDataRegions = LogItemType.MaxRegionsInItem - 1;
 
     private byte[] _image;
-    private readonly uint[] _map;
+    private uint[] _map;
     private int _regions = -1, _bytes = -1;
 
     private BufferLogItem(long daddr, int lengthBB, BufType type, ushort flags, byte[] image)
@@ -32,8 +32,8 @@ public sealed class BufferLogItem : JournalItem
         _map = new uint[words];
     }
 
-    public long Daddr { get; }
-    public int LengthBB { get; }
+    public long Daddr { get; private set; }
+    public int LengthBB { get; private set; }
     public BufType Type { get; private set; }
     /// <summary>blf_flags without the type bits: INODE_BUF, CANCEL, dquot kinds.</summary>
     public ushort Flags { get; private set; }
@@ -79,6 +79,36 @@ public sealed class BufferLogItem : JournalItem
         int chunks = (lengthBB << LogArea.BBShift) / BufLogFormat.ChunkSize;
         if (chunks % 32 != 0) item._map[^1] &= (1u << (chunks % 32)) - 1;
         return item;
+    }
+
+    /// <summary>
+    /// <see cref="CreateShared(long, int, BufType, byte[], ReadOnlySpan{uint}, ushort)"/> made in <paramref name="spent"/>
+    /// when the log merged that item into one it already held (<see cref="JournalItem.MergedAway"/>: nothing refers to
+    /// the object any more; its image array went to the item it merged into and is not reused), else a new item.
+    /// </summary>
+    public static BufferLogItem CreateShared(BufferLogItem? spent, long daddr, int lengthBB, BufType type, byte[] image, ReadOnlySpan<uint> dirtyChunks, ushort flags = 0)
+    {
+        if (spent is null || !spent.MergedAway) return CreateShared(daddr, lengthBB, type, image, dirtyChunks, flags);
+        if (lengthBB <= 0 || lengthBB > ushort.MaxValue) throw new ArgumentOutOfRangeException(nameof(lengthBB));
+        if (image.Length != lengthBB << LogArea.BBShift) throw new ArgumentException($"image of {image.Length} bytes for a buffer of {lengthBB} BB", nameof(image));
+        if ((flags & BufLogFormat.FlagCancel) != 0) throw new ArgumentException("use Cancel for a freed buffer", nameof(flags));
+        int chunks = (lengthBB << LogArea.BBShift) / BufLogFormat.ChunkSize;
+        int words = (chunks + 31) / 32;
+        if (words > BufLogFormat.MaxMapWords) throw new ArgumentOutOfRangeException(nameof(lengthBB), $"a buffer of {lengthBB} BB is larger than one log item can carry");
+        if (dirtyChunks.Length > words) throw new ArgumentException("dirty bitmap longer than the buffer", nameof(dirtyChunks));
+        spent.MergedAway = false;
+        spent.Lsn = 0;
+        spent.Daddr = daddr;
+        spent.LengthBB = lengthBB;
+        spent.Type = type;
+        spent.Flags = flags;
+        spent._image = image;
+        if (spent._map.Length != words) spent._map = new uint[words];
+        else Array.Clear(spent._map);
+        dirtyChunks.CopyTo(spent._map);
+        if (chunks % 32 != 0) spent._map[^1] &= (1u << (chunks % 32)) - 1;
+        spent._regions = spent._bytes = -1;
+        return spent;
     }
 
     /// <summary>The longest buffer the kernel logs in one item (XFS_MAX_BLOCKSIZE, 64 KiB; the data map has room for it), in BB.</summary>

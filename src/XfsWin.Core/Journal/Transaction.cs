@@ -197,6 +197,28 @@ public sealed class Transaction : IDisposable
     }
 
     private readonly List<(MetadataBuffer Cluster, int Offset, byte[] Inode)> _clusterPatches = new();
+    // Buffer items the current part made, and those of earlier parts the log merged into items it already held (nothing
+    // refers to them any more): the objects are made again for the buffers of later parts (see BufferLogItem.CreateShared).
+    private readonly List<BufferLogItem> _madeBufferItems = new();
+    private readonly Stack<BufferLogItem> _spentBufferItems = new();
+    private const int MaxSpentBufferItems = 64;
+    // What layers above keep with this transaction object (see Scratch), at most a few kinds: searched in order.
+    private readonly List<ITransactionScratch> _scratch = new(2);
+
+    /// <summary>
+    /// The <typeparamref name="T"/> that layers above keep with this transaction object (made at the first call): working
+    /// objects they would otherwise allocate for every transaction, such as tree stores and cursors. A pooled
+    /// transaction keeps it for its next use; <see cref="ITransactionScratch.TransactionEnded"/> runs when the
+    /// transaction is disposed, after which nothing lent from it for this transaction may be used.
+    /// </summary>
+    public T Scratch<T>() where T : class, ITransactionScratch, new()
+    {
+        foreach (var kept in _scratch)
+            if (kept is T scratch) return scratch;
+        var made = new T();
+        _scratch.Add(made);
+        return made;
+    }
     // Patches of clusters this part made no copy of, applied once nothing can fail (see CommitPart).
     private readonly List<(MetadataBuffer Cluster, int Offset, byte[] Inode)> _inPlacePatches = new();
 
@@ -545,11 +567,19 @@ public sealed class Transaction : IDisposable
         _held.RemoveRange(kept, _held.Count - kept);
     }
 
+    private BufferLogItem MadeBufferItem(BufferLogItem item)
+    {
+        _madeBufferItems.Add(item);
+        return item;
+    }
+
     /// <summary>Logs and commits the current part; with <paramref name="regrant"/> starts the next one.</summary>
     private void CommitPart(bool regrant)
     {
         var inPlace = _inPlacePatches;
         inPlace.Clear();
+        // Items a part that failed made are not reused: the log may still have been handed some of them.
+        _madeBufferItems.Clear();
         try
         {
             // The part's dquot changes become dquot items of this part (xfs_trans_apply_dquot_deltas).
@@ -579,7 +609,8 @@ public sealed class Transaction : IDisposable
                     // (the next change copies it); inode cluster bytes can be patched in place, so their item copies.
                     _log.Log(joined.Type == BufType.Dinode
                         ? BufferLogItem.Create(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map)
-                        : BufferLogItem.CreateShared(daddr, lengthBB, joined.Type, buffer.Contents, joined.Map, DquotBufferFlag(joined.Type)));
+                        : MadeBufferItem(BufferLogItem.CreateShared(_spentBufferItems.TryPop(out var spent) ? spent : null, daddr, lengthBB,
+                            joined.Type, buffer.Contents, joined.Map, DquotBufferFlag(joined.Type))));
             }
             if (_unlinkedFields is not null)
                 foreach (var (clusterDaddr, (buffer, start, lengthBB, map)) in _unlinkedFields)
@@ -612,6 +643,9 @@ public sealed class Transaction : IDisposable
             }
         }
         else _log.Commit();
+        foreach (var made in _madeBufferItems)
+            if (made.MergedAway && _spentBufferItems.Count < MaxSpentBufferItems) _spentBufferItems.Push(made);
+        _madeBufferItems.Clear();
         CommitSequence = _log.CommitSequence;
         (_onCommit, _runningOnCommit) = (_runningOnCommit, _onCommit);
         _onCancel = null;
@@ -703,6 +737,7 @@ public sealed class Transaction : IDisposable
         _clusterPatches.Clear();
         Rolls = 0;
         CommitSequence = 0;
+        foreach (var scratch in _scratch) scratch.TransactionEnded();
         _pool.Return(this);
     }
 
@@ -710,4 +745,11 @@ public sealed class Transaction : IDisposable
     {
         if (_finished) throw new InvalidOperationException("this transaction was already committed or cancelled");
     }
+}
+
+/// <summary>Working state a layer keeps with a transaction object (see <see cref="Transaction.Scratch{T}"/>).</summary>
+public interface ITransactionScratch
+{
+    /// <summary>The transaction was disposed: whatever was lent for it is free for the next one (and must drop references to its buffers).</summary>
+    void TransactionEnded();
 }

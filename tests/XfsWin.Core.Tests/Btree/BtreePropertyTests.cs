@@ -106,12 +106,31 @@ public sealed class BtreePropertyTests
         }
     }
 
-    private static void RunAg<TOps>(bool v5, int blockSize, Func<int, uint, byte[]> make, uint kindStream) where TOps : struct, IBtreeOps
+    /// <summary>
+    /// Two cursors take turns every few steps, each set up again before its turn (<see cref="BtreeCursor{TOps}.Reuse"/>,
+    /// what a transaction's store does with the cursors it lends again): after the other cursor split, joined or
+    /// collapsed the tree, a cursor made again must see the tree as it is, never its own stale path or height.
+    /// </summary>
+    [Theory]
+    [InlineData(true, 192)]
+    [InlineData(false, 96)]
+    public void CursorsMadeAgainSeeTheTreeAsItIs(bool v5, int blockSize)
+    {
+        RunAg<BnobtOps>(v5, blockSize, FreeSpace, 6, alternate: true);
+        RunAg<RmapbtOps>(true, 240, Rmap, 7, alternate: true);
+        for (uint stream = 0; stream < 3; stream++)
+        {
+            var store = InMemoryBtreeStore.CreateInodeRooted(default(BmbtOps).Magic(v5), v5, blockSize, 131, v5 ? 52 : 36);
+            Run<BmbtOps>(store, Sequence(800 + stream), Extent, $"bmbt stream {800 + stream}, alternating cursors", alternate: true);
+        }
+    }
+
+    private static void RunAg<TOps>(bool v5, int blockSize, Func<int, uint, byte[]> make, uint kindStream, bool alternate = false) where TOps : struct, IBtreeOps
     {
         for (uint stream = 0; stream < 6; stream++)
         {
             var store = InMemoryBtreeStore.CreateAgRooted(default(TOps).Magic(v5), v5, blockSize, 3);
-            Run<TOps>(store, Sequence(kindStream * 100 + stream), make, $"{default(TOps).Name} stream {kindStream * 100 + stream}");
+            Run<TOps>(store, Sequence(kindStream * 100 + stream), make, $"{default(TOps).Name} stream {kindStream * 100 + stream}", alternate);
         }
     }
 
@@ -127,16 +146,23 @@ public sealed class BtreePropertyTests
         }
     }
 
-    private static void Run<TOps>(InMemoryBtreeStore store, Step[] steps, Func<int, uint, byte[]> make, string what) where TOps : struct, IBtreeOps
+    private static void Run<TOps>(InMemoryBtreeStore store, Step[] steps, Func<int, uint, byte[]> make, string what, bool alternate = false)
+        where TOps : struct, IBtreeOps
     {
         var ops = default(TOps);
         var order = new KeyOrder<TOps>();
         var model = new SortedSet<byte[]>(order);
-        var cursor = new BtreeCursor<TOps>(store);
+        var cursors = new[] { new BtreeCursor<TOps>(store), new BtreeCursor<TOps>(store) };
+        var cursor = cursors[0];
         int maxLevels = 1, splitsSeen = 0;
         var key = new byte[ops.KeySize];
         for (int i = 0; i < steps.Length; i++)
         {
+            if (alternate && i % 3 == 0)
+            {
+                cursor = cursors[i / 3 % 2];
+                cursor.Reuse(store);
+            }
             var step = steps[i];
             var rec = make(step.Key, step.Payload);
             ops.RecordLowKey(rec, key);
@@ -189,6 +215,7 @@ public sealed class BtreePropertyTests
         // The sequence must have exercised growth and shrinking.
         Assert.True(maxLevels >= 3, $"{what}: the tree reached only {maxLevels} levels");
         Assert.True(store.Frees > 0, $"{what}: no block was ever freed (no join or root collapse)");
+        if (alternate) cursor.Reuse(store);
         WalkBothWays(cursor, model, what);
         if (ops.Overlapping) CheckRangeQueries(cursor, model, what);
     }

@@ -21,6 +21,45 @@ public sealed class CommittedItemListTests
         return regions;
     }
 
+    /// <summary>
+    /// A buffer item the CIL merged into the one it holds is made again for another buffer (what a transaction does with
+    /// the items of its earlier parts); the item the CIL holds is not, and remaking the spent one leaves the CIL's item
+    /// (which took the spent item's image) as it was.
+    /// </summary>
+    [Fact]
+    public void A_merged_away_buffer_item_is_made_again_without_touching_the_item_the_CIL_holds()
+    {
+        var cil = new CommittedItemList();
+        var first = BufferLogItem.CreateShared(64, 8, BufType.Btree, Block(1), [0x1u]);
+        cil.Commit([first]);
+        var second = BufferLogItem.CreateShared(64, 8, BufType.Btree, Block(2), [0x100u]);
+        cil.Commit([second]);
+        Assert.False(first.MergedAway);
+        Assert.True(second.MergedAway);
+
+        // The held item is never made again: a new object.
+        var notReused = BufferLogItem.CreateShared(first, 96, 8, BufType.Btree, Block(3), [0x1u]);
+        Assert.NotSame(first, notReused);
+
+        // The spent one is, for a buffer of another length, with only the new chunks dirty.
+        var remade = BufferLogItem.CreateShared(second, 300, 16, BufType.DirData, Block(4).Concat(Block(5)).ToArray(), [0u, 0x8000_0000u]);
+        Assert.Same(second, remade);
+        Assert.False(remade.MergedAway);
+        Assert.Equal(300, remade.Daddr);
+        Assert.Equal(16, remade.LengthBB);
+        Assert.Equal(1, remade.DirtyChunkCount);
+        Assert.True(remade.IsChunkDirty(63));
+        Assert.Equal(5, remade.Image[8191]);
+        cil.Commit([remade]);
+
+        var held = (BufferLogItem)cil.Find(new LogItemKey(LogItemType.Buf, 64, 8))!;
+        Assert.Same(first, held);
+        Assert.Equal(2, held.DirtyChunkCount);
+        Assert.True(held.IsChunkDirty(0) && held.IsChunkDirty(8));
+        Assert.True(held.Image.ToArray().All(b => b == 2), "the CIL's item lost the newest image of its buffer");
+        Assert.Same(remade, cil.Find(new LogItemKey(LogItemType.Buf, 300, 16)));
+    }
+
     [Fact]
     public void RelogMergesDirtyRangesKeepsNewestImageAndMovesTheItemLast()
     {
