@@ -20,16 +20,43 @@ public sealed class BufferLogItem : JournalItem
 
     private BufferLogItem(long daddr, int lengthBB, BufType type, ushort flags, byte[] image)
     {
+        _image = image;
+        _map = [];
+        Set(daddr, lengthBB, type, flags, image);
+    }
+
+    /// <summary>What the item logs (its map cleared, and made anew only for a buffer of another length).</summary>
+    private void Set(long daddr, int lengthBB, BufType type, ushort flags, byte[] image)
+    {
         if (lengthBB <= 0 || lengthBB > ushort.MaxValue) throw new ArgumentOutOfRangeException(nameof(lengthBB));
-        int chunks = (lengthBB << LogArea.BBShift) / BufLogFormat.ChunkSize;
-        int words = (chunks + 31) / 32;
+        int words = (ChunksOf(lengthBB) + 31) / 32;
         if (words > BufLogFormat.MaxMapWords) throw new ArgumentOutOfRangeException(nameof(lengthBB), $"a buffer of {lengthBB} BB is larger than one log item can carry");
         Daddr = daddr;
         LengthBB = lengthBB;
         Type = type;
         Flags = flags;
         _image = image;
-        _map = new uint[words];
+        if (_map.Length != words) _map = new uint[words];
+        else Array.Clear(_map);
+        _regions = _bytes = -1;
+    }
+
+    private static int ChunksOf(int lengthBB) => (lengthBB << LogArea.BBShift) / BufLogFormat.ChunkSize;
+
+    /// <summary>Marks the chunks set in <paramref name="dirtyChunks"/> (bits past the buffer's last chunk dropped).</summary>
+    private BufferLogItem WithDirty(ReadOnlySpan<uint> dirtyChunks)
+    {
+        if (dirtyChunks.Length > _map.Length) throw new ArgumentException("dirty bitmap longer than the buffer", nameof(dirtyChunks));
+        dirtyChunks.CopyTo(_map);
+        int chunks = ChunksOf(LengthBB);
+        if (chunks % 32 != 0) _map[^1] &= (1u << (chunks % 32)) - 1;
+        return this;
+    }
+
+    private static void CheckImage(int lengthBB, int imageLength, ushort flags)
+    {
+        if (imageLength != lengthBB << LogArea.BBShift) throw new ArgumentException($"image of {imageLength} bytes for a buffer of {lengthBB} BB", nameof(imageLength));
+        if ((flags & BufLogFormat.FlagCancel) != 0) throw new ArgumentException("use Cancel for a freed buffer", nameof(flags));
     }
 
     public long Daddr { get; private set; }
@@ -54,15 +81,8 @@ public sealed class BufferLogItem : JournalItem
     }
 
     /// <summary>A buffer item logging the chunks set in <paramref name="dirtyChunks"/> (bit i, LSB first in each word, = bytes [128i, 128i+128)).</summary>
-    public static BufferLogItem Create(long daddr, int lengthBB, BufType type, ReadOnlySpan<byte> image, ReadOnlySpan<uint> dirtyChunks, ushort flags = 0)
-    {
-        var item = New(daddr, lengthBB, type, image, flags);
-        if (dirtyChunks.Length > item._map.Length) throw new ArgumentException("dirty bitmap longer than the buffer", nameof(dirtyChunks));
-        dirtyChunks.CopyTo(item._map);
-        int chunks = (lengthBB << LogArea.BBShift) / BufLogFormat.ChunkSize;
-        if (chunks % 32 != 0) item._map[^1] &= (1u << (chunks % 32)) - 1;
-        return item;
-    }
+    public static BufferLogItem Create(long daddr, int lengthBB, BufType type, ReadOnlySpan<byte> image, ReadOnlySpan<uint> dirtyChunks, ushort flags = 0) =>
+        New(daddr, lengthBB, type, image, flags).WithDirty(dirtyChunks);
 
     /// <summary>
     /// As <see cref="Create(long, int, BufType, ReadOnlySpan{byte}, ReadOnlySpan{uint}, ushort)"/>, keeping
@@ -71,14 +91,8 @@ public sealed class BufferLogItem : JournalItem
     /// </summary>
     public static BufferLogItem CreateShared(long daddr, int lengthBB, BufType type, byte[] image, ReadOnlySpan<uint> dirtyChunks, ushort flags = 0)
     {
-        if (image.Length != lengthBB << LogArea.BBShift) throw new ArgumentException($"image of {image.Length} bytes for a buffer of {lengthBB} BB", nameof(image));
-        if ((flags & BufLogFormat.FlagCancel) != 0) throw new ArgumentException("use Cancel for a freed buffer", nameof(flags));
-        var item = new BufferLogItem(daddr, lengthBB, type, flags, image);
-        if (dirtyChunks.Length > item._map.Length) throw new ArgumentException("dirty bitmap longer than the buffer", nameof(dirtyChunks));
-        dirtyChunks.CopyTo(item._map);
-        int chunks = (lengthBB << LogArea.BBShift) / BufLogFormat.ChunkSize;
-        if (chunks % 32 != 0) item._map[^1] &= (1u << (chunks % 32)) - 1;
-        return item;
+        CheckImage(lengthBB, image.Length, flags);
+        return new BufferLogItem(daddr, lengthBB, type, flags, image).WithDirty(dirtyChunks);
     }
 
     /// <summary>
@@ -89,26 +103,10 @@ public sealed class BufferLogItem : JournalItem
     public static BufferLogItem CreateShared(BufferLogItem? spent, long daddr, int lengthBB, BufType type, byte[] image, ReadOnlySpan<uint> dirtyChunks, ushort flags = 0)
     {
         if (spent is null || !spent.MergedAway) return CreateShared(daddr, lengthBB, type, image, dirtyChunks, flags);
-        if (lengthBB <= 0 || lengthBB > ushort.MaxValue) throw new ArgumentOutOfRangeException(nameof(lengthBB));
-        if (image.Length != lengthBB << LogArea.BBShift) throw new ArgumentException($"image of {image.Length} bytes for a buffer of {lengthBB} BB", nameof(image));
-        if ((flags & BufLogFormat.FlagCancel) != 0) throw new ArgumentException("use Cancel for a freed buffer", nameof(flags));
-        int chunks = (lengthBB << LogArea.BBShift) / BufLogFormat.ChunkSize;
-        int words = (chunks + 31) / 32;
-        if (words > BufLogFormat.MaxMapWords) throw new ArgumentOutOfRangeException(nameof(lengthBB), $"a buffer of {lengthBB} BB is larger than one log item can carry");
-        if (dirtyChunks.Length > words) throw new ArgumentException("dirty bitmap longer than the buffer", nameof(dirtyChunks));
-        spent.MergedAway = false;
-        spent.Lsn = 0;
-        spent.Daddr = daddr;
-        spent.LengthBB = lengthBB;
-        spent.Type = type;
-        spent.Flags = flags;
-        spent._image = image;
-        if (spent._map.Length != words) spent._map = new uint[words];
-        else Array.Clear(spent._map);
-        dirtyChunks.CopyTo(spent._map);
-        if (chunks % 32 != 0) spent._map[^1] &= (1u << (chunks % 32)) - 1;
-        spent._regions = spent._bytes = -1;
-        return spent;
+        CheckImage(lengthBB, image.Length, flags);
+        spent.Reclaim();
+        spent.Set(daddr, lengthBB, type, flags, image);
+        return spent.WithDirty(dirtyChunks);
     }
 
     /// <summary>The longest buffer the kernel logs in one item (XFS_MAX_BLOCKSIZE, 64 KiB; the data map has room for it), in BB.</summary>
@@ -120,8 +118,7 @@ public sealed class BufferLogItem : JournalItem
 
     private static BufferLogItem New(long daddr, int lengthBB, BufType type, ReadOnlySpan<byte> image, ushort flags)
     {
-        if (image.Length != lengthBB << LogArea.BBShift) throw new ArgumentException($"image of {image.Length} bytes for a buffer of {lengthBB} BB", nameof(image));
-        if ((flags & BufLogFormat.FlagCancel) != 0) throw new ArgumentException("use Cancel for a freed buffer", nameof(flags));
+        CheckImage(lengthBB, image.Length, flags);
         return new BufferLogItem(daddr, lengthBB, type, flags, image.ToArray());
     }
 

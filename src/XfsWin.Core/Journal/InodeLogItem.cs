@@ -91,8 +91,7 @@ public sealed class InodeLogItem : JournalItem
     {
         if (spent is null || !spent.MergedAway) return CreateOwning(ino, cluster, diskInode, parts);
         Check(ino, cluster, diskInode);
-        spent.MergedAway = false;
-        spent.Lsn = 0;
+        spent.Reclaim();
         spent.Ino = ino;
         spent.Cluster = cluster;
         spent._disk = diskInode;

@@ -31,6 +31,16 @@ public abstract class JournalItem
     /// </summary>
     public bool MergedAway { get; internal set; }
 
+    /// <summary>
+    /// Clears the journal's marks (<see cref="MergedAway"/>, <see cref="Lsn"/>) of a merged-away item its producer
+    /// makes again; the producer then sets everything the item logs.
+    /// </summary>
+    protected void Reclaim()
+    {
+        MergedAway = false;
+        Lsn = 0;
+    }
+
     /// <summary>Appends the item's regions, each one op's payload, in log order.</summary>
     public abstract void Format(List<ReadOnlyMemory<byte>> regions);
 
