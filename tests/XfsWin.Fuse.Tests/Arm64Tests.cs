@@ -9,7 +9,7 @@ namespace XfsWin.Fuse.Tests;
 /// tree as the kernel's XFS: every field of struct stat passes through the arm64 layout on its way
 /// to the kernel (NativeStatArm64). scripts/install-deps.sh installs qemu-user and the arm64 libraries.
 /// </summary>
-public sealed class Arm64Tests
+public sealed class Arm64Tests(Arm64Tests.Build build) : IClassFixture<Arm64Tests.Build>
 {
     private static string Q(string s) => MountCommandProcessTests.Quote(s);
 
@@ -21,33 +21,48 @@ public sealed class Arm64Tests
         { getfattr -R -d -m - --absolute-names . 2>/dev/null || true; } | LC_ALL=C sort | sha256sum
         """;
 
-    private static readonly Lazy<string> s_published = new(Publish);
-
     /// <summary>
-    /// A self-contained linux-arm64 build of this tree's xfswin (once per test run), made from a copy
-    /// of the sources: building the engine for one framework and another runtime in place would
+    /// A self-contained linux-arm64 build of this tree's xfswin (made once for this class's tests, deleted after them),
+    /// made from a copy of the sources: building the engine for one framework and another runtime in place would
     /// rewrite the object files the other test assemblies' builds use.
     /// </summary>
-    private static string Publish()
+    public sealed class Build : IDisposable
     {
-        var work = Shell.MakeTempDirectory("xfswin-arm64");
-        var root = OracleImages.RepoRoot;
-        Shell.Bash($"tar -C {Q(root)} --exclude=bin --exclude=obj -cf - src driver Directory.Build.props Directory.Packages.props global.json .editorconfig | tar -C {Q(work)} -xf -");
-        // One target framework: the engine also builds for net8.0, whose arm64 packs are not needed here.
-        var r = Shell.Run("dotnet", ["publish", Path.Combine(work, "src", "XfsWin.Cli", "XfsWin.Cli.csproj"), "-c", "Release",
-            "-r", "linux-arm64", "--self-contained", "true", "-p:TargetFrameworks=net10.0", "-o", Path.Combine(work, "app")],
-            // Only tells a hang from a slow machine: a CI run compiles this beside every other test assembly on 2 cores
-            // (over 5 minutes seen under that load).
-            timeout: TimeSpan.FromMinutes(30));
-        Assert.True(r.ExitCode == 0, "publishing xfswin for linux-arm64 failed:\n" + r.Both);
-        return Path.Combine(work, "app", "xfswin");
+        private readonly Lazy<string> _published;
+        private string? _work;
+
+        public Build() => _published = new Lazy<string>(Publish);
+
+        /// <summary>The published xfswin program.</summary>
+        public string Program => _published.Value;
+
+        private string Publish()
+        {
+            var work = _work = Shell.MakeTempDirectory("xfswin-arm64");
+            var root = OracleImages.RepoRoot;
+            Shell.Bash($"tar -C {Q(root)} --exclude=bin --exclude=obj -cf - src driver Directory.Build.props Directory.Packages.props global.json .editorconfig | tar -C {Q(work)} -xf -");
+            // One target framework: the engine also builds for net8.0, whose arm64 packs are not needed here.
+            var r = Shell.Run("dotnet", ["publish", Path.Combine(work, "src", "XfsWin.Cli", "XfsWin.Cli.csproj"), "-c", "Release",
+                "-r", "linux-arm64", "--self-contained", "true", "-p:TargetFrameworks=net10.0", "-o", Path.Combine(work, "app")],
+                // Only tells a hang from a slow machine: a CI run compiles this beside every other test assembly on 2 cores
+                // (over 5 minutes seen under that load).
+                timeout: TimeSpan.FromMinutes(30));
+            Assert.True(r.ExitCode == 0, "publishing xfswin for linux-arm64 failed:\n" + r.Both);
+            return Path.Combine(work, "app", "xfswin");
+        }
+
+        /// <summary>The copy of the sources and the build (some hundred megabytes) go with the tests that used them.</summary>
+        public void Dispose()
+        {
+            if (_work is not null && Directory.Exists(_work)) Directory.Delete(_work, recursive: true);
+        }
     }
 
     [Fact]
     public void The_arm64_build_under_qemu_serves_the_same_tree_as_the_kernel()
     {
         Assert.True(File.Exists("/usr/lib/aarch64-linux-gnu/libfuse3.so.3"), "libfuse3 for arm64 is missing: run scripts/install-deps.sh");
-        var xfswin = s_published.Value;
+        var xfswin = build.Program;
         var image = TestImages.Tree;
         string expected;
         using (var k = new KernelMount(image))
@@ -98,7 +113,7 @@ public sealed class Arm64Tests
     [Fact]
     public void Background_mode_under_qemu_mounts_or_says_to_mount_in_the_foreground()
     {
-        var xfswin = s_published.Value;
+        var xfswin = build.Program;
         var mountPoint = Shell.MakeTempDirectory("xfswin-arm64-bg");
         try
         {
