@@ -11,15 +11,67 @@ namespace XfsWin.Volume;
 /// committed states only.
 /// </para>
 /// <para>
+/// File data locks: a write that changes nothing but file bytes (an overwrite of written blocks inside EOF, in a
+/// timestamp granule the inode already shows) needs no transaction; it holds this lock shared, beside reads and other
+/// such writes, and its file's data lock (<see cref="WriteFileData"/>) exclusively. A read of file data holds its
+/// file's data lock shared (<see cref="ReadFileData"/>), so it never sees a write half made (the kernel's XFS holds
+/// the inode's I/O lock the same way), and two writes into one block never lose each other's bytes. A change holding
+/// this lock exclusively needs no data lock: nothing else runs.
+/// </para>
+/// <para>
 /// Recursion: a change may read (shared inside exclusive, for instance a rename resolving names) and re-enter itself;
 /// a read never starts a change (taking it exclusively while holding it shared throws). Lock order: this lock first,
-/// then buffer locks (see <see cref="Metadata.Transaction"/>), then the log's lock, then leaf locks (the file data
-/// cache, the holds table).
+/// then a file data lock (one at a time, only while holding this one shared or exclusive), then buffer locks (see
+/// <see cref="Metadata.Transaction"/>), then the log's lock, then leaf locks (the file data cache, the holds table).
 /// </para>
 /// </summary>
 internal sealed class VolumeChangeLock
 {
     private readonly ReaderWriterLockSlim _lock = new(LockRecursionPolicy.SupportsRecursion);
+
+    /// <summary>File data locks, striped by inode number (files whose numbers share a stripe share a lock).</summary>
+    private readonly ReaderWriterLockSlim[] _fileData = CreateStripes();
+
+    /// <summary>How many file data locks there are: files whose inode numbers are equal modulo this share one.</summary>
+    public const int FileDataStripes = 64;
+
+    private static ReaderWriterLockSlim[] CreateStripes()
+    {
+        var stripes = new ReaderWriterLockSlim[FileDataStripes];
+        for (int i = 0; i < stripes.Length; i++) stripes[i] = new ReaderWriterLockSlim(LockRecursionPolicy.SupportsRecursion);
+        return stripes;
+    }
+
+    private ReaderWriterLockSlim FileDataLock(ulong inode) => _fileData[(int)(inode % FileDataStripes)];
+
+    /// <summary>Holds <paramref name="inode"/>'s file data lock shared (a read of its bytes) until the scope is disposed.</summary>
+    public FileDataRead ReadFileData(ulong inode)
+    {
+        var held = FileDataLock(inode);
+        held.EnterReadLock();
+        return new FileDataRead(held);
+    }
+
+    /// <summary>Holds <paramref name="inode"/>'s file data lock exclusively (a write of its bytes) until the scope is disposed.</summary>
+    public FileDataWrite WriteFileData(ulong inode)
+    {
+        var held = FileDataLock(inode);
+        held.EnterWriteLock();
+        return new FileDataWrite(held);
+    }
+
+    /// <summary>Threads waiting for <paramref name="inode"/>'s file data lock shared.</summary>
+    public int FileDataReadersWaiting(ulong inode) => FileDataLock(inode).WaitingReadCount;
+
+    public readonly ref struct FileDataRead(ReaderWriterLockSlim held)
+    {
+        public void Dispose() => held.ExitReadLock();
+    }
+
+    public readonly ref struct FileDataWrite(ReaderWriterLockSlim held)
+    {
+        public void Dispose() => held.ExitWriteLock();
+    }
 
     /// <summary>Holds the lock exclusively until the returned scope is disposed.</summary>
     public Exclusive Change()
@@ -32,7 +84,6 @@ internal sealed class VolumeChangeLock
     public void EnterRead() => _lock.EnterReadLock();
 
     public void ExitRead() => _lock.ExitReadLock();
-
 
     public readonly ref struct Exclusive(ReaderWriterLockSlim held)
     {

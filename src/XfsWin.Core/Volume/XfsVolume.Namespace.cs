@@ -1,3 +1,4 @@
+using System.Buffers;
 using System.Buffers.Binary;
 using XfsWin.Attributes;
 using XfsWin.Directories;
@@ -714,8 +715,10 @@ public sealed partial class XfsVolume
         if (data.IsEmpty) return 0;
         if (offset + (long)data.Length > MaxFileSize) throw new XfsException(XfsError.FileTooLarge, $"a write past {MaxFileSize} bytes");
         var w = Writer();
+        if (TryOverwriteBesideOthers(w, inode, offset, data)) return data.Length;
         using (w.Changes.Change())
         {
+            ObjectDisposedException.ThrowIf(w.Unmounted, this);
             var current = _inodes.Get(inode);
             if (current.IsDirectory) throw new XfsException(XfsError.IsADirectory, "a directory cannot be written as a file");
             if (!current.IsRegular) throw new XfsException(XfsError.InvalidArgument, "only regular files hold data");
@@ -800,6 +803,38 @@ public sealed partial class XfsVolume
         }
     }
 
+    /// <summary>
+    /// A write that changes nothing but file bytes, done holding the change lock shared (beside reads and other such
+    /// writes, see <see cref="VolumeChangeLock"/>) and the file's data lock exclusively: a regular file of no reflinked,
+    /// immutable or append-only kind, every block of the range written in its extent list, the range inside EOF, and
+    /// timestamps already in this write's granule. No change can run meanwhile, so what the inode shows stays true
+    /// until the data is with the data cache. False (nothing written) when any of that does not hold: the write then
+    /// goes through a change, which also gives every refusal its error.
+    /// </summary>
+    private bool TryOverwriteBesideOthers(VolumeWriteState w, ulong inode, long offset, ReadOnlySpan<byte> data)
+    {
+        w.Changes.EnterRead();
+        try
+        {
+            // An unmount that ran while this waited for the lock left nothing to write into.
+            ObjectDisposedException.ThrowIf(w.Unmounted, this);
+            var current = _inodes.Get(inode);
+            if (!current.IsRegular || offset + data.Length > (long)current.Size) return false;
+            if ((current.Attributes.Flags & (DiImmutable | DiAppend)) != 0 || (current.Attributes.Flags2 & DinodeView.Flag2Reflink) != 0) return false;
+            var sb = _mount.Superblock;
+            ulong first = (ulong)offset >> sb.BlockLog;
+            ulong last = (ulong)(offset + data.Length - 1) >> sb.BlockLog;
+            if (!IsWrittenInFork(current, first, last) || TimestampsBehind(current, Now())) return false;
+            using var dataLock = w.Changes.WriteFileData(inode);
+            WriteFileBlocks(w, current, null, null, first, last, offset, data);
+            return true;
+        }
+        finally
+        {
+            w.Changes.ExitRead();
+        }
+    }
+
     /// <summary>Timestamps move at most once per this many nanoseconds of a file's writes (a coarse clock tick, as the kernel's).</summary>
     internal const uint TimestampGranuleNanoseconds = 4_000_000;
 
@@ -854,13 +889,21 @@ public sealed partial class XfsVolume
             var piece = data.Slice((int)(blockStart + from - offset), to - from);
             bool isNew = extent.Unwritten || (fresh is not null && Covers(fresh, fb));
             // Part of a block: what is not written reads as before (zeros for a new or unwritten block).
-            var block = w.BlockScratch ??= GC.AllocateUninitializedArray<byte>(blockSize);
-            if (isNew || blockStart >= (long)current.Size) Array.Clear(block);
-            else w.Data.Read(disk, block);
-            if (!isNew && blockStart < (long)current.Size && blockStart + blockSize > (long)current.Size)
-                Array.Clear(block, (int)((long)current.Size - blockStart), blockSize - (int)((long)current.Size - blockStart));
-            piece.CopyTo(block.AsSpan(from));
-            w.Data.Write(disk, block);
+            byte[] rented = ArrayPool<byte>.Shared.Rent(blockSize);
+            try
+            {
+                var block = rented.AsSpan(0, blockSize);
+                if (isNew || blockStart >= (long)current.Size) block.Clear();
+                else w.Data.Read(disk, block);
+                if (!isNew && blockStart < (long)current.Size && blockStart + blockSize > (long)current.Size)
+                    block[(int)((long)current.Size - blockStart)..].Clear();
+                piece.CopyTo(block[from..]);
+                w.Data.Write(disk, block);
+            }
+            finally
+            {
+                ArrayPool<byte>.Shared.Return(rented);
+            }
             fb++;
         }
     }

@@ -57,8 +57,6 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public required FileDataCache Data { get; init; }
     /// <summary>The periodic sync's thread (null when <see cref="VolumeOpenOptions.SyncInterval"/> is zero); stopped before unmount.</summary>
     public PeriodicSync? PeriodicSync;
-    /// <summary>One block's bytes for a write's partial blocks (under <see cref="Changes"/>; the data cache copies what it keeps).</summary>
-    public byte[]? BlockScratch;
     /// <summary>Mapping updates as deferred work (BUI/BUD): the remaps of reflink and copy-on-write.</summary>
     public required Extents.BmapUpdateWork Bmaps { get; init; }
     /// <summary>Changes hold it exclusively, reads shared (see <see cref="VolumeChangeLock"/>).</summary>
@@ -279,6 +277,9 @@ public sealed partial class XfsVolume
 
     /// <summary>What the write log has done so far (null on a read-only open); for tests and diagnostics.</summary>
     internal LogWriteStatistics? WriteLogStatistics => _write?.Log.Statistics;
+
+    /// <summary>Threads waiting to read <paramref name="inode"/>'s data behind a write of it (see <see cref="VolumeChangeLock"/>); for tests.</summary>
+    internal int FileDataReadersWaiting(ulong inode) => Writer().Changes.FileDataReadersWaiting(inode);
 
     /// <summary>The log replay a read-write open ran before writing (null when the log was clean).</summary>
     public LogRecoveryResult? RecoveredAtOpen => _recoveredAtOpen;

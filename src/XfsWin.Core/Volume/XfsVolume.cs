@@ -406,6 +406,9 @@ public sealed partial class XfsVolume : IDisposable
         using var readScope = new ReadScope(this);
         try
         {
+            if (_write is null) return ReadCore(inode, offset, destination);
+            // Writes that change only file bytes run beside reads: this file's data lock keeps them whole to this read.
+            using var dataLock = _write.Changes.ReadFileData(inode);
             return ReadCore(inode, offset, destination);
         }
         catch (Exception e) when (IsMalformedData(e))

@@ -1,6 +1,7 @@
 using System.Text;
 using Xunit;
 using Xunit.Abstractions;
+using XfsWin.Device;
 using XfsWin.Directories;
 using XfsWin.Format;
 using XfsWin.TestSupport;
@@ -10,7 +11,8 @@ namespace XfsWin.Tests.Volume;
 
 /// <summary>
 /// Reads and changes of one volume opened read-write from several threads: reads share the volume's change lock (one
-/// read waits for no other), changes hold it alone, and what readers see is always a committed state. The kernel
+/// read waits for no other), changes hold it alone, and what readers see is always a committed state; writes that
+/// change only file bytes share the lock with reads and with each other, each holding its file's data lock. The kernel
 /// judges the result: it mounts the image and finds the tree the writers left, and xfs_repair -n finds nothing.
 /// </summary>
 public sealed class ReadWriteConcurrencyTests(ITestOutputHelper output) : IDisposable
@@ -194,6 +196,244 @@ public sealed class ReadWriteConcurrencyTests(ITestOutputHelper output) : IDispo
         }
         var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
         Assert.True(repair.ExitCode == 0, $"xfs_repair -n found problems:\n{repair.StandardOutput}{repair.StandardError}");
+    }
+
+    /// <summary>
+    /// An overwrite of one file waits for no overwrite or read of another: while an overwrite of /f3 is held inside
+    /// its device read (the partial block it reads to patch), an overwrite and a read of another file finish, a read of /f3
+    /// waits for the overwrite and then sees it whole, and nothing is logged (no change ran). The kernel reads the
+    /// bytes both writes left.
+    /// </summary>
+    [Fact]
+    public void An_overwrite_waits_for_no_overwrite_or_read_of_another_file()
+    {
+        string image = Make();
+        var device = new PausingDevice(PartitionSpec.Open(image, null, writable: true));
+        var patch = new byte[10];
+        patch.AsSpan().Fill(0xAA);
+        var whole = new byte[4096];
+        whole.AsSpan().Fill(0xBB);
+        byte[]? sawOfF3 = null;
+        string otherName;
+        using (var volume = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero }, ownsDevice: true))
+        {
+            // A clock behind every timestamp the kernel set: no write needs to move them (no change, see TimestampsBehind).
+            volume.Clock = () => new XfsTimestamp(1, 0);
+            ulong f3 = volume.ResolvePath("/f3");
+            // The other file: one whose data lock is not /f3's (numbers equal modulo the stripes share one).
+            otherName = Enumerable.Range(4, 16).Select(i => $"f{i}")
+                .First(n => volume.ResolvePath("/" + n) % VolumeChangeLock.FileDataStripes != f3 % VolumeChangeLock.FileDataStripes);
+            ulong f4 = volume.ResolvePath("/" + otherName);
+            Assert.Equal(4096, volume.GetAttributes(f3).Size);
+            Assert.Equal(4096, volume.GetAttributes(f4).Size);
+            long transactions = volume.WriteLogStatistics!.Transactions;
+            var failures = new System.Collections.Concurrent.ConcurrentQueue<string>();
+            Thread Run(string what, Action action)
+            {
+                var t = new Thread(() =>
+                {
+                    try { action(); }
+                    catch (Exception e) { failures.Enqueue($"{what}: {e}"); }
+                }) { IsBackground = true };
+                t.Start();
+                return t;
+            }
+
+            var held = Run("overwrite of /f3", () =>
+            {
+                device.PauseNextReadOnThisThread();
+                Assert.Equal(patch.Length, volume.Write(f3, 100, patch));
+            });
+            // Whatever fails below, the held thread is let go (the volume's unmount waits for it).
+            try
+            {
+                Assert.True(device.Paused.Wait(TimeSpan.FromSeconds(60)), "the overwrite of /f3 did not read its block: " + string.Join('\n', failures));
+                Assert.Equal(4096, device.PausedLength);
+                // Not a timing assumption: each bound only tells a thread that waits for the held overwrite (and so never
+                // finishes before the release below) from one that does not.
+                var other = Run("overwrite and read of " + otherName, () =>
+                {
+                    Assert.Equal(whole.Length, volume.Write(f4, 0, whole));
+                    var back = new byte[4096];
+                    Assert.Equal(4096, volume.Read(f4, 0, back));
+                    Assert.Equal(whole, back);
+                });
+                Assert.True(other.Join(TimeSpan.FromSeconds(60)), $"an overwrite of {otherName} waited for an overwrite of /f3");
+                var reader = Run("read of /f3", () =>
+                {
+                    var back = new byte[4096];
+                    Assert.Equal(4096, volume.Read(f3, 0, back));
+                    sawOfF3 = back;
+                });
+                var waited = System.Diagnostics.Stopwatch.StartNew();
+                while (volume.FileDataReadersWaiting(f3) == 0)
+                {
+                    Assert.True(reader.IsAlive, "a read of /f3 did not wait for the overwrite of it in progress: " + string.Join('\n', failures));
+                    Assert.True(waited.Elapsed < TimeSpan.FromSeconds(60), "the read of /f3 never reached its file's data lock");
+                    Thread.Sleep(1);
+                }
+                device.Release.Set();
+                Assert.True(held.Join(TimeSpan.FromSeconds(60)) && reader.Join(TimeSpan.FromSeconds(60)), "the overwrite or read of /f3 did not finish");
+            }
+            finally
+            {
+                device.Release.Set();
+            }
+            Assert.True(failures.IsEmpty, string.Join('\n', failures));
+            Assert.Equal(transactions, volume.WriteLogStatistics!.Transactions);
+        }
+        var expectedF3 = Content("f3", 4096);
+        patch.CopyTo(expectedF3.AsSpan(100));
+        Assert.Equal(expectedF3, sawOfF3);
+        using (var mount = LoopMount.Mount(image, readOnly: true))
+        {
+            Assert.Equal(expectedF3, File.ReadAllBytes(Path.Combine(mount.MountPoint, "f3")));
+            Assert.Equal(whole, File.ReadAllBytes(Path.Combine(mount.MountPoint, otherName)));
+        }
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
+        Assert.True(repair.ExitCode == 0, $"xfs_repair -n found problems:\n{repair.StandardOutput}{repair.StandardError}");
+    }
+
+    /// <summary>
+    /// Threads overwriting pieces of the same blocks of one file at once (each block patched by every thread, so each
+    /// write reads, patches and writes back a block another thread is patching) lose no piece, with readers beside
+    /// them that only ever see pieces whole; the kernel reads every piece after the unmount.
+    /// </summary>
+    [Fact]
+    public void Overwrites_of_the_same_blocks_from_several_threads_lose_no_piece()
+    {
+        string image = Make();
+        const int Writers = 4, Piece = 64, Rounds = 8;
+        const int Length = 256 << 10;
+        var expected = new byte[Length];
+        // Before the writers: every piece one byte value too (a reader tells a piece half written by its bytes alone).
+        expected.AsSpan().Fill(0x01);
+        var failures = new System.Collections.Concurrent.ConcurrentQueue<string>();
+        using (var volume = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero }))
+        {
+            ulong file = volume.CreateNode(volume.RootInode, "shared"u8, 0x81A4, 0, 0).Inode;
+            Assert.Equal(Length, volume.Write(file, 0, expected));
+            volume.Sync();
+            // A clock behind the file's timestamps: every overwrite below changes file bytes only.
+            volume.Clock = () => new XfsTimestamp(1, 0);
+            long transactions = volume.WriteLogStatistics!.Transactions;
+            // Writer t owns the pieces whose index is t modulo Writers: every 4 KiB block holds pieces of all of them.
+            // Each piece is written Rounds times, a byte pattern of (writer, round), so the last round's must remain.
+            static byte Fill(int writer, int round) => (byte)(0x10 * (round + 1) + writer);
+            for (int at = 0, index = 0; at < Length; at += Piece, index++)
+                expected.AsSpan(at, Piece).Fill(Fill(index % Writers, Rounds - 1));
+            int writersLeft = Writers;
+            var threads = new List<Thread>();
+            for (int t = 0; t < Writers; t++)
+            {
+                int writer = t;
+                threads.Add(new Thread(() =>
+                {
+                    var bytes = new byte[Piece];
+                    try
+                    {
+                        for (int round = 0; round < Rounds; round++)
+                        {
+                            bytes.AsSpan().Fill(Fill(writer, round));
+                            for (int at = writer * Piece; at < Length; at += Writers * Piece)
+                                if (volume.Write(file, at, bytes) != Piece) failures.Enqueue($"writer {writer}: a short write at {at}");
+                        }
+                    }
+                    catch (Exception e)
+                    {
+                        failures.Enqueue($"writer {writer}: {e}");
+                    }
+                    finally
+                    {
+                        Interlocked.Decrement(ref writersLeft);
+                    }
+                }) { IsBackground = true });
+            }
+            threads.Add(new Thread(() =>
+            {
+                var back = new byte[Length];
+                try
+                {
+                    while (Volatile.Read(ref writersLeft) > 0)
+                    {
+                        Assert.Equal(Length, volume.Read(file, 0, back));
+                        // Each piece is one write: all of its bytes alike.
+                        for (int at = 0; at < Length; at += Piece)
+                            if (back.AsSpan(at, Piece).IndexOfAnyExcept(back[at]) >= 0) failures.Enqueue($"a read saw the piece at {at} torn");
+                    }
+                }
+                catch (Exception e)
+                {
+                    failures.Enqueue($"reader: {e}");
+                }
+            }) { IsBackground = true });
+            threads.ForEach(t => t.Start());
+            foreach (var t in threads) Assert.True(t.Join(TimeSpan.FromMinutes(5)), "a thread did not finish in 5 minutes");
+            Assert.True(failures.IsEmpty, string.Join('\n', failures.Take(20)));
+            Assert.Equal(transactions, volume.WriteLogStatistics!.Transactions);
+            var read = new byte[Length];
+            Assert.Equal(Length, volume.Read(file, 0, read));
+            Assert.True(expected.AsSpan().SequenceEqual(read), "the engine lost a piece: " + FirstDifference(expected, read));
+        }
+        using (var mount = LoopMount.Mount(image, readOnly: true))
+        {
+            var onDisk = File.ReadAllBytes(Path.Combine(mount.MountPoint, "shared"));
+            Assert.True(expected.AsSpan().SequenceEqual(onDisk), "the kernel read another file: " + FirstDifference(expected, onDisk));
+        }
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
+        Assert.True(repair.ExitCode == 0, $"xfs_repair -n found problems:\n{repair.StandardOutput}{repair.StandardError}");
+    }
+
+    private static string FirstDifference(byte[] expected, byte[] actual)
+    {
+        if (expected.Length != actual.Length) return $"{actual.Length} bytes instead of {expected.Length}";
+        int at = expected.AsSpan().CommonPrefixLength(actual);
+        if (at == expected.Length) return "none";
+        return $"byte {at}: 0x{actual[at]:X2} instead of 0x{expected[at]:X2}";
+    }
+
+    /// <summary>A device that holds one thread's next read until released (and reports its length).</summary>
+    private sealed class PausingDevice(IBlockDevice inner) : IBlockDevice
+    {
+        private int _pauseThread = -1;
+
+        public ManualResetEventSlim Paused { get; } = new();
+        public ManualResetEventSlim Release { get; } = new();
+        public int PausedLength { get; private set; }
+
+        public void PauseNextReadOnThisThread() => Volatile.Write(ref _pauseThread, Environment.CurrentManagedThreadId);
+
+        public long Length => inner.Length;
+        public int SectorSize => inner.SectorSize;
+        public bool CanWrite => inner.CanWrite;
+        public string IoMode => "pausing: " + inner.IoMode;
+
+        public void Read(long offset, Span<byte> destination)
+        {
+            if (Interlocked.CompareExchange(ref _pauseThread, -1, Environment.CurrentManagedThreadId) == Environment.CurrentManagedThreadId)
+            {
+                PausedLength = destination.Length;
+                Paused.Set();
+                Release.Wait();
+            }
+            inner.Read(offset, destination);
+        }
+
+        public ValueTask ReadAsync(long offset, Memory<byte> destination, CancellationToken cancellationToken = default)
+        {
+            Read(offset, destination.Span);
+            return ValueTask.CompletedTask;
+        }
+
+        public void Write(long offset, ReadOnlySpan<byte> source) => inner.Write(offset, source);
+        public void Flush() => inner.Flush();
+
+        public void Dispose()
+        {
+            inner.Dispose();
+            Paused.Dispose();
+            Release.Dispose();
+        }
     }
 
     private static List<(string Name, ulong Inode)> List(XfsVolume volume, ulong directory)
