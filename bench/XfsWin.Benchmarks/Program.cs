@@ -36,6 +36,11 @@ if (args.Length > 0 && args[0] == "engine-overwrite")
         args.Length > 2 ? int.Parse(args[2], System.Globalization.CultureInfo.InvariantCulture) : 200_000);
     return;
 }
+if (args.Length > 0 && args[0] == "engine-copy-latency")
+{
+    EngineCopyLatencyRun.Run(args.Length > 1 ? int.Parse(args[1], System.Globalization.CultureInfo.InvariantCulture) : 1024);
+    return;
+}
 if (args.Length > 0 && args[0] == "check-judge")
 {
     CheckJudge.Run();

@@ -76,8 +76,35 @@ internal sealed class VolumeChangeLock
     /// <summary>Holds the lock exclusively until the returned scope is disposed.</summary>
     public Exclusive Change()
     {
+        if (_lock.WaitingReadCount > 0 && !_lock.IsWriteLockHeld && !_lock.IsReadLockHeld) LetWaitingReadersIn();
         _lock.EnterWriteLock();
         return new Exclusive(_lock);
+    }
+
+    /// <summary>The longest a change lets readers that were waiting go first (<see cref="LetWaitingReadersIn"/>): 2 ms.</summary>
+    public TimeSpan ReaderHandOff
+    {
+        get => System.Diagnostics.Stopwatch.GetElapsedTime(0, _handOffTicks);
+        set => _handOffTicks = (long)(value.TotalSeconds * System.Diagnostics.Stopwatch.Frequency);
+    }
+
+    private long _handOffTicks = System.Diagnostics.Stopwatch.Frequency / 500;
+
+    /// <summary>Threads waiting to take the lock shared.</summary>
+    public int ReadersWaiting => _lock.WaitingReadCount;
+
+    /// <summary>
+    /// Readers that waited for the last change go before the next one: the lock's release wakes them, but a thread
+    /// making change after change would take the lock back before they run and keep them waiting for as long as it
+    /// goes on (reads stalled for a tenth of a second by a file copied in 1 MiB writes). The change spins, outside the
+    /// lock, until they are in or <see cref="ReaderHandOff"/> passed; then it queues as always, and readers that come
+    /// after it wait for it (the lock prefers a waiting writer).
+    /// </summary>
+    private void LetWaitingReadersIn()
+    {
+        long deadline = System.Diagnostics.Stopwatch.GetTimestamp() + Volatile.Read(ref _handOffTicks);
+        var spin = new SpinWait();
+        while (_lock.WaitingReadCount > 0 && System.Diagnostics.Stopwatch.GetTimestamp() < deadline) spin.SpinOnce(sleep1Threshold: -1);
     }
 
     /// <summary>Takes the lock shared (a read; <see cref="ExitRead"/> releases it).</summary>

@@ -278,8 +278,8 @@ public sealed partial class XfsVolume
     /// <summary>What the write log has done so far (null on a read-only open); for tests and diagnostics.</summary>
     internal LogWriteStatistics? WriteLogStatistics => _write?.Log.Statistics;
 
-    /// <summary>Threads waiting to read <paramref name="inode"/>'s data behind a write of it (see <see cref="VolumeChangeLock"/>); for tests.</summary>
-    internal int FileDataReadersWaiting(ulong inode) => Writer().Changes.FileDataReadersWaiting(inode);
+    /// <summary>The volume's change lock (see <see cref="VolumeChangeLock"/>); for tests.</summary>
+    internal VolumeChangeLock ChangeLock => Writer().Changes;
 
     /// <summary>The log replay a read-write open ran before writing (null when the log was clean).</summary>
     public LogRecoveryResult? RecoveredAtOpen => _recoveredAtOpen;

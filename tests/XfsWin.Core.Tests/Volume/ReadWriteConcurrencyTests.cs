@@ -266,7 +266,7 @@ public sealed class ReadWriteConcurrencyTests(ITestOutputHelper output) : IDispo
                     sawOfF3 = back;
                 });
                 var waited = System.Diagnostics.Stopwatch.StartNew();
-                while (volume.FileDataReadersWaiting(f3) == 0)
+                while (volume.ChangeLock.FileDataReadersWaiting(f3) == 0)
                 {
                     Assert.True(reader.IsAlive, "a read of /f3 did not wait for the overwrite of it in progress: " + string.Join('\n', failures));
                     Assert.True(waited.Elapsed < TimeSpan.FromSeconds(60), "the read of /f3 never reached its file's data lock");
@@ -290,6 +290,72 @@ public sealed class ReadWriteConcurrencyTests(ITestOutputHelper output) : IDispo
             Assert.Equal(expectedF3, File.ReadAllBytes(Path.Combine(mount.MountPoint, "f3")));
             Assert.Equal(whole, File.ReadAllBytes(Path.Combine(mount.MountPoint, otherName)));
         }
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
+        Assert.True(repair.ExitCode == 0, $"xfs_repair -n found problems:\n{repair.StandardOutput}{repair.StandardError}");
+    }
+
+    /// <summary>
+    /// A read that waited for a change goes before the next change of a thread making one after another: while a write
+    /// that grows /f3 is held inside its change (its device read of the block it patches), a reader asks for /f3's
+    /// attributes and waits; the writer's thread goes on to a second change at once, and the reader still sees the
+    /// size the first change left. (The volume's bound on that hand-off, a few milliseconds, is lifted here, so that
+    /// the outcome does not depend on how soon the machine runs the reader.)
+    /// </summary>
+    [Fact]
+    public void A_waiting_reader_goes_before_the_next_change_of_a_busy_writer()
+    {
+        string image = Make();
+        var device = new PausingDevice(PartitionSpec.Open(image, null, writable: true));
+        long sawSize = -1;
+        using (var volume = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero }, ownsDevice: true))
+        {
+            volume.ChangeLock.ReaderHandOff = TimeSpan.FromMinutes(5);
+            ulong f3 = volume.ResolvePath("/f3");
+            Assert.Equal(4096, volume.GetAttributes(f3).Size);
+            var failures = new System.Collections.Concurrent.ConcurrentQueue<string>();
+            var writer = new Thread(() =>
+            {
+                try
+                {
+                    device.PauseNextReadOnThisThread();
+                    // Bytes 4000..4199: block 0 is read to be patched (the pause), block 1 is new; the file grows to 4200.
+                    Assert.Equal(200, volume.Write(f3, 4000, new byte[200]));
+                    Assert.Equal(10, volume.Write(f3, 8192, new byte[10]));
+                }
+                catch (Exception e)
+                {
+                    failures.Enqueue($"writer: {e}");
+                }
+            }) { IsBackground = true };
+            var reader = new Thread(() =>
+            {
+                try { sawSize = volume.GetAttributes(f3).Size; }
+                catch (Exception e) { failures.Enqueue($"reader: {e}"); }
+            }) { IsBackground = true };
+            writer.Start();
+            try
+            {
+                Assert.True(device.Paused.Wait(TimeSpan.FromSeconds(60)), "the growing write did not read from the device: " + string.Join('\n', failures));
+                reader.Start();
+                var waited = System.Diagnostics.Stopwatch.StartNew();
+                while (volume.ChangeLock.ReadersWaiting == 0)
+                {
+                    Assert.True(reader.IsAlive, "the read did not wait for the change in progress: " + string.Join('\n', failures));
+                    Assert.True(waited.Elapsed < TimeSpan.FromSeconds(60), "the read never waited for the change lock");
+                    Thread.Sleep(1);
+                }
+            }
+            finally
+            {
+                device.Release.Set();
+            }
+            Assert.True(writer.Join(TimeSpan.FromSeconds(60)) && reader.Join(TimeSpan.FromSeconds(60)), "the writer or the reader did not finish");
+            Assert.True(failures.IsEmpty, string.Join('\n', failures));
+            Assert.Equal(8202, volume.GetAttributes(f3).Size);
+        }
+        Assert.Equal(4200, sawSize);
+        using (var mount = LoopMount.Mount(image, readOnly: true))
+            Assert.Equal(8202, new FileInfo(Path.Combine(mount.MountPoint, "f3")).Length);
         var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
         Assert.True(repair.ExitCode == 0, $"xfs_repair -n found problems:\n{repair.StandardOutput}{repair.StandardError}");
     }
