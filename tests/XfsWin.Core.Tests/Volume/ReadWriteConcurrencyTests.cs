@@ -194,8 +194,7 @@ public sealed class ReadWriteConcurrencyTests(ITestOutputHelper output) : IDispo
             Assert.Equal(expected.Keys.Order(StringComparer.Ordinal), found);
             foreach (var (path, content) in expected) Assert.Equal(content, File.ReadAllBytes(Path.Combine(mount.MountPoint, path)));
         }
-        var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
-        Assert.True(repair.ExitCode == 0, $"xfs_repair -n found problems:\n{repair.StandardOutput}{repair.StandardError}");
+        AssertRepairClean(image);
     }
 
     /// <summary>
@@ -290,8 +289,7 @@ public sealed class ReadWriteConcurrencyTests(ITestOutputHelper output) : IDispo
             Assert.Equal(expectedF3, File.ReadAllBytes(Path.Combine(mount.MountPoint, "f3")));
             Assert.Equal(whole, File.ReadAllBytes(Path.Combine(mount.MountPoint, otherName)));
         }
-        var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
-        Assert.True(repair.ExitCode == 0, $"xfs_repair -n found problems:\n{repair.StandardOutput}{repair.StandardError}");
+        AssertRepairClean(image);
     }
 
     /// <summary>
@@ -356,8 +354,7 @@ public sealed class ReadWriteConcurrencyTests(ITestOutputHelper output) : IDispo
         Assert.Equal(4200, sawSize);
         using (var mount = LoopMount.Mount(image, readOnly: true))
             Assert.Equal(8202, new FileInfo(Path.Combine(mount.MountPoint, "f3")).Length);
-        var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
-        Assert.True(repair.ExitCode == 0, $"xfs_repair -n found problems:\n{repair.StandardOutput}{repair.StandardError}");
+        AssertRepairClean(image);
     }
 
     /// <summary>
@@ -446,6 +443,11 @@ public sealed class ReadWriteConcurrencyTests(ITestOutputHelper output) : IDispo
             var onDisk = File.ReadAllBytes(Path.Combine(mount.MountPoint, "shared"));
             Assert.True(expected.AsSpan().SequenceEqual(onDisk), "the kernel read another file: " + FirstDifference(expected, onDisk));
         }
+        AssertRepairClean(image);
+    }
+
+    private static void AssertRepairClean(string image)
+    {
         var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
         Assert.True(repair.ExitCode == 0, $"xfs_repair -n found problems:\n{repair.StandardOutput}{repair.StandardError}");
     }
