@@ -41,6 +41,11 @@ if (args.Length > 0 && args[0] == "engine-copy-latency")
     EngineCopyLatencyRun.Run(args.Length > 1 ? int.Parse(args[1], System.Globalization.CultureInfo.InvariantCulture) : 1024);
     return;
 }
+if (args.Length > 0 && args[0] == "engine-append")
+{
+    EngineAppendRun.Run(args.Length > 1 ? int.Parse(args[1], System.Globalization.CultureInfo.InvariantCulture) : 256);
+    return;
+}
 if (args.Length > 0 && args[0] == "check-judge")
 {
     CheckJudge.Run();

@@ -12,9 +12,10 @@ namespace XfsWin.Driver.Benchmarks;
 /// <summary>
 /// The adapter on a read-write mount, called as WinFsp calls it, on a fresh volume made by mkfs.xfs in a scratch
 /// image: writes over existing data (WinFsp hands at most 64 KiB per call unless the program writes more at once),
-/// reads, GetFileInfo, a create closed with delete-on-close, and a small listing. Allocation per call is what
-/// <see cref="MemoryDiagnoserAttribute"/> reports: the adapter's share is nothing on the read and write paths; a write
-/// allocates inside the engine only the inode's new committed state, once per timestamp granule of the file's writes.
+/// appends (write to end of file, as a copy writes), reads, GetFileInfo, a create closed with delete-on-close, and a
+/// small listing. Allocation per call is what <see cref="MemoryDiagnoserAttribute"/> reports: nothing on the read and
+/// write paths, the adapter's share and the engine's (a write that changes the inode reuses the volume's working
+/// objects and the journal's spent items).
 /// Run: dotnet run -c Release --project driver/XfsWin.Driver.Benchmarks -- --filter '*ReadWrite*'
 /// (mkfs.xfs needed; the scratch image goes to XFSWIN_BENCH_SCRATCH or /var/tmp).
 /// </summary>
@@ -31,7 +32,7 @@ public unsafe class ReadWriteAdapterBenchmarks
     private string _dir = null!;
     private XfsVolume _volume = null!;
     private XfsWindowsFileSystem _fs = null!;
-    private OpenFile _data = null!, _small = null!;
+    private OpenFile _data = null!, _small = null!, _append = null!;
     private byte* _buffer;
     private ulong _writeOffset, _readOffset;
 
@@ -55,6 +56,7 @@ public unsafe class ReadWriteAdapterBenchmarks
         Close(dir);
         for (int i = 0; i < 16; i++) Close(Create($@"\small\entry-{i:D2}.txt", directory: false));
         _small = Open(@"\small");
+        _append = Create(@"\append.bin", directory: false);
         Check(_fs.Flush(null, out _));
     }
 
@@ -94,6 +96,7 @@ public unsafe class ReadWriteAdapterBenchmarks
     {
         Close(_data);
         Close(_small);
+        Close(_append);
         _volume.Dispose();
         NativeMemory.AlignedFree(_buffer);
         Directory.Delete(_dir, recursive: true);
@@ -115,6 +118,23 @@ public unsafe class ReadWriteAdapterBenchmarks
 
     [Benchmark(Description = "RW: write 1 MiB over existing data")]
     public int Write1M() => WriteAt(1 << 20);
+
+    /// <summary>Where appends start over (the file cut back to nothing): 256 MiB, so a cut is one call in 4,096.</summary>
+    private const long AppendLimit = 256L << 20;
+    private long _appended;
+
+    [Benchmark(Description = "RW: append 64 KiB (write to end of file)")]
+    public int Append64K()
+    {
+        if (_appended >= AppendLimit)
+        {
+            Check(_fs.SetFileSize(_append, 0, false, out _));
+            _appended = 0;
+        }
+        Check(_fs.Write(_append, new ReadOnlySpan<byte>(_buffer, 64 * 1024), 0, true, false, out int n, out _));
+        _appended += n;
+        return n;
+    }
 
     [Benchmark(Description = "RW: read 64 KiB")]
     public int Read64K()

@@ -35,7 +35,6 @@ public sealed class AgAllocator
     private readonly MountedLog _log;
     // Replaced whole (never shrunk) by an online grow, before the superblock shows the new AG count.
     private volatile AgState[] _ags;
-    private readonly ConditionalWeakTable<Transaction, TxWork> _work = new();
     private readonly int _agflSlots;
     private readonly uint _firstUsable;
     private readonly int _allocMaxLevels, _rmapMaxLevels;
@@ -52,6 +51,9 @@ public sealed class AgAllocator
         public readonly BusyExtents Busy = new();
         /// <summary>The durable checkpoint sequence <see cref="Busy"/> was last pruned to.</summary>
         public long BusyPrunedTo;
+        /// <summary>Objects every transaction joining the AG uses, made once (none holds state of a transaction).</summary>
+        public IBufferWriteVerifier? AgfWrite, AgflWrite;
+        public FreeListSpace? FreeList, RmapFreeList;
 
         /// <summary>Drops the busy extents whose checkpoint is durable now, unless none became durable since the last time. Caller holds <see cref="Sync"/>.</summary>
         public void PruneBusyLocked(long durable)
@@ -62,22 +64,87 @@ public sealed class AgAllocator
         }
     }
 
-    /// <summary>One transaction's view of the AGs it joined.</summary>
-    private sealed class TxWork
+    /// <summary>
+    /// One transaction's view of the AGs it joined, from the first AG it joins in a part to that part's commit or
+    /// cancel. Kept with the transaction object (<see cref="Transaction.Scratch{T}"/>), so a pooled transaction reuses
+    /// it, its table and its <see cref="AgWork"/> objects part after part.
+    /// </summary>
+    private sealed class TxWork : ITransactionScratch, ICommitCallback
     {
         public readonly Dictionary<uint, AgWork> Ags = new();
         public int HighestAgf = -1;
+        /// <summary>The allocator whose part is open in the transaction (null between parts).</summary>
+        public AgAllocator? Owner;
+        private Transaction? _tx;
+        private Action? _cancelled;
+        public Transaction Transaction => _tx!;
+        private readonly Stack<AgWork> _spare = new();
+
+        /// <summary>Opens this view for the current part of <paramref name="tx"/>: it ends with the part's commit or cancel.</summary>
+        public void Begin(AgAllocator owner, Transaction tx)
+        {
+            Owner = owner;
+            if (!ReferenceEquals(tx, _tx))
+            {
+                _tx = tx;
+                _cancelled = Cancelled;
+            }
+            tx.OnCommit(this);
+            tx.OnCancel(_cancelled!);
+        }
+
+        public AgWork NewAg(uint agno, MetadataBuffer agf, long startSum) =>
+            _spare.TryPop(out var w) ? w.Reset(agno, agf, startSum) : new AgWork(agno, agf, startSum);
+
+        void ICommitCallback.Committed()
+        {
+            Owner?.Committed(_tx!, this);
+            End();
+        }
+
+        private void Cancelled()
+        {
+            Owner?.Cancelled(this);
+            End();
+        }
+
+        private void End()
+        {
+            foreach (var w in Ags.Values) _spare.Push(w.Reset(0, null, 0));
+            Ags.Clear();
+            HighestAgf = -1;
+            Owner = null;
+        }
+
+        void ITransactionScratch.TransactionEnded()
+        {
+            if (Owner is not null) End();
+        }
     }
 
     /// <summary>One AG inside one transaction: its joined AGF (and AGFL), the tree stores, and what it started with.</summary>
     internal sealed class AgWork(uint agno, MetadataBuffer agf, long startSum)
     {
-        public readonly uint Agno = agno;
-        public readonly MetadataBuffer Agf = agf;
-        public readonly long StartSum = startSum;
+        public uint Agno { get; private set; } = agno;
+        public MetadataBuffer Agf { get; private set; } = agf;
+        public long StartSum { get; private set; } = startSum;
         public MetadataBuffer? Agfl;
         public TransactionBtreeStore? Bno, Cnt, Rmap, Refcount;
         public bool BusySkipped;
+        /// <summary>The parts of one free extent that are not busy, as a search weighs it (filled and used by one candidate at a time).</summary>
+        public readonly List<(uint Start, uint Length)> FreeParts = new();
+
+        /// <summary>Makes this object the view of another AG (or, with a null AGF, drops every reference to buffers and stores).</summary>
+        public AgWork Reset(uint agno, MetadataBuffer? agf, long startSum)
+        {
+            Agno = agno;
+            Agf = agf!;
+            StartSum = startSum;
+            Agfl = null;
+            Bno = Cnt = Rmap = Refcount = null;
+            BusySkipped = false;
+            return this;
+        }
     }
 
     public AgAllocator(MountContext mount, MountedLog log)
@@ -213,25 +280,23 @@ public sealed class AgAllocator
         uint targetBno = (uint)(request.Target & ((1UL << _sb.AgBlkLog) - 1));
         if (targetAg >= _sb.AgCount) throw new ArgumentOutOfRangeException(nameof(request), $"target block {request.Target} is outside the volume");
 
-        // AGs in the order the kernel tries them; never below an AGF this transaction already holds (lock order).
-        var order = new List<uint>();
+        // AGs in the order the kernel tries them; never below an AGF this transaction already holds (lock order): the
+        // target AG alone, or from the first AG allowed up to the last, then (only for a transaction holding no AGF
+        // yet) around from AG 0 up to that first one.
         uint first = targetAg;
         if (request.Scope != AllocationScope.ThisAg && work.HighestAgf > (int)first) first = (uint)work.HighestAgf;
+        uint tries;
         if (request.Scope == AllocationScope.ThisAg)
         {
             if (work.HighestAgf > (int)targetAg && !work.Ags.ContainsKey(targetAg))
                 throw new InvalidOperationException($"allocation in AG {targetAg} while the transaction holds the AGF of AG {work.HighestAgf}: AGFs are locked in ascending order");
-            order.Add(targetAg);
+            tries = 1;
         }
-        else
-        {
-            for (uint ag = first; ag < _sb.AgCount; ag++) order.Add(ag);
-            if (request.Scope == AllocationScope.StartAg && work.HighestAgf < 0)
-                for (uint ag = 0; ag < first; ag++) order.Add(ag);
-        }
+        else tries = request.Scope == AllocationScope.StartAg && work.HighestAgf < 0 ? _sb.AgCount : _sb.AgCount - first;
 
-        foreach (uint ag in order)
+        for (uint i = 0; i < tries; i++)
         {
+            uint ag = (first + i) % _sb.AgCount;
             var r = TryAllocateInAg(tx, work, ag, ag == targetAg ? request.Mode : AllocationMode.BySize, ag == targetAg ? targetBno : 0, request);
             if (r is not null)
             {
@@ -244,7 +309,7 @@ public sealed class AgAllocator
     }
 
     /// <summary>The highest AG whose AGF <paramref name="tx"/> holds, or -1: it may allocate or free only there and above (lock order).</summary>
-    public int HighestAgLocked(Transaction tx) => _work.TryGetValue(tx, out var w) ? w.HighestAgf : -1;
+    public int HighestAgLocked(Transaction tx) => tx.Scratch<TxWork>() is { Owner: not null } w && ReferenceEquals(w.Owner, this) ? w.HighestAgf : -1;
 
     /// <summary>A target for an allocation with no locality wish: the AG after the last one allocated from (the kernel's rotor).</summary>
     public ulong RotorTarget => (ulong)(uint)Volatile.Read(ref _rotor) << _sb.AgBlkLog;
@@ -440,13 +505,19 @@ public sealed class AgAllocator
     /// <summary>Where a tree of AG <paramref name="agno"/> gets and returns its blocks, for a <see cref="TransactionBtreeStore"/>.</summary>
     public IBtreeSpace TreeSpace(AgTree tree, uint agno) => tree switch
     {
-        AgTree.Bnobt or AgTree.Cntbt => new FreeListSpace(this, agno, rmap: false),
-        AgTree.Rmapbt => new FreeListSpace(this, agno, rmap: true),
+        AgTree.Bnobt or AgTree.Cntbt => FreeListOf(agno, rmap: false),
+        AgTree.Rmapbt => FreeListOf(agno, rmap: true),
         AgTree.Inobt => new AgTreeSpace(this, agno, RmapOwner.Inobt, AgReservation.None, AgiView.OffIblocks),
         AgTree.Finobt => new AgTreeSpace(this, agno, RmapOwner.Inobt, AgReservation.Metadata, AgiView.OffFblocks),
         AgTree.Refcountbt => new AgTreeSpace(this, agno, RmapOwner.Refcount, AgReservation.Metadata, -1),
         _ => throw new ArgumentOutOfRangeException(nameof(tree)),
     };
+
+    private FreeListSpace FreeListOf(uint agno, bool rmap)
+    {
+        var s = _ags[agno];
+        return rmap ? s.RmapFreeList ??= new FreeListSpace(this, agno, rmap: true) : s.FreeList ??= new FreeListSpace(this, agno, rmap: false);
+    }
 
     /// <summary>Where inode <paramref name="ino"/>'s extent tree (bmbt) gets its blocks; the space counts them for di_nblocks.</summary>
     public BmbtSpace InodeTreeSpace(ulong ino, bool attrFork = false) => new(this, ino, attrFork);
@@ -455,11 +526,9 @@ public sealed class AgAllocator
 
     private TxWork WorkOf(Transaction tx)
     {
-        if (_work.TryGetValue(tx, out var w)) return w;
-        w = new TxWork();
-        _work.Add(tx, w);
-        tx.OnCommit(() => Committed(tx, w));
-        tx.OnCancel(() => Cancelled(tx, w));
+        var w = tx.Scratch<TxWork>();
+        if (w.Owner is null) w.Begin(this, tx);
+        else if (!ReferenceEquals(w.Owner, this)) throw new InvalidOperationException("a transaction joined AGs of two allocators at once");
         return w;
     }
 
@@ -474,10 +543,10 @@ public sealed class AgAllocator
         long durable = _log.DurableSequence;
         lock (s.Sync) s.PruneBusyLocked(durable);
         var verifier = new AgfBufferVerifier(_sb, agno);
-        var agf = tx.Read(AgfOffset(agno), _sb.SectorSize, agno, verifier, verifier.ForWrite(), BufType.Agf);
+        var agf = tx.Read(AgfOffset(agno), _sb.SectorSize, agno, verifier, s.AgfWrite ??= verifier.ForWrite(), BufType.Agf);
         var a = agf.Contents;
         CheckFreeList(agno, a);
-        w = new AgWork(agno, agf, Sum(a));
+        w = work.NewAg(agno, agf, Sum(a));
         work.Ags.Add(agno, w);
         work.HighestAgf = Math.Max(work.HighestAgf, (int)agno);
         return w;
@@ -502,17 +571,15 @@ public sealed class AgAllocator
             }
         }
         Interlocked.Add(ref _freeBlocks, delta);
-        _work.Remove(tx);
     }
 
-    private void Cancelled(Transaction tx, TxWork work)
+    private void Cancelled(TxWork work)
     {
         foreach (var agno in work.Ags.Keys)
         {
             var s = _ags[agno];
-            lock (s.Sync) s.Busy.Cancelled(tx);
+            lock (s.Sync) s.Busy.Cancelled(work.Transaction);
         }
-        _work.Remove(tx);
     }
 
     // ---- allocation inside one AG ---------------------------------------------------------------
@@ -594,7 +661,7 @@ public sealed class AgAllocator
         var s = _ags[w.Agno];
         var cnt = CntStore(tx, w).Cursor<CntbtOps>();
         Span<byte> key = stackalloc byte[8];
-        var parts = new List<(uint, uint)>();
+        var parts = w.FreeParts;
         Candidate? best = null;
         // Extents at least maxlen (+ alignment slop) long, smallest first; then the largest ones downwards.
         BinaryPrimitives.WriteUInt32BigEndian(key, 0);
@@ -643,7 +710,7 @@ public sealed class AgAllocator
         {
             haveRight = right.Lookup(key, BtreeLookup.GreaterOrEqual);
         }
-        var parts = new List<(uint, uint)>();
+        var parts = w.FreeParts;
         Candidate? best = null;
         while (haveLeft || haveRight)
         {
@@ -683,7 +750,7 @@ public sealed class AgAllocator
         if (!bno.Lookup(key, BtreeLookup.LessOrEqual)) return null;
         var (fbno, flen) = Rec(bno.Record);
         if ((ulong)fbno + flen <= target) return null;
-        var parts = new List<(uint Start, uint Length)>();
+        var parts = w.FreeParts;
         lock (s.Sync) w.BusySkipped |= s.Busy.NonBusyParts(fbno, flen, parts);
         foreach (var (ps, pl) in parts)
         {
@@ -899,7 +966,8 @@ public sealed class AgAllocator
     {
         if (w.Agfl is { } b) return b;
         var verifier = new AgflBufferVerifier(_sb, w.Agno);
-        return w.Agfl = tx.Read(AgfOffset(w.Agno) + 2L * _sb.SectorSize, _sb.SectorSize, w.Agno, verifier, verifier.ForWrite(), BufType.Agfl);
+        var s = _ags[w.Agno];
+        return w.Agfl = tx.Read(AgfOffset(w.Agno) + 2L * _sb.SectorSize, _sb.SectorSize, w.Agno, verifier, s.AgflWrite ??= verifier.ForWrite(), BufType.Agfl);
     }
 
     /// <summary>xfs_alloc_get_freelist: the block at flfirst. A tree block taken counts in agf_btreeblks.</summary>
@@ -1015,10 +1083,10 @@ public sealed class AgAllocator
     // ---- helpers --------------------------------------------------------------------------------
 
     internal TransactionBtreeStore BnoStore(Transaction tx, AgWork w) =>
-        w.Bno ??= TransactionBtreeStore.ForAgTree<BnobtOps>(tx, w.Agno, w.Agf, AgfView.OffBnoRoot, AgfView.OffBnoLevel, new FreeListSpace(this, w.Agno, rmap: false));
+        w.Bno ??= TransactionBtreeStore.ForAgTree<BnobtOps>(tx, w.Agno, w.Agf, AgfView.OffBnoRoot, AgfView.OffBnoLevel, FreeListOf(w.Agno, rmap: false));
 
     internal TransactionBtreeStore CntStore(Transaction tx, AgWork w) =>
-        w.Cnt ??= TransactionBtreeStore.ForAgTree<CntbtOps>(tx, w.Agno, w.Agf, AgfView.OffCntRoot, AgfView.OffCntLevel, new FreeListSpace(this, w.Agno, rmap: false));
+        w.Cnt ??= TransactionBtreeStore.ForAgTree<CntbtOps>(tx, w.Agno, w.Agf, AgfView.OffCntRoot, AgfView.OffCntLevel, FreeListOf(w.Agno, rmap: false));
 
     internal TransactionBtreeStore RefcountStore(Transaction tx, AgWork w) =>
         w.Refcount ??= TransactionBtreeStore.ForAgTree<RefcountbtOps>(tx, w.Agno, w.Agf, AgfView.OffRefcountRoot, AgfView.OffRefcountLevel,
@@ -1028,7 +1096,7 @@ public sealed class AgAllocator
     internal ulong Fsb(uint agno, uint agbno) => ((ulong)agno << _sb.AgBlkLog) | agbno;
 
     internal TransactionBtreeStore RmapStore(Transaction tx, AgWork w) =>
-        w.Rmap ??= TransactionBtreeStore.ForAgTree<RmapbtOps>(tx, w.Agno, w.Agf, AgfView.OffRmapRoot, AgfView.OffRmapLevel, new FreeListSpace(this, w.Agno, rmap: true));
+        w.Rmap ??= TransactionBtreeStore.ForAgTree<RmapbtOps>(tx, w.Agno, w.Agf, AgfView.OffRmapRoot, AgfView.OffRmapLevel, FreeListOf(w.Agno, rmap: true));
 
     internal void ReuseBusy(uint agno, uint bno)
     {

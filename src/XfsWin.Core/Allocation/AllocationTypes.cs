@@ -111,7 +111,7 @@ public enum AgReservation
 /// One extent allocation (the kernel's xfs_alloc_arg). <see cref="Target"/> is a file system block number
 /// (AG-encoded); for <see cref="AllocationMode.BySize"/> only its AG matters.
 /// </summary>
-public sealed record AllocationRequest
+public readonly record struct AllocationRequest()
 {
     public required ulong Target { get; init; }
     public uint MinLength { get; init; } = 1;

@@ -30,10 +30,14 @@ public sealed class ExtentMap
 
     public Inode Inode => _inode;
 
+    /// <summary>The revision of <see cref="Inode"/> this map was made from (<see cref="Inode.Revision"/>): a later one may map otherwise.</summary>
+    public long Revision { get; }
+
     public ExtentMap(MountContext mount, Inode inode, ForkKind fork)
     {
         _mount = mount;
         _inode = inode;
+        Revision = inode.Revision;
         _fork = fork;
         _format = fork == ForkKind.Data ? inode.DataFormat : inode.AttrFormat;
         _forkOffset = fork == ForkKind.Data ? inode.CoreSize : inode.AttrForkOffset;

@@ -6,8 +6,8 @@ namespace XfsWin.Extents;
 
 /// <summary>
 /// Keeps the extent maps of recently used inode forks so repeated reads and directory calls do not
-/// rebuild them. Bounded; entries are tied to the <see cref="Inode"/> object they were built from,
-/// so a re-read inode gets a fresh map.
+/// rebuild them. Bounded; entries are tied to the <see cref="Inode"/> object and revision they were built from,
+/// so a re-read or changed inode gets a fresh map.
 /// </summary>
 public sealed class ExtentMapCache
 {
@@ -23,7 +23,7 @@ public sealed class ExtentMapCache
     public ExtentMap Get(Inode inode, ForkKind fork)
     {
         var key = (inode.Number, fork);
-        if (_maps.TryGetValue(key, out var map) && map.Inode == inode) return map;
+        if (_maps.TryGetValue(key, out var map) && map.Inode == inode && map.Revision == inode.Revision) return map;
         map = new ExtentMap(_mount, inode, fork);
         if (Interlocked.Increment(ref _added) > MaxEntries)
         {

@@ -66,10 +66,27 @@ public sealed class ExtentMapEditor
         _space = space;
         _fork = fork;
         _sb = tx.Mount.Superblock;
-        _extents = Load();
+        // Sized for what the fork says it holds and a split or two (a corrupt count is refused below, not allocated for).
+        _extents = new List<BmbtRecord>((int)Math.Min(ExtentCount, 4096) + 2);
+        Load(_extents);
     }
 
     private bool IsAttr => _fork == ForkKind.Attr;
+
+    /// <summary>
+    /// Starts this editor over on <paramref name="inode"/>'s fork in <paramref name="tx"/> (what the constructor makes),
+    /// its lists kept: for a caller that changes fork after fork with one editor, each only after the transaction of
+    /// the previous one committed or was cancelled (nothing loaded or pending is kept).
+    /// </summary>
+    public ExtentMapEditor Reload(Transaction tx, InodeUpdate inode)
+    {
+        _tx = tx;
+        _inode = inode;
+        _pending.Clear();
+        _extents.Clear();
+        Load(_extents);
+        return this;
+    }
 
     /// <summary>
     /// Goes on editing the same fork in another transaction (or another part of one) through <paramref name="inode"/>,
@@ -127,10 +144,8 @@ public sealed class ExtentMapEditor
     /// <summary>Whether the mapping fits the fork as an extent list (after the fork's size changed).</summary>
     public bool FitsAsList => _extents.Count <= ListCapacity;
 
-    private List<BmbtRecord> Load()
+    private void Load(List<BmbtRecord> list)
     {
-        // Sized for what the fork says it holds and a split or two (a corrupt count is refused below, not allocated for).
-        var list = new List<BmbtRecord>((int)Math.Min(ExtentCount, 4096) + 2);
         switch (Format)
         {
             case ForkFormat.Extents:
@@ -156,7 +171,6 @@ public sealed class ExtentMapEditor
         }
         if ((ulong)list.Count != ExtentCount)
             throw Corrupt($"the fork's extent count is {ExtentCount} but it holds {list.Count} extents");
-        return list;
     }
 
     private XfsCorruptionException Corrupt(string problem) => _tx.Mount.Corrupt($"{(IsAttr ? "attribute" : "data")} fork of inode {_inode.Number}", _inode.ByteOffset, problem);
@@ -278,9 +292,11 @@ public sealed class ExtentMapEditor
     /// Maps [<paramref name="fileBlock"/>, +<paramref name="count"/>) to new blocks where it is a hole (allocated here,
     /// written or unwritten); returns the new extents, in file order. Existing mappings are kept.
     /// </summary>
-    public List<BmbtRecord> AllocateHoles(ulong fileBlock, ulong count, bool unwritten)
+    public List<BmbtRecord> AllocateHoles(ulong fileBlock, ulong count, bool unwritten) => AllocateHoles(fileBlock, count, unwritten, new List<BmbtRecord>());
+
+    /// <summary>As <see cref="AllocateHoles(ulong, ulong, bool)"/>, adding the new extents to <paramref name="added"/> (returned).</summary>
+    public List<BmbtRecord> AllocateHoles(ulong fileBlock, ulong count, bool unwritten, List<BmbtRecord> added)
     {
-        var added = new List<BmbtRecord>();
         ulong pos = fileBlock, end = fileBlock + count;
         while (pos < end)
         {

@@ -3,8 +3,10 @@ using XfsWin.Format;
 namespace XfsWin.Inodes;
 
 /// <summary>
-/// An inode read from disk and verified: a private copy of its bytes with the core decoded.
-/// Immutable; shared between threads through <see cref="InodeCache"/>.
+/// An inode read from disk and verified: a private copy of its bytes with the core decoded, shared between threads
+/// through <see cref="InodeCache"/>. On a read-only volume it never changes; on a read-write one the cache updates it
+/// in place when a change to the inode commits (<see cref="Refresh"/>), under the volume's change lock held
+/// exclusively, so a reader (holding that lock shared) sees one committed state throughout.
 /// </summary>
 public sealed class Inode
 {
@@ -13,7 +15,7 @@ public sealed class Inode
 
     /// <summary>
     /// What a directory reader worked out about this directory (its form and mapping), kept with the snapshot it was
-    /// worked out from: an inode never changes, so neither does the answer. Set and read by <c>DirectoryReader</c>
+    /// worked out from: cleared when the inode changes (<see cref="Refresh"/>). Set and read by <c>DirectoryReader</c>
     /// only, tagged with the reader that set it.
     /// </summary>
     internal object? DirectoryShape;
@@ -23,6 +25,32 @@ public sealed class Inode
         Number = number;
         Raw = raw;
         ByteOffset = byteOffset;
+        Decode(sb);
+    }
+
+    /// <summary>
+    /// Takes <paramref name="image"/> (the inode's newest committed bytes, inode-size long) as this inode's bytes and
+    /// decodes them again: the inode cache updates its entry in place when a change to the inode commits. Callers hold
+    /// the volume's change lock exclusively (no reader holds this object meanwhile: readers look at inodes only while
+    /// holding that lock shared); what readers worked out from the old bytes is dropped (<see cref="Revision"/> moves
+    /// on, <see cref="DirectoryShape"/> is cleared).
+    /// </summary>
+    internal void Refresh(ReadOnlySpan<byte> image, Superblock sb)
+    {
+        if (image.Length != Raw.Length) throw new ArgumentException($"inode {Number}: an image of {image.Length} bytes for an inode of {Raw.Length}", nameof(image));
+        image.CopyTo(Raw);
+        DirectoryShape = null;
+        Decode(sb);
+        Revision++;
+    }
+
+    /// <summary>How many times <see cref="Refresh"/> changed this inode: what was worked out from it at another revision is stale.</summary>
+    public long Revision { get; private set; }
+
+    private void Decode(Superblock sb)
+    {
+        var raw = Raw;
+        ulong number = Number;
         var d = new DinodeView(raw);
         Mode = d.Mode;
         Version = d.Version;
@@ -84,21 +112,21 @@ public sealed class Inode
     /// <summary>The inode's on-disk bytes (inode size long).</summary>
     internal byte[] Raw { get; }
     public long ByteOffset { get; }
-    public ushort Mode { get; }
-    public byte Version { get; }
-    public ForkFormat DataFormat { get; }
-    public ForkFormat AttrFormat { get; }
-    public bool HasAttrFork { get; }
-    public long Size { get; }
-    public ulong Nblocks { get; }
-    public ulong DataExtentCount { get; }
-    public uint AttrExtentCount { get; }
-    public int CoreSize { get; }
-    public int DataForkSize { get; }
-    public int AttrForkOffset { get; }
-    public int AttrForkSize { get; }
-    public ulong Flags2 { get; }
-    public InodeAttributes Attributes { get; }
+    public ushort Mode { get; private set; }
+    public byte Version { get; private set; }
+    public ForkFormat DataFormat { get; private set; }
+    public ForkFormat AttrFormat { get; private set; }
+    public bool HasAttrFork { get; private set; }
+    public long Size { get; private set; }
+    public ulong Nblocks { get; private set; }
+    public ulong DataExtentCount { get; private set; }
+    public uint AttrExtentCount { get; private set; }
+    public int CoreSize { get; private set; }
+    public int DataForkSize { get; private set; }
+    public int AttrForkOffset { get; private set; }
+    public int AttrForkSize { get; private set; }
+    public ulong Flags2 { get; private set; }
+    public InodeAttributes Attributes { get; private set; }
 
     public XfsFileType FileType => Attributes.FileType;
     public bool IsDirectory => (Mode & 0xF000) == 0x4000;

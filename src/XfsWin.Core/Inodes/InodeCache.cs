@@ -52,12 +52,20 @@ public sealed class InodeCache
     }
 
     /// <summary>
-    /// A transaction that logged <paramref name="inode"/> committed: its new state replaces the cached one (the cluster
-    /// buffer holds the same bytes, so a later miss decodes the same inode).
+    /// A transaction that logged inode <paramref name="ino"/> committed <paramref name="image"/>: the cached inode takes
+    /// the new bytes in place (<see cref="Inode.Refresh"/>; the caller holds the volume's change lock exclusively), or
+    /// an inode not cached is added with a copy of them (the cluster buffer holds the same bytes, so a later miss
+    /// decodes the same inode). The image stays the caller's.
     /// </summary>
-    public void Committed(Inode inode)
+    public void Committed(ulong ino, long byteOffset, ReadOnlySpan<byte> image)
     {
-        if (!_inodes.TryAdd(inode.Number, inode)) _inodes[inode.Number] = inode;
+        if (_inodes.TryGetValue(ino, out var cached) && cached.Raw.Length == image.Length && cached.ByteOffset == byteOffset)
+        {
+            cached.Refresh(image, _mount.Superblock);
+            return;
+        }
+        var inode = new Inode(ino, image.ToArray(), byteOffset, _mount.Superblock);
+        if (!_inodes.TryAdd(ino, inode)) _inodes[ino] = inode;
         else if (Interlocked.Increment(ref _count) > MaxEntries) Trim();
     }
 

@@ -26,8 +26,6 @@ public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode, ICommitCallbac
     private readonly Superblock _sb;
     // The image last logged: the inode cache's entry once that part commits (see ICommitCallback.Committed).
     private byte[]? _committed;
-    // The item this working copy logged last, reused once the CIL merged it away.
-    private InodeLogItem? _item;
 
     public InodeUpdate(Inode inode, Superblock sb)
     {
@@ -209,16 +207,17 @@ public sealed class InodeUpdate : IInodeRootHolder, IJoinedInode, ICommitCallbac
         // Readers verify what they decode from the cluster bytes: the copy there carries a current CRC (the LSN is
         // stamped when the log writes the inode back).
         if (View.Version >= 3) XfsCrc.Stamp(Image, DinodeView.OffCrc);
-        // One immutable copy serves the log item, the cluster (copied in at commit) and the inode cache's new entry.
-        var committed = (byte[])Image.Clone();
-        tx.PatchInodeCluster(cluster, offset, committed);
-        tx.Log(_item = InodeLogItem.CreateOwning(_item, Number, InodeClusterLocation.Of(_sb, Number), committed, Parts));
-        _committed = committed;
+        // The item's copy of the image serves the log, the cluster (copied in at commit) and the inode cache (copied
+        // into its entry at commit): the working copy may go on changing meanwhile.
+        var item = tx.InodeItem(Number, InodeClusterLocation.Of(_sb, Number), Image, Parts);
+        tx.PatchInodeCluster(cluster, offset, item.DiskImageArray);
+        tx.Log(item);
+        _committed = item.DiskImageArray;
         tx.OnCommit(this);
     }
 
-    /// <summary>The part that logged this inode committed: the image it logged last becomes the cached inode.</summary>
-    void ICommitCallback.Committed() => _cache!.Committed(new Inode(Number, _committed!, ByteOffset, _sb));
+    /// <summary>The part that logged this inode committed: the image it logged last becomes the cached inode's.</summary>
+    void ICommitCallback.Committed() => _cache!.Committed(Number, ByteOffset, _committed!);
 
     void IJoinedInode.Relog(Transaction tx) => Log(tx, _cache!);
 

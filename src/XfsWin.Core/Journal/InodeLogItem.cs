@@ -52,14 +52,19 @@ public readonly record struct InodeClusterLocation(long Daddr, int LengthBB, int
 public sealed class InodeLogItem : JournalItem
 {
     private byte[] _disk;
+    // Whether _disk is this item's alone (made for it, or handed over by a merge): a merge then copies the newer image
+    // into it, and a producer reusing the item after it was merged away writes into it. A snapshot shares its source's
+    // array and owns nothing; taking a snapshot ends the source's ownership (the AIL reads the array until writeback).
+    private bool _ownsDisk;
     private InodeLogParts _parts;
 
-    private InodeLogItem(ulong ino, InodeClusterLocation cluster, byte[] disk, InodeLogParts parts)
+    private InodeLogItem(ulong ino, InodeClusterLocation cluster, byte[] disk, InodeLogParts parts, bool ownsDisk)
     {
         Ino = ino;
         Cluster = cluster;
         _disk = disk;
         _parts = parts;
+        _ownsDisk = ownsDisk;
     }
 
     public ulong Ino { get; private set; }
@@ -67,34 +72,36 @@ public sealed class InodeLogItem : JournalItem
     public InodeLogParts Parts => _parts;
     /// <summary>The inode's newest image as it goes to disk (before LSN and CRC are stamped).</summary>
     public ReadOnlySpan<byte> DiskImage => _disk;
+
+    /// <summary>
+    /// The array <see cref="DiskImage"/> is in: the producer's to read until the transaction that logged the item
+    /// committed (and its commit callbacks ran); the journal may write a newer image into it after that.
+    /// </summary>
+    internal byte[] DiskImageArray => _disk;
+
     public override LogItemKey Key => new(LogItemType.Inode, (long)Ino, 0);
 
     /// <param name="diskInode">The whole on-disk inode (inode-size bytes, big-endian) as it is after the change.</param>
     public static InodeLogItem Create(ulong ino, InodeClusterLocation cluster, ReadOnlySpan<byte> diskInode, InodeLogParts parts)
     {
         Check(ino, cluster, diskInode);
-        return new InodeLogItem(ino, cluster, diskInode.ToArray(), parts);
-    }
-
-    /// <summary>As <see cref="Create"/>, keeping <paramref name="diskInode"/> itself: the caller never changes it afterwards.</summary>
-    public static InodeLogItem CreateOwning(ulong ino, InodeClusterLocation cluster, byte[] diskInode, InodeLogParts parts)
-    {
-        Check(ino, cluster, diskInode);
-        return new InodeLogItem(ino, cluster, diskInode, parts);
+        return new InodeLogItem(ino, cluster, diskInode.ToArray(), parts, ownsDisk: true);
     }
 
     /// <summary>
-    /// <see cref="CreateOwning"/> into <paramref name="spent"/> when the CIL merged that item into the one it holds
-    /// (<see cref="JournalItem.MergedAway"/>: nothing refers to it any more), else a new item.
+    /// <see cref="Create"/> into <paramref name="spent"/> (its object and image array) when the journal merged that item
+    /// into one it holds (<see cref="JournalItem.MergedAway"/>: nothing refers to it any more) and the array is still
+    /// its own, else a new item.
     /// </summary>
-    public static InodeLogItem CreateOwning(InodeLogItem? spent, ulong ino, InodeClusterLocation cluster, byte[] diskInode, InodeLogParts parts)
+    public static InodeLogItem Create(InodeLogItem? spent, ulong ino, InodeClusterLocation cluster, ReadOnlySpan<byte> diskInode, InodeLogParts parts)
     {
-        if (spent is null || !spent.MergedAway) return CreateOwning(ino, cluster, diskInode, parts);
+        if (spent is null || !spent.MergedAway || !spent._ownsDisk || spent._disk.Length != diskInode.Length)
+            return Create(ino, cluster, diskInode, parts);
         Check(ino, cluster, diskInode);
         spent.Reclaim();
         spent.Ino = ino;
         spent.Cluster = cluster;
-        spent._disk = diskInode;
+        diskInode.CopyTo(spent._disk);
         spent._parts = parts;
         return spent;
     }
@@ -267,9 +274,21 @@ public sealed class InodeLogItem : JournalItem
     {
         var n = (InodeLogItem)newer;
         if (n.Key != Key) throw new ArgumentException($"cannot merge {n.Key} into {Key}", nameof(newer));
-        _disk = n._disk;
+        if (_ownsDisk && _disk.Length == n._disk.Length && !ReferenceEquals(_disk, n._disk))
+            n._disk.CopyTo(_disk);
+        else
+        {
+            // The newer item's array changes hands: its producer must not write into it again.
+            _disk = n._disk;
+            _ownsDisk = n._ownsDisk;
+            n._ownsDisk = false;
+        }
         _parts |= n._parts;
     }
 
-    public override JournalItem Snapshot() => new InodeLogItem(Ino, Cluster, _disk, _parts) { Lsn = Lsn };
+    public override JournalItem Snapshot()
+    {
+        _ownsDisk = false;
+        return new InodeLogItem(Ino, Cluster, _disk, _parts, ownsDisk: false) { Lsn = Lsn };
+    }
 }

@@ -43,7 +43,8 @@ public sealed class Transaction : IDisposable
     // What runs when the current part commits or is cancelled, in the order it was asked for; the second list of
     // each pair is the one being run (a callback may queue more for the next part).
     private List<CommitCallback> _onCommit = new(), _runningOnCommit = new();
-    private List<Action>? _onCancel;
+    // Cancel actions of the current part; the other list is the one being run (swapped, so an action may add more).
+    private List<Action> _onCancel = new(), _runningOnCancel = new();
     private readonly List<MetadataBuffer> _held = new();
     private readonly List<BufType> _heldTypes = new();
     private readonly Dictionary<ulong, IJoinedInode> _inodes = new();
@@ -202,6 +203,10 @@ public sealed class Transaction : IDisposable
     private readonly List<BufferLogItem> _madeBufferItems = new();
     private readonly Stack<BufferLogItem> _spentBufferItems = new();
     private const int MaxSpentBufferItems = 64;
+    // Inode items made by InodeItem in the current part, and those the journal merged away in earlier parts (see InodeItem).
+    private readonly List<InodeLogItem> _madeInodeItems = new();
+    private readonly Stack<InodeLogItem> _spentInodeItems = new();
+    private const int MaxSpentInodeItems = 16;
     // What layers above keep with this transaction object (see Scratch), at most a few kinds: searched in order.
     private readonly List<ITransactionScratch> _scratch = new(2);
 
@@ -395,7 +400,7 @@ public sealed class Transaction : IDisposable
     public void OnCancel(Action action)
     {
         CheckOpen();
-        (_onCancel ??= new()).Add(action);
+        _onCancel.Add(action);
     }
 
     /// <summary>The log checkpoint sequence the last committed part went into (<see cref="MountedLog.DurableSequence"/> reaching it means they are on disk); 0 before commit.</summary>
@@ -573,6 +578,21 @@ public sealed class Transaction : IDisposable
         return item;
     }
 
+    /// <summary>
+    /// An inode log item holding a copy of <paramref name="diskInode"/>, made in an item (and image array) that an
+    /// earlier part of a transaction of this object made and the journal merged away, when there is one: a file
+    /// changed write after write logs its inode every time, and the journal keeps one item per inode. The caller logs
+    /// it in this part (<see cref="Log"/>); its image array is the caller's to read until this part's commit
+    /// callbacks ran.
+    /// </summary>
+    public InodeLogItem InodeItem(ulong ino, InodeClusterLocation cluster, ReadOnlySpan<byte> diskInode, InodeLogParts parts)
+    {
+        CheckOpen();
+        var item = InodeLogItem.Create(_spentInodeItems.TryPop(out var spent) ? spent : null, ino, cluster, diskInode, parts);
+        _madeInodeItems.Add(item);
+        return item;
+    }
+
     /// <summary>Logs and commits the current part; with <paramref name="regrant"/> starts the next one.</summary>
     private void CommitPart(bool regrant)
     {
@@ -646,9 +666,12 @@ public sealed class Transaction : IDisposable
         foreach (var made in _madeBufferItems)
             if (made.MergedAway && _spentBufferItems.Count < MaxSpentBufferItems) _spentBufferItems.Push(made);
         _madeBufferItems.Clear();
+        foreach (var made in _madeInodeItems)
+            if (made.MergedAway && _spentInodeItems.Count < MaxSpentInodeItems) _spentInodeItems.Push(made);
+        _madeInodeItems.Clear();
         CommitSequence = _log.CommitSequence;
         (_onCommit, _runningOnCommit) = (_runningOnCommit, _onCommit);
-        _onCancel = null;
+        _onCancel.Clear();
         ReleaseJoined();
         _unlinkedFields = null;
         _items.Clear();
@@ -695,6 +718,8 @@ public sealed class Transaction : IDisposable
     private void CancelPart()
     {
         _clusterPatches.Clear();
+        // The log may have been handed some of the part's inode items: none is reused.
+        _madeInodeItems.Clear();
         _dquotDeltas = null;
         _changes.Cancel();
         _log.Dispose();
@@ -710,11 +735,16 @@ public sealed class Transaction : IDisposable
 
     private void RunCancelActions()
     {
-        var actions = _onCancel;
-        _onCancel = null;
+        (_onCancel, _runningOnCancel) = (_runningOnCancel, _onCancel);
         _onCommit.Clear();
-        if (actions is null) return;
-        foreach (var action in actions) action();
+        try
+        {
+            foreach (var action in _runningOnCancel) action();
+        }
+        finally
+        {
+            _runningOnCancel.Clear();
+        }
     }
 
     /// <summary>Cancels what was not committed; a pooled transaction then goes back to its pool, reset for its next use.</summary>
@@ -726,7 +756,7 @@ public sealed class Transaction : IDisposable
         ReleaseJoined();
         _items.Clear();
         _onCommit.Clear();
-        _onCancel = null;
+        _onCancel.Clear();
         _held.Clear();
         _inodes.Clear();
         _inodesLogged?.Clear();
@@ -735,6 +765,7 @@ public sealed class Transaction : IDisposable
         _dquotDeltas = null;
         _unlinkedFields = null;
         _clusterPatches.Clear();
+        _madeInodeItems.Clear();
         Rolls = 0;
         CommitSequence = 0;
         foreach (var scratch in _scratch) scratch.TransactionEnded();

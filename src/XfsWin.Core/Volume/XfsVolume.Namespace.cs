@@ -784,9 +784,10 @@ public sealed partial class XfsVolume
             }
             using var tx = Begin(w, TransactionKind.Write);
             var update = w.WriteInode is { } reused ? reused.Reload(current) : w.WriteInode = new InodeUpdate(current, sb);
-            var editor = overwrite ? null : new ExtentMapEditor(tx, update, w.FileSpace);
+            var editor = overwrite ? null : w.WriteEditor is { } kept ? kept.Reload(tx, update) : w.WriteEditor = new ExtentMapEditor(tx, update, w.FileSpace);
             ulong preallocate = editor is null || hint != 0 || reflinked ? 0 : SpeculativePreallocationFor(w, current, editor, first, offset + data.Length);
-            var fresh = hint != 0 ? editor?.AllocateHolesAligned(first, last - first + 1, hint) : editor?.AllocateHoles(first, last - first + 1, unwritten: false);
+            w.WriteFresh.Clear();
+            var fresh = hint != 0 ? editor?.AllocateHolesAligned(first, last - first + 1, hint) : editor?.AllocateHoles(first, last - first + 1, unwritten: false, w.WriteFresh);
             bool preallocated = preallocate != 0 && fresh is not null && Covers(fresh, last) && Preallocate(editor!, last + 1, preallocate);
             // Data goes to its blocks before the transaction that maps them commits: no crash exposes stale blocks.
             WriteFileBlocks(w, current, editor, fresh, first, last, offset, data);

@@ -72,6 +72,12 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     /// <see cref="Changes"/> exclusively; a write uses it only until its transaction commits or is cancelled).
     /// </summary>
     public InodeUpdate? WriteInode;
+    /// <summary>
+    /// The mapping editor of the file a write changes and the list of extents it allocated, reused by every
+    /// <see cref="XfsVolume.Write"/> as <see cref="WriteInode"/> is (<see cref="Extents.ExtentMapEditor.Reload"/>).
+    /// </summary>
+    public Extents.ExtentMapEditor? WriteEditor;
+    public readonly List<Format.BmbtRecord> WriteFresh = new();
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
     /// <summary>Inodes a write may have given blocks past EOF (an extent size hint's rounding): trimmed when inactivated (under <see cref="Changes"/>).</summary>
