@@ -128,45 +128,39 @@ public sealed class WriteAllocationTests(ITestOutputHelper output) : IDisposable
             int fileNumber = 0;
             foreach (int size in new[] { 4096, 64 << 10 })
             {
-                // Appends: each write past the end of the file, as a copy writes.
-                ulong appended = volume.CreateNode(volume.RootInode, System.Text.Encoding.ASCII.GetBytes($"append-{fileNumber++}"), 0x81A4, 0, 0).Inode;
-                long end = 0;
+                // Writes of `calls` times `size` bytes from *position on, each in a granule of its own; the bytes the
+                // calls allocated, per call.
                 int wrong = 0;
-                long Append(int calls)
+                long WriteOn(ulong ino, ref long position, int calls)
                 {
                     long before = GC.GetAllocatedBytesForCurrentThread();
                     for (int i = 0; i < calls; i++)
                     {
                         NextGranule();
-                        if (volume.Write(appended, end, data.AsSpan(0, size)) != size) wrong++;
-                        end += size;
+                        if (volume.Write(ino, position, data.AsSpan(0, size)) != size) wrong++;
+                        position += size;
                     }
                     return (GC.GetAllocatedBytesForCurrentThread() - before) / calls;
                 }
                 // Warm-up as in the test above: the data cache fills to its limit and writes out at least once.
                 int warmUp = (int)(FileDataCache.LimitBytes / size) + Calls;
-                Append(warmUp);
-                long appendBytes = Enumerable.Range(0, 3).Sum(_ => Append(Calls)) / 3;
+
+                // Appends: each write past the end of the file, as a copy writes.
+                ulong appended = volume.CreateNode(volume.RootInode, System.Text.Encoding.ASCII.GetBytes($"append-{fileNumber++}"), 0x81A4, 0, 0).Inode;
+                long end = 0;
+                WriteOn(appended, ref end, warmUp);
+                long appendBytes = 0;
+                for (int run = 0; run < 3; run++) appendBytes += WriteOn(appended, ref end, Calls);
+                appendBytes /= 3;
 
                 // Into blocks preallocated first (fallocate keeping the size, what a Windows program's allocation size
                 // does): each write converts unwritten blocks and moves the size.
                 ulong preallocated = volume.CreateNode(volume.RootInode, System.Text.Encoding.ASCII.GetBytes($"prealloc-{fileNumber++}"), 0x81A4, 0, 0).Inode;
-                long total = (long)size * (warmUp + 4 * Calls);
-                volume.Allocate(preallocated, 0, total, FallocateMode.KeepSize);
+                volume.Allocate(preallocated, 0, (long)size * (warmUp + 4 * Calls), FallocateMode.KeepSize);
                 long at = 0;
-                long Fill(int calls)
-                {
-                    long before = GC.GetAllocatedBytesForCurrentThread();
-                    for (int i = 0; i < calls; i++)
-                    {
-                        NextGranule();
-                        if (volume.Write(preallocated, at, data.AsSpan(0, size)) != size) wrong++;
-                        at += size;
-                    }
-                    return (GC.GetAllocatedBytesForCurrentThread() - before) / calls;
-                }
-                Fill(warmUp);
-                long fillBytes = Enumerable.Range(0, 3).Min(_ => Fill(Calls));
+                WriteOn(preallocated, ref at, warmUp);
+                long fillBytes = long.MaxValue;
+                for (int run = 0; run < 3; run++) fillBytes = Math.Min(fillBytes, WriteOn(preallocated, ref at, Calls));
                 Assert.Equal(0, wrong);
                 output.WriteLine($"{size} B writes: appends {appendBytes} B allocated per call (mean of three runs), into preallocated blocks {fillBytes} B (least of three)");
                 Assert.True(appendBytes <= PerAppendBound, $"a {size}-byte append allocated {appendBytes} B per call (bound {PerAppendBound})");
