@@ -356,8 +356,8 @@ public sealed class DirectoryReader
     // ---------------------------------------------------------------- forms and block access
 
     /// <summary>
-    /// The form and extent map of a directory, worked out once per <see cref="Inode"/> object (inodes
-    /// are immutable snapshots shared through the inode cache, so neither can change under it). Reusing
+    /// The form and extent map of a directory, worked out once per revision of its <see cref="Inode"/> (a
+    /// commit that changes the inode clears what was kept, see <see cref="Inode.Refresh"/>). Reusing
     /// the map also reuses its B+tree cursor and the path it last descended, instead of allocating a
     /// cursor and re-reading the first leaf/node block on every lookup.
     /// </summary>
