@@ -35,6 +35,26 @@ public sealed class WriteAllocationTests(ITestOutputHelper output) : IDisposable
 
     public void Dispose() => Directory.Delete(_tmp, recursive: true);
 
+    /// <summary>
+    /// The volume's clock, set by the test: an hour ahead of the files' times, at the start of a timestamp granule,
+    /// moving only when <see cref="Next"/> moves it to the next granule.
+    /// </summary>
+    private sealed class GranuleClock
+    {
+        private XfsWin.Format.XfsTimestamp _now;
+
+        public static GranuleClock Install(XfsVolume volume)
+        {
+            var clock = new GranuleClock { _now = new XfsWin.Format.XfsTimestamp(XfsVolume.SystemNow().Seconds + 3600, 0) };
+            volume.Clock = () => clock._now;
+            return clock;
+        }
+
+        public void Next() => _now = _now.Nanoseconds + XfsVolume.TimestampGranuleNanoseconds < 1_000_000_000
+            ? _now with { Nanoseconds = _now.Nanoseconds + XfsVolume.TimestampGranuleNanoseconds }
+            : new XfsWin.Format.XfsTimestamp(_now.Seconds + 1, 0);
+    }
+
     /// <summary>A read-write volume with a 16 MiB file of 0x5A bytes, written and synced.</summary>
     private (XfsVolume Volume, ulong Ino) FilledVolume(byte[] data)
     {
@@ -60,12 +80,8 @@ public sealed class WriteAllocationTests(ITestOutputHelper output) : IDisposable
 
         // The clock: an hour ahead of the file's times, at the start of a granule; each call of PerCall moves it to the
         // next granule (every write updates the inode) or leaves it (no write after the first in it does).
-        var now = XfsVolume.SystemNow();
-        var clock = new XfsWin.Format.XfsTimestamp(now.Seconds + 3600, 0);
-        volume.Clock = () => clock;
-        void NextGranule() => clock = clock.Nanoseconds + XfsVolume.TimestampGranuleNanoseconds < 1_000_000_000
-            ? clock with { Nanoseconds = clock.Nanoseconds + XfsVolume.TimestampGranuleNanoseconds }
-            : new XfsWin.Format.XfsTimestamp(clock.Seconds + 1, 0);
+        var clock = GranuleClock.Install(volume);
+        void NextGranule() => clock.Next();
 
         long offset = 0;
         long PerCall(int size, int calls, bool granulePerCall = true)
@@ -117,13 +133,9 @@ public sealed class WriteAllocationTests(ITestOutputHelper output) : IDisposable
         var expectedSizes = new Dictionary<string, long>();
         using (volume)
         {
-            var now = XfsVolume.SystemNow();
-            var clock = new XfsWin.Format.XfsTimestamp(now.Seconds + 3600, 0);
-            volume.Clock = () => clock;
             // Every write in a granule of its own: each changes the inode (size or mapping, and timestamps).
-            void NextGranule() => clock = clock.Nanoseconds + XfsVolume.TimestampGranuleNanoseconds < 1_000_000_000
-                ? clock with { Nanoseconds = clock.Nanoseconds + XfsVolume.TimestampGranuleNanoseconds }
-                : new XfsWin.Format.XfsTimestamp(clock.Seconds + 1, 0);
+            var clock = GranuleClock.Install(volume);
+            void NextGranule() => clock.Next();
 
             int fileNumber = 0;
             foreach (int size in new[] { 4096, 64 << 10 })
