@@ -1,5 +1,4 @@
 using System.Buffers.Binary;
-using System.Runtime.CompilerServices;
 using XfsWin.Btree;
 using XfsWin.Format;
 using XfsWin.Journal;
