@@ -27,9 +27,10 @@ public sealed record MountedLogOptions
     public Action? BeforeCheckpoint { get; init; }
 
     /// <summary>
-    /// Runs under the log's lock with the (daddr, image) of a buffer item the CIL relogged: the array the item held
-    /// until then, which nothing references any more (see <see cref="CommittedItemList"/>); the buffer cache takes it
-    /// back for the buffer's next private copy.
+    /// Runs under the log's lock with the (daddr, image) of a buffer item the CIL relogged (see
+    /// <see cref="CommittedItemList"/>), or of an AIL item a newer checkpoint of the same buffer replaced: the array the
+    /// item held until then, which nothing references any more (the buffer published newer bytes since); the buffer
+    /// cache takes it back for the buffer's later private copies.
     /// </summary>
     public Action<long, byte[]>? ImageReleased { get; init; }
 }
@@ -62,6 +63,10 @@ public sealed class MountedLog
     private readonly LogRecordWriter _writer;
     private readonly ILogWriteback _writeback;
     private readonly CommittedItemList _cil;
+    // Given the image arrays the log no longer holds (see MountedLogOptions.ImageReleased); null when nobody takes them.
+    private readonly Action<long, byte[]>? _imageReleased;
+    // Images of AIL items the checkpoint being written replaces (kept list, empty between checkpoints).
+    private readonly List<(long Daddr, byte[] Image)> _replacedImages = new();
     private readonly ActiveItemList _ail = new();
     private readonly uint _baseCycle;
     private readonly long _thresholdBytes;
@@ -81,6 +86,7 @@ public sealed class MountedLog
         _baseCycle = writer.HeadCycle;
         _beforeCheckpoint = options.BeforeCheckpoint;
         var released = options.ImageReleased;
+        _imageReleased = released;
         _cil = new CommittedItemList { ImageReleased = released is null ? null : (item, image) => released(item.Daddr, image) };
         _thresholdBytes = options.CheckpointThresholdBytes > 0 ? options.CheckpointThresholdBytes : (area.Blocks << LogArea.BBShift) / 8;
         _nextTid = options.FirstTid != 0 ? options.FirstTid : (uint)(writer.HeadLsn * 0x9E3779B97F4A7C15UL >> 32) | 1;
@@ -529,6 +535,7 @@ public sealed class MountedLog
         _beforeCheckpoint?.Invoke();
         long reserved = _cil.ReservedBlocks;
         var items = _cil.TakeAll();
+        _replacedImages.Clear();
         // A buffer, inode or dquot logged again while an older copy waits in the AIL moves to this checkpoint's LSN,
         // and the tail may then pass the older copy: this copy must carry every region the older one did (the newest
         // bytes of each), as the kernel's buffer and inode items keep their dirty regions until written back.
@@ -539,6 +546,11 @@ public sealed class MountedLog
             var merged = older.Snapshot();
             merged.MergeNewer(items[i]);
             items[i] = merged;
+            // The older image is left to the AIL item this one replaces: free once the insert below has replaced it
+            // (until then a push of the AIL may write it back).
+            if (_imageReleased is not null && older is BufferLogItem olderBuffer && merged is BufferLogItem mergedBuffer &&
+                olderBuffer.ImageArray is { Length: > 0 } olderImage && !ReferenceEquals(olderImage, mergedBuffer.ImageArray))
+                _replacedImages.Add((olderBuffer.Daddr, olderImage));
         }
         var regions = new List<ReadOnlyMemory<byte>>();
         foreach (var item in items) item.Format(regions);
@@ -569,6 +581,9 @@ public sealed class MountedLog
         // Inodes of a released chunk (its clusters cancelled) have nothing left to write back.
         if (cancels is not null)
             foreach (var c in cancels) _ail.RemoveInodesIn(c.Daddr, c.LengthBB);
+        // Nothing holds the images the replaced AIL items had: their buffers make later copies in them.
+        foreach (var (daddr, image) in _replacedImages) _imageReleased!(daddr, image);
+        _replacedImages.Clear();
         // The checkpoint's blocks are now behind the write head: the reservation that covered them is released.
         _outstandingBlocks -= reserved;
     }

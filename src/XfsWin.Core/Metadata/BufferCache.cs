@@ -354,8 +354,11 @@ public sealed class BufferCache : IDisposable
         lock (buffer.State)
         {
             if (buffer.Published is not { } snapshot || !buffer.TryHoldLocked()) return false;
+            // A commit re-points the snapshot at new bytes (a writeback publishes a new one): the bytes tell whether
+            // anything was published while this owner waited for the lock.
+            var published = snapshot.Data;
             bool taken = buffer.AcquireLocked(lockOwner);
-            if (buffer.Evicted || !ReferenceEquals(buffer.Published, snapshot))
+            if (buffer.Evicted || !ReferenceEquals(buffer.Published, snapshot) || !ReferenceEquals(snapshot.Data, published))
             {
                 buffer.ReleaseLockLocked(lockOwner, commit: false);
                 buffer.DropHoldLocked();

@@ -31,12 +31,26 @@ public sealed class MetadataBuffer
     /// <summary>Bytes per bit of the dirty-region bitmap (XFS_BLF_CHUNK, as xfs_buf_log_format's data map counts).</summary>
     public const int DirtyChunkSize = 128;
 
-    /// <summary>Published bytes and what verified them. Immutable once published.</summary>
+    /// <summary>
+    /// Published bytes and what verified them. The bytes are never changed while published. A committing change
+    /// points the buffer's current snapshot at its new bytes instead of publishing another object
+    /// (<see cref="Repoint"/>): it holds the buffer's lock (so no writeback is copying it) and, on a read-write
+    /// volume, the volume's change lock exclusively (so no reader is between reading the snapshot and its fields);
+    /// a read-only volume never commits. Anything else that publishes (a read, a read-ahead, writeback, a retag)
+    /// makes a new one.
+    /// </summary>
     public sealed class Snapshot(byte[] data, int kind, ulong owner)
     {
-        public readonly byte[] Data = data;
-        public readonly int Kind = kind;
-        public readonly ulong Owner = owner;
+        public byte[] Data { get; private set; } = data;
+        public int Kind { get; private set; } = kind;
+        public ulong Owner { get; private set; } = owner;
+
+        internal void Repoint(byte[] data, int kind, ulong owner)
+        {
+            Data = data;
+            Kind = kind;
+            Owner = owner;
+        }
     }
 
     private volatile Snapshot? _snapshot;
@@ -49,9 +63,11 @@ public sealed class MetadataBuffer
     // Owners waiting in AcquireLocked (under State).
     private int _lockWaiters;
     private byte[]? _working;
-    // An array of this buffer's length that nothing references (an image the log's CIL let go, see OfferSpare): the
-    // next private copy is made in it instead of a new one.
+    // Arrays of this buffer's length that nothing references (images the log let go, see OfferSpare): the next private
+    // copies are made in them instead of new ones. Two, because a checkpoint takes the image the CIL held into the AIL
+    // until a later checkpoint replaces it, and a buffer changed all the time needs one more copy meanwhile.
     private byte[]? _spare;
+    private byte[]? _secondSpare;
     // Locked for a change whose private copy is made on first use of Contents (a change that only patches in place,
     // or reads, never copies the buffer).
     private bool _copyOnUse;
@@ -226,20 +242,26 @@ public sealed class MetadataBuffer
     }
 
     /// <summary>
-    /// Gives the buffer an array of its length to make its next private copy in: one that nothing references any more
-    /// (the log's committed item list passes the image a relogged item held, once the buffer published newer bytes). The published
-    /// bytes and the private copy are never taken; a buffer keeps one spare.
+    /// Gives the buffer an array of its length to make a later private copy in: one that nothing references any more
+    /// (the log passes the image a relogged item held in the CIL, or an AIL item a newer checkpoint replaced, once the
+    /// buffer published newer bytes). The published bytes, the private copy and a spare already kept are never taken;
+    /// a buffer keeps two spares at most.
     /// </summary>
     /// <returns>True when the buffer took it.</returns>
     public bool OfferSpare(byte[] image)
     {
-        lock (State)
-        {
-            if (image.Length != Length || _spare is not null || ReferenceEquals(image, _working) || ReferenceEquals(image, _snapshot?.Data))
-                return false;
-            _spare = image;
-            return true;
-        }
+        lock (State) return OfferSpareLocked(image);
+    }
+
+    private bool OfferSpareLocked(byte[] image)
+    {
+        if (image.Length != Length || ReferenceEquals(image, _working) || ReferenceEquals(image, _snapshot?.Data) ||
+            ReferenceEquals(image, _spare) || ReferenceEquals(image, _secondSpare))
+            return false;
+        if (_spare is null) _spare = image;
+        else if (_secondSpare is null) _secondSpare = image;
+        else return false;
+        return true;
     }
 
     /// <summary>Private copies made in a spare rather than a new array (see <see cref="OfferSpare"/>).</summary>
@@ -251,7 +273,8 @@ public sealed class MetadataBuffer
     {
         var spare = _spare;
         if (spare is null) return null;
-        _spare = null;
+        _spare = _secondSpare;
+        _secondSpare = null;
         _sparesUsed++;
         return spare;
     }
@@ -361,7 +384,8 @@ public sealed class MetadataBuffer
         }
         else if (commit && !Stale && _changedUnderLock && _working is not null)
         {
-            _snapshot = new Snapshot(_working, ChangeKind, ChangeOwner);
+            if (_snapshot is { } current) current.Repoint(_working, ChangeKind, ChangeOwner);
+            else _snapshot = new Snapshot(_working, ChangeKind, ChangeOwner);
             WriteVerifier = ChangeWriteVerifier ?? WriteVerifier;
             Dirty = true;
             becameDirty = true;
@@ -374,9 +398,9 @@ public sealed class MetadataBuffer
         }
         // A copy the committed change made but did not change was neither published nor logged: the next change may
         // make its copy in it. (A cancelled change's copy is dropped: part of it may have reached a log item.)
-        if (commit && !_changedUnderLock && _working is not null && _spare is null && !ReferenceEquals(_working, _snapshot?.Data))
-            _spare = _working;
+        var unchangedCopy = commit && !_changedUnderLock ? _working : null;
         _working = null;
+        if (unchangedCopy is not null) OfferSpareLocked(unchangedCopy);
         _copyOnUse = false;
         _changedUnderLock = false;
         _lockOwner = null;

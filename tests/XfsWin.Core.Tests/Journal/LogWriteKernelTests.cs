@@ -378,7 +378,22 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
             var sb = ReadSuperblock(device);
             var area = LogArea.For(device, logDevice, sb);
             var writeback = new DeviceImageWriteback(device, sb);
-            var log = MountedLog.Open(area, sb, writeback, new MountedLogOptions { RecordSize = recordSize });
+            // Images the log lets go are poisoned, as a buffer reusing them for its next copy would change them: were
+            // one still held (by the CIL, a checkpoint or an AIL item waiting for writeback), the replays and the
+            // writebacks below would carry the poison. Those let go while a checkpoint is written are AIL items a
+            // newer checkpoint of the same block replaced.
+            int releasedInCommits = 0, releasedInCheckpoints = 0;
+            bool forcing = false;
+            var log = MountedLog.Open(area, sb, writeback, new MountedLogOptions
+            {
+                RecordSize = recordSize,
+                ImageReleased = (_, image) =>
+                {
+                    if (forcing) releasedInCheckpoints++;
+                    else releasedInCommits++;
+                    image.AsSpan().Fill(0xEE);
+                },
+            });
             if (recordSize > 32768) Assert.Equal(recordSize / 32768, log.HeaderBlocks);
             var blocks = HeaderBlocks(sb, device);
             // Blocks logged once each (free space of AG 1, type unknown: replay writes them exactly as logged) keep
@@ -404,7 +419,9 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
                 tx.Commit();
                 // A checkpoint every few transactions: relogged items merge in the CIL.
                 if (i % 7 != 6) continue;
+                forcing = true;
                 log.Force();
+                forcing = false;
                 if (log.Statistics.Wraps >= TargetWraps) break;
             }
             stats = log.Statistics;
@@ -413,6 +430,8 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
             Assert.True(stats.AilPushes > 0, "the AIL was never pushed");
             Assert.True(writeback.BuffersWritten > 0);
             Assert.True(log.AilCount > 0, "everything was written back: the kernel would have nothing to replay");
+            output.WriteLine($"images let go: {releasedInCommits} by relogs in the CIL, {releasedInCheckpoints} by AIL items replaced");
+            Assert.True(releasedInCommits > 0 && releasedInCheckpoints > 0, $"images let go: {releasedInCommits} in commits, {releasedInCheckpoints} in checkpoints");
             logged.Add((0, sb.SectorSize));
             foreach (var (daddr, len, _) in blocks) logged.Add((daddr, len << LogArea.BBShift));
         }
@@ -537,5 +556,53 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
         WithKernelMount(v, _ => { });
         Assert.Equal("clean2", KernelLabel(v));
         AssertRepairClean(v);
+    }
+
+    [Fact]
+    public void Images_the_log_lets_go_are_never_written_afterwards()
+    {
+        var v = Make("");
+        int releasedInCommits = 0, releasedInCheckpoints = 0;
+        using (var device = FileBlockDevice.Open(v.Image, writable: true))
+        {
+            var sb = ReadSuperblock(device);
+            var area = LogArea.For(device, null, sb);
+            // Every image the log lets go is poisoned at once, as a buffer reusing it for its next copy changes it: a
+            // checkpoint or a writeback of an image still held would put the poison on disk.
+            bool forcing = false;
+            var log = MountedLog.Open(area, sb, new DeviceImageWriteback(device, sb), new MountedLogOptions
+            {
+                ImageReleased = (_, image) =>
+                {
+                    if (forcing) releasedInCheckpoints++;
+                    else releasedInCommits++;
+                    image.AsSpan().Fill(0xEE);
+                },
+            });
+            // The same blocks logged again and again, with a checkpoint every third transaction: relogs in the CIL let
+            // images go, and so does each checkpoint, whose items replace the ones the AIL held for the same blocks.
+            for (int i = 0; i < 12; i++)
+            {
+                using (var tx = log.Begin(8192))
+                {
+                    tx.Log(Label(sb, device, $"poison{i}"));
+                    tx.Log(Unchanged(device, AgiDaddr(sb, 2), SectorBB(sb), BufType.Agi));
+                    tx.Commit();
+                }
+                if (i % 3 != 2) continue;
+                forcing = true;
+                log.Force();
+                forcing = false;
+            }
+            log.Unmount();
+        }
+        output.WriteLine($"images let go: {releasedInCommits} by relogs in the CIL, {releasedInCheckpoints} by AIL items replaced");
+        Assert.True(releasedInCommits > 0 && releasedInCheckpoints > 0, $"images let go: {releasedInCommits} in commits, {releasedInCheckpoints} in checkpoints");
+        // What unmount wrote back is the last image of each block: the label of the last transaction, an AGI xfs_repair
+        // and the kernel accept.
+        Assert.Equal("poison11", KernelLabel(v));
+        AssertRepairClean(v);
+        WithKernelMount(v, _ => { });
+        Assert.Equal("poison11", KernelLabel(v));
     }
 }

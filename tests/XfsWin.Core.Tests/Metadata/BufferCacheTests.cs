@@ -174,7 +174,10 @@ public sealed class BufferCacheTests
         var second = Commit(2);
         Assert.NotSame(first, second);
         Assert.True(buffer.OfferSpare(first));
-        Assert.False(buffer.OfferSpare(new byte[Block]), "a buffer keeps one spare");
+        Assert.False(buffer.OfferSpare(first), "an array already kept is not kept twice");
+        var other = new byte[Block];
+        Assert.True(buffer.OfferSpare(other));
+        Assert.False(buffer.OfferSpare(new byte[Block]), "a buffer keeps two spares");
 
         var change = new MetadataChangeSet(cache);
         var copy = change.Read(Block, Block, 0, A, A.ForWrite()).Contents;
@@ -188,6 +191,62 @@ public sealed class BufferCacheTests
         Assert.Same(first, cache.Read(Block, Block, 0, A));
         Assert.Equal(3, cache.Read(Block, Block, 0, A)[200]);
         Assert.Equal(2, second[200]);
+
+        // The second spare makes the next copy; a copy made and left unchanged is kept for the one after.
+        var unchanged = new MetadataChangeSet(cache);
+        var looked = unchanged.Read(Block, Block, 0, A, A.ForWrite()).Contents;
+        Assert.Same(other, looked);
+        Assert.Equal(3, looked[200]);
+        unchanged.Commit();
+        Assert.Same(first, cache.Read(Block, Block, 0, A)); // nothing was logged: nothing published
+        Assert.Equal(4, Commit(4)[200]);
+        Assert.Equal(3, buffer.SparesUsed);
+        Assert.Same(other, cache.Read(Block, Block, 0, A));
+    }
+
+    [Fact]
+    public void A_commit_points_the_published_snapshot_at_its_new_bytes_and_a_relock_takes_them()
+    {
+        var device = MakeDevice(4);
+        using var cache = MakeCache(device);
+        var owner = new object();
+        void Change(byte value)
+        {
+            var b = cache.ReadForWrite(Block, Block, 0, A, A.ForWrite(), owner);
+            b.Contents[300] = value;
+            b.LogRange(300, 300);
+            cache.Unlock(b, owner, commit: true);
+        }
+
+        Change(1);
+        var buffer = cache.Find(Block, Block)!;
+        var snapshot = buffer.Published!;
+        var first = snapshot.Data;
+        Change(2);
+        // The same object, pointing at the new bytes (the old array untouched), verified as before.
+        Assert.Same(snapshot, buffer.Published);
+        Assert.NotSame(first, snapshot.Data);
+        Assert.Equal(1, first[300]);
+        Assert.Equal(2, snapshot.Data[300]);
+        Assert.Equal((A.Kind, 0UL), (snapshot.Kind, snapshot.Owner));
+        Assert.Same(snapshot.Data, cache.Read(Block, Block, 0, A));
+
+        // Nothing published since the last commit: the buffer is locked again as it was.
+        Assert.True(cache.Relock(buffer, owner));
+        Assert.Equal(2, buffer.Contents[300]);
+        cache.Unlock(buffer, owner, commit: true);
+        // After another owner's commit, a relock takes the buffer as that commit published it.
+        var before = buffer.Published!.Data;
+        var other = new object();
+        var b2 = cache.ReadForWrite(Block, Block, 0, A, A.ForWrite(), other);
+        b2.Contents[300] = 3;
+        b2.LogRange(300, 300);
+        cache.Unlock(b2, other, commit: true);
+        Assert.NotSame(before, buffer.Published!.Data);
+        Assert.True(cache.Relock(buffer, owner));
+        Assert.Equal(3, buffer.Contents[300]);
+        cache.Unlock(buffer, owner, commit: false);
+        Assert.Same(snapshot, buffer.Published);
     }
 
     [Fact]
