@@ -6,7 +6,8 @@ namespace XfsWin.Fuse.Tests;
 /// <summary>
 /// <c>-o sync_interval=S</c> of a read-write mount: what nobody fsynced becomes durable by itself. A file is written
 /// through the mount and never fsynced; copies of the live image (what a power cut would leave, give or take writes in
-/// flight) are mounted by the kernel, which replays the log, until one shows the file; then the server is killed with
+/// flight) are mounted by the kernel, which replays the log, until one shows the file with all its bytes (a sync that
+/// falls between the file's create and its write makes the empty file durable first); then the server is killed with
 /// SIGKILL and the kernel must show the file with its bytes on the image itself, and xfs_repair -n finds nothing.
 /// Without the periodic sync the log would hold none of it: this small change stays far below a checkpoint's threshold.
 /// </summary>
@@ -40,14 +41,20 @@ public sealed class PeriodicSyncMountTests(ITestOutputHelper output) : IDisposab
             var deadline = DateTime.UtcNow.AddMinutes(2);
             for (int attempt = 1; ; attempt++)
             {
-                Assert.True(DateTime.UtcNow < deadline, "no copy of the live image showed the unsynced file within two minutes");
+                Assert.True(DateTime.UtcNow < deadline, "no copy of the live image showed the unsynced file's bytes within two minutes");
                 Thread.Sleep(500);
                 XfsWin.TestSupport.Shell.RunChecked("cp", "--sparse=always", image, copy);
                 bool shown = false;
                 try
                 {
                     using var k = LoopMount.Mount(copy, readOnly: false);
-                    shown = File.Exists(Path.Combine(k.MountPoint, "later", "unsynced"));
+                    string path = Path.Combine(k.MountPoint, "later", "unsynced");
+                    if (File.Exists(path))
+                    {
+                        var seen = File.ReadAllBytes(path);
+                        shown = seen.AsSpan().SequenceEqual(content);
+                        if (!shown) output.WriteLine($"copy {attempt} shows the file with {seen.Length} bytes, not yet all of them");
+                    }
                 }
                 catch (ShellException e)
                 {
@@ -57,7 +64,7 @@ public sealed class PeriodicSyncMountTests(ITestOutputHelper output) : IDisposab
                 File.Delete(copy);
                 if (shown)
                 {
-                    output.WriteLine($"copy {attempt} shows the file");
+                    output.WriteLine($"copy {attempt} shows the file and its bytes");
                     break;
                 }
             }
