@@ -6,12 +6,13 @@ namespace XfsWin.Metadata;
 /// One range of the disk (byte offset + length) holding metadata, the role of the kernel's xfs_buf.
 /// A <see cref="BufferCache"/> keeps at most one per range.
 /// <para>
-/// Readers see <see cref="Snapshot"/>: an immutable, published copy of the bytes together with the
-/// verifier kind and owner that accepted them. Publishing is one reference store, so readers take
-/// no lock and never see a half-made change. A writer locks the buffer, changes a private copy
-/// (<see cref="Contents"/>) and logs the byte ranges it changed; when the change commits the copy
-/// becomes the new snapshot (copy-on-write per buffer). Copy-on-write was chosen over the kernel's
-/// in-place change under the lock because the read path here takes no buffer lock at all: an
+/// Readers see <see cref="Snapshot"/>: a published copy of the bytes, never changed while published, together with
+/// the verifier kind and owner that accepted them. Publishing stores a new snapshot (one reference store) or, at a
+/// commit, re-points the current one while no reader can be reading it, so readers take no lock and never see a
+/// half-made change. A writer locks the buffer, changes a private copy (<see cref="Contents"/>) and logs the byte
+/// ranges it changed; when the change commits the copy becomes the published bytes (copy-on-write per buffer).
+/// Copy-on-write was chosen over the kernel's in-place change under the lock because the read path here takes no
+/// buffer lock at all: an
 /// in-place change would let a lock-free reader see a block half rewritten (a btree block mid-split). A replaced
 /// snapshot's array is reused for a later private copy only once nothing can reach it (<see cref="OfferSpare"/>):
 /// readers of a read-write volume hold the volume's lock, which every change holds exclusively, and use what they
