@@ -382,18 +382,8 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
             // one still held (by the CIL, a checkpoint or an AIL item waiting for writeback), the replays and the
             // writebacks below would carry the poison. Those let go while a checkpoint is written are AIL items a
             // newer checkpoint of the same block replaced.
-            int releasedInCommits = 0, releasedInCheckpoints = 0;
-            bool forcing = false;
-            var log = MountedLog.Open(area, sb, writeback, new MountedLogOptions
-            {
-                RecordSize = recordSize,
-                ImageReleased = (_, image) =>
-                {
-                    if (forcing) releasedInCheckpoints++;
-                    else releasedInCommits++;
-                    image.AsSpan().Fill(0xEE);
-                },
-            });
+            var poison = new PoisonedReleases();
+            var log = MountedLog.Open(area, sb, writeback, new MountedLogOptions { RecordSize = recordSize, ImageReleased = poison.Release });
             if (recordSize > 32768) Assert.Equal(recordSize / 32768, log.HeaderBlocks);
             var blocks = HeaderBlocks(sb, device);
             // Blocks logged once each (free space of AG 1, type unknown: replay writes them exactly as logged) keep
@@ -419,9 +409,7 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
                 tx.Commit();
                 // A checkpoint every few transactions: relogged items merge in the CIL.
                 if (i % 7 != 6) continue;
-                forcing = true;
-                log.Force();
-                forcing = false;
+                poison.Force(log);
                 if (log.Statistics.Wraps >= TargetWraps) break;
             }
             stats = log.Statistics;
@@ -430,8 +418,7 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
             Assert.True(stats.AilPushes > 0, "the AIL was never pushed");
             Assert.True(writeback.BuffersWritten > 0);
             Assert.True(log.AilCount > 0, "everything was written back: the kernel would have nothing to replay");
-            output.WriteLine($"images let go: {releasedInCommits} by relogs in the CIL, {releasedInCheckpoints} by AIL items replaced");
-            Assert.True(releasedInCommits > 0 && releasedInCheckpoints > 0, $"images let go: {releasedInCommits} in commits, {releasedInCheckpoints} in checkpoints");
+            poison.AssertBothKinds(output);
             logged.Add((0, sb.SectorSize));
             foreach (var (daddr, len, _) in blocks) logged.Add((daddr, len << LogArea.BBShift));
         }
@@ -558,27 +545,55 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
         AssertRepairClean(v);
     }
 
+    /// <summary>
+    /// The log's <see cref="MountedLogOptions.ImageReleased"/> for tests: every image the log lets go is poisoned at once,
+    /// as a buffer reusing it for its next copy would change it, and counted by where it was let go (a relog in the CIL
+    /// during a commit, or an AIL item a newer checkpoint replaced during <see cref="Force"/>).
+    /// </summary>
+    private sealed class PoisonedReleases
+    {
+        private bool _forcing;
+        public int InCommits { get; private set; }
+        public int InCheckpoints { get; private set; }
+
+        public void Release(long daddr, byte[] image)
+        {
+            if (_forcing) InCheckpoints++;
+            else InCommits++;
+            image.AsSpan().Fill(0xEE);
+        }
+
+        public void Force(MountedLog log)
+        {
+            _forcing = true;
+            try
+            {
+                log.Force();
+            }
+            finally
+            {
+                _forcing = false;
+            }
+        }
+
+        public void AssertBothKinds(ITestOutputHelper output)
+        {
+            output.WriteLine($"images let go: {InCommits} by relogs in the CIL, {InCheckpoints} by AIL items replaced");
+            Assert.True(InCommits > 0 && InCheckpoints > 0, $"images let go: {InCommits} in commits, {InCheckpoints} in checkpoints");
+        }
+    }
+
     [Fact]
     public void Images_the_log_lets_go_are_never_written_afterwards()
     {
         var v = Make("");
-        int releasedInCommits = 0, releasedInCheckpoints = 0;
+        var poison = new PoisonedReleases();
         using (var device = FileBlockDevice.Open(v.Image, writable: true))
         {
             var sb = ReadSuperblock(device);
             var area = LogArea.For(device, null, sb);
-            // Every image the log lets go is poisoned at once, as a buffer reusing it for its next copy changes it: a
-            // checkpoint or a writeback of an image still held would put the poison on disk.
-            bool forcing = false;
-            var log = MountedLog.Open(area, sb, new DeviceImageWriteback(device, sb), new MountedLogOptions
-            {
-                ImageReleased = (_, image) =>
-                {
-                    if (forcing) releasedInCheckpoints++;
-                    else releasedInCommits++;
-                    image.AsSpan().Fill(0xEE);
-                },
-            });
+            // A checkpoint or a writeback of a poisoned image still held would put the poison on disk.
+            var log = MountedLog.Open(area, sb, new DeviceImageWriteback(device, sb), new MountedLogOptions { ImageReleased = poison.Release });
             // The same blocks logged again and again, with a checkpoint every third transaction: relogs in the CIL let
             // images go, and so does each checkpoint, whose items replace the ones the AIL held for the same blocks.
             for (int i = 0; i < 12; i++)
@@ -590,14 +605,11 @@ public sealed partial class LogWriteKernelTests(ITestOutputHelper output) : IDis
                     tx.Commit();
                 }
                 if (i % 3 != 2) continue;
-                forcing = true;
-                log.Force();
-                forcing = false;
+                poison.Force(log);
             }
             log.Unmount();
         }
-        output.WriteLine($"images let go: {releasedInCommits} by relogs in the CIL, {releasedInCheckpoints} by AIL items replaced");
-        Assert.True(releasedInCommits > 0 && releasedInCheckpoints > 0, $"images let go: {releasedInCommits} in commits, {releasedInCheckpoints} in checkpoints");
+        poison.AssertBothKinds(output);
         // What unmount wrote back is the last image of each block: the label of the last transaction, an AGI xfs_repair
         // and the kernel accept.
         Assert.Equal("poison11", KernelLabel(v));

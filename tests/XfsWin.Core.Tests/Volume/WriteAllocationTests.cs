@@ -89,7 +89,6 @@ public sealed class WriteAllocationTests(ITestOutputHelper output) : IDisposable
         // The clock: an hour ahead of the file's times, at the start of a granule; each call of PerCall moves it to the
         // next granule (every write updates the inode) or leaves it (no write after the first in it does).
         var clock = GranuleClock.Install(volume);
-        void NextGranule() => clock.Next();
 
         long offset = 0;
         long PerCall(int size, int calls, bool granulePerCall = true)
@@ -99,7 +98,7 @@ public sealed class WriteAllocationTests(ITestOutputHelper output) : IDisposable
             for (int i = 0; i < calls; i++)
             {
                 if (offset + size > FileBytes) offset = 0;
-                if (granulePerCall) NextGranule();
+                if (granulePerCall) clock.Next();
                 if (volume.Write(ino, offset, data.AsSpan(0, size)) != size) wrong++;
                 offset += size;
             }
@@ -118,7 +117,7 @@ public sealed class WriteAllocationTests(ITestOutputHelper output) : IDisposable
             // The least of three runs (see Steady_reads_allocate_nothing).
             perCall[size] = Enumerable.Range(0, 3).Min(_ => PerCall(size, Calls));
             // Within one granule: the first write updates the inode, the rest allocate nothing.
-            NextGranule();
+            clock.Next();
             PerCall(size, 1, granulePerCall: false);
             long within = Enumerable.Range(0, 3).Min(_ => PerCall(size, Calls, granulePerCall: false));
             output.WriteLine($"{size} B writes: {perCall[size]} B allocated per call, each in a granule of its own; {within} B within one granule");
@@ -145,7 +144,6 @@ public sealed class WriteAllocationTests(ITestOutputHelper output) : IDisposable
         {
             // Every write in a granule of its own: each changes the inode (size or mapping, and timestamps).
             var clock = GranuleClock.Install(volume);
-            void NextGranule() => clock.Next();
 
             int fileNumber = 0;
             foreach (int size in new[] { 4096, 64 << 10 })
@@ -158,7 +156,7 @@ public sealed class WriteAllocationTests(ITestOutputHelper output) : IDisposable
                     long before = GC.GetAllocatedBytesForCurrentThread();
                     for (int i = 0; i < calls; i++)
                     {
-                        NextGranule();
+                        clock.Next();
                         if (volume.Write(ino, position, data.AsSpan(0, size)) != size) wrong++;
                         position += size;
                     }
