@@ -104,7 +104,7 @@ internal sealed class InodeScanner
     private void CheckInode(ulong ino, ReadOnlySpan<byte> raw, long offset, bool freeInInobt)
     {
         string name = $"inode {ino}";
-        var verdict = DinodeView.Verify(raw, ino, _sb);
+        var verdict = DinodeView.VerifyStructure(raw, ino, _sb);
         var d = new DinodeView(raw);
         if (!verdict.IsOk)
         {

@@ -150,8 +150,8 @@ public sealed class ExtentMapEditor
         {
             case ForkFormat.Extents:
                 var fork = Fork;
-                int n = checked((int)ExtentCount);
-                if (n > ListCapacity) throw Corrupt($"{n} extents in a fork with room for {ListCapacity}");
+                if (ExtentCount > (ulong)ListCapacity) throw Corrupt($"{ExtentCount} extents in a fork with room for {ListCapacity}");
+                int n = (int)ExtentCount;
                 for (int i = 0; i < n; i++) list.Add(BmbtRecord.Decode(fork[(i * BmbtRecord.Size)..]));
                 break;
             case ForkFormat.Btree:

@@ -83,10 +83,21 @@ public readonly ref struct DinodeView
     public int AttrForkSize(int inodeSize) => ForkOffset != 0 ? inodeSize - AttrForkOffset : 0;
 
     /// <summary>
-    /// Structural checks of an inode read by number (xfs_dinode_verify). CRC is checked by the caller
-    /// over the whole inode first.
+    /// The kernel's inode verifier (xfs_dinode_verify) for an inode read by number: <see cref="VerifyStructure"/>, then,
+    /// for an inode in use, <see cref="VerifyRules"/>. What fails it is never used: the write path sizes its work by
+    /// these fields (an extent count it loads a list by, a block count it adds to).
     /// </summary>
     public static VerifyResult Verify(ReadOnlySpan<byte> inode, ulong ino, Superblock sb)
+    {
+        var structure = VerifyStructure(inode, ino, sb);
+        return structure.IsOk && new DinodeView(inode).Mode != 0 ? VerifyRules(inode, sb) : structure;
+    }
+
+    /// <summary>
+    /// What reading the inode needs (magic, version, CRC, number, UUID; size, fork offset and the data fork's format for
+    /// the file type): an inode that fails it cannot be decoded at all.
+    /// </summary>
+    public static VerifyResult VerifyStructure(ReadOnlySpan<byte> inode, ulong ino, Superblock sb)
     {
         var d = new DinodeView(inode);
         if (d.MagicNumber != Magic) return VerifyResult.Fail("bad inode magic", OffMagic);
@@ -123,6 +134,139 @@ public readonly ref struct DinodeView
         if (fmt == ForkFormat.Local && (long)size > d.DataForkSize(inode.Length))
             return VerifyResult.Fail("local data larger than the data fork", OffSize);
         return VerifyResult.Ok;
+    }
+
+    // di_flags and di_flags2 bits the rules below read.
+    private const ushort FlagExtSize = 0x800, FlagExtSizeInherit = 0x1000, FlagSync = 0x20, FlagNoAtime = 0x40, FlagNoSymlinks = 0x400,
+        FlagNoDefrag = 0x2000;
+    private const ushort MetafileFlags = FlagImmutable | FlagSync | FlagNoAtime | FlagNoDump | FlagNoDefrag, MetadirFlags = MetafileFlags | FlagNoSymlinks;
+    /// <summary>XFS_MAX_BMBT_EXTLEN: the longest extent, and the largest extent size hint.</summary>
+    private const uint MaxExtentLength = (1u << 21) - 1;
+    /// <summary>XFS_METAFILE_MAX: metadata file types are below it.</summary>
+    private const int MetafileTypes = 9;
+
+    /// <summary>
+    /// The rest of xfs_dinode_verify for an inode in use (<paramref name="inode"/> has passed <see cref="VerifyStructure"/>
+    /// and its mode is not 0): padding, link count fields, sizes, extent counts against the block count and against the
+    /// room of each fork, fork formats for the size, fork offsets, extent size and copy-on-write extent size hints,
+    /// flags2 against the volume's features, and what metadata directory inodes must hold. The realtime extent size is
+    /// not known here: a realtime file's hint is checked against it by the volume checker.
+    /// </summary>
+    public static VerifyResult VerifyRules(ReadOnlySpan<byte> inode, Superblock sb)
+    {
+        var d = new DinodeView(inode);
+        ushort mode = d.Mode;
+        int type = mode & 0xF000;
+        bool dir = type == 0x4000, reg = type == 0x8000, link = type == 0xA000;
+        ulong flags2 = d.Flags2;
+        ushort flags = d.Flags;
+        bool metadata = (flags2 & Flag2Metadata) != 0;
+
+        if (d.Version == 2 && d.OldLinkCount != 0) return VerifyResult.Fail($"version 2 inode with onlink {d.OldLinkCount}", OffOnlink);
+        if (d.Version >= 3 && !metadata && d.OldLinkCount != 0) return VerifyResult.Fail($"onlink {d.OldLinkCount} on a version 3 inode", OffOnlink);
+        if ((dir || link) && d.Size == 0 && d.LinkCount != 0) return VerifyResult.Fail($"{(dir ? "directory" : "symlink")} of size 0 with links", OffSize);
+        if (d.Version >= 3)
+        {
+            if (d.HasNrext64 ? d.U16(OffAnextents) != 0 : d.U64(OffBigNextents) != 0)
+                return VerifyResult.Fail(d.HasNrext64 ? "nrext64 padding is not zero" : "version 3 padding is not zero", d.HasNrext64 ? OffAnextents : OffBigNextents);
+        }
+        ulong nextents = d.DataExtentCount, naextents = d.AttrExtentCount;
+        if (nextents + naextents > d.Nblocks) return VerifyResult.Fail($"{nextents} + {naextents} extents but {d.Nblocks} blocks", OffNblocks);
+        // XFS_DIR2_MAX_SPACES (3) spaces of 32 GiB.
+        if (dir && nextents > (3UL * (32UL << 30)) >> sb.BlockLog) return VerifyResult.Fail($"directory with {nextents} extents", OffNextents);
+        if ((flags & FlagRealtime) != 0 && sb.RtBlocks == 0) return VerifyResult.Fail("realtime flag on a volume without a realtime section", OffFlags);
+
+        int literal = inode.Length - d.CoreSize;
+        if (d.ForkOffset != 0 && (d.Format == ForkFormat.Device ? d.ForkOffset != 1
+                : d.Format is ForkFormat.Local or ForkFormat.Extents or ForkFormat.Btree ? d.ForkOffset >= literal >> 3 : true))
+            return VerifyResult.Fail($"fork offset {d.ForkOffset} with data fork format {(int)d.Format}", OffForkoff);
+        if (reg || dir || link)
+        {
+            var p = VerifyFork(d, inode.Length, attr: false, reg, dir, link, nextents);
+            if (!p.IsOk) return p;
+        }
+        if (d.ForkOffset != 0)
+        {
+            var p = VerifyFork(d, inode.Length, attr: true, reg, dir, link, naextents);
+            if (!p.IsOk) return p;
+        }
+        else if (d.AttrFormat is not (ForkFormat.Device or ForkFormat.Extents) || naextents != 0)
+        {
+            // A fresh inode of a new cluster has format 0; any other inode without an attribute fork has an empty list.
+            return VerifyResult.Fail($"no attribute fork but attribute format {(int)d.AttrFormat} and {naextents} attribute extents", OffAformat);
+        }
+
+        uint extsize = d.ExtSize;
+        bool hint = (flags & FlagExtSize) != 0, inherit = (flags & FlagExtSizeInherit) != 0;
+        if ((hint || inherit) && !(dir || reg)) return VerifyResult.Fail("extent size hint flag on neither a file nor a directory", OffFlags);
+        if (hint && !reg) return VerifyResult.Fail("extent size flag on a non-file", OffFlags);
+        if (inherit && !dir) return VerifyResult.Fail("extent size inherit flag on a non-directory", OffFlags);
+        if ((hint || inherit) && extsize == 0) return VerifyResult.Fail("extent size hint flag with a hint of 0", OffExtsize);
+        if (!(hint || inherit) && extsize != 0) return VerifyResult.Fail($"extent size hint {extsize} without its flag", OffExtsize);
+        if (extsize > MaxExtentLength || ((flags & FlagRealtime) == 0 && extsize > sb.AgBlocks / 2))
+            return VerifyResult.Fail($"extent size hint {extsize} too large", OffExtsize);
+
+        if (d.Version < 3) return VerifyResult.Ok;
+        if ((flags2 & (Flag2Reflink | Flag2CowExtSize)) != 0 && !sb.HasReflink)
+            return VerifyResult.Fail("reflink or copy-on-write hint flag on a volume without reflink", OffFlags2);
+        if ((flags2 & Flag2Reflink) != 0 && !reg) return VerifyResult.Fail("reflink flag on a non-file", OffFlags2);
+        if ((flags2 & Flag2Reflink) != 0 && (flags & FlagRealtime) != 0) return VerifyResult.Fail("reflink flag on a realtime file", OffFlags2);
+        uint cow = d.U32(OffCowextsize);
+        bool cowHint = (flags2 & Flag2CowExtSize) != 0;
+        if (cowHint && !(dir || reg)) return VerifyResult.Fail("copy-on-write extent size flag on neither a file nor a directory", OffFlags2);
+        if (cowHint && cow == 0) return VerifyResult.Fail("copy-on-write extent size flag with a hint of 0", OffCowextsize);
+        if (!cowHint && cow != 0) return VerifyResult.Fail($"copy-on-write extent size hint {cow} without its flag", OffCowextsize);
+        if (cowHint && (flags & FlagRealtime) != 0) return VerifyResult.Fail("copy-on-write extent size hint on a realtime file", OffFlags2);
+        if (cow > MaxExtentLength || cow > sb.AgBlocks / 2) return VerifyResult.Fail($"copy-on-write extent size hint {cow} too large", OffCowextsize);
+        if (d.HasBigtime && !sb.HasBigtime) return VerifyResult.Fail("bigtime flag on a volume without bigtime", OffFlags2);
+        if (metadata)
+        {
+            if (!sb.HasMetadir) return VerifyResult.Fail("metadata flag on a volume without a metadata directory", OffFlags2);
+            if (d.OldLinkCount >= MetafileTypes) return VerifyResult.Fail($"metadata file type {d.OldLinkCount}", OffOnlink);
+            if (!(dir || reg) || (mode & 0x1FF) != 0 || d.Uid != 0 || d.Gid != 0 || (flags2 & Flag2Dax) != 0)
+                return VerifyResult.Fail("metadata inode with a mode, owner or flag it may not have", OffMode);
+            if (d.U32(OffDmevmask) != 0 || d.U16(OffDmstate) != 0) return VerifyResult.Fail("metadata inode with DMAPI state", OffDmevmask);
+            ushort need = dir ? MetadirFlags : MetafileFlags;
+            if ((flags & need) != need) return VerifyResult.Fail("metadata inode without its mandatory flags", OffFlags);
+        }
+        if (nextents + naextents == 0 && d.Nblocks != 0 && !(metadata && d.Format is not (ForkFormat.Local or ForkFormat.Extents or ForkFormat.Btree)))
+            return VerifyResult.Fail($"no extents but {d.Nblocks} blocks", OffNblocks);
+        return VerifyResult.Ok;
+    }
+
+    /// <summary>xfs_dinode_verify_fork: the fork's format against the file type, the data fork's size and the extent count.</summary>
+    private static VerifyResult VerifyFork(DinodeView d, int inodeSize, bool attr, bool reg, bool dir, bool link, ulong extents)
+    {
+        var format = attr ? d.AttrFormat : d.Format;
+        int forkSize = attr ? d.AttrForkSize(inodeSize) : d.DataForkSize(inodeSize);
+        string fork = attr ? "attribute fork" : "data fork";
+        int formatField = attr ? OffAformat : OffFormat, countField = attr ? OffAnextents : OffNextents;
+        if (!attr)
+        {
+            ulong size = d.Size;
+            // A directory that fits in the inode is short-form; a symlink that fits may also be an extent list.
+            if (dir && size != 0 && size <= (ulong)forkSize && format != ForkFormat.Local)
+                return VerifyResult.Fail($"directory of {size} bytes not in local format", OffFormat);
+            if (link && size <= (ulong)forkSize && format is not (ForkFormat.Extents or ForkFormat.Local))
+                return VerifyResult.Fail($"symlink of {size} bytes in format {(int)format}", OffFormat);
+            if (size > (ulong)forkSize && format == ForkFormat.Local) return VerifyResult.Fail($"{size} bytes of local data in a {forkSize}-byte fork", OffSize);
+        }
+        switch (format)
+        {
+            case ForkFormat.Local:
+                if (reg && !attr) return VerifyResult.Fail("regular file in local format", OffFormat);
+                if (extents != 0) return VerifyResult.Fail($"{fork} in local format with {extents} extents", countField);
+                return VerifyResult.Ok;
+            case ForkFormat.Extents:
+                if (extents > (ulong)(forkSize / BmbtRecord.Size)) return VerifyResult.Fail($"{extents} extents do not fit the {fork}", countField);
+                return VerifyResult.Ok;
+            case ForkFormat.Btree:
+                ulong max = attr ? (d.HasNrext64 ? uint.MaxValue : (1UL << 15) - 1) : (d.HasNrext64 ? (1UL << 48) - 1 : (1UL << 31) - 1);
+                if (extents > max) return VerifyResult.Fail($"{extents} extents in the {fork}", countField);
+                return VerifyResult.Ok;
+            default:
+                return VerifyResult.Fail($"{fork} format {(int)format}", formatField);
+        }
     }
 }
 
