@@ -8,6 +8,8 @@ namespace XfsWin.Directories;
 /// Verifies any block of a directory the editor changes: a data or single-block block (XDB3/XDD3, XD2B/XD2D), a
 /// free-index block (XDF3/XD2F) or a hash-tree block (leaf1, leafN, da node). A block changes kind inside one
 /// transaction (block form becomes a data block and back), so the editor reads and writes them all as one kind.
+/// Data and single blocks are also checked whole (<see cref="DirectoryDataBlock.VerifyContents"/>), as the kernel's
+/// verifiers check them on read and before write: the editor places entries by their bestfree table and leaf counts.
 /// </summary>
 internal readonly struct DirectoryAnyBlockVerifier(Superblock sb, ulong owner) : IBufferVerifier
 {
@@ -26,13 +28,17 @@ internal readonly struct DirectoryAnyBlockVerifier(Superblock sb, ulong owner) :
         {
             bool v5Magic = magic is DirectoryDataBlock.BlockMagicV5 or DirectoryDataBlock.DataMagicV5 or FreeMagicV5;
             if (v5Magic != sb.IsV5) return VerifyResult.Fail($"magic 0x{magic:x8} of the other format version", 0);
-            if (!sb.IsV5) return VerifyResult.Ok;
-            if (!XfsCrc.Verify(buffer, DirectoryDataBlock.OffCrc)) return VerifyResult.Fail("CRC mismatch", DirectoryDataBlock.OffCrc);
-            if (BinaryPrimitives.ReadUInt64BigEndian(buffer[DirectoryDataBlock.OffBlkno..]) != (ulong)(byteOffset >> 9))
-                return VerifyResult.Fail("block records a different disk address", DirectoryDataBlock.OffBlkno);
-            if (SuperblockView.ReadUuid(buffer.Slice(DirectoryDataBlock.OffUuid, 16)) != sb.MetaUuid) return VerifyResult.Fail("block UUID does not match the volume", DirectoryDataBlock.OffUuid);
-            ulong o = BinaryPrimitives.ReadUInt64BigEndian(buffer[DirectoryDataBlock.OffOwner..]);
-            return o == owner ? VerifyResult.Ok : VerifyResult.Fail($"block owned by inode {o}, expected {owner}", DirectoryDataBlock.OffOwner);
+            if (sb.IsV5)
+            {
+                if (!XfsCrc.Verify(buffer, DirectoryDataBlock.OffCrc)) return VerifyResult.Fail("CRC mismatch", DirectoryDataBlock.OffCrc);
+                if (BinaryPrimitives.ReadUInt64BigEndian(buffer[DirectoryDataBlock.OffBlkno..]) != (ulong)(byteOffset >> 9))
+                    return VerifyResult.Fail("block records a different disk address", DirectoryDataBlock.OffBlkno);
+                if (SuperblockView.ReadUuid(buffer.Slice(DirectoryDataBlock.OffUuid, 16)) != sb.MetaUuid) return VerifyResult.Fail("block UUID does not match the volume", DirectoryDataBlock.OffUuid);
+                ulong o = BinaryPrimitives.ReadUInt64BigEndian(buffer[DirectoryDataBlock.OffOwner..]);
+                if (o != owner) return VerifyResult.Fail($"block owned by inode {o}, expected {owner}", DirectoryDataBlock.OffOwner);
+            }
+            if (magic is FreeMagicV4 or FreeMagicV5) return VerifyResult.Ok;
+            return DirectoryDataBlock.VerifyContents(buffer, magic is DirectoryDataBlock.BlockMagicV4 or DirectoryDataBlock.BlockMagicV5, sb);
         }
         ushort m16 = BinaryPrimitives.ReadUInt16BigEndian(buffer[DaBlockInfoView.OffMagic..]);
         bool ok = sb.IsV5

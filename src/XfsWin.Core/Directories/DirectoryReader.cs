@@ -413,7 +413,7 @@ public sealed class DirectoryReader
     /// <summary>
     /// Reads a data block (or the single block of a block-form directory) and checks that it is that kind of block.
     /// Every directory block is verified and cached as one kind, <see cref="DirectoryAnyBlockVerifier"/> (a known
-    /// directory magic, then CRC and self-description), the kind the write path's <c>DirectoryEditor</c> reads and
+    /// directory magic, then CRC and self-description, and the contents of data and single blocks), the kind the write path's <c>DirectoryEditor</c> reads and
     /// publishes them as; which block kind the caller expects is checked here on every read, without the CRC. A
     /// lookup between two changes of a directory so finds its blocks as the change left them, instead of verifying
     /// them again as another kind.

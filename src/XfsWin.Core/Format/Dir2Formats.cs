@@ -122,6 +122,139 @@ public static class DirectoryDataBlock
         return VerifyResult.Ok;
     }
 
+    /// <summary>
+    /// The consistency of a data or single-block block's contents (the kernel's __xfs_dir3_data_check, which its read and
+    /// write verifiers run): the bestfree table sorted, its empty slots zero, and each of its entries exactly one unused
+    /// region of the block, no unused region larger than the smallest entry left out of it; unused regions tagged with
+    /// their offset, never two in a row, inside the entry area; entries with a name, a valid inode number, their tag and
+    /// a known file type, inside the entry area. A single block also needs a leaf count that fits, leaf hashes in order,
+    /// each entry found in its leaf under its name's hash, as many live leaf entries as entries and as many stale ones as
+    /// the tail says. The directory editor relies on all of it when it places a new entry.
+    /// </summary>
+    public static VerifyResult VerifyContents(ReadOnlySpan<byte> block, bool singleBlock, Superblock sb)
+    {
+        bool v5 = sb.IsV5, ftype = sb.HasFtype;
+        int start = HeaderSize(v5);
+        int bestFree = v5 ? 48 : 4;
+        int end = block.Length;
+        int leafCount = 0, leafStart = 0;
+        if (singleBlock)
+        {
+            uint count = BinaryPrimitives.ReadUInt32BigEndian(block[^BlockTailSize..]);
+            if (count >= (uint)((block.Length - BlockTailSize - start) / 8))
+                return VerifyResult.Fail($"block tail claims {count} leaf entries", block.Length - BlockTailSize);
+            leafCount = (int)count;
+            leafStart = block.Length - BlockTailSize - leafCount * 8;
+            end = leafStart;
+        }
+        Span<ushort> bfOffset = stackalloc ushort[3], bfLength = stackalloc ushort[3];
+        int seen = 0;
+        for (int i = 0; i < 3; i++)
+        {
+            bfOffset[i] = BinaryPrimitives.ReadUInt16BigEndian(block[(bestFree + i * 4)..]);
+            bfLength[i] = BinaryPrimitives.ReadUInt16BigEndian(block[(bestFree + i * 4 + 2)..]);
+            if (bfLength[i] == 0)
+            {
+                if (bfOffset[i] != 0) return VerifyResult.Fail($"bestfree entry {i} has an offset but no length", bestFree + i * 4);
+                seen |= 1 << i;
+            }
+            else if (i > 0 && bfLength[i - 1] == 0)
+            {
+                return VerifyResult.Fail($"bestfree entry {i} follows an empty one", bestFree + i * 4);
+            }
+            if (i > 0 && bfLength[i] > bfLength[i - 1]) return VerifyResult.Fail("bestfree entries out of order", bestFree + i * 4 + 2);
+        }
+        int entries = 0;
+        bool lastFree = false;
+        int offset = start;
+        while (offset < end)
+        {
+            if (offset + 4 > end) return VerifyResult.Fail($"entry at {offset} runs past the entry area", offset);
+            if (BinaryPrimitives.ReadUInt16BigEndian(block[offset..]) == 0xFFFF)
+            {
+                int length = BinaryPrimitives.ReadUInt16BigEndian(block[(offset + 2)..]);
+                if (lastFree) return VerifyResult.Fail($"two unused regions in a row at {offset}", offset);
+                if (length < 4 || offset + length > end) return VerifyResult.Fail($"unused region at {offset} of {length} bytes", offset + 2);
+                if (BinaryPrimitives.ReadUInt16BigEndian(block[(offset + length - 2)..]) != offset)
+                    return VerifyResult.Fail($"unused region at {offset} has the wrong tag", offset + length - 2);
+                int match = -1;
+                for (int i = 0; i < 3; i++)
+                {
+                    if (bfLength[i] == 0) continue;
+                    if (bfOffset[i] == offset)
+                    {
+                        if (bfLength[i] != length) return VerifyResult.Fail($"bestfree entry {i} says {bfLength[i]} bytes free at {offset}, the block {length}", bestFree + i * 4 + 2);
+                        match = i;
+                    }
+                    else if (bfOffset[i] < offset ? bfOffset[i] + bfLength[i] > offset : offset + length > bfOffset[i])
+                    {
+                        return VerifyResult.Fail($"bestfree entry {i} overlaps the unused region at {offset}", bestFree + i * 4);
+                    }
+                }
+                if (match >= 0)
+                {
+                    if ((seen & (1 << match)) != 0) return VerifyResult.Fail($"bestfree entry {match} found twice", bestFree + match * 4);
+                    seen |= 1 << match;
+                }
+                else if (length > bfLength[2])
+                {
+                    return VerifyResult.Fail($"unused region at {offset} of {length} bytes is missing from the bestfree table", bestFree);
+                }
+                offset += length;
+                lastFree = true;
+                continue;
+            }
+            ulong ino = BinaryPrimitives.ReadUInt64BigEndian(block[offset..]);
+            int nameLength = block[offset + 8];
+            int size = EntrySize(nameLength, ftype);
+            if (nameLength == 0) return VerifyResult.Fail($"entry at {offset} has no name", offset + 8);
+            if (offset + size > end) return VerifyResult.Fail($"entry at {offset} runs past the entry area", offset);
+            if (!sb.IsValidInode(ino)) return VerifyResult.Fail($"entry at {offset} names inode {ino}, outside the volume", offset);
+            if (BinaryPrimitives.ReadUInt16BigEndian(block[(offset + size - 2)..]) != offset)
+                return VerifyResult.Fail($"entry at {offset} has the wrong tag", offset + size - 2);
+            if (ftype && block[offset + 9 + nameLength] >= 9) return VerifyResult.Fail($"entry at {offset} has file type {block[offset + 9 + nameLength]}", offset + 9 + nameLength);
+            if (singleBlock)
+            {
+                var name = block.Slice(offset + 9, nameLength);
+                uint hash = sb.HasAsciiCi ? DaHash.HashAsciiCi(name) : DaHash.Hash(name);
+                if (!LeafHolds(block, leafStart, leafCount, hash, (uint)(offset >> 3)))
+                    return VerifyResult.Fail($"entry at {offset} is missing from the block's leaf", offset);
+            }
+            entries++;
+            offset += size;
+            lastFree = false;
+        }
+        if (seen != 7) return VerifyResult.Fail("a bestfree entry names no unused region", bestFree);
+        if (singleBlock)
+        {
+            int stale = 0;
+            for (int i = 0; i < leafCount; i++)
+            {
+                if (BinaryPrimitives.ReadUInt32BigEndian(block[(leafStart + i * 8 + 4)..]) == 0) stale++;
+                if (i > 0 && BinaryPrimitives.ReadUInt32BigEndian(block[(leafStart + i * 8)..]) < BinaryPrimitives.ReadUInt32BigEndian(block[(leafStart + i * 8 - 8)..]))
+                    return VerifyResult.Fail($"leaf entry {i} is out of hash order", leafStart + i * 8);
+            }
+            uint tailStale = BinaryPrimitives.ReadUInt32BigEndian(block[(block.Length - 4)..]);
+            if (stale != tailStale) return VerifyResult.Fail($"the block tail counts {tailStale} stale leaf entries, the leaf {stale}", block.Length - 4);
+            if (entries != leafCount - stale) return VerifyResult.Fail($"{entries} entries but {leafCount - stale} live leaf entries", block.Length - BlockTailSize);
+        }
+        return VerifyResult.Ok;
+    }
+
+    /// <summary>Whether the hash-ordered leaf of a single block holds (<paramref name="hash"/>, <paramref name="address"/>).</summary>
+    private static bool LeafHolds(ReadOnlySpan<byte> block, int leafStart, int count, uint hash, uint address)
+    {
+        int lo = 0, hi = count;
+        while (lo < hi)
+        {
+            int mid = (lo + hi) >>> 1;
+            if (BinaryPrimitives.ReadUInt32BigEndian(block[(leafStart + mid * 8)..]) < hash) lo = mid + 1; else hi = mid;
+        }
+        for (int i = lo; i < count && BinaryPrimitives.ReadUInt32BigEndian(block[(leafStart + i * 8)..]) == hash; i++)
+            if (BinaryPrimitives.ReadUInt32BigEndian(block[(leafStart + i * 8 + 4)..]) == address) return true;
+        return false;
+    }
+
     /// <summary>End of the entry area: the block tail's leaf array for single-block directories.</summary>
     public static int EntriesEnd(ReadOnlySpan<byte> block, bool singleBlock)
     {

@@ -94,7 +94,10 @@ public sealed class DamagedWriteTests(ITestOutputHelper output) : IDisposable
 
     private static readonly string[] FuzzActions = ["random", "zeroes", "ones", "add", "sub", "firstbit", "middlebit", "lastbit"];
 
-    /// <summary>(xfs_db selection, fields) of the structures a fuzzed field is drawn from; {F} a file's inode, {D} a directory's.</summary>
+    /// <summary>
+    /// (xfs_db selection, fields) of the structures a fuzzed field is drawn from; {F} a file's inode, {D} a directory's,
+    /// {B} a directory's with blocks of its own, {M} the file whose extents need a B+tree.
+    /// </summary>
     private static readonly (string[] Select, string[] Fields)[] FuzzTargets =
     [
         (["agf 0"], ["freeblks", "longest", "bnolevel", "cntlevel", "flfirst", "fllast", "flcount", "btreeblks", "bnoroot", "cntroot"]),
@@ -107,10 +110,24 @@ public sealed class DamagedWriteTests(ITestOutputHelper output) : IDisposable
             "u3.bmx[0].startblock", "u3.bmx[0].blockcount", "u3.bmx[0].startoff", "core.mode"]),
         (["inode {D}"], ["core.size", "core.nextents", "core.nblocks", "core.format", "core.forkoff", "core.nlinkv2", "core.mode",
             "u3.bmx[0].startblock", "u3.bmx[0].blockcount", "u3.sfdir3.hdr.count"]),
+        (["agfl 0"], ["bno[0]", "bno[1]", "bno[2]"]),
+        (["agi 0", "addr free_root"], ["numrecs", "recs[0].startino", "recs[0].freecount", "recs[0].free"]),
+        (["agf 0", "addr rmaproot"], ["numrecs", "recs[1].startblock", "recs[1].blockcount", "recs[1].owner", "recs[1].offset"]),
+        (["sb 0"], ["icount", "ifree", "fdblocks", "rootino", "agblocks", "inprogress"]),
+        (["inode {B}", "dblock 0"], ["bhdr.bestfree[0].offset", "bhdr.bestfree[0].length", "btail.count", "btail.stale",
+            "dhdr.bestfree[0].offset", "dhdr.bestfree[0].length", "bu[1].inumber", "bu[1].namelen", "du[1].inumber", "du[1].namelen"]),
+        (["inode {M}", "addr u3.bmbt.ptrs[1]"], ["numrecs", "level", "rightsib", "leftsib", "recs[1].startoff", "recs[1].startblock",
+            "recs[1].blockcount"]),
     ];
 
-    /// <summary>Seeds that fuzz an AGF, an AGI, a free-space btree block, a file's and a directory's inode.</summary>
-    public static TheoryData<string, int> FuzzSeeds() => SeedsOr(("mkfs613", 9), ("default", 3), ("default", 7), ("rmap-nrext64", 12), ("b1k", 10), ("default", 251));
+    /// <summary>
+    /// Seeds that fuzz a single-block directory's stale count and bestfree table (three that once crashed a create), a
+    /// bmbt block, the AGFL, an AGF, the finobt, the rmapbt, the bnobt, an AGI unlinked bucket, an inode and a short-form
+    /// directory.
+    /// </summary>
+    public static TheoryData<string, int> FuzzSeeds() => SeedsOr(("b1k", 142), ("b1k", 230), ("rmap-nrext64", 96), ("default", 163),
+        ("mkfs613", 105), ("b1k", 238), ("rmap-nrext64", 44), ("mkfs613", 69), ("b1k", 186), ("mkfs613", 221), ("rmap-nrext64", 76),
+        ("mkfs613", 57));
 
     [Theory]
     [MemberData(nameof(FuzzSeeds))]
@@ -121,6 +138,8 @@ public sealed class DamagedWriteTests(ITestOutputHelper output) : IDisposable
         var rng = new Random(seed);
         var files = image.Manifest.Entries.Where(e => e.Type == "file").ToList();
         var dirs = image.Manifest.Entries.Where(e => e.Type == "dir").ToList();
+        var blockDirs = dirs.Where(e => e.Size >= 4096).ToList();
+        var manyExtents = image.Manifest.Get("/extents/many-extents");
         string what = "";
         ManifestEntry? target = null;
         for (int attempt = 0; ; attempt++)
@@ -128,8 +147,16 @@ public sealed class DamagedWriteTests(ITestOutputHelper output) : IDisposable
             var (select, fields) = FuzzTargets[rng.Next(FuzzTargets.Length)];
             var file = files[rng.Next(files.Count)];
             var dir = dirs[rng.Next(dirs.Count)];
-            target = select[0].Contains("{F}") ? file : select[0].Contains("{D}") ? dir : null;
-            var commands = select.Select(c => c.Replace("{F}", file.Ino.ToString()).Replace("{D}", dir.Ino.ToString())).ToList();
+            var blockDir = blockDirs[rng.Next(blockDirs.Count)];
+            target = select[0] switch
+            {
+                "inode {F}" => file,
+                "inode {D}" => dir,
+                "inode {B}" => blockDir,
+                "inode {M}" => manyExtents,
+                _ => null,
+            };
+            var commands = select.Select((c, i) => i == 0 && target is not null ? $"inode {target.Ino}" : c).ToList();
             var field = fields[rng.Next(fields.Length)];
             var action = FuzzActions[rng.Next(FuzzActions.Length)];
             commands.Add($"fuzz -d {field} {action}");
