@@ -98,13 +98,10 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
     public static TheoryData<int, string> LongSequenceSeeds()
     {
         var seeds = new TheoryData<int, string>();
-        if (Environment.GetEnvironmentVariable("XFSWIN_DIFF_SEEDS") is { Length: > 0 } range)
+        if (SeedRange.FromEnvironment("XFSWIN_DIFF_SEEDS") is { } range)
         {
-            var parts = range.Split(' ', StringSplitOptions.RemoveEmptyEntries);
-            int first = int.Parse(parts[0], System.Globalization.CultureInfo.InvariantCulture);
-            int count = parts.Length > 1 ? int.Parse(parts[1], System.Globalization.CultureInfo.InvariantCulture) : 1;
             bool options = SoakMkfsOptions.Length > 0;
-            for (int s = first; s < first + count; s++) seeds.Add(s, s % 2 == 0 && !options ? "6.1" : "6.13");
+            foreach (int s in range) seeds.Add(s, s % 2 == 0 && !options ? "6.1" : "6.13");
             return seeds;
         }
         // A remote symlink's block reused for file data; attribute forks of directories; a copy_file_range remap cut short;

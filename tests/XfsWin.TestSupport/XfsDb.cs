@@ -37,6 +37,18 @@ public static partial class XfsDb
         return r.StandardOutput;
     }
 
+    /// <summary>The disk address (512-byte units) of what the commands <paramref name="select"/> (xfs_db's "daddr" after them).</summary>
+    public static long Daddr(string imagePath, string xfsprogsVersion, params string[] select)
+    {
+        var text = Run(imagePath, xfsprogsVersion, [.. select, "daddr"]);
+        var m = DaddrLine().Match(text);
+        if (!m.Success) throw new InvalidOperationException($"no daddr in xfs_db output: {text}");
+        return long.Parse(m.Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture);
+    }
+
+    [GeneratedRegex(@"current daddr is (\d+)")]
+    private static partial Regex DaddrLine();
+
     /// <summary>Parses "name = value" lines (later ones win).</summary>
     public static Dictionary<string, string> Fields(string output)
     {

@@ -1,5 +1,3 @@
-using System.Globalization;
-using System.Text.RegularExpressions;
 using XfsWin.TestSupport;
 using XfsWin.Volume;
 using Xunit;
@@ -13,7 +11,7 @@ namespace XfsWin.Tests.Oracle;
 /// naming the structure and its address), never another exception, a hang, or (on CRC volumes) data
 /// that differs from the kernel's without an error.
 /// </summary>
-public sealed partial class CorruptionTests(ITestOutputHelper output) : IDisposable
+public sealed class CorruptionTests(ITestOutputHelper output) : IDisposable
 {
     private static readonly TimeSpan Limit = TimeSpan.FromSeconds(60);
     private readonly DirectoryInfo _dir = Directory.CreateTempSubdirectory("xfswin-corrupt.");
@@ -109,24 +107,13 @@ public sealed partial class CorruptionTests(ITestOutputHelper output) : IDisposa
             output.WriteLine("  " + e.Message);
     }
 
-    private static long Daddr(string image, string version, params string[] select)
-    {
-        var text = XfsDb.Run(image, version, [.. select, "daddr"]);
-        var m = DaddrLine().Match(text);
-        Assert.True(m.Success, $"no daddr in xfs_db output: {text}");
-        return long.Parse(m.Groups[1].Value, CultureInfo.InvariantCulture);
-    }
-
-    [GeneratedRegex(@"current daddr is (\d+)")]
-    private static partial Regex DaddrLine();
-
     [Fact]
     public void Inode_with_an_impossible_data_fork_format_is_reported_with_its_address()
     {
         var image = OracleImages.Ensure("rmap-nrext64");
         var victim = image.Manifest.Get("/files/size-4097");
         var copy = Copy(image, "format9");
-        var daddr = Daddr(copy, image.XfsprogsVersion, $"inode {victim.Ino}");
+        var daddr = XfsDb.Daddr(copy, image.XfsprogsVersion, $"inode {victim.Ino}");
         XfsDb.Write(copy, image.XfsprogsVersion, $"inode {victim.Ino}", "write -d core.format 9");
 
         var outcome = Walk(copy, image);
@@ -151,7 +138,7 @@ public sealed partial class CorruptionTests(ITestOutputHelper output) : IDisposa
         var dir = image.Manifest.Get("/dirs/node");
         var (victimName, victimIno) = dir.Children![^1];
         var copy = Copy(image, "readahead-inode");
-        var daddr = Daddr(copy, image.XfsprogsVersion, $"inode {victimIno}");
+        var daddr = XfsDb.Daddr(copy, image.XfsprogsVersion, $"inode {victimIno}");
         XfsDb.Write(copy, image.XfsprogsVersion, $"inode {victimIno}", "write -d core.format 9");
 
         Watchdog.Run(Limit, "looking up beside a damaged inode", () =>
@@ -179,7 +166,7 @@ public sealed partial class CorruptionTests(ITestOutputHelper output) : IDisposa
         var image = OracleImages.Ensure("rmap-nrext64");
         var dir = image.Manifest.Get("/dirs/leaf");
         var copy = Copy(image, "dirmagic");
-        var daddr = Daddr(copy, image.XfsprogsVersion, $"inode {dir.Ino}", "dblock 0");
+        var daddr = XfsDb.Daddr(copy, image.XfsprogsVersion, $"inode {dir.Ino}", "dblock 0");
         // The CRC is recomputed: only the structure check can catch this.
         XfsDb.Write(copy, image.XfsprogsVersion, $"inode {dir.Ino}", "dblock 0", "write -d dhdr.hdr.magic 0x12345678");
 

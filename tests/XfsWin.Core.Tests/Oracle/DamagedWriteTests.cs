@@ -30,13 +30,10 @@ public sealed class DamagedWriteTests(ITestOutputHelper output) : IDisposable
     private static TheoryData<string, int> SeedsOr(params (string Image, int Seed)[] defaults)
     {
         var data = new TheoryData<string, int>();
-        if (Environment.GetEnvironmentVariable("XFSWIN_DAMAGE_SEEDS") is { Length: > 0 } range)
+        if (SeedRange.FromEnvironment("XFSWIN_DAMAGE_SEEDS") is { } seeds)
         {
-            var parts = range.Split(' ', StringSplitOptions.RemoveEmptyEntries);
-            int first = int.Parse(parts[0], System.Globalization.CultureInfo.InvariantCulture);
-            int count = parts.Length > 1 ? int.Parse(parts[1], System.Globalization.CultureInfo.InvariantCulture) : 1;
             string[] images = ["rmap-nrext64", "mkfs613", "b1k", "default"];
-            for (int s = first; s < first + count; s++) data.Add(images[s % images.Length], s);
+            foreach (int s in seeds) data.Add(images[s % images.Length], s);
             return data;
         }
         foreach (var (image, seed) in defaults) data.Add(image, seed);
@@ -76,9 +73,7 @@ public sealed class DamagedWriteTests(ITestOutputHelper output) : IDisposable
         var victim = image.Manifest.Get(path);
         var copy = OracleImages.CopyTo(image, _dir.FullName, $"default-inode-{victim.Ino}.img");
         XfsDb.Write(copy, image.XfsprogsVersion, [$"inode {victim.Ino}", .. fields.Split(';').Select(f => $"write -d {f}")]);
-        var daddr = System.Text.RegularExpressions.Regex.Match(XfsDb.Run(copy, image.XfsprogsVersion, $"inode {victim.Ino}", "daddr"), @"current daddr is (\d+)");
-        Assert.True(daddr.Success, "xfs_db gave no daddr for the inode");
-        long inodeByte = long.Parse(daddr.Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture) * 512;
+        long inodeByte = XfsDb.Daddr(copy, image.XfsprogsVersion, $"inode {victim.Ino}") * 512;
         Watchdog.Run(Limit, $"writing inode {victim.Ino} with {fields}", () =>
         {
             using var volume = XfsVolume.Open(copy, new VolumeOpenOptions { Writable = true });

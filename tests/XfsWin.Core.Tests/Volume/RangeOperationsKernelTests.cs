@@ -42,17 +42,14 @@ public sealed class RangeOperationsKernelTests(ITestOutputHelper output) : IDisp
     public static TheoryData<int, string, string> SoakSeeds()
     {
         var seeds = new TheoryData<int, string, string>();
-        if (Environment.GetEnvironmentVariable("XFSWIN_RANGE_SEEDS") is not { Length: > 0 } range)
+        if (SeedRange.FromEnvironment("XFSWIN_RANGE_SEEDS") is not { } range)
         {
             // The soak's one seed in CI: the test stays a test of something.
             seeds.Add(5, "6.13", "-i exchange=1");
             return seeds;
         }
-        var parts = range.Split(' ', StringSplitOptions.RemoveEmptyEntries);
-        int first = int.Parse(parts[0], System.Globalization.CultureInfo.InvariantCulture);
-        int count = parts.Length > 1 ? int.Parse(parts[1], System.Globalization.CultureInfo.InvariantCulture) : 1;
         string? options = Environment.GetEnvironmentVariable("XFSWIN_RANGE_MKFS");
-        for (int s = first; s < first + count; s++)
+        foreach (int s in range)
         {
             if (options is not null) seeds.Add(s, "6.13", options);
             else if (s % 2 == 1) seeds.Add(s, "6.13", "-i exchange=1");
