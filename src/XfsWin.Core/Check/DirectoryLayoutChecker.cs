@@ -10,11 +10,10 @@ namespace XfsWin.Check;
 /// verifiers (data, leaf, node and free blocks) and xfs_repair's directory phase check. Every mapped directory block
 /// is read raw and checked by its region:
 /// <list type="bullet">
-/// <item>data blocks (and the single block of block form): entries and unused regions tiling the block (tags equal to
-/// offsets, no two unused regions in a row, entry name lengths, inode numbers, file types), the bestfree table
-/// (the three longest unused regions, in order, each exactly one unused region, no longer region left out);</item>
-/// <item>block form's hash array: ordered, its stale count, every entry named by exactly one hash entry of its name's
-/// hash, and count − stale equal to the entries;</item>
+/// <item>data blocks (and the single block of block form): the kernel's rules for the whole block
+/// (<see cref="DirectoryDataBlock.VerifyContents"/>: entries and unused regions tiling the block, the bestfree table,
+/// a single block's hash array and tail), unused regions in whole 8-byte units (xfs_repair's rule), and in block form
+/// every entry named by exactly one hash entry;</item>
 /// <item>the LEAF1 block: its entry count within the block and clear of the bests array, hashes in order, the stale
 /// count, every non-stale address naming an entry whose name has that hash, bestcount equal to the data blocks and
 /// each best equal to that block's longest unused region (0xffff for a missing block);</item>
@@ -245,111 +244,49 @@ internal sealed class DirectoryLayoutChecker
             return;
         }
         if (_v5) _cx.CheckLsn(st.Name, b.ByteOffset, block, DirectoryDataBlock.OffLsn);
-        int end = block.Length;
-        int count = 0, stale = 0;
-        int leafStart = end;
-        if (single)
-        {
-            count = (int)BinaryPrimitives.ReadUInt32BigEndian(block.AsSpan(end - 8));
-            stale = (int)BinaryPrimitives.ReadUInt32BigEndian(block.AsSpan(end - 4));
-            int maxLeaf = (_dirBlockSize - 8 - _dataHeader) / 8;
-            if (count >= maxLeaf)
-            {
-                Report(st, b.ByteOffset, $"block tail counts {count} hash entries, room for {maxLeaf - 1}");
-                return;
-            }
-            leafStart = end - 8 - count * 8;
-            end = leafStart;
-        }
         string what = single ? "directory block" : $"data block {db}";
-        Span<(int Offset, int Length)> bf = stackalloc (int, int)[3];
-        for (int i = 0; i < 3; i++)
-            bf[i] = (BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(BestFreeOffset + i * 4)), BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(BestFreeOffset + i * 4 + 2)));
+        // The kernel's rules for the whole block (bestfree table, unused regions, entries, a single block's leaf and
+        // tail), which its verifiers apply on every read and write.
+        var contents = DirectoryDataBlock.VerifyContents(block, single, _sb);
+        if (!contents.IsOk)
+        {
+            Report(st, b.ByteOffset, $"{what}: {contents}");
+            st.Longest[db] = -1;
+            return;
+        }
+        int end = DirectoryDataBlock.EntriesEnd(block, single);
+        int count = single ? (int)BinaryPrimitives.ReadUInt32BigEndian(block.AsSpan(block.Length - 8)) : 0;
+        int leafStart = end;
         bool bad = false;
         void Bad(string message)
         {
             if (!bad) Report(st, b.ByteOffset, $"{what}: {message}");
             bad = true;
         }
-        bool seenZero = false;
-        for (int i = 0; i < 3; i++)
-        {
-            if (bf[i].Length == 0)
-            {
-                if (bf[i].Offset != 0) Bad($"bestfree[{i}] has offset {bf[i].Offset} and length 0");
-                seenZero = true;
-            }
-            else if (seenZero || bf[i].Offset == 0) Bad($"bestfree[{i}] ({bf[i].Offset}, {bf[i].Length}) follows an empty entry or has offset 0");
-            if (i > 0 && bf[i].Length > bf[i - 1].Length) Bad($"bestfree table out of order at {i}");
-        }
-        int freeSeen = 0;
-        for (int i = 0; i < 3; i++) if (bf[i].Length == 0) freeSeen |= 1 << i;
+        // The entries, in a block the rules above found well formed; xfs_repair also wants unused regions in whole
+        // 8-byte units.
         var entries = new List<(int Offset, uint Hash)>();
         int pos = _dataHeader;
-        bool lastFree = false;
-        int longestFree = 0;
-        while (pos < end && !bad)
+        while (pos < end)
         {
-            if (pos + 8 > end)
-            {
-                Bad($"truncated entry at offset {pos}");
-                break;
-            }
-            ushort tag = BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(pos));
-            if (tag == Dir2Space.FreeTag)
+            if (BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(pos)) == Dir2Space.FreeTag)
             {
                 int length = BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(pos + 2));
-                if (lastFree) { Bad($"two unused regions in a row at offset {pos}"); break; }
-                if (length < 8 || (length & 7) != 0 || pos + length > end) { Bad($"unused region at offset {pos} has length {length}"); break; }
-                if (BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(pos + length - 2)) != pos) { Bad($"unused region at offset {pos}: its tag is not its offset"); break; }
-                longestFree = Math.Max(longestFree, length);
-                int found = -1;
-                for (int i = 0; i < 3 && !bad; i++)
-                {
-                    if (bf[i].Length == 0) continue;
-                    if (bf[i].Offset == pos)
-                    {
-                        if (bf[i].Length != length) Bad($"bestfree[{i}] says length {bf[i].Length} for the unused region at {pos} of length {length}");
-                        found = i;
-                    }
-                    else if (bf[i].Offset > pos ? pos + length > bf[i].Offset : bf[i].Offset + bf[i].Length > pos)
-                        Bad($"bestfree[{i}] ({bf[i].Offset}, {bf[i].Length}) overlaps the unused region at {pos}");
-                }
-                if (bad) break;
-                if (found >= 0)
-                {
-                    if ((freeSeen & (1 << found)) != 0) Bad($"bestfree[{found}] names two regions");
-                    freeSeen |= 1 << found;
-                }
-                else if (length > bf[2].Length)
-                {
-                    Bad($"the unused region at offset {pos} ({length} bytes) is longer than bestfree[2] ({bf[2].Length}) but not in the table");
-                }
+                if (length < 8 || (length & 7) != 0) { Bad($"unused region at offset {pos} has length {length}"); break; }
                 pos += length;
-                lastFree = true;
                 continue;
             }
             int nameLength = block[pos + 8];
-            int size = DirectoryDataBlock.EntrySize(nameLength, _ftype);
-            ulong ino = BinaryPrimitives.ReadUInt64BigEndian(block.AsSpan(pos));
-            if (nameLength == 0) { Bad($"entry at offset {pos} has an empty name"); break; }
-            if (pos + size > end) { Bad($"entry at offset {pos} runs past the entries"); break; }
-            if (!_sb.IsValidInode(ino)) { Bad($"entry at offset {pos} names inode {ino}, outside the volume"); break; }
-            if (BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(pos + size - 2)) != pos) { Bad($"entry at offset {pos}: its tag is not its offset"); break; }
-            if (_ftype && block[pos + 9 + nameLength] > 8) { Bad($"entry at offset {pos} has file type {block[pos + 9 + nameLength]}"); break; }
             var name = block.AsSpan(pos + 9, nameLength);
-            uint hash = _sb.HasAsciiCi ? DaHash.HashAsciiCi(name) : DaHash.Hash(name);
-            entries.Add((pos, hash));
-            pos += size;
-            lastFree = false;
+            entries.Add((pos, _sb.HasAsciiCi ? DaHash.HashAsciiCi(name) : DaHash.Hash(name)));
+            pos += DirectoryDataBlock.EntrySize(nameLength, _ftype);
         }
-        if (!bad && freeSeen != 7) Bad("a bestfree entry names no unused region");
         if (bad)
         {
             st.Longest[db] = -1;
             return;
         }
-        st.Longest[db] = bf[0].Length;
+        st.Longest[db] = BinaryPrimitives.ReadUInt16BigEndian(block.AsSpan(BestFreeOffset + 2));
         long dbBase = (long)db * _dirBlockSize;
         foreach (var (off, hash) in entries)
         {
@@ -365,28 +302,18 @@ internal sealed class DirectoryLayoutChecker
         }
         if (!single) return;
 
-        // Block form: the hash array at the end of the block.
-        int staleSeen = 0;
-        uint previous = 0;
+        // Block form: every live hash entry names a different entry (the rules above found each entry under its hash,
+        // and as many live hash entries as entries).
         for (int i = 0; i < count; i++)
         {
             uint hash = BinaryPrimitives.ReadUInt32BigEndian(block.AsSpan(leafStart + i * 8));
             uint address = BinaryPrimitives.ReadUInt32BigEndian(block.AsSpan(leafStart + i * 8 + 4));
-            if (i > 0 && hash < previous) { Bad($"hash array out of order at entry {i}"); return; }
-            previous = hash;
-            if (address == 0)
-            {
-                staleSeen++;
-                continue;
-            }
-            if (!NameOnce(st, address, hash))
+            if (address != 0 && !NameOnce(st, address, hash))
             {
                 Bad($"hash entry {i} (hash 0x{hash:x8}, address {address}) does not name an entry with that hash once");
                 return;
             }
         }
-        if (staleSeen != stale) Bad($"block tail says {stale} stale hash entries, {staleSeen} found");
-        else if (count - stale != entries.Count) Bad($"block tail counts {count - stale} live hash entries for {entries.Count} entries");
     }
 
     // ---------------------------------------------------------------- leaf and node blocks
