@@ -36,10 +36,17 @@ namespace XfsWin.Volume;
 /// A failed write in flight is reported by the next call that waits for it or queues another (the device has already
 /// shut the volume down, see <see cref="ShutdownOnFailureDevice"/>), and by every one after.
 /// </para>
-/// Thread safety: every member takes the cache's own lock, a leaf lock (taken inside the volume's change lock and
-/// inside the log's lock, never the other way round); the writer thread takes it only to pick up and retire a write,
-/// never across a device call, and a read only around its device read (which runs unlocked, so that concurrent reads
-/// reach the device together).
+/// <para>
+/// Held blocks live in <see cref="ShardCount"/> shards, each a table with its own lock, so that threads overwriting
+/// different files copy into the cache side by side: a block belongs to the shard of its run of
+/// 2^<see cref="ShardRunLog"/> neighbouring blocks (one write of a few neighbouring blocks takes one shard lock).
+/// </para>
+/// Thread safety and lock order: the queue lock (<c>_lock</c>: writes in flight, the writer thread, the counters) comes
+/// before the shard locks, and shard locks are taken in ascending index; no shard lock is held while the queue lock is
+/// taken. Both are leaf locks (taken inside the volume's change lock and inside the log's lock, never the other way
+/// round). A short write takes only the shard locks of its blocks. The writer thread takes the queue lock only to pick
+/// up and retire a write, never across a device call; a read takes it only around its device read (which runs
+/// unlocked, so that concurrent reads reach the device together) and then the shard locks of its range.
 /// </summary>
 internal sealed class FileDataCache : IDisposable
 {
@@ -55,14 +62,19 @@ internal sealed class FileDataCache : IDisposable
     private readonly IBlockDevice _device;
     private readonly int _blockSize;
     private readonly int _blockLog;
+    /// <summary>Held-block shards (a power of two).</summary>
+    public const int ShardCount = 16;
+    /// <summary>Runs of 2^this neighbouring blocks share a shard.</summary>
+    public const int ShardRunLog = 4;
+
     private readonly object _lock = new();
-    // Held blocks by device block number (device byte offset >> block log).
-    private readonly Dictionary<long, byte[]> _blocks = new();
-    // Block arrays no longer held, for reuse. It keeps as many as the cache can hold at once (LimitBytes plus one
-    // held write), so a steady stream of small writes reuses the same arrays checkpoint after checkpoint and
-    // allocates none; what it retains is bounded by that peak.
-    private readonly Stack<byte[]> _free = new();
-    private readonly int _freeLimit;
+    private readonly Shard[] _shards = new Shard[ShardCount];
+    // Blocks held in all shards (changed under a shard lock, read without one).
+    private int _heldCount;
+    // Each shard keeps at most this many block arrays no longer held, for reuse: together twice what the cache can
+    // hold at once (LimitBytes plus one held write), so a steady stream of small writes reuses the same arrays
+    // checkpoint after checkpoint and allocates none, and what the shards retain is bounded.
+    private readonly int _freeLimitPerShard;
     private readonly List<long> _order = new();
     private AlignedBuffer? _writeBuffer;
 
@@ -80,19 +92,36 @@ internal sealed class FileDataCache : IDisposable
 
     private readonly record struct InFlightWrite(long Offset, int Length, AlignedBuffer Buffer, long Sequence);
 
+    /// <summary>
+    /// Held blocks by device block number (device byte offset >> block log), and arrays for reuse; under the shard's
+    /// own monitor. Padded to 128 bytes, so that the monitors (in the object headers) of neighbouring shards, taken
+    /// by different threads on every short write, never share a cache line.
+    /// </summary>
+    private sealed class Shard
+    {
+        public readonly Dictionary<long, byte[]> Blocks = new();
+        public readonly Stack<byte[]> Free = new();
+#pragma warning disable CS0169, IDE0051 // padding, never read
+        private long _pad0, _pad1, _pad2, _pad3, _pad4, _pad5, _pad6, _pad7, _pad8, _pad9, _pad10, _pad11, _pad12;
+#pragma warning restore CS0169, IDE0051
+    }
+
+    private static int ShardOf(long block) => (int)((block >> ShardRunLog) & (ShardCount - 1));
+
+    /// <summary>The first block after <paramref name="block"/>'s run (the next block that may belong to another shard).</summary>
+    private static long RunEnd(long block) => ((block >> ShardRunLog) + 1) << ShardRunLog;
+
     public FileDataCache(IBlockDevice device, int blockSize)
     {
         _device = device;
         _blockSize = blockSize;
         _blockLog = System.Numerics.BitOperations.Log2((uint)blockSize);
-        _freeLimit = (int)((LimitBytes + HeldWriteLimit) >> _blockLog);
+        _freeLimitPerShard = (int)(2 * ((LimitBytes + HeldWriteLimit) >> _blockLog) / ShardCount);
+        for (int i = 0; i < ShardCount; i++) _shards[i] = new Shard();
     }
 
     /// <summary>Blocks held now.</summary>
-    public int Count
-    {
-        get { lock (_lock) return _blocks.Count; }
-    }
+    public int Count => Volatile.Read(ref _heldCount);
 
     /// <summary>Blocks written out so far, and the device writes they took.</summary>
     public long BlocksWritten { get; private set; }
@@ -106,29 +135,40 @@ internal sealed class FileDataCache : IDisposable
     {
         if ((offset & (_blockSize - 1)) != 0 || (data.Length & (_blockSize - 1)) != 0)
             throw new ArgumentException($"file data at {offset} (+{data.Length}) is not whole blocks");
-        bool writeOut;
-        lock (_lock)
+        if (data.Length > HeldWriteLimit)
         {
-            if (data.Length > HeldWriteLimit)
+            lock (_lock)
             {
-                DropLocked(offset, data.Length);
+                Drop(offset, data.Length);
                 for (int done = 0; done < data.Length; done += StreamSlotSize)
                 {
                     var piece = data.Slice(done, Math.Min(StreamSlotSize, data.Length - done));
                     QueueLocked(offset + done, piece);
                 }
-                return;
             }
-            for (int done = 0; done < data.Length; done += _blockSize)
-            {
-                long block = (offset + done) >> _blockLog;
-                ref var slot = ref CollectionsMarshal.GetValueRefOrAddDefault(_blocks, block, out bool exists);
-                if (!exists) slot = _free.Count > 0 ? _free.Pop() : GC.AllocateUninitializedArray<byte>(_blockSize);
-                data.Slice(done, _blockSize).CopyTo(slot);
-            }
-            writeOut = (long)_blocks.Count << _blockLog >= LimitBytes;
+            return;
         }
-        if (writeOut) WriteOut();
+        long first = offset >> _blockLog, end = first + (data.Length >> _blockLog);
+        for (long runStart = first; runStart < end;)
+        {
+            long runEnd = Math.Min(RunEnd(runStart), end);
+            var shard = _shards[ShardOf(runStart)];
+            lock (shard)
+            {
+                for (long block = runStart; block < runEnd; block++)
+                {
+                    ref var slot = ref CollectionsMarshal.GetValueRefOrAddDefault(shard.Blocks, block, out bool exists);
+                    if (!exists)
+                    {
+                        slot = shard.Free.Count > 0 ? shard.Free.Pop() : GC.AllocateUninitializedArray<byte>(_blockSize);
+                        Interlocked.Increment(ref _heldCount);
+                    }
+                    data.Slice((int)((block - first) << _blockLog), _blockSize).CopyTo(slot);
+                }
+            }
+            runStart = runEnd;
+        }
+        if ((long)Volatile.Read(ref _heldCount) << _blockLog >= LimitBytes) WriteOut();
     }
 
     /// <summary>Copies <paramref name="piece"/> into a free slot (waiting for one while all are in flight) and queues it.</summary>
@@ -224,14 +264,18 @@ internal sealed class FileDataCache : IDisposable
     /// </summary>
     public void WritePartial(long offset, ReadOnlySpan<byte> data)
     {
+        long block = offset >> _blockLog;
+        var shard = _shards[ShardOf(block)];
         lock (_lock)
         {
-            long block = offset >> _blockLog;
-            if (_blocks.TryGetValue(block, out var held))
+            lock (shard)
             {
-                int at = (int)(offset & (_blockSize - 1));
-                data.CopyTo(held.AsSpan(at));
-                return;
+                if (shard.Blocks.TryGetValue(block, out var held))
+                {
+                    int at = (int)(offset & (_blockSize - 1));
+                    data.CopyTo(held.AsSpan(at));
+                    return;
+                }
             }
             WaitForOverlappingLocked(offset, data.Length);
             _movedToDevice++;
@@ -261,16 +305,20 @@ internal sealed class FileDataCache : IDisposable
                 long from = Math.Max(w.Offset, offset), to = Math.Min(w.Offset + w.Length, offset + destination.Length);
                 if (from < to) w.Buffer.Span[(int)(from - w.Offset)..(int)(to - w.Offset)].CopyTo(destination[(int)(from - offset)..]);
             }
-            if (_blocks.Count == 0) return;
+            if (Volatile.Read(ref _heldCount) == 0) return;
             long first = offset >> _blockLog, last = (offset + destination.Length - 1) >> _blockLog;
-            if (last - first + 1 > _blocks.Count)
+            for (long runStart = first; runStart <= last;)
             {
-                foreach (var (block, bytes) in _blocks)
-                    if (block >= first && block <= last) Overlay(block, bytes, offset, destination);
-                return;
+                long runEnd = Math.Min(RunEnd(runStart), last + 1);
+                var shard = _shards[ShardOf(runStart)];
+                lock (shard)
+                {
+                    if (shard.Blocks.Count > 0)
+                        for (long block = runStart; block < runEnd; block++)
+                            if (shard.Blocks.TryGetValue(block, out var bytes)) Overlay(block, bytes, offset, destination);
+                }
+                runStart = runEnd;
             }
-            for (long block = first; block <= last; block++)
-                if (_blocks.TryGetValue(block, out var bytes)) Overlay(block, bytes, offset, destination);
         }
     }
 
@@ -282,30 +330,49 @@ internal sealed class FileDataCache : IDisposable
     }
 
     /// <summary>Drops the held blocks in [<paramref name="offset"/>, +<paramref name="length"/>) (blocks a committed change freed).</summary>
-    public void Discard(long offset, long length)
-    {
-        lock (_lock) DropLocked(offset, length);
-    }
+    public void Discard(long offset, long length) => Drop(offset, length);
 
-    private void DropLocked(long offset, long length)
+    /// <summary>Drops the held blocks in a byte range, one shard lock at a time.</summary>
+    private void Drop(long offset, long length)
     {
-        if (_blocks.Count == 0) return;
+        if (Volatile.Read(ref _heldCount) == 0) return;
         long first = offset >> _blockLog, end = (offset + length + _blockSize - 1) >> _blockLog;
-        if (end - first > _blocks.Count)
+        if (end - first > (long)ShardCount << ShardRunLog)
         {
-            _order.Clear();
-            foreach (var block in _blocks.Keys)
-                if (block >= first && block < end) _order.Add(block);
-            foreach (var block in _order) Release(block);
-            _order.Clear();
+            // A long range: each shard's table, not every block of the range.
+            foreach (var shard in _shards)
+            {
+                lock (shard)
+                {
+                    if (shard.Blocks.Count == 0) continue;
+                    foreach (var (block, bytes) in shard.Blocks)
+                        if (block >= first && block < end)
+                        {
+                            shard.Blocks.Remove(block);
+                            Release(shard, bytes);
+                        }
+                }
+            }
             return;
         }
-        for (long block = first; block < end; block++) Release(block);
+        for (long runStart = first; runStart < end;)
+        {
+            long runEnd = Math.Min(RunEnd(runStart), end);
+            var shard = _shards[ShardOf(runStart)];
+            lock (shard)
+            {
+                for (long block = runStart; block < runEnd && shard.Blocks.Count > 0; block++)
+                    if (shard.Blocks.Remove(block, out var bytes)) Release(shard, bytes);
+            }
+            runStart = runEnd;
+        }
     }
 
-    private void Release(long block)
+    /// <summary>Takes a block array out of the held count and keeps it for reuse (under its shard's lock).</summary>
+    private void Release(Shard shard, byte[] bytes)
     {
-        if (_blocks.Remove(block, out var bytes) && _free.Count < _freeLimit) _free.Push(bytes);
+        Interlocked.Decrement(ref _heldCount);
+        if (shard.Free.Count < _freeLimitPerShard) shard.Free.Push(bytes);
     }
 
     /// <summary>
@@ -318,34 +385,52 @@ internal sealed class FileDataCache : IDisposable
         lock (_lock)
         {
             WaitForInFlightLocked();
-            if (_blocks.Count == 0) return;
-            _order.Clear();
-            _order.AddRange(_blocks.Keys);
-            _order.Sort();
-            _writeBuffer ??= new AlignedBuffer(WriteOutBufferSize);
-            var buffer = _writeBuffer.Span;
-            int perWrite = WriteOutBufferSize >> _blockLog;
-            int i = 0;
-            while (i < _order.Count)
+            if (Volatile.Read(ref _heldCount) == 0) return;
+            int locked = 0;
+            try
             {
-                long start = _order[i];
-                int run = 0;
-                while (i < _order.Count && run < perWrite && _order[i] == start + run)
-                {
-                    _blocks[_order[i]].CopyTo(buffer[(run << _blockLog)..]);
-                    run++;
-                    i++;
-                }
-                _device.Write(start << _blockLog, buffer[..(run << _blockLog)]);
-                DeviceWrites++;
-                BlocksWritten += run;
+                // Every shard, so that no read sees a block neither held nor on the device.
+                for (; locked < ShardCount; locked++) Monitor.Enter(_shards[locked]);
+                WriteOutShardsLocked();
             }
-            foreach (var bytes in _blocks.Values)
-                if (_free.Count < _freeLimit) _free.Push(bytes);
-            _blocks.Clear();
-            _order.Clear();
-            _movedToDevice++;
+            finally
+            {
+                while (locked > 0) Monitor.Exit(_shards[--locked]);
+            }
         }
+    }
+
+    private void WriteOutShardsLocked()
+    {
+        _order.Clear();
+        foreach (var shard in _shards) _order.AddRange(shard.Blocks.Keys);
+        if (_order.Count == 0) return;
+        _order.Sort();
+        _writeBuffer ??= new AlignedBuffer(WriteOutBufferSize);
+        var buffer = _writeBuffer.Span;
+        int perWrite = WriteOutBufferSize >> _blockLog;
+        int i = 0;
+        while (i < _order.Count)
+        {
+            long start = _order[i];
+            int run = 0;
+            while (i < _order.Count && run < perWrite && _order[i] == start + run)
+            {
+                _shards[ShardOf(_order[i])].Blocks[_order[i]].CopyTo(buffer[(run << _blockLog)..]);
+                run++;
+                i++;
+            }
+            _device.Write(start << _blockLog, buffer[..(run << _blockLog)]);
+            DeviceWrites++;
+            BlocksWritten += run;
+        }
+        foreach (var shard in _shards)
+        {
+            foreach (var bytes in shard.Blocks.Values) Release(shard, bytes);
+            shard.Blocks.Clear();
+        }
+        _order.Clear();
+        _movedToDevice++;
     }
 
     /// <summary>Lets the writes in flight finish (a failure among them is not reported here), then frees the buffers.</summary>

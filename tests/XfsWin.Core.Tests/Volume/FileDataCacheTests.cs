@@ -202,4 +202,94 @@ public sealed class FileDataCacheTests
         Assert.Throws<XfsException>(() => cache.Write(1 << 20, Filled(1 << 20, 0x55)));
         Assert.Throws<XfsException>(cache.WriteOut);
     }
+
+    /// <summary>
+    /// Held blocks are spread over shards by runs of neighbouring blocks: a short write across run boundaries, a discard
+    /// of part of it and a write-out treat them as one range (the write-out merges neighbours from every shard into
+    /// one device write).
+    /// </summary>
+    [Fact]
+    public void Held_blocks_across_shards_read_discard_and_write_out_as_one_range()
+    {
+        var device = new GatedWriteDevice(4 << 20);
+        using var cache = new FileDataCache(device, Block);
+        int run = 1 << FileDataCache.ShardRunLog;
+        long first = run - 3; // starts 3 blocks before a run boundary
+        int blocks = 16;      // 64 KiB: the longest write held, over two shards
+        var data = new byte[blocks * Block];
+        for (int b = 0; b < blocks; b++) data.AsSpan(b * Block, Block).Fill((byte)(b + 1));
+        cache.Write(first * Block, data);
+        Assert.Equal(blocks, cache.Count);
+
+        var read = new byte[(blocks + 2) * Block];
+        cache.Read((first - 1) * Block, read);
+        Assert.All(read.AsSpan(0, Block).ToArray(), x => Assert.Equal(0, x));
+        Assert.True(read.AsSpan(Block, blocks * Block).SequenceEqual(data));
+        Assert.All(read.AsSpan((blocks + 1) * Block).ToArray(), x => Assert.Equal(0, x));
+
+        // Drop the two blocks on either side of the boundary, then write the rest out.
+        cache.Discard((run - 1) * (long)Block, 2 * Block);
+        Assert.Equal(blocks - 2, cache.Count);
+        cache.WriteOut();
+        Assert.Equal(0, cache.Count);
+        Assert.Equal([(first * Block, 2 * Block), ((run + 1L) * Block, (blocks - 4) * Block)], device.Writes);
+        for (int b = 0; b < blocks; b++)
+        {
+            long block = first + b;
+            byte expected = block == run - 1 || block == run ? (byte)0 : (byte)(b + 1);
+            Assert.All(device.Bytes.AsSpan((int)(block * Block), Block).ToArray(), x => Assert.Equal(expected, x));
+        }
+    }
+
+    /// <summary>
+    /// Threads writing their own blocks at once (short writes over runs of every shard, each read back at once) beside
+    /// a thread writing the cache out over and over: every read returns what its thread wrote last, whichever write-out
+    /// ran in between, and the device ends with every thread's last bytes. The interleaving varies from run to run;
+    /// what is checked holds for every interleaving.
+    /// </summary>
+    [Fact]
+    public async Task Threads_writing_their_own_blocks_beside_write_outs_read_and_keep_their_last_bytes()
+    {
+        const int threads = 4, blocksPerThread = 96, writesPerThread = 3000;
+        var device = new GatedWriteDevice(threads * blocksPerThread * Block);
+        using var cache = new FileDataCache(device, Block);
+        var models = new byte[threads][];
+        using var stop = new CancellationTokenSource();
+        var writeOuts = Task.Run(() =>
+        {
+            int rounds = 0;
+            while (!stop.IsCancellationRequested || rounds == 0)
+            {
+                cache.WriteOut();
+                rounds++;
+            }
+            return rounds;
+        });
+        var writers = Enumerable.Range(0, threads).Select(t => Task.Run(() =>
+        {
+            var random = new Random(1000 + t);
+            var model = models[t] = new byte[blocksPerThread * Block];
+            long origin = (long)t * blocksPerThread * Block;
+            var piece = new byte[4 * Block];
+            var back = new byte[4 * Block];
+            for (int i = 0; i < writesPerThread; i++)
+            {
+                int count = random.Next(1, 5);
+                int at = random.Next(0, blocksPerThread - count + 1);
+                var bytes = piece.AsSpan(0, count * Block);
+                random.NextBytes(bytes);
+                cache.Write(origin + (long)at * Block, bytes);
+                bytes.CopyTo(model.AsSpan(at * Block));
+                var readBack = back.AsSpan(0, count * Block);
+                cache.Read(origin + (long)at * Block, readBack);
+                if (!readBack.SequenceEqual(bytes)) throw new InvalidOperationException($"thread {t}, write {i}: read back other bytes");
+            }
+        })).ToArray();
+        await Task.WhenAll(writers).WaitAsync(HangLimit);
+        stop.Cancel();
+        Assert.True(await writeOuts.WaitAsync(HangLimit) > 0);
+        cache.WriteOut();
+        for (int t = 0; t < threads; t++)
+            Assert.True(device.Bytes.AsSpan(t * blocksPerThread * Block, blocksPerThread * Block).SequenceEqual(models[t]), $"thread {t}'s blocks");
+    }
 }

@@ -219,9 +219,9 @@ public sealed class ReadWriteConcurrencyTests(ITestOutputHelper output) : IDispo
             // A clock behind every timestamp the kernel set: no write needs to move them (no change, see TimestampsBehind).
             volume.Clock = () => new XfsTimestamp(1, 0);
             ulong f3 = volume.ResolvePath("/f3");
-            // The other file: one whose data lock is not /f3's (numbers equal modulo the stripes share one).
+            // The other file: one whose data lock is not /f3's (files of one stripe share one).
             otherName = Enumerable.Range(4, 16).Select(i => $"f{i}")
-                .First(n => volume.ResolvePath("/" + n) % VolumeChangeLock.FileDataStripes != f3 % VolumeChangeLock.FileDataStripes);
+                .First(n => VolumeChangeLock.FileDataStripe(volume.ResolvePath("/" + n)) != VolumeChangeLock.FileDataStripe(f3));
             ulong f4 = volume.ResolvePath("/" + otherName);
             Assert.Equal(4096, volume.GetAttributes(f3).Size);
             Assert.Equal(4096, volume.GetAttributes(f4).Size);
