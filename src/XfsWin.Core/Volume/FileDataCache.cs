@@ -337,9 +337,9 @@ internal sealed class FileDataCache : IDisposable
     {
         if (Volatile.Read(ref _heldCount) == 0) return;
         long first = offset >> _blockLog, end = (offset + length + _blockSize - 1) >> _blockLog;
-        if (end - first > (long)ShardCount << ShardRunLog)
+        if (end - first > Volatile.Read(ref _heldCount))
         {
-            // A long range: each shard's table, not every block of the range.
+            // A range longer than what is held: each shard's table, not every block of the range.
             foreach (var shard in _shards)
             {
                 lock (shard)
