@@ -11,6 +11,8 @@
 # Usage: bench/crash-points.sh [POINTS] [TORN] [KEEP_DIR]   (default: 210 and 40 per recording; a short write stream
 #        has fewer distinct crash images than that, and each is judged once)
 #   ROUNDS=N   recordings of each workload (default 3)
+#   CHECKPOINT_BYTES=N   CIL size at which a commit takes a checkpoint, written behind the workload by the log's worker
+#              (default 0: the volume's own, an eighth of the log, which these workloads never fill)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 points=${1:-210}
@@ -21,6 +23,7 @@ bench_require_root "crash images are mounted through loop devices."
 bench_machine
 status=0
 XFSWIN_CRASH_POINTS=$points XFSWIN_CRASH_TORN=$torn XFSWIN_CRASH_ROUNDS=${ROUNDS:-3} XFSWIN_CRASH_KEEP=$keep XFSWIN_CRASH_TEAR=${TEAR:-} \
+XFSWIN_CRASH_CHECKPOINT_BYTES=${CHECKPOINT_BYTES:-0} \
   bench_run_tests tests/XfsWin.Core.Tests "FullyQualifiedName~CrashPointTests" '^ +[a-z-]+: |^ +total: |^ +FAIL ' || status=$?
 echo "failing images (if any) in $keep"
 exit $status

@@ -55,18 +55,26 @@ internal static class EngineWriteRun
         var before = v.LogStatistics;
         var cpu0 = Process.GetCurrentProcess().TotalProcessorTime;
         var sw = Stopwatch.StartNew();
+        // The slowest create and write, and how many took over a millisecond: a create whose commit had to write a
+        // checkpoint itself waits for it.
+        long slowest = 0, slow = 0, oneMs = Stopwatch.Frequency / 1000;
         for (int i = 0; i < files; i++)
         {
+            long t0 = Stopwatch.GetTimestamp();
             ulong ino = v.CreateNode(dirs[i % Directories], names[i], 0x81A4, 0, 0).Inode;
             v.Write(ino, 0, data);
+            long took = Stopwatch.GetTimestamp() - t0;
+            slowest = Math.Max(slowest, took);
+            if (took > oneMs) slow++;
         }
+        double slowestMs = slowest * 1000.0 / Stopwatch.Frequency;
         v.Sync();
         double s = sw.Elapsed.TotalSeconds;
         double cpu = (Process.GetCurrentProcess().TotalProcessorTime - cpu0).TotalSeconds;
         var after = v.LogStatistics;
         long logBytes = (after.BlocksWritten - before.BlocksWritten) * 512;
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
-            $"creates: {files} x 4 KiB + sync: {s:F3} s, {files / s:F0} creates/s (CPU {cpu:F3} s); log {logBytes} bytes = {logBytes / (double)files:F0} bytes/create in {after.Checkpoints - before.Checkpoints} checkpoint(s), {after.Records - before.Records} records"));
+            $"creates: {files} x 4 KiB + sync: {s:F3} s, {files / s:F0} creates/s (CPU {cpu:F3} s); log {logBytes} bytes = {logBytes / (double)files:F0} bytes/create in {after.Checkpoints - before.Checkpoints} checkpoint(s), {after.Records - before.Records} records; slowest create {slowestMs:F1} ms, {slow} over 1 ms"));
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"  GC: {(GC.GetTotalAllocatedBytes() - allocated0) / files} bytes allocated per create; collections gen0 {GC.CollectionCount(0) - gen0}, gen1 {GC.CollectionCount(1) - gen1}, gen2 {GC.CollectionCount(2) - gen2}; pauses {(GC.GetTotalPauseDuration() - pause0).TotalSeconds:F3} s"));
         sampler?.Print(files);

@@ -54,7 +54,20 @@ public sealed record LogWriteStatistics(long Transactions, long Checkpoints, lon
 /// the tail. Ordering: the data device is flushed before the tail moves (after writeback), the records of a
 /// checkpoint are durable before the record holding its commit op is written, and that record is flushed (FUA).
 /// </para>
-/// Thread safety: every public member takes the log lock; lock order is log lock, then writeback's locks.
+/// <para>
+/// Checkpoints are written behind the committing threads, as the kernel's CIL push work writes them: the commit that
+/// fills the CIL takes it whole (after the file data its transactions map is written out) and queues the checkpoint
+/// to a thread-pool worker; commits go on into the emptied CIL while the worker formats the items and writes the
+/// records. One checkpoint is written at a time, in the order they were taken (the sequence numbers), so a checkpoint
+/// is durable only after every earlier one. A checkpoint taken while another is being written waits for it; a thread
+/// that needs one written (a log force, a commit finding the previous checkpoint not yet started, a grant short of log
+/// space) writes it itself instead of waiting for the worker. While a checkpoint is written its blocks already count as
+/// written for log space (the accounted head is past them, its reservation given back) and the tail cannot pass its
+/// start. A failed checkpoint shuts the log down.
+/// </para>
+/// Thread safety: every public member takes the log lock; lock order is log lock, then writeback's locks. The lock is
+/// released only by the thread writing a checkpoint, around its formatting and device writes, which touch the record
+/// writer and the checkpoint's own items and nothing else the lock guards.
 /// </summary>
 public sealed class MountedLog
 {
@@ -72,11 +85,25 @@ public sealed class MountedLog
     private readonly long _thresholdBytes;
     private readonly Action? _beforeCheckpoint;
     private long _outstandingBlocks;
+    // The checkpoint being written: its start (the tail cannot pass it) while its records go out.
     private ulong? _checkpointStartLsn;
+    // The checkpoint taken from the CIL and not yet being written, and whether one is being written (by the worker or by
+    // a thread that needed it done). At most one of each: a checkpoint is taken only when none is pending.
+    private TakenCheckpoint? _pending;
+    private bool _writing;
+    // Checkpoints taken from the CIL (the sequence of the newest) and checkpoints durable (_checkpoints, below).
+    private long _taken;
+    // The head for log space: the record writer's head, or while a checkpoint is written the head after it. Only the
+    // writing thread touches the record writer, so nothing else reads its head or counters; they are published here.
+    private ulong _headLsn;
+    private long _headBlocks;
+    private long _recordsWritten, _blocksWritten, _wraps;
     private uint _nextTid;
     private ulong _intentId;
     private long _transactions, _checkpoints, _ailPushes, _itemsWrittenBack, _forces;
     private bool _unmounted;
+
+    private sealed record TakenCheckpoint(List<JournalItem> Items, long ReservedBlocks, long Sequence);
 
     private MountedLog(LogArea area, LogRecordWriter writer, ILogWriteback writeback, MountedLogOptions options)
     {
@@ -91,6 +118,17 @@ public sealed class MountedLog
         _thresholdBytes = options.CheckpointThresholdBytes > 0 ? options.CheckpointThresholdBytes : (area.Blocks << LogArea.BBShift) / 8;
         _nextTid = options.FirstTid != 0 ? options.FirstTid : (uint)(writer.HeadLsn * 0x9E3779B97F4A7C15UL >> 32) | 1;
         _intentId = (writer.HeadLsn * 0xC2B2AE3D27D4EB4FUL) & 0xFFFFFFFF00000000UL;
+        PublishHead();
+    }
+
+    /// <summary>Takes the record writer's head and counters as the published ones (by the writing thread, under the lock).</summary>
+    private void PublishHead()
+    {
+        _headLsn = _writer.HeadLsn;
+        _headBlocks = Absolute(_headLsn);
+        _recordsWritten = _writer.RecordsWritten;
+        _blocksWritten = _writer.BlocksWritten;
+        _wraps = _writer.Wraps;
     }
 
     /// <summary>
@@ -162,7 +200,7 @@ public sealed class MountedLog
     public int HeaderBlocks => _writer.HeaderBlocks;
 
     /// <summary>The LSN the next record will carry.</summary>
-    public ulong HeadLsn { get { lock (_lock) return _writer.HeadLsn; } }
+    public ulong HeadLsn { get { lock (_lock) return _headLsn; } }
 
     /// <summary>The tail: the oldest checkpoint not yet all in place, or the head when the AIL is empty.</summary>
     public ulong TailLsn { get { lock (_lock) return CurrentTailLsn(); } }
@@ -175,17 +213,17 @@ public sealed class MountedLog
         get
         {
             lock (_lock)
-                return new LogWriteStatistics(_transactions, _checkpoints, _writer.RecordsWritten, _writer.BlocksWritten, _writer.Wraps,
+                return new LogWriteStatistics(_transactions, _checkpoints, _recordsWritten, _blocksWritten, _wraps,
                     _ailPushes, _itemsWrittenBack, _forces, _relogs, _cil.Whiteouts);
         }
     }
 
-    private ulong CurrentTailLsn() => _ail.MinimumLsn ?? _checkpointStartLsn ?? _writer.HeadLsn;
+    private ulong CurrentTailLsn() => _ail.MinimumLsn ?? _checkpointStartLsn ?? _headLsn;
 
     /// <summary>A position in blocks counted from block 0 of the cycle the log was opened in.</summary>
     private long Absolute(ulong lsn) => ((long)Lsn.Cycle(lsn) - _baseCycle) * _area.Blocks + Lsn.Block(lsn);
 
-    private long WriteHead => Absolute(_writer.HeadLsn);
+    private long WriteHead => _headBlocks;
     private long FreeBlocks => _area.Blocks - (WriteHead - Absolute(CurrentTailLsn()));
 
     /// <summary>
@@ -269,6 +307,12 @@ public sealed class MountedLog
     /// </summary>
     private bool MakeSpace(long wantedBlocks)
     {
+        // A checkpoint taken or being written: once written, its items can be pushed and the CIL taken next.
+        if (_pending is not null || _writing)
+        {
+            DrainLocked();
+            return true;
+        }
         ulong tailBefore = CurrentTailLsn();
         if (!_ail.IsEmpty)
         {
@@ -277,7 +321,8 @@ public sealed class MountedLog
         }
         if (!_cil.IsEmpty)
         {
-            WriteCheckpoint();
+            TakeCheckpointLocked();
+            DrainLocked();
             return true;
         }
         return false;
@@ -289,6 +334,71 @@ public sealed class MountedLog
     /// once this is at least <c>s</c> (the kernel's CIL sequence, as busy extents wait for it).
     /// </summary>
     public long DurableSequence { get { lock (_lock) return _checkpoints; } }
+
+    /// <summary>Checkpoints taken from the CIL so far, written or not (at least <see cref="DurableSequence"/>).</summary>
+    internal long CheckpointsTaken { get { lock (_lock) return _taken; } }
+
+    /// <summary>
+    /// Waits until no checkpoint is taken or being written, writing a taken one itself when no thread has started it
+    /// (under the lock, which a write releases around its device I/O). Throws when a checkpoint failed (the log is then
+    /// shut down).
+    /// </summary>
+    private void DrainLocked()
+    {
+        while (_pending is not null || _writing)
+        {
+            if (_writing) Monitor.Wait(_lock);
+            else WritePendingLocked();
+        }
+        ThrowIfUnmounted();
+    }
+
+    /// <summary>Waits until no checkpoint is taken (one may still be being written), writing a taken one itself if none is being written.</summary>
+    private void WaitForTakenLocked()
+    {
+        while (_pending is not null)
+        {
+            if (_writing) Monitor.Wait(_lock);
+            else WritePendingLocked();
+        }
+    }
+
+    /// <summary>
+    /// Takes the CIL whole as the next checkpoint (the kernel's CIL push), once the file data its transactions map is
+    /// written out (<see cref="MountedLogOptions.BeforeCheckpoint"/>); under the lock. A checkpoint taken before is
+    /// written first (the lock may be released meanwhile). False when the CIL was empty by then (nothing taken).
+    /// </summary>
+    private bool TakeCheckpointLocked()
+    {
+        WaitForTakenLocked();
+        ThrowIfUnmounted();
+        if (_cil.IsEmpty) return false;
+        // The CIL cannot change while the lock is held: what the hook writes out covers every transaction in it.
+        Guarded(_beforeCheckpoint ?? NoHook);
+        long reserved = _cil.ReservedBlocks;
+        _pending = new TakenCheckpoint(_cil.TakeAll(), reserved, ++_taken);
+        return true;
+    }
+
+    private static readonly Action NoHook = () => { };
+
+    /// <summary>Queues the taken checkpoint to a thread-pool worker (the commit that took it goes on).</summary>
+    private void QueueWriter() => ThreadPool.UnsafeQueueUserWorkItem(static log => log.WriteQueued(), this, preferLocal: false);
+
+    private void WriteQueued()
+    {
+        lock (_lock)
+        {
+            try
+            {
+                while (_pending is not null && !_writing) WritePendingLocked();
+            }
+            catch (Exception)
+            {
+                // Recorded as the log's shutdown reason: the next commit, force or unmount reports it.
+            }
+        }
+    }
 
     /// <summary>
     /// Hands a transaction part's items to the CIL; returns the sequence of the checkpoint that will carry them. The
@@ -302,7 +412,7 @@ public sealed class MountedLog
         {
             ThrowIfUnmounted();
             // The CIL's items go out in the next checkpoint; an empty transaction needs nothing written.
-            long sequence = items.Count > 0 ? _checkpoints + 1 : _checkpoints;
+            long sequence = items.Count > 0 ? _taken + 1 : _taken;
             long usedBlocks = 0;
             if (items.Count > 0)
             {
@@ -321,7 +431,7 @@ public sealed class MountedLog
                 _outstandingBlocks -= (long)tx.UnitsLeft * tx.ReservedBlocks;
                 tx.UnitsLeft = 0;
             }
-            if (_cil.FormattedBytes >= _thresholdBytes) Guarded(WriteCheckpoint);
+            if (_cil.FormattedBytes >= _thresholdBytes && TakeCheckpointLocked()) QueueWriter();
             if (regrant && tx.UnitsLeft == 0)
             {
                 Grant(tx.ReservedBlocks);
@@ -347,7 +457,8 @@ public sealed class MountedLog
         {
             ThrowIfUnmounted();
             _forces++;
-            if (!_cil.IsEmpty) Guarded(WriteCheckpoint);
+            if (!_cil.IsEmpty) TakeCheckpointLocked();
+            DrainLocked();
         }
     }
 
@@ -357,11 +468,28 @@ public sealed class MountedLog
         lock (_lock)
         {
             ThrowIfUnmounted();
-            Guarded(() =>
+            if (!_cil.IsEmpty) TakeCheckpointLocked();
+            DrainLocked();
+            Guarded(() => PushAil(long.MaxValue));
+        }
+    }
+
+    /// <summary>
+    /// Waits for the checkpoints taken to be written (none is left half written when the devices close); a failure is
+    /// left recorded as the shutdown reason. For closing a volume that is not unmounted cleanly.
+    /// </summary>
+    public void Quiesce()
+    {
+        lock (_lock)
+        {
+            try
             {
-                if (!_cil.IsEmpty) WriteCheckpoint();
-                PushAil(long.MaxValue);
-            });
+                DrainLocked();
+            }
+            catch (Exception) when (_shutdown is not null || _unmounted)
+            {
+                // Reported by the shutdown reason.
+            }
         }
     }
 
@@ -371,15 +499,17 @@ public sealed class MountedLog
         lock (_lock)
         {
             ThrowIfUnmounted();
+            if (!_cil.IsEmpty) TakeCheckpointLocked();
+            DrainLocked();
             Guarded(() =>
             {
-                if (!_cil.IsEmpty) WriteCheckpoint();
                 PushAil(long.MaxValue);
                 EnsureSpace(_writer.BlocksFor(UnmountRecord.Size));
                 var payload = _writer.AppendOp(UnmountRecord.Tid, UnmountRecord.PayloadSize, LogOpHeader.ClientLog, LogOpHeader.FlagUnmount);
                 payload.Clear();
                 BinaryPrimitives.WriteUInt16LittleEndian(payload, UnmountRecord.Magic);
                 _writer.Submit(_writer.HeadLsn);
+                PublishHead();
                 _area.Device.Flush();
             });
             _unmounted = true;
@@ -444,7 +574,7 @@ public sealed class MountedLog
         {
             target = lsns[i];
             if (pinned is ulong p && target >= p) break;
-            ulong nextTail = i + 1 < lsns.Count ? lsns[i + 1] : _checkpointStartLsn ?? _writer.HeadLsn;
+            ulong nextTail = i + 1 < lsns.Count ? lsns[i + 1] : _checkpointStartLsn ?? _headLsn;
             long free = _area.Blocks - (WriteHead - Absolute(nextTail));
             long keep = Math.Max(_area.Blocks / 4, 256);
             if (wantedBlocks != long.MaxValue && free > wantedBlocks + Math.Min(keep, _area.Blocks / 2)) break;
@@ -525,76 +655,120 @@ public sealed class MountedLog
         ((formattedBytes + formattedBytes / 32 + LogArea.BBSize - 1) >> LogArea.BBShift) + 2;
 
     /// <summary>
-    /// Writes the CIL as one checkpoint starting in a new record: START, the transaction header, every item's
-    /// regions (split across records with CONTINUE / WAS_CONT op headers), COMMIT. Its items then enter the AIL at
-    /// the checkpoint's start LSN.
+    /// Writes the taken checkpoint as one log transaction starting in a new record: START, the transaction header, every
+    /// item's regions (split across records with CONTINUE / WAS_CONT op headers), COMMIT. Its items then enter the AIL
+    /// at the checkpoint's start LSN. Called under the lock with a checkpoint taken and none being written; releases the
+    /// lock around formatting and device writes. A failure shuts the log down (the checkpoint's items are lost to the
+    /// log: nothing more may be written after them).
     /// </summary>
-    private void WriteCheckpoint()
+    private void WritePendingLocked()
     {
-        // The CIL cannot change while the lock is held: what the hook writes out covers every transaction in it.
-        _beforeCheckpoint?.Invoke();
-        long reserved = _cil.ReservedBlocks;
-        var items = _cil.TakeAll();
-        _replacedImages.Clear();
-        // A buffer, inode or dquot logged again while an older copy waits in the AIL moves to this checkpoint's LSN,
-        // and the tail may then pass the older copy: this copy must carry every region the older one did (the newest
-        // bytes of each), as the kernel's buffer and inode items keep their dirty regions until written back.
-        for (int i = 0; i < items.Count; i++)
+        var taken = _pending!;
+        _pending = null;
+        _writing = true;
+        try
         {
-            if (items[i] is not (BufferLogItem or InodeLogItem or DquotLogItem) || _ail.Find(items[i].Key) is not { } older) continue;
-            if (older is BufferLogItem { IsCancel: true } || items[i] is BufferLogItem { IsCancel: true }) continue;
-            var merged = older.Snapshot();
-            merged.MergeNewer(items[i]);
-            items[i] = merged;
-            // The older image is left to the AIL item this one replaces: free once the insert below has replaced it
-            // (until then a push of the AIL may write it back).
-            if (_imageReleased is not null && older is BufferLogItem olderBuffer && merged is BufferLogItem mergedBuffer &&
-                olderBuffer.ImageArray is { Length: > 0 } olderImage && !ReferenceEquals(olderImage, mergedBuffer.ImageArray))
-                _replacedImages.Add((olderBuffer.Daddr, olderImage));
+            ThrowIfUnmounted();
+            var items = taken.Items;
+            _replacedImages.Clear();
+            // A buffer, inode or dquot logged again while an older copy waits in the AIL moves to this checkpoint's LSN,
+            // and the tail may then pass the older copy: this copy must carry every region the older one did (the
+            // newest bytes of each), as the kernel's buffer and inode items keep their dirty regions until written back.
+            for (int i = 0; i < items.Count; i++)
+            {
+                if (items[i] is not (BufferLogItem or InodeLogItem or DquotLogItem) || _ail.Find(items[i].Key) is not { } older) continue;
+                if (older is BufferLogItem { IsCancel: true } || items[i] is BufferLogItem { IsCancel: true }) continue;
+                var merged = older.Snapshot();
+                merged.MergeNewer(items[i]);
+                items[i] = merged;
+                // The older image is left to the AIL item this one replaces: free once the insert below has replaced it
+                // (until then a push of the AIL may write it back).
+                if (_imageReleased is not null && older is BufferLogItem olderBuffer && merged is BufferLogItem mergedBuffer &&
+                    olderBuffer.ImageArray is { Length: > 0 } olderImage && !ReferenceEquals(olderImage, mergedBuffer.ImageArray))
+                    _replacedImages.Add((olderBuffer.Daddr, olderImage));
+            }
+            uint tid = _nextTid++;
+            if (tid == 0 || tid == UnmountRecord.Tid) tid = _nextTid++;
+
+            // Formatting reads only the checkpoint's own items (which no commit reaches any more) and the record writer.
+            var regions = new List<ReadOnlyMemory<byte>>();
+            long blocks;
+            Monitor.Exit(_lock);
+            try
+            {
+                foreach (var item in items) item.Format(regions);
+                _writer.BeginSimulation();
+                EmitCheckpoint(tid, regions, 0, simulate: true);
+                (blocks, _) = _writer.EndSimulation();
+            }
+            finally
+            {
+                Monitor.Enter(_lock);
+            }
+            EnsureSpace(blocks);
+
+            // From here the checkpoint's blocks count as written: the accounted head moves past them and the reservation
+            // that covered them is given back; the tail stays at or before the checkpoint's start until its items are in
+            // the AIL. The tail its records carry is the one now: the real tail only moves on, and a record may name an
+            // older tail than the real one (recovery then starts earlier), never a newer one.
+            ulong start = _writer.HeadLsn;
+            _checkpointStartLsn = start;
+            ulong tail = CurrentTailLsn();
+            _headBlocks = Absolute(start) + blocks;
+            _outstandingBlocks -= taken.ReservedBlocks;
+            Monitor.Exit(_lock);
+            try
+            {
+                EmitCheckpoint(tid, regions, tail, simulate: false);
+            }
+            finally
+            {
+                Monitor.Enter(_lock);
+            }
+            if (Absolute(_writer.HeadLsn) != _headBlocks)
+                throw new InvalidOperationException($"log space accounting: a checkpoint of {blocks} blocks from {Lsn.Format(start)} ended at {Lsn.Format(_writer.HeadLsn)}");
+            PublishHead();
+            _checkpointStartLsn = null;
+            _checkpoints = taken.Sequence;
+
+            List<BufferLogItem>? cancels = null;
+            foreach (var item in items)
+            {
+                // An intent holds the tail until its done item is in the log; a done item has nothing to write back.
+                if (item is IntentLogItem intent && IntentLogFormat.IntentOf(intent.ItemType) is var finished and not 0)
+                    _ail.Remove(new LogItemKey(finished, (long)intent.Id, 0));
+                else
+                    _ail.Insert(item.Snapshot(), start);
+                if (item is BufferLogItem { IsCancel: true } cancel) (cancels ??= new()).Add(cancel);
+            }
+            // Inodes of a released chunk (its clusters cancelled) have nothing left to write back.
+            if (cancels is not null)
+                foreach (var c in cancels) _ail.RemoveInodesIn(c.Daddr, c.LengthBB);
+            // Nothing holds the images the replaced AIL items had: their buffers make later copies in them.
+            foreach (var (daddr, image) in _replacedImages) _imageReleased!(daddr, image);
+            _replacedImages.Clear();
         }
-        var regions = new List<ReadOnlyMemory<byte>>();
-        foreach (var item in items) item.Format(regions);
-        uint tid = _nextTid++;
-        if (tid == 0 || tid == UnmountRecord.Tid) tid = _nextTid++;
-
-        _writer.BeginSimulation();
-        EmitCheckpoint(tid, regions, simulate: true);
-        var (blocks, _) = _writer.EndSimulation();
-        EnsureSpace(blocks);
-
-        ulong start = _writer.HeadLsn;
-        _checkpointStartLsn = start;
-        EmitCheckpoint(tid, regions, simulate: false);
-        _checkpointStartLsn = null;
-        _checkpoints++;
-
-        List<BufferLogItem>? cancels = null;
-        foreach (var item in items)
+        catch (Exception e)
         {
-            // An intent holds the tail until its done item is in the log; a done item has nothing to write back.
-            if (item is IntentLogItem intent && IntentLogFormat.IntentOf(intent.ItemType) is var finished and not 0)
-                _ail.Remove(new LogItemKey(finished, (long)intent.Id, 0));
-            else
-                _ail.Insert(item.Snapshot(), start);
-            if (item is BufferLogItem { IsCancel: true } cancel) (cancels ??= new()).Add(cancel);
+            _shutdown ??= e;
+            _checkpointStartLsn = null;
+            if (e is XfsCorruptionException or InvalidOperationException) throw;
+            ThrowIfUnmounted();
+            throw;
         }
-        // Inodes of a released chunk (its clusters cancelled) have nothing left to write back.
-        if (cancels is not null)
-            foreach (var c in cancels) _ail.RemoveInodesIn(c.Daddr, c.LengthBB);
-        // Nothing holds the images the replaced AIL items had: their buffers make later copies in them.
-        foreach (var (daddr, image) in _replacedImages) _imageReleased!(daddr, image);
-        _replacedImages.Clear();
-        // The checkpoint's blocks are now behind the write head: the reservation that covered them is released.
-        _outstandingBlocks -= reserved;
+        finally
+        {
+            _writing = false;
+            Monitor.PulseAll(_lock);
+        }
     }
 
-    private void EmitCheckpoint(uint tid, List<ReadOnlyMemory<byte>> regions, bool simulate)
+    private void EmitCheckpoint(uint tid, List<ReadOnlyMemory<byte>> regions, ulong tailLsn, bool simulate)
     {
         int recordsOfCheckpoint = 0;
         void Next()
         {
-            if (simulate) _writer.Submit(0);
-            else _writer.Submit(CurrentTailLsn());
+            _writer.Submit(simulate ? 0 : tailLsn);
             recordsOfCheckpoint++;
         }
 
@@ -643,7 +817,7 @@ public sealed class MountedLog
         {
             return; // EndSimulation submits the last record
         }
-        _writer.Submit(CurrentTailLsn());
+        _writer.Submit(tailLsn);
         _area.Device.Flush();
     }
 }

@@ -422,6 +422,9 @@ public sealed partial class XfsVolume
     /// <summary>What the log writer did so far (benchmarks report log traffic per operation from it).</summary>
     internal LogWriteStatistics LogStatistics => Writer().Log.Statistics;
 
+    /// <summary>Checkpoints taken from the CIL so far (<see cref="LogStatistics"/> counts those written); for tests.</summary>
+    internal long LogCheckpointsTaken => Writer().Log.CheckpointsTaken;
+
     /// <summary>
     /// A round of the periodic sync (<see cref="VolumeOpenOptions.SyncInterval"/>): <see cref="Sync"/> when anything
     /// changed since the last (the log holds committed items no checkpoint has written, or file data is held); false
@@ -486,6 +489,8 @@ public sealed partial class XfsVolume
             }
             finally
             {
+                // A checkpoint still being written (of a volume not unmounted cleanly) finishes before the devices close.
+                w.Log.Quiesce();
                 w.Data.Dispose();
                 w.Access.Dispose();
             }

@@ -38,6 +38,12 @@ public sealed class CrashPointTests(ITestOutputHelper output) : IDisposable
     private static int TornPointsPerWorkload => FromEnvironment("XFSWIN_CRASH_TORN", 4);
     /// <summary>Recordings of each workload, each with its own seed (a different random sequence, so other write streams).</summary>
     private static int Rounds => Math.Max(1, FromEnvironment("XFSWIN_CRASH_ROUNDS", 1));
+    /// <summary>
+    /// The CIL size that makes a commit take a checkpoint (XFSWIN_CRASH_CHECKPOINT_BYTES; 0, the default, is the
+    /// volume's own: an eighth of the log, which these workloads never fill, so their checkpoints come from fsyncs). A
+    /// few KiB makes commits take checkpoints that the log's worker writes behind the workload.
+    /// </summary>
+    private static int CheckpointBytes => FromEnvironment("XFSWIN_CRASH_CHECKPOINT_BYTES", 0);
 
     /// <summary>The seed of a workload's recording: the first round's are the CI sample's.</summary>
     private static int WorkloadSeed(int w, int round) => 1000 + w + 100 * round;
@@ -106,7 +112,7 @@ public sealed class CrashPointTests(ITestOutputHelper output) : IDisposable
         Shell.RunChecked("cp", "--sparse=always", baseImage, work);
         var dev = new RecordingBlockDevice(PartitionSpec.Open(work, null, writable: true));
         CrashModel model;
-        using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero }, ownsDevice: true))
+        using (var v = XfsVolume.Open(dev, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero, CheckpointThresholdBytes = CheckpointBytes }, ownsDevice: true))
         {
             model = new CrashModel(v, dev);
             run(model, new Random(seed));

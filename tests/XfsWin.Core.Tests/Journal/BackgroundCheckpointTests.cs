@@ -1,0 +1,209 @@
+using System.Text;
+using XfsWin.Device;
+using XfsWin.Format;
+using XfsWin.TestSupport;
+using XfsWin.Volume;
+using XfsWin.Tests.Volume;
+using Xunit;
+
+namespace XfsWin.Tests.Journal;
+
+/// <summary>
+/// Checkpoints are written behind the commit that fills the CIL: that commit returns while the checkpoint's records are
+/// still on their way to the log, later commits go on into the emptied CIL, a log force waits for the checkpoint, and a
+/// checkpoint that fails behind the commits shuts the volume down. The kernel judges the volumes afterwards.
+/// </summary>
+public sealed class BackgroundCheckpointTests : IDisposable
+{
+    private readonly string _tmp = Directory.CreateTempSubdirectory("xfswin-bgcp-").FullName;
+
+    public void Dispose() => Directory.Delete(_tmp, recursive: true);
+
+    // Generous: only a checkpoint written inside the committing thread (the defect these tests look for) ever waits it out.
+    private static readonly TimeSpan Watchdog = TimeSpan.FromSeconds(60);
+
+    /// <summary>
+    /// Holds writes to the log area at a gate: a write there waits while the gate is closed (<see cref="WriterWaiting"/>
+    /// is set once one does), then passes, or fails with an I/O error when the gate opened failing.
+    /// </summary>
+    private sealed class LogGateDevice(IBlockDevice inner, long logStart, long logEnd) : IBlockDevice
+    {
+        private readonly ManualResetEventSlim _open = new(initialState: true);
+        private volatile bool _fail;
+        public readonly ManualResetEventSlim WriterWaiting = new();
+
+        public void Close()
+        {
+            WriterWaiting.Reset();
+            _open.Reset();
+        }
+
+        public void Open(bool failing)
+        {
+            _fail = failing;
+            _open.Set();
+        }
+
+        public long Length => inner.Length;
+        public int SectorSize => inner.SectorSize;
+        public bool CanWrite => inner.CanWrite;
+        public string IoMode => inner.IoMode;
+        public void Read(long offset, Span<byte> destination) => inner.Read(offset, destination);
+        public ValueTask ReadAsync(long offset, Memory<byte> destination, CancellationToken cancellationToken = default) =>
+            inner.ReadAsync(offset, destination, cancellationToken);
+
+        public void Write(long offset, ReadOnlySpan<byte> source)
+        {
+            if (offset < logEnd && offset + source.Length > logStart)
+            {
+                if (!_open.IsSet)
+                {
+                    WriterWaiting.Set();
+                    _open.Wait();
+                }
+                if (_fail) throw new IOException("log write failed (test gate)");
+            }
+            inner.Write(offset, source);
+        }
+
+        public void Flush() => inner.Flush();
+
+        public void Dispose()
+        {
+            _open.Set();
+            inner.Dispose();
+        }
+    }
+
+    private (string Image, LogGateDevice Device) Setup()
+    {
+        string image = CrashWorkloads.MakeBase(_tmp);
+        var raw = FileBlockDevice.Open(image, writable: true);
+        var sector = new byte[4096];
+        raw.Read(0, sector);
+        var sb = Superblock.Decode(sector);
+        long logStart = sb.FsbToByte(sb.LogStart);
+        return (image, new LogGateDevice(raw, logStart, logStart + (long)sb.LogBlocks * sb.BlockSize));
+    }
+
+    private static byte[] N(string s) => Encoding.ASCII.GetBytes(s);
+
+    /// <summary>
+    /// Creates files until a commit has taken the CIL as a checkpoint, then waits for that checkpoint's first log write
+    /// to reach the closed gate; returns the files created. Fails if a create does not return (its own thread wrote
+    /// the checkpoint, and waits at the gate).
+    /// </summary>
+    private static List<string> CreateUntilACheckpointIsHeld(XfsVolume v, LogGateDevice device, ulong dir)
+    {
+        var names = new List<string>();
+        Exception? failure = null;
+        long taken0 = v.LogCheckpointsTaken;
+        var creator = new Thread(() =>
+        {
+            try
+            {
+                while (v.LogCheckpointsTaken == taken0)
+                {
+                    string name = $"f{names.Count:D5}";
+                    ulong ino = v.CreateNode(dir, N(name), 0x81A4, 0, 0).Inode;
+                    v.Write(ino, 0, N("contents of " + name));
+                    names.Add(name);
+                }
+            }
+            catch (Exception e)
+            {
+                failure = e;
+            }
+        });
+        creator.Start();
+        bool returned = creator.Join(Watchdog);
+        if (!returned) device.Open(failing: false);
+        Assert.True(returned, "the create whose commit filled the CIL did not return while the checkpoint's log write waited at the gate");
+        Assert.Null(failure);
+        Assert.True(device.WriterWaiting.Wait(Watchdog), "the taken checkpoint was never written");
+        return names;
+    }
+
+    [Fact]
+    public void A_commit_that_fills_the_CIL_returns_while_its_checkpoint_is_written_and_a_force_waits_for_it()
+    {
+        var (image, device) = Setup();
+        List<string> first, later = [];
+        using (var v = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero, CheckpointThresholdBytes = 64 * 1024 }, ownsDevice: true))
+        {
+            ulong dir = v.MakeDirectory(v.RootInode, "d"u8, 0x1ED, 0, 0).Inode;
+            v.Sync();
+            long written0 = v.LogStatistics.Checkpoints;
+            device.Close();
+            first = CreateUntilACheckpointIsHeld(v, device, dir);
+            Assert.True(first.Count > 1, $"{first.Count} create(s) filled the CIL");
+            // The checkpoint is taken and not written; reads and further changes go on meanwhile.
+            Assert.Equal(written0, v.LogStatistics.Checkpoints);
+            Assert.True(v.TryLookup(dir, N(first[^1]), out _));
+            for (int i = 0; i < 3; i++)
+            {
+                string name = $"later{i}";
+                v.Write(v.CreateNode(dir, N(name), 0x81A4, 0, 0).Inode, 0, N("contents of " + name));
+                later.Add(name);
+            }
+            // A force waits for the held checkpoint, then writes the one after it.
+            Exception? syncFailure = null;
+            var syncer = new Thread(() => syncFailure = Record.Exception(v.Sync));
+            syncer.Start();
+            device.Open(failing: false);
+            Assert.True(syncer.Join(Watchdog), "the log force did not return once the gate opened");
+            Assert.Null(syncFailure);
+            Assert.Equal(v.LogCheckpointsTaken, v.LogStatistics.Checkpoints);
+            Assert.True(v.LogStatistics.Checkpoints >= written0 + 2, $"{v.LogStatistics.Checkpoints - written0} checkpoint(s) written");
+        }
+        using (var mount = LoopMount.Mount(image, readOnly: false))
+        {
+            foreach (string name in first.Concat(later))
+                Assert.Equal("contents of " + name, File.ReadAllText(Path.Combine(mount.MountPoint, "d", name)));
+            Assert.Equal(first.Count + later.Count, Directory.GetFiles(Path.Combine(mount.MountPoint, "d")).Length);
+        }
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
+        Assert.True(repair.ExitCode == 0, $"xfs_repair -n: {repair.StandardOutput}{repair.StandardError}");
+    }
+
+    [Fact]
+    public void A_checkpoint_that_fails_behind_the_commits_shuts_the_volume_down_and_leaves_what_the_kernel_replays()
+    {
+        var (image, device) = Setup();
+        List<string> synced = [];
+        var v = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero, CheckpointThresholdBytes = 64 * 1024 }, ownsDevice: true);
+        try
+        {
+            ulong dir = v.MakeDirectory(v.RootInode, "d"u8, 0x1ED, 0, 0).Inode;
+            for (int i = 0; i < 5; i++)
+            {
+                string name = $"synced{i}";
+                v.Write(v.CreateNode(dir, N(name), 0x81A4, 0, 0).Inode, 0, N("contents of " + name));
+                synced.Add(name);
+            }
+            v.Sync();
+            device.Close();
+            CreateUntilACheckpointIsHeld(v, device, dir);
+            Assert.False(v.IsReadOnly);
+            device.Open(failing: true);
+            // The force finds the checkpoint failed (waiting for it, or after): an I/O error, and the volume is shut down.
+            var e = Assert.Throws<XfsException>(v.Sync);
+            Assert.Equal(XfsError.IoError, e.Error);
+            Assert.True(v.IsReadOnly, "the volume still reports itself writable");
+            var refused = Record.Exception(() => v.CreateNode(dir, "after"u8, 0x81A4, 0, 0));
+            Assert.True(refused is XfsException { Error: XfsError.IoError }, $"a create after the failure: {refused?.GetType().Name}: {refused?.Message}");
+            Assert.True(v.TryLookup(dir, N(synced[0]), out _), "reads stop after the shutdown");
+        }
+        finally
+        {
+            var closed = Record.Exception(v.Dispose);
+            Assert.True(closed is null or XfsException { Error: XfsError.IoError }, $"closing threw {closed?.GetType().Name}: {closed?.Message}");
+        }
+        // The log holds everything up to the last checkpoint written: the kernel replays it, and what was synced is there.
+        using (var mount = LoopMount.Mount(image, readOnly: false))
+            foreach (string name in synced)
+                Assert.Equal("contents of " + name, File.ReadAllText(Path.Combine(mount.MountPoint, "d", name)));
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
+        Assert.True(repair.ExitCode == 0, $"xfs_repair -n: {repair.StandardOutput}{repair.StandardError}");
+    }
+}
