@@ -345,18 +345,17 @@ public sealed class MountedLog
     /// </summary>
     private void DrainLocked()
     {
-        while (_pending is not null || _writing)
-        {
-            if (_writing) Monitor.Wait(_lock);
-            else WritePendingLocked();
-        }
+        WriteTakenLocked(untilIdle: true);
         ThrowIfUnmounted();
     }
 
-    /// <summary>Waits until no checkpoint is taken (one may still be being written), writing a taken one itself if none is being written.</summary>
-    private void WaitForTakenLocked()
+    /// <summary>
+    /// Returns once no checkpoint is taken (and with <paramref name="untilIdle"/> none is being written either), writing
+    /// a taken one itself whenever none is being written, waiting otherwise.
+    /// </summary>
+    private void WriteTakenLocked(bool untilIdle)
     {
-        while (_pending is not null)
+        while (_pending is not null || (untilIdle && _writing))
         {
             if (_writing) Monitor.Wait(_lock);
             else WritePendingLocked();
@@ -370,17 +369,15 @@ public sealed class MountedLog
     /// </summary>
     private bool TakeCheckpointLocked()
     {
-        WaitForTakenLocked();
+        WriteTakenLocked(untilIdle: false);
         ThrowIfUnmounted();
         if (_cil.IsEmpty) return false;
         // The CIL cannot change while the lock is held: what the hook writes out covers every transaction in it.
-        Guarded(_beforeCheckpoint ?? NoHook);
+        if (_beforeCheckpoint is { } hook) Guarded(hook);
         long reserved = _cil.ReservedBlocks;
         _pending = new TakenCheckpoint(_cil.TakeAll(), reserved, ++_taken);
         return true;
     }
-
-    private static readonly Action NoHook = () => { };
 
     /// <summary>Queues the taken checkpoint to a thread-pool worker (the commit that took it goes on).</summary>
     private void QueueWriter() => ThreadPool.UnsafeQueueUserWorkItem(static log => log.WriteQueued(), this, preferLocal: false);
