@@ -115,6 +115,9 @@ public sealed class ReadWriteConcurrencyTests(ITestOutputHelper output) : IDispo
             var dirs = new ulong[Writers];
             for (int w = 0; w < Writers; w++) dirs[w] = volume.MakeDirectory(root, Encoding.UTF8.GetBytes($"w{w}"), 0x1ED, 0, 0).Inode;
             int writersLeft = Writers;
+            // Halfway through, each writer waits until every reader has read a file: reads then certainly run beside
+            // the writers' second half, however the threads happen to be scheduled.
+            using var everyReaderRead = new CountdownEvent(Readers);
             var threads = new List<Thread>();
             for (int w = 0; w < Writers; w++)
             {
@@ -126,6 +129,8 @@ public sealed class ReadWriteConcurrencyTests(ITestOutputHelper output) : IDispo
                         // Each file: create, one write of its whole content, and every third one renamed, every fifth removed.
                         for (int i = 0; i < FilesPerWriter; i++)
                         {
+                            if (i == FilesPerWriter / 2 && !everyReaderRead.Wait(TimeSpan.FromMinutes(2)))
+                                errors.Enqueue($"writer {index}: the readers read no file in 2 minutes");
                             string name = $"n{i}";
                             ulong ino = volume.CreateNode(dirs[index], Encoding.UTF8.GetBytes(name), 0x81A4, 0, 0).Inode;
                             volume.Write(ino, 0, Content(name, 1000 + 97 * i));
@@ -150,6 +155,7 @@ public sealed class ReadWriteConcurrencyTests(ITestOutputHelper output) : IDispo
                 threads.Add(new Thread(() =>
                 {
                     var buffer = new byte[64 << 10];
+                    bool counted = false;
                     try
                     {
                         while (Volatile.Read(ref writersLeft) > 0)
@@ -168,6 +174,11 @@ public sealed class ReadWriteConcurrencyTests(ITestOutputHelper output) : IDispo
                                     if (n != 0 && !buffer.AsSpan(0, n).SequenceEqual(Content(plain, n)))
                                         errors.Enqueue($"reader {index}: {name} read {n} bytes (size {size}) that are not its content");
                                     Interlocked.Increment(ref reads);
+                                    if (!counted)
+                                    {
+                                        counted = true;
+                                        everyReaderRead.Signal();
+                                    }
                                 }
                             }
                         }
