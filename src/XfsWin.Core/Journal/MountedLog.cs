@@ -20,11 +20,13 @@ public sealed record MountedLogOptions
     public Guid? RecordUuid { get; init; }
 
     /// <summary>
-    /// Runs under the log's lock before a checkpoint's items are taken and any of its records is written: writes
-    /// out the file data the checkpoint's transactions map and that is still held in memory, so that the pre-flush of
-    /// the commit record makes it durable first (data before the metadata that exposes it).
+    /// Runs under the log's lock before a checkpoint's items are taken: starts the file data the checkpoint's
+    /// transactions map (and that is still held in memory) on its way to the device, and returns what the thread that
+    /// writes the checkpoint calls before the checkpoint's first record, to wait until that data is written (null:
+    /// nothing to wait for). The pre-flush of the commit record then makes the data durable first (data before the
+    /// metadata that exposes it). Taking the checkpoint does not wait for the device.
     /// </summary>
-    public Action? BeforeCheckpoint { get; init; }
+    public Func<Action?>? BeforeCheckpoint { get; init; }
 
     /// <summary>
     /// Runs under the log's lock with the (daddr, image) of a buffer item the CIL relogged (see
@@ -83,7 +85,7 @@ public sealed class MountedLog
     private readonly ActiveItemList _ail = new();
     private readonly uint _baseCycle;
     private readonly long _thresholdBytes;
-    private readonly Action? _beforeCheckpoint;
+    private readonly Func<Action?>? _beforeCheckpoint;
     private long _outstandingBlocks;
     // The checkpoint being written: its start (the tail cannot pass it) while its records go out.
     private ulong? _checkpointStartLsn;
@@ -103,7 +105,8 @@ public sealed class MountedLog
     private long _transactions, _checkpoints, _ailPushes, _itemsWrittenBack, _forces;
     private bool _unmounted;
 
-    private sealed record TakenCheckpoint(List<JournalItem> Items, long ReservedBlocks, long Sequence);
+    /// <summary>A checkpoint taken from the CIL: its items, the log space they hold, its sequence, and the wait for the file data it maps.</summary>
+    private sealed record TakenCheckpoint(List<JournalItem> Items, long ReservedBlocks, long Sequence, Action? DataWritten);
 
     private MountedLog(LogArea area, LogRecordWriter writer, ILogWriteback writeback, MountedLogOptions options)
     {
@@ -363,20 +366,28 @@ public sealed class MountedLog
     }
 
     /// <summary>
-    /// Takes the CIL whole as the next checkpoint (the kernel's CIL push), once the file data its transactions map is
-    /// written out (<see cref="MountedLogOptions.BeforeCheckpoint"/>); under the lock. A checkpoint taken before is
-    /// written first (the lock may be released meanwhile). False when the CIL was empty by then (nothing taken).
+    /// Takes the CIL whole as the next checkpoint (the kernel's CIL push), once the file data its transactions map is on
+    /// its way to the device (<see cref="MountedLogOptions.BeforeCheckpoint"/>; the checkpoint's writer waits for it);
+    /// under the lock. A checkpoint taken before is written first (the lock may be released meanwhile). False when the
+    /// CIL was empty by then (nothing taken).
     /// </summary>
     private bool TakeCheckpointLocked()
     {
         WriteTakenLocked(untilIdle: false);
         ThrowIfUnmounted();
         if (_cil.IsEmpty) return false;
-        // The CIL cannot change while the lock is held: what the hook writes out covers every transaction in it.
-        if (_beforeCheckpoint is { } hook) Guarded(hook);
+        // The CIL cannot change while the lock is held: the data the hook starts writing covers every transaction in it.
+        Action? dataWritten = _beforeCheckpoint is { } hook ? StartData(hook) : null;
         long reserved = _cil.ReservedBlocks;
-        _pending = new TakenCheckpoint(_cil.TakeAll(), reserved, ++_taken);
+        _pending = new TakenCheckpoint(_cil.TakeAll(), reserved, ++_taken, dataWritten);
         return true;
+    }
+
+    private Action? StartData(Func<Action?> hook)
+    {
+        Action? wait = null;
+        Guarded(() => wait = hook());
+        return wait;
     }
 
     /// <summary>Queues the taken checkpoint to a thread-pool worker (the commit that took it goes on).</summary>
@@ -693,6 +704,8 @@ public sealed class MountedLog
             Monitor.Exit(_lock);
             try
             {
+                // The file data the checkpoint maps reaches the device before any of its records.
+                taken.DataWritten?.Invoke();
                 foreach (var item in items) item.Format(regions);
                 _writer.BeginSimulation();
                 EmitCheckpoint(tid, regions, 0, simulate: true);

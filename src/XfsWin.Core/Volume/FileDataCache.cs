@@ -12,21 +12,27 @@ namespace XfsWin.Volume;
 /// <item>Large writes are copied into one of <see cref="StreamSlots"/> aligned buffers and written by the cache's writer
 /// thread while the caller goes on (write-behind): a sequential writer's next piece arrives while the last one is on its
 /// way to the disk. With every buffer in flight a large write waits for the oldest to finish.</item>
+/// <item>Held blocks handed off (<see cref="HandOff"/>) join the same queue as one batch: the writer thread writes them
+/// sorted and merged, their arrays still in the batch until the writes returned.</item>
 /// </list>
 /// <para>
 /// Ordering rule: every block held or in flight belongs to a transaction that mapped it and committed (or is committing)
-/// into the CIL. <see cref="WriteOut"/> runs before each checkpoint is written (<see cref="Journal.MountedLogOptions.BeforeCheckpoint"/>),
-/// under the log's lock once the CIL it writes is fixed: it waits for every write in flight, then writes the held
-/// blocks, so the data reaches the device before the checkpoint's commit record, whose pre-flush makes it durable
-/// first: no crash exposes a mapping without its data. Every sync path calls it before flushing the device. Writing
-/// data out early is always allowed (the blocks are allocated to the file), so the cache also writes itself out when
-/// it holds <see cref="LimitBytes"/>.
+/// into the CIL. Before a checkpoint is taken (<see cref="Journal.MountedLogOptions.BeforeCheckpoint"/>, under the log's
+/// lock once the CIL is fixed) the held blocks are handed off, and the thread that writes the checkpoint waits for every
+/// write queued up to then (<see cref="WaitFor"/>) before the checkpoint's first record: the data reaches the device
+/// before the commit record, whose pre-flush makes it durable first, so no crash exposes a mapping without its data.
+/// Every sync path calls <see cref="WriteOut"/> (every write in flight, then the held blocks, written before it returns)
+/// before flushing the device. Writing data out early is always allowed (the blocks are allocated to the file), so the
+/// cache also hands its blocks off when it holds <see cref="LimitBytes"/>, once the batch handed off before is written
+/// (so that at most one batch of that size is in flight besides what is held).
 /// </para>
 /// <para>
 /// Device order: writes in flight go out one at a time in the order they were queued; held blocks are written only
-/// after every write queued before them finished (<see cref="WriteOut"/> and <see cref="WritePartial"/> wait), and a
-/// large write drops the held blocks it covers. Blocks freed while a write to them is in flight stay busy (not
-/// reusable) until the freeing transaction's checkpoint is on disk, and that checkpoint waits for the write first.
+/// after every write queued before them finished (<see cref="WriteOut"/> and <see cref="WritePartial"/> wait, and a
+/// batch handed off is queued behind them), and a large write drops the held blocks it covers. Blocks freed while a
+/// write to them is in flight (a discard drops held blocks, not queued ones) stay busy (not reusable) until the freeing
+/// transaction's checkpoint is on disk, and that checkpoint waits for the write first: a stale write lands before the
+/// block can belong to anything else.
 /// </para>
 /// <para>
 /// Reads of file data overlay what is in flight and held here (<see cref="Read"/>); blocks a committed change unmapped
@@ -90,7 +96,36 @@ internal sealed class FileDataCache : IDisposable
     private Thread? _writer;
     private bool _stopping;
 
-    private readonly record struct InFlightWrite(long Offset, int Length, AlignedBuffer Buffer, long Sequence);
+    // A large write's piece in a slot (Buffer), or a batch of handed-off held blocks (Batch, Buffer null); Offset and
+    // Length span the whole batch.
+    private readonly record struct InFlightWrite(long Offset, long Length, AlignedBuffer? Buffer, HeldBatch? Batch, long Sequence);
+
+    /// <summary>
+    /// Held blocks handed off to the writer thread: the first <see cref="Count"/> block numbers ascending and their
+    /// arrays, owned by the batch until its writes returned (then the block arrays go back to their shards for reuse,
+    /// and the batch to the spares).
+    /// </summary>
+    private sealed class HeldBatch(int capacity)
+    {
+        public readonly long[] Blocks = new long[capacity];
+        public readonly byte[][] Arrays = new byte[capacity][];
+        public int Count;
+
+        /// <summary>The index of the first block at or after <paramref name="block"/> (Count when none).</summary>
+        public int FirstAtOrAfter(long block)
+        {
+            int i = Array.BinarySearch(Blocks, 0, Count, block);
+            return i >= 0 ? i : ~i;
+        }
+    }
+
+    // The sequence of the last batch handed off because the cache was full (0 none): the next one waits for it.
+    private long _lastLimitBatch;
+    // Batches written and emptied, for reuse (under _lock): a stream of hand-offs allocates no batch.
+    private readonly Stack<HeldBatch> _spareBatches = new();
+    private const int MaxSpareBatches = 2;
+    // The writer thread's buffer for merging a batch's neighbouring blocks into one device write.
+    private AlignedBuffer? _batchBuffer;
 
     /// <summary>
     /// Held blocks by device block number (device byte offset >> block log), and arrays for reuse; under the shard's
@@ -168,7 +203,103 @@ internal sealed class FileDataCache : IDisposable
             }
             runStart = runEnd;
         }
-        if ((long)Volatile.Read(ref _heldCount) << _blockLog >= LimitBytes) WriteOut();
+        if ((long)Volatile.Read(ref _heldCount) << _blockLog >= LimitBytes) HandOffFull();
+    }
+
+    /// <summary>
+    /// The cache is full: hands the held blocks off once the batch the last such call handed off is written (so a writer
+    /// faster than the device waits for it rather than filling memory).
+    /// </summary>
+    private void HandOffFull()
+    {
+        lock (_lock)
+        {
+            while (_completed < _lastLimitBatch) Monitor.Wait(_lock);
+            ThrowIfWriteFailedLocked();
+            if ((long)Volatile.Read(ref _heldCount) << _blockLog < LimitBytes) return;
+            _lastLimitBatch = HandOffLocked();
+            StockFreeArraysLocked();
+        }
+    }
+
+    /// <summary>
+    /// Gives every shard the arrays a fill of the cache takes from it (an even share of <see cref="LimitBytes"/>) when
+    /// it has fewer: the next fill runs while the batch just handed off is written, and would otherwise allocate its
+    /// arrays one write at a time until that batch came back. Done once per stream: from then on the arrays of one fill
+    /// held and one in flight exist, and a steady stream of small writes allocates nothing.
+    /// </summary>
+    private void StockFreeArraysLocked()
+    {
+        int perShard = (int)((LimitBytes >> _blockLog) / ShardCount);
+        foreach (var shard in _shards)
+            lock (shard)
+                while (shard.Free.Count < perShard) shard.Free.Push(GC.AllocateUninitializedArray<byte>(_blockSize));
+    }
+
+    /// <summary>
+    /// Queues every held block for the writer thread as one batch, and returns the sequence to wait for with
+    /// <see cref="WaitFor"/>: that of the last write queued (the batch, or an earlier write when nothing was held).
+    /// Does not wait for the device. A write that failed in flight is reported here.
+    /// </summary>
+    public long HandOff()
+    {
+        lock (_lock)
+        {
+            ThrowIfWriteFailedLocked();
+            return HandOffLocked();
+        }
+    }
+
+    private long HandOffLocked()
+    {
+        if (Volatile.Read(ref _heldCount) == 0) return _queued;
+        int locked = 0;
+        try
+        {
+            // Every shard, so that no read sees a block neither held nor queued.
+            for (; locked < ShardCount; locked++) Monitor.Enter(_shards[locked]);
+            int count = 0;
+            foreach (var shard in _shards) count += shard.Blocks.Count;
+            if (count == 0) return _queued;
+            var batch = _spareBatches.Count > 0 && _spareBatches.Peek().Blocks.Length >= count
+                ? _spareBatches.Pop()
+                : new HeldBatch(Math.Max(count, (int)((LimitBytes + HeldWriteLimit) >> _blockLog)));
+            var blocks = batch.Blocks;
+            var arrays = batch.Arrays;
+            int n = 0;
+            foreach (var shard in _shards)
+            {
+                foreach (var (block, bytes) in shard.Blocks)
+                {
+                    blocks[n] = block;
+                    arrays[n] = bytes;
+                    n++;
+                }
+                shard.Blocks.Clear();
+            }
+            Array.Sort(blocks, arrays, 0, n);
+            batch.Count = n;
+            Interlocked.Add(ref _heldCount, -n);
+            long first = blocks[0] << _blockLog, end = (blocks[n - 1] + 1) << _blockLog;
+            _inFlight.Enqueue(new InFlightWrite(first, end - first, null, batch, ++_queued));
+            StartWriterLocked();
+            Monitor.PulseAll(_lock);
+            return _queued;
+        }
+        finally
+        {
+            while (locked > 0) Monitor.Exit(_shards[--locked]);
+        }
+    }
+
+    /// <summary>Waits until the write queued with <paramref name="sequence"/> and every one before it left the device; reports a failed one.</summary>
+    public void WaitFor(long sequence)
+    {
+        lock (_lock)
+        {
+            while (_completed < sequence) Monitor.Wait(_lock);
+            ThrowIfWriteFailedLocked();
+        }
     }
 
     /// <summary>Copies <paramref name="piece"/> into a free slot (waiting for one while all are in flight) and queues it.</summary>
@@ -184,13 +315,16 @@ internal sealed class FileDataCache : IDisposable
             ThrowIfWriteFailedLocked();
         }
         piece.CopyTo(slot.Span);
-        _inFlight.Enqueue(new InFlightWrite(offset, piece.Length, slot, ++_queued));
-        if (_writer is null)
-        {
-            _writer = new Thread(WriterLoop) { IsBackground = true, Name = "xfswin-data-writer" };
-            _writer.Start();
-        }
+        _inFlight.Enqueue(new InFlightWrite(offset, piece.Length, slot, null, ++_queued));
+        StartWriterLocked();
         Monitor.PulseAll(_lock);
+    }
+
+    private void StartWriterLocked()
+    {
+        if (_writer is not null) return;
+        _writer = new Thread(WriterLoop) { IsBackground = true, Name = "xfswin-data-writer" };
+        _writer.Start();
     }
 
     /// <summary>The writer thread: the oldest queued write to the device, retired (its slot freed) once the device returned.</summary>
@@ -206,9 +340,18 @@ internal sealed class FileDataCache : IDisposable
                 next = _inFlight.Peek();
             }
             Exception? failure = null;
+            int deviceWrites = 0;
             try
             {
-                _device.Write(next.Offset, next.Buffer.Span[..next.Length]);
+                if (next.Batch is { } batch)
+                {
+                    deviceWrites = WriteBatch(batch);
+                }
+                else
+                {
+                    _device.Write(next.Offset, next.Buffer!.Span[..(int)next.Length]);
+                    deviceWrites = 1;
+                }
             }
             catch (Exception e)
             {
@@ -218,20 +361,62 @@ internal sealed class FileDataCache : IDisposable
             {
                 _inFlight.Dequeue();
                 _movedToDevice++;
-                _freeSlots.Push(next.Buffer);
                 _completed = next.Sequence;
-                if (failure is null)
+                DeviceWrites += deviceWrites;
+                if (next.Batch is { } batch)
                 {
-                    DeviceWrites++;
-                    BlocksWritten += next.Length >> _blockLog;
+                    if (failure is null) BlocksWritten += batch.Count;
+                    ReleaseBatchLocked(batch);
                 }
                 else
                 {
-                    _writeFailure ??= failure;
+                    _freeSlots.Push(next.Buffer!);
+                    if (failure is null) BlocksWritten += next.Length >> _blockLog;
                 }
+                if (failure is not null) _writeFailure ??= failure;
                 Monitor.PulseAll(_lock);
             }
         }
+    }
+
+    /// <summary>
+    /// Writes a batch's blocks in ascending order, neighbours merged into writes of up to 1 MiB (on the writer thread,
+    /// without the lock: nothing changes a batch's blocks while it is queued). Returns the device writes made.
+    /// </summary>
+    private int WriteBatch(HeldBatch batch)
+    {
+        _batchBuffer ??= new AlignedBuffer(WriteOutBufferSize);
+        var buffer = _batchBuffer.Span;
+        int perWrite = WriteOutBufferSize >> _blockLog;
+        int writes = 0;
+        for (int i = 0; i < batch.Count;)
+        {
+            long start = batch.Blocks[i];
+            int run = 0;
+            while (i < batch.Count && run < perWrite && batch.Blocks[i] == start + run)
+            {
+                batch.Arrays[i].CopyTo(buffer[(run << _blockLog)..]);
+                run++;
+                i++;
+            }
+            _device.Write(start << _blockLog, buffer[..(run << _blockLog)]);
+            writes++;
+        }
+        return writes;
+    }
+
+    /// <summary>Gives a written (or failed) batch's block arrays back to their shards, and the emptied batch to the spares.</summary>
+    private void ReleaseBatchLocked(HeldBatch batch)
+    {
+        for (int i = 0; i < batch.Count; i++)
+        {
+            var shard = _shards[ShardOf(batch.Blocks[i])];
+            lock (shard)
+                if (shard.Free.Count < _freeLimitPerShard) shard.Free.Push(batch.Arrays[i]);
+        }
+        Array.Clear(batch.Arrays, 0, batch.Count);
+        batch.Count = 0;
+        if (_spareBatches.Count < MaxSpareBatches) _spareBatches.Push(batch);
     }
 
     /// <summary>Waits until every write queued so far has left the device, then reports a failed one.</summary>
@@ -247,9 +432,16 @@ internal sealed class FileDataCache : IDisposable
     {
         long target = 0;
         foreach (var w in _inFlight)
-            if (w.Offset < offset + length && offset < w.Offset + w.Length) target = w.Sequence;
+            if (w.Offset < offset + length && offset < w.Offset + w.Length && (w.Batch is not { } batch || BatchOverlaps(batch, offset, length)))
+                target = w.Sequence;
         while (_completed < target) Monitor.Wait(_lock);
         ThrowIfWriteFailedLocked();
+    }
+
+    private bool BatchOverlaps(HeldBatch batch, long offset, long length)
+    {
+        int i = batch.FirstAtOrAfter(offset >> _blockLog);
+        return i < batch.Count && batch.Blocks[i] << _blockLog < offset + length;
     }
 
     private void ThrowIfWriteFailedLocked()
@@ -303,7 +495,17 @@ internal sealed class FileDataCache : IDisposable
             foreach (var w in _inFlight)
             {
                 long from = Math.Max(w.Offset, offset), to = Math.Min(w.Offset + w.Length, offset + destination.Length);
-                if (from < to) w.Buffer.Span[(int)(from - w.Offset)..(int)(to - w.Offset)].CopyTo(destination[(int)(from - offset)..]);
+                if (from >= to) continue;
+                if (w.Batch is { } batch)
+                {
+                    long lastBlock = (to - 1) >> _blockLog;
+                    for (int i = batch.FirstAtOrAfter(from >> _blockLog); i < batch.Count && batch.Blocks[i] <= lastBlock; i++)
+                        Overlay(batch.Blocks[i], batch.Arrays[i], offset, destination);
+                }
+                else
+                {
+                    w.Buffer!.Span[(int)(from - w.Offset)..(int)(to - w.Offset)].CopyTo(destination[(int)(from - offset)..]);
+                }
             }
             if (Volatile.Read(ref _heldCount) == 0) return;
             long first = offset >> _blockLog, last = (offset + destination.Length - 1) >> _blockLog;
@@ -448,6 +650,8 @@ internal sealed class FileDataCache : IDisposable
         {
             _writeBuffer?.Dispose();
             _writeBuffer = null;
+            _batchBuffer?.Dispose();
+            _batchBuffer = null;
             while (_freeSlots.Count > 0) _freeSlots.Pop().Dispose();
             _slotsAllocated = 0;
         }

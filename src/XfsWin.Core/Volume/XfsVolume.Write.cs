@@ -249,7 +249,11 @@ public sealed partial class XfsVolume
         var buffers = _mount.Buffers;
         var logOptions = new MountedLogOptions
         {
-            BeforeCheckpoint = data.WriteOut,
+            BeforeCheckpoint = () =>
+            {
+                long written = data.HandOff();
+                return () => data.WaitFor(written);
+            },
             CheckpointThresholdBytes = _checkpointThresholdBytes,
             // A relogged buffer's older image goes back to its buffer for the next private copy (see CommittedItemList).
             ImageReleased = (daddr, image) => buffers.Find(daddr << LogArea.BBShift, image.Length)?.OfferSpare(image),

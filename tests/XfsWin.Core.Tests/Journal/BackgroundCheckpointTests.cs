@@ -206,4 +206,149 @@ public sealed class BackgroundCheckpointTests : IDisposable
         var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
         Assert.True(repair.ExitCode == 0, $"xfs_repair -n: {repair.StandardOutput}{repair.StandardError}");
     }
+
+    /// <summary>
+    /// Holds writes of file data (blocks that begin with "contents of", as every file here does) at a gate, and records
+    /// the order in which file data and log writes reached the device.
+    /// </summary>
+    private sealed class DataGateDevice(IBlockDevice inner, long logStart, long logEnd) : IBlockDevice
+    {
+        private static readonly byte[] Marker = Encoding.ASCII.GetBytes("contents of ");
+        private readonly ManualResetEventSlim _open = new(initialState: true);
+        public readonly ManualResetEventSlim DataWriterWaiting = new();
+        public readonly List<string> Order = [];
+
+        public void Close()
+        {
+            DataWriterWaiting.Reset();
+            lock (Order) Order.Clear();
+            _open.Reset();
+        }
+
+        public void Open() => _open.Set();
+
+        public int LogWrites
+        {
+            get { lock (Order) return Order.Count(o => o == "log"); }
+        }
+
+        public long Length => inner.Length;
+        public int SectorSize => inner.SectorSize;
+        public bool CanWrite => inner.CanWrite;
+        public string IoMode => inner.IoMode;
+        public void Read(long offset, Span<byte> destination) => inner.Read(offset, destination);
+        public ValueTask ReadAsync(long offset, Memory<byte> destination, CancellationToken cancellationToken = default) =>
+            inner.ReadAsync(offset, destination, cancellationToken);
+
+        public void Write(long offset, ReadOnlySpan<byte> source)
+        {
+            bool log = offset < logEnd && offset + source.Length > logStart;
+            bool data = !log && source.StartsWith(Marker);
+            if (data && !_open.IsSet)
+            {
+                DataWriterWaiting.Set();
+                _open.Wait();
+            }
+            inner.Write(offset, source);
+            if (log || data) lock (Order) Order.Add(log ? "log" : "data");
+        }
+
+        public void Flush() => inner.Flush();
+
+        public void Dispose()
+        {
+            _open.Set();
+            inner.Dispose();
+        }
+    }
+
+    /// <summary>
+    /// The file data a checkpoint maps is written behind the commit that takes the checkpoint too: that commit returns
+    /// while the data waits at the device, and the checkpoint's first record waits for the data (data before the
+    /// metadata that exposes it). The kernel then shows every file with its contents.
+    /// </summary>
+    [Fact]
+    public void The_file_data_a_checkpoint_maps_is_written_behind_the_commit_and_before_the_checkpoints_records()
+    {
+        string image = CrashWorkloads.MakeBase(_tmp);
+        var raw = FileBlockDevice.Open(image, writable: true);
+        var sector = new byte[4096];
+        raw.Read(0, sector);
+        var sb = Superblock.Decode(sector);
+        long logStart = sb.FsbToByte(sb.LogStart);
+        var device = new DataGateDevice(raw, logStart, logStart + (long)sb.LogBlocks * sb.BlockSize);
+        var names = new List<string>();
+        using (var v = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero, CheckpointThresholdBytes = 64 * 1024 }, ownsDevice: true))
+        {
+            ulong dir = v.MakeDirectory(v.RootInode, "d"u8, 0x1ED, 0, 0).Inode;
+            v.Sync();
+            long written0 = v.LogStatistics.Checkpoints;
+            long taken0 = v.LogCheckpointsTaken;
+            device.Close();
+            // A failed check opens the gate, so that closing the volume (which writes the data out) does not hang.
+            try
+            {
+                CheckDataWrittenBehind(v, device, dir, names, taken0, written0);
+            }
+            finally
+            {
+                device.Open();
+            }
+        }
+        using (var mount = LoopMount.Mount(image, readOnly: false))
+        {
+            foreach (string name in names)
+                Assert.Equal("contents of " + name, File.ReadAllText(Path.Combine(mount.MountPoint, "d", name)));
+            Assert.Equal(names.Count, Directory.GetFiles(Path.Combine(mount.MountPoint, "d")).Length);
+        }
+        var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
+        Assert.True(repair.ExitCode == 0, $"xfs_repair -n: {repair.StandardOutput}{repair.StandardError}");
+    }
+
+    private static void CheckDataWrittenBehind(XfsVolume v, DataGateDevice device, ulong dir, List<string> names, long taken0, long written0)
+    {
+        Exception? failure = null;
+        var creator = new Thread(() =>
+        {
+            try
+            {
+                while (v.LogCheckpointsTaken == taken0)
+                {
+                    string name = $"f{names.Count:D5}";
+                    v.Write(v.CreateNode(dir, N(name), 0x81A4, 0, 0).Inode, 0, N("contents of " + name));
+                    names.Add(name);
+                }
+            }
+            catch (Exception e)
+            {
+                failure = e;
+            }
+        });
+        creator.Start();
+        bool returned = creator.Join(Watchdog);
+        if (!returned) device.Open();
+        Assert.True(returned, "the create whose commit took the checkpoint did not return while the file data waited at the device");
+        Assert.Null(failure);
+        Assert.True(device.DataWriterWaiting.Wait(Watchdog), "the checkpoint's file data was never written");
+        // The data is held at the gate: no record of the checkpoint may be on its way yet.
+        Assert.Equal(0, device.LogWrites);
+        Assert.Equal(written0, v.LogStatistics.Checkpoints);
+        Assert.True(v.TryLookup(dir, N(names[^1]), out _));
+        Assert.True(v.TryLookup(dir, N(names[0]), out ulong firstFile));
+        var read = new byte[64];
+        int got = v.Read(firstFile, 0, read);
+        Assert.Equal("contents of " + names[0], Encoding.ASCII.GetString(read, 0, got));
+
+        Exception? syncFailure = null;
+        var syncer = new Thread(() => syncFailure = Record.Exception(v.Sync));
+        syncer.Start();
+        device.Open();
+        Assert.True(syncer.Join(Watchdog), "the sync did not return once the gate opened");
+        Assert.Null(syncFailure);
+        Assert.True(v.LogStatistics.Checkpoints > written0);
+        List<string> order;
+        lock (device.Order) order = [.. device.Order];
+        int firstLog = order.IndexOf("log");
+        Assert.True(firstLog > 0, $"the first write after the data gate closed was a log write ({string.Join(",", order.Take(8))})");
+    }
 }

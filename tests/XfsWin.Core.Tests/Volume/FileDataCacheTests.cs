@@ -169,6 +169,106 @@ public sealed class FileDataCacheTests
         Assert.Equal([(0L, 256 << 10), (2L * Block + 100, 50), ((long)Block, Block)], device.Writes);
     }
 
+    /// <summary>
+    /// Held blocks handed off (what a checkpoint's taking does) leave the held table at once and go to the device on the
+    /// writer thread, sorted and merged; until then reads see them, a partial write into one waits for it, a short write
+    /// over one is held and lands after it, and <see cref="FileDataCache.WaitFor"/> returns only once they are written.
+    /// </summary>
+    [Fact]
+    public async Task Handed_off_blocks_are_written_behind_read_until_then_and_later_writes_land_after_them()
+    {
+        var device = new GatedWriteDevice(1 << 20);
+        using var cache = new FileDataCache(device, Block);
+        // Blocks 1, 2 and 3 (neighbours: one device write) and block 7.
+        cache.Write(1 * Block, Filled(3 * Block, 0x11));
+        cache.Write(7 * Block, Filled(Block, 0x77));
+        device.Gate.Reset();
+        long sequence = 0;
+        await Bounded(() => sequence = cache.HandOff());
+        Assert.Equal(0, cache.Count);
+        Assert.True(await device.WriteStarted.WaitAsync(HangLimit)); // the first merged write waits at the gate
+        var waiter = Task.Run(() => cache.WaitFor(sequence));
+
+        var read = new byte[8 * Block];
+        cache.Read(0, read);
+        Assert.All(read.AsSpan(0, Block).ToArray(), b => Assert.Equal(0, b));
+        Assert.All(read.AsSpan(Block, 3 * Block).ToArray(), b => Assert.Equal(0x11, b));
+        Assert.All(read.AsSpan(4 * Block, 3 * Block).ToArray(), b => Assert.Equal(0, b));
+        Assert.All(read.AsSpan(7 * Block).ToArray(), b => Assert.Equal(0x77, b));
+
+        // A short write over a handed-off block is held (newer: reads see it), a partial write into another waits.
+        await Bounded(() => cache.Write(2 * Block, Filled(Block, 0x22)));
+        var partial = Task.Run(() => cache.WritePartial(7 * Block + 10, Filled(20, 0x55)));
+        cache.Read(2 * Block, read.AsSpan(0, Block));
+        Assert.All(read.AsSpan(0, Block).ToArray(), b => Assert.Equal(0x22, b));
+        Assert.False(waiter.IsCompleted);
+        Assert.False(partial.IsCompleted);
+        Assert.Empty(device.Writes);
+
+        device.Gate.Set();
+        await waiter.WaitAsync(HangLimit);
+        await partial.WaitAsync(HangLimit);
+        Assert.Equal([(1L * Block, 3 * Block), (7L * Block, Block), (7L * Block + 10, 20)], device.Writes);
+        await Bounded(cache.WriteOut);
+        Assert.Equal((2L * Block, Block), device.Writes[^1]);
+        Assert.All(device.Bytes.AsSpan(Block, Block).ToArray(), b => Assert.Equal(0x11, b));
+        Assert.All(device.Bytes.AsSpan(2 * Block, Block).ToArray(), b => Assert.Equal(0x22, b));
+        Assert.All(device.Bytes.AsSpan(3 * Block, Block).ToArray(), b => Assert.Equal(0x11, b));
+        Assert.All(device.Bytes.AsSpan(7 * Block, 10).ToArray(), b => Assert.Equal(0x77, b));
+        Assert.All(device.Bytes.AsSpan(7 * Block + 10, 20).ToArray(), b => Assert.Equal(0x55, b));
+        Assert.All(device.Bytes.AsSpan(7 * Block + 30, Block - 30).ToArray(), b => Assert.Equal(0x77, b));
+        Assert.Equal(5, cache.BlocksWritten);
+    }
+
+    /// <summary>A handed-off batch whose device write fails fails the wait for it, and every later hand-off and write-out.</summary>
+    [Fact]
+    public void A_handed_off_batch_that_fails_fails_its_wait_and_every_later_write()
+    {
+        var device = new GatedWriteDevice(1 << 20) { Fail = true };
+        using var cache = new FileDataCache(device, Block);
+        cache.Write(0, Filled(Block, 0x11));
+        long sequence = cache.HandOff();
+        var e = Assert.Throws<XfsException>(() => cache.WaitFor(sequence));
+        Assert.Equal(XfsError.IoError, e.Error);
+        cache.Write(Block, Filled(Block, 0x22));
+        Assert.Throws<XfsException>(() => cache.HandOff());
+        Assert.Throws<XfsException>(cache.WriteOut);
+    }
+
+    /// <summary>
+    /// A cache that fills (<see cref="FileDataCache.LimitBytes"/>) hands its blocks off instead of writing them itself;
+    /// the next time it fills it waits for that batch first, so memory stays bounded when the device is slower.
+    /// </summary>
+    [Fact]
+    public async Task A_full_cache_hands_its_blocks_off_and_waits_for_that_batch_before_the_next()
+    {
+        int limitBlocks = (int)(FileDataCache.LimitBytes / Block);
+        var device = new GatedWriteDevice((int)(3 * FileDataCache.LimitBytes));
+        using var cache = new FileDataCache(device, Block);
+        device.Gate.Reset();
+        var one = Filled(Block, 0x31);
+        // Filling it once returns with the batch at the gate.
+        await Bounded(() =>
+        {
+            for (int i = 0; i < limitBlocks; i++) cache.Write((long)i * Block, one);
+        });
+        Assert.Equal(0, cache.Count);
+        Assert.True(await device.WriteStarted.WaitAsync(HangLimit));
+        // Filling it again waits for the first batch.
+        var second = Task.Run(() =>
+        {
+            for (int i = limitBlocks; i < 2 * limitBlocks; i++) cache.Write((long)i * Block, one);
+        });
+        // The gate is closed, so the first batch cannot finish: the second fill must not return (a wrong one returns at once).
+        var finished = await Task.WhenAny(second, Task.Delay(TimeSpan.FromMilliseconds(200)));
+        Assert.False(ReferenceEquals(finished, second), "the second fill did not wait for the first batch");
+        device.Gate.Set();
+        await second.WaitAsync(HangLimit);
+        await Bounded(cache.WriteOut);
+        Assert.Equal(2L * limitBlocks, cache.BlocksWritten);
+        Assert.All(device.Bytes.AsSpan(0, (int)(2 * FileDataCache.LimitBytes)).ToArray(), b => Assert.Equal(0x31, b));
+    }
+
     [Fact]
     public async Task More_writes_than_slots_wait_for_one_and_all_land_in_order()
     {
@@ -243,8 +343,8 @@ public sealed class FileDataCacheTests
 
     /// <summary>
     /// Threads writing their own blocks at once (short writes over runs of every shard, each read back at once) beside
-    /// a thread writing the cache out over and over: every read returns what its thread wrote last, whichever write-out
-    /// ran in between, and the device ends with every thread's last bytes. The interleaving varies from run to run;
+    /// a thread handing the held blocks off and writing the cache out over and over: every read returns what its thread
+    /// wrote last, whichever hand-off or write-out ran in between, and the device ends with every thread's last bytes. The interleaving varies from run to run;
     /// what is checked holds for every interleaving.
     /// </summary>
     [Fact]
@@ -260,7 +360,9 @@ public sealed class FileDataCacheTests
             int rounds = 0;
             while (!stop.IsCancellationRequested || rounds == 0)
             {
-                cache.WriteOut();
+                // Hand-offs (a checkpoint taken) and write-outs (a sync) in turn.
+                if (rounds % 2 == 0) cache.WaitFor(cache.HandOff());
+                else cache.WriteOut();
                 rounds++;
             }
             return rounds;
