@@ -864,8 +864,25 @@ public sealed partial class DirectoryEditor
             LeafAdd(name, ino, type);
             return;
         }
-        var ents = ReadEntries(b, leafStart, count);
         uint hash = Hash(name);
+        if (!compact && stale == 0)
+        {
+            // No stale entry: the array grows down by one slot into the free space before it, the entries below the
+            // insertion point move down with it, and the new one goes in the gap (no list of the entries is made).
+            int index = FirstAtOrAbove(b, leafStart, count, hash);
+            UseFree(b, endDup, leafStart - 8, 8);
+            b.AsSpan(leafStart, index * 8).CopyTo(b.AsSpan(leafStart - 8));
+            leafStart -= 8;
+            count++;
+            BinaryPrimitives.WriteUInt32BigEndian(b.AsSpan(leafStart + index * 8), hash);
+            BinaryPrimitives.WriteUInt32BigEndian(b.AsSpan(leafStart + index * 8 + 4), (uint)(dup >> 3));
+            SetTail(b, count, stale);
+            UseFree(b, dup, dup, len);
+            PutEntry(b, dup, name, ino, (byte)type);
+            FreeScan(b, leafStart);
+            return;
+        }
+        var ents = ReadEntries(b, leafStart, count);
         if (compact)
         {
             // Drop every stale entry but the last one; their room joins the free space before the array.
@@ -970,11 +987,23 @@ public sealed partial class DirectoryEditor
 
     private void WriteLeaf(byte[] leaf, List<(uint Hash, uint Address)> ents, int stale, List<ushort> bests)
     {
-        int infoSize = _v5 ? DaBlockInfoView.SizeV5 : DaBlockInfoView.SizeV4;
-        if (_leafHdr + ents.Count * 8 > _blk - 4 - bests.Count * 2) throw new InvalidOperationException($"directory {_dir.Number}: leaf entries run into the best-free table");
-        SetU16(leaf, infoSize, ents.Count);
-        SetU16(leaf, infoSize + 2, stale);
+        CheckLeafRoom(ents.Count, bests.Count);
         WriteEntries(leaf, _leafHdr, ents);
+        WriteLeafCountsAndBests(leaf, ents.Count, stale, bests);
+    }
+
+    /// <summary>Refuses a leaf1 layout whose hash entries would run into its best-free table (our bug, not the disk's).</summary>
+    private void CheckLeafRoom(int entries, int bests)
+    {
+        if (_leafHdr + entries * 8 > _blk - 4 - bests * 2) throw new InvalidOperationException($"directory {_dir.Number}: leaf entries run into the best-free table");
+    }
+
+    /// <summary>A leaf1 block's entry and stale counts, and its best-free table with its count (the entries written already).</summary>
+    private void WriteLeafCountsAndBests(byte[] leaf, int count, int stale, List<ushort> bests)
+    {
+        int infoSize = _v5 ? DaBlockInfoView.SizeV5 : DaBlockInfoView.SizeV4;
+        SetU16(leaf, infoSize, count);
+        SetU16(leaf, infoSize + 2, stale);
         BinaryPrimitives.WriteUInt32BigEndian(leaf.AsSpan(_blk - 4), (uint)bests.Count);
         for (int i = 0; i < bests.Count; i++) SetU16(leaf, _blk - 4 - (bests.Count - i) * 2, bests[i]);
     }
@@ -1004,16 +1033,16 @@ public sealed partial class DirectoryEditor
     {
         var leaf = ReadBlock(_leafFsb, BufType.DirLeaf1);
         int count = LeafCount(leaf), stale = LeafStale(leaf);
-        var ents = ReadEntries(leaf, _leafHdr, count);
         var bests = ReadBests(leaf);
         uint hash = Hash(name);
         int len = EntSize(name.Length);
         // A block already holding this hash, with room: same-hash entries stay together.
         int use = -1;
-        for (int i = FirstAtOrAbove(ents, hash); i < ents.Count && ents[i].Hash == hash; i++)
+        for (int i = FirstAtOrAbove(leaf, _leafHdr, count, hash); i < count && EntHash(leaf, _leafHdr, i) == hash; i++)
         {
-            if (ents[i].Address == 0) continue;
-            int db = (int)(((long)ents[i].Address << 3) / _blk);
+            uint entAddress = EntAddress(leaf, _leafHdr, i);
+            if (entAddress == 0) continue;
+            int db = (int)(((long)entAddress << 3) / _blk);
             if (db < bests.Count && bests[db] != NullDataOff && bests[db] >= len) { use = db; break; }
         }
         if (use == -1)
@@ -1039,10 +1068,13 @@ public sealed partial class DirectoryEditor
                 return;
             }
         }
+        // The hash entries are read into a list only where stale ones are taken out or reused; otherwise the new entry
+        // goes in place.
+        var ents = stale == 0 ? null : ReadEntries(leaf, _leafHdr, count);
         if (compact)
         {
             // xfs_dir3_leaf_compact_x1 keeps one stale entry for the insert to take; dropping all and growing by one leaves the same counts.
-            ents.RemoveAll(e => e.Address == 0);
+            ents!.RemoveAll(e => e.Address == 0);
             stale = 0;
         }
         byte[] data;
@@ -1065,6 +1097,18 @@ public sealed partial class DirectoryEditor
         FreeScan(data, _blk);
         bests[use] = (ushort)BestFree(data, 0).Len;
         uint address = (uint)((((long)use * _blk) + dup) >> 3);
+        if (ents is null)
+        {
+            // No stale entry (xfs_dir3_leaf_find_entry's common case): the entries from the insertion point move up one
+            // slot and the new one goes in the gap.
+            CheckLeafRoom(count + 1, bests.Count);
+            int at = _leafHdr + FirstAtOrAbove(leaf, _leafHdr, count, hash) * 8;
+            leaf.AsSpan(at, _leafHdr + count * 8 - at).CopyTo(leaf.AsSpan(at + 8));
+            BinaryPrimitives.WriteUInt32BigEndian(leaf.AsSpan(at), hash);
+            BinaryPrimitives.WriteUInt32BigEndian(leaf.AsSpan(at + 4), address);
+            WriteLeafCountsAndBests(leaf, count + 1, stale, bests);
+            return;
+        }
         if (stale == 0) ents.Insert(FirstAtOrAbove(ents, hash), (hash, address));
         else
         {
