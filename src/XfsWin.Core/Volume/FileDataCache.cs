@@ -218,22 +218,7 @@ internal sealed class FileDataCache : IDisposable
             ThrowIfWriteFailedLocked();
             if ((long)Volatile.Read(ref _heldCount) << _blockLog < LimitBytes) return;
             _lastLimitBatch = HandOffLocked();
-            StockFreeArraysLocked();
         }
-    }
-
-    /// <summary>
-    /// Gives every shard the arrays a fill of the cache takes from it (an even share of <see cref="LimitBytes"/>) when
-    /// it has fewer: the next fill runs while the batch just handed off is written, and would otherwise allocate its
-    /// arrays one write at a time until that batch came back. Done once per stream: from then on the arrays of one fill
-    /// held and one in flight exist, and a steady stream of small writes allocates nothing.
-    /// </summary>
-    private void StockFreeArraysLocked()
-    {
-        int perShard = (int)((LimitBytes >> _blockLog) / ShardCount);
-        foreach (var shard in _shards)
-            lock (shard)
-                while (shard.Free.Count < perShard) shard.Free.Push(GC.AllocateUninitializedArray<byte>(_blockSize));
     }
 
     /// <summary>
