@@ -23,25 +23,31 @@ public sealed class BackgroundCheckpointTests : IDisposable
     private static readonly TimeSpan Watchdog = TimeSpan.FromSeconds(60);
 
     /// <summary>
-    /// Holds writes to the log area at a gate: a write there waits while the gate is closed (<see cref="WriterWaiting"/>
-    /// is set once one does), then passes, or fails with an I/O error when the gate opened failing.
+    /// A device over an image that holds some writes at a gate (which ones, each kind says): a held write waits while the
+    /// gate is closed (<see cref="WriterWaiting"/> is set once one does). Everything else passes to the image.
     /// </summary>
-    private sealed class LogGateDevice(IBlockDevice inner, long logStart, long logEnd) : IBlockDevice
+    private abstract class GatedDevice(IBlockDevice inner, long logStart, long logEnd) : IBlockDevice
     {
         private readonly ManualResetEventSlim _open = new(initialState: true);
-        private volatile bool _fail;
         public readonly ManualResetEventSlim WriterWaiting = new();
 
-        public void Close()
+        public virtual void Close()
         {
             WriterWaiting.Reset();
             _open.Reset();
         }
 
-        public void Open(bool failing)
+        protected void OpenGate() => _open.Set();
+
+        /// <summary>Whether a write of <paramref name="length"/> bytes at <paramref name="offset"/> touches the log.</summary>
+        protected bool InLog(long offset, int length) => offset < logEnd && offset + length > logStart;
+
+        /// <summary>Waits while the gate is closed.</summary>
+        protected void PassGate()
         {
-            _fail = failing;
-            _open.Set();
+            if (_open.IsSet) return;
+            WriterWaiting.Set();
+            _open.Wait();
         }
 
         public long Length => inner.Length;
@@ -51,21 +57,8 @@ public sealed class BackgroundCheckpointTests : IDisposable
         public void Read(long offset, Span<byte> destination) => inner.Read(offset, destination);
         public ValueTask ReadAsync(long offset, Memory<byte> destination, CancellationToken cancellationToken = default) =>
             inner.ReadAsync(offset, destination, cancellationToken);
-
-        public void Write(long offset, ReadOnlySpan<byte> source)
-        {
-            if (offset < logEnd && offset + source.Length > logStart)
-            {
-                if (!_open.IsSet)
-                {
-                    WriterWaiting.Set();
-                    _open.Wait();
-                }
-                if (_fail) throw new IOException("log write failed (test gate)");
-            }
-            inner.Write(offset, source);
-        }
-
+        public abstract void Write(long offset, ReadOnlySpan<byte> source);
+        protected void WriteThrough(long offset, ReadOnlySpan<byte> source) => inner.Write(offset, source);
         public void Flush() => inner.Flush();
 
         public void Dispose()
@@ -75,7 +68,32 @@ public sealed class BackgroundCheckpointTests : IDisposable
         }
     }
 
-    private (string Image, LogGateDevice Device) Setup()
+    /// <summary>
+    /// Holds writes to the log area at the gate; once it opens they pass, or fail with an I/O error when it opened failing.
+    /// </summary>
+    private sealed class LogGateDevice(IBlockDevice inner, long logStart, long logEnd) : GatedDevice(inner, logStart, logEnd)
+    {
+        private volatile bool _fail;
+
+        public void Open(bool failing)
+        {
+            _fail = failing;
+            OpenGate();
+        }
+
+        public override void Write(long offset, ReadOnlySpan<byte> source)
+        {
+            if (InLog(offset, source.Length))
+            {
+                PassGate();
+                if (_fail) throw new IOException("log write failed (test gate)");
+            }
+            WriteThrough(offset, source);
+        }
+    }
+
+    /// <summary>A fresh base volume, its device, and the byte range of its internal log.</summary>
+    private (string Image, IBlockDevice Raw, long LogStart, long LogEnd) MakeVolume()
     {
         string image = CrashWorkloads.MakeBase(_tmp);
         var raw = FileBlockDevice.Open(image, writable: true);
@@ -83,7 +101,13 @@ public sealed class BackgroundCheckpointTests : IDisposable
         raw.Read(0, sector);
         var sb = Superblock.Decode(sector);
         long logStart = sb.FsbToByte(sb.LogStart);
-        return (image, new LogGateDevice(raw, logStart, logStart + (long)sb.LogBlocks * sb.BlockSize));
+        return (image, raw, logStart, logStart + (long)sb.LogBlocks * sb.BlockSize);
+    }
+
+    private (string Image, LogGateDevice Device) Setup()
+    {
+        var (image, raw, logStart, logEnd) = MakeVolume();
+        return (image, new LogGateDevice(raw, logStart, logEnd));
     }
 
     private static byte[] N(string s) => Encoding.ASCII.GetBytes(s);
@@ -211,54 +235,31 @@ public sealed class BackgroundCheckpointTests : IDisposable
     /// Holds writes of file data (blocks that begin with "contents of", as every file here does) at a gate, and records
     /// the order in which file data and log writes reached the device.
     /// </summary>
-    private sealed class DataGateDevice(IBlockDevice inner, long logStart, long logEnd) : IBlockDevice
+    private sealed class DataGateDevice(IBlockDevice inner, long logStart, long logEnd) : GatedDevice(inner, logStart, logEnd)
     {
         private static readonly byte[] Marker = Encoding.ASCII.GetBytes("contents of ");
-        private readonly ManualResetEventSlim _open = new(initialState: true);
-        public readonly ManualResetEventSlim DataWriterWaiting = new();
         public readonly List<string> Order = [];
 
-        public void Close()
+        public override void Close()
         {
-            DataWriterWaiting.Reset();
             lock (Order) Order.Clear();
-            _open.Reset();
+            base.Close();
         }
 
-        public void Open() => _open.Set();
+        public void Open() => OpenGate();
 
         public int LogWrites
         {
             get { lock (Order) return Order.Count(o => o == "log"); }
         }
 
-        public long Length => inner.Length;
-        public int SectorSize => inner.SectorSize;
-        public bool CanWrite => inner.CanWrite;
-        public string IoMode => inner.IoMode;
-        public void Read(long offset, Span<byte> destination) => inner.Read(offset, destination);
-        public ValueTask ReadAsync(long offset, Memory<byte> destination, CancellationToken cancellationToken = default) =>
-            inner.ReadAsync(offset, destination, cancellationToken);
-
-        public void Write(long offset, ReadOnlySpan<byte> source)
+        public override void Write(long offset, ReadOnlySpan<byte> source)
         {
-            bool log = offset < logEnd && offset + source.Length > logStart;
+            bool log = InLog(offset, source.Length);
             bool data = !log && source.StartsWith(Marker);
-            if (data && !_open.IsSet)
-            {
-                DataWriterWaiting.Set();
-                _open.Wait();
-            }
-            inner.Write(offset, source);
+            if (data) PassGate();
+            WriteThrough(offset, source);
             if (log || data) lock (Order) Order.Add(log ? "log" : "data");
-        }
-
-        public void Flush() => inner.Flush();
-
-        public void Dispose()
-        {
-            _open.Set();
-            inner.Dispose();
         }
     }
 
@@ -270,13 +271,8 @@ public sealed class BackgroundCheckpointTests : IDisposable
     [Fact]
     public void The_file_data_a_checkpoint_maps_is_written_behind_the_commit_and_before_the_checkpoints_records()
     {
-        string image = CrashWorkloads.MakeBase(_tmp);
-        var raw = FileBlockDevice.Open(image, writable: true);
-        var sector = new byte[4096];
-        raw.Read(0, sector);
-        var sb = Superblock.Decode(sector);
-        long logStart = sb.FsbToByte(sb.LogStart);
-        var device = new DataGateDevice(raw, logStart, logStart + (long)sb.LogBlocks * sb.BlockSize);
+        var (image, raw, logStart, logEnd) = MakeVolume();
+        var device = new DataGateDevice(raw, logStart, logEnd);
         var names = new List<string>();
         using (var v = XfsVolume.Open(device, new VolumeOpenOptions { Writable = true, SyncInterval = TimeSpan.Zero, CheckpointThresholdBytes = 64 * 1024 }, ownsDevice: true))
         {
@@ -329,7 +325,7 @@ public sealed class BackgroundCheckpointTests : IDisposable
         if (!returned) device.Open();
         Assert.True(returned, "the create whose commit took the checkpoint did not return while the file data waited at the device");
         Assert.Null(failure);
-        Assert.True(device.DataWriterWaiting.Wait(Watchdog), "the checkpoint's file data was never written");
+        Assert.True(device.WriterWaiting.Wait(Watchdog), "the checkpoint's file data was never written");
         // The data is held at the gate: no record of the checkpoint may be on its way yet.
         Assert.Equal(0, device.LogWrites);
         Assert.Equal(written0, v.LogStatistics.Checkpoints);
