@@ -50,6 +50,12 @@ public sealed partial class XfsVolume
     {
         if (!inode.IsRegular || inode.Size == 0) return false;
         if ((inode.Attributes.Flags & (DiFlagPrealloc | DiFlagAppend)) != 0) return false;
+        return MapsPastEof(inode);
+    }
+
+    /// <summary>True when <paramref name="inode"/>'s data fork maps a block at or past its last block.</summary>
+    private bool MapsPastEof(Inode inode)
+    {
         if (inode.DataFormat is not (ForkFormat.Extents or ForkFormat.Btree) || inode.DataExtentCount == 0) return false;
         ulong end = EofBlock(inode);
         var map = _maps.Get(inode, ForkKind.Data);
@@ -70,7 +76,13 @@ public sealed partial class XfsVolume
         UnmapInSteps(w, inode.Number, EofBlock(inode), ulong.MaxValue);
     }
 
-    /// <summary>xfs_inactive for a linked file: its staged copy-on-write blocks and post-EOF blocks go when the inode leaves memory (last hold, unmount). Under the change lock.</summary>
+    /// <summary>
+    /// xfs_inactive for a linked file: its staged copy-on-write blocks and post-EOF blocks go when the inode leaves
+    /// memory (last hold, unmount). Under the change lock. A file that keeps its blocks past EOF for now (append-only or
+    /// preallocated) stays in <see cref="VolumeWriteState.EofBlocks"/>: a host's holds follow the host's own cache (a
+    /// FUSE forget comes whenever the kernel's caches shrink), so what unmount gives back must not depend on whether a
+    /// hold went before the flag was cleared.
+    /// </summary>
     private void InactivateEofBlocks(VolumeWriteState w, ulong inode)
     {
         if (w.CowStaging.Has(inode)) CancelCowStaging(w, inode);
@@ -78,6 +90,6 @@ public sealed partial class XfsVolume
         if (!w.EofBlocks.Contains(inode)) return;
         var current = _inodes.Get(inode);
         if (current.Attributes.LinkCount != 0 && CanFreeEofBlocks(current)) FreeEofBlocks(w, current);
-        else w.EofBlocks.Remove(inode);
+        else if (current.Attributes.LinkCount == 0 || !MapsPastEof(current)) w.EofBlocks.Remove(inode);
     }
 }

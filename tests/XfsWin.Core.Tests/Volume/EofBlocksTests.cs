@@ -8,7 +8,7 @@ namespace XfsWin.Tests.Volume;
 /// Blocks an extent size hint leaves past EOF, on a volume made by mkfs.xfs and opened read-write, go as the kernel's
 /// xfs_file_release and xfs_inactive give them back: at the first close of a writable open (not a read-only one), not at
 /// later closes unless the file was truncated down since, at the inode's last hold, and at unmount; a preallocated
-/// file (fallocate) keeps them. Block counts are
+/// file (fallocate) keeps them, and an append-only one keeps them until the flag is cleared. Block counts are
 /// the inode's (AllocatedBytes), with a 4 KiB block: a 1 MiB hint maps 256 blocks for one written block.
 /// </summary>
 public sealed class EofBlocksTests : IDisposable
@@ -75,6 +75,51 @@ public sealed class EofBlocksTests : IDisposable
         using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = false }))
             Assert.Equal(404 * K, v.GetAttributes(a).AllocatedBytes);
         XfsWin.Tests.Allocation.AllocatorVolume.AssertRepairClean(image);
+    }
+
+    [Fact]
+    public void Blocks_an_append_only_file_keeps_past_EOF_go_at_unmount_once_the_flag_is_cleared_whatever_holds_went_before()
+    {
+        string image = NewImage(), kernelCopy = Path.Combine(_tmp, "kernel.img");
+        File.Copy(image, kernelCopy);
+        var files = new List<ulong>();
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            void SetAppend(ulong ino, bool on)
+            {
+                var x = v.GetFileXattr(ino);
+                v.SetFileXattr(ino, x with { XFlags = on ? x.XFlags | FileXFlags.Append : x.XFlags & ~FileXFlags.Append }, FileAttrCaller.Root);
+            }
+            // e: the host's last hold goes while the file is append-only (a FUSE forget when the kernel's caches shrink).
+            // f: the hold stays. Both then lose the flag; unmount gives back both files' blocks past EOF.
+            foreach (var (name, released) in new[] { ("e", true), ("f", false) })
+            {
+                ulong ino = HintedFile(v, name);
+                files.Add(ino);
+                SetAppend(ino, true);
+                v.Retain(ino);
+                v.Write(ino, 0, "z\n"u8.ToArray());
+                v.CloseFile(ino, writable: true);
+                if (released) v.Release(ino);
+                Assert.Equal(1 << 20, v.GetAttributes(ino).AllocatedBytes);
+                SetAppend(ino, false);
+                Assert.Equal(1 << 20, v.GetAttributes(ino).AllocatedBytes);
+            }
+        }
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = false }))
+            Assert.All(files, ino => Assert.Equal(Block, v.GetAttributes(ino).AllocatedBytes));
+        XfsWin.Tests.Allocation.AllocatorVolume.AssertRepairClean(image);
+        // The kernel does the same: the blocks an append-only file kept past EOF go when it is inactivated at unmount.
+        using (var k = LoopMount.Mount(kernelCopy, readOnly: false))
+        {
+            string p = Path.Combine(k.MountPoint, "e"), io = OracleImages.Tool("xfs_io", "6.13");
+            Shell.RunChecked(io, "-f", "-c", "extsize 1m", p);
+            Shell.RunChecked(io, "-r", "-c", "chattr +a", p);
+            Shell.RunChecked("sh", "-c", $"echo z >> {p}");
+            Shell.RunChecked(io, "-r", "-c", "chattr -a", p);
+        }
+        using (var k = LoopMount.Mount(kernelCopy, readOnly: true))
+            Assert.Equal("8", Shell.RunChecked("stat", "-c", "%b", Path.Combine(k.MountPoint, "e")).StandardOutput.Trim());
     }
 
     [Fact]
