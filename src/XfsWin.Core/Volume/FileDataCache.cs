@@ -81,8 +81,6 @@ internal sealed class FileDataCache : IDisposable
     // hold at once (LimitBytes plus one held write), so a steady stream of small writes reuses the same arrays
     // checkpoint after checkpoint and allocates none, and what the shards retain is bounded.
     private readonly int _freeLimitPerShard;
-    private readonly List<long> _order = new();
-    private AlignedBuffer? _writeBuffer;
 
     // Write-behind: writes queued for the writer thread, oldest first; an entry leaves the queue when its device
     // write has returned. Sequence numbers count queued writes; _completed is the last one retired.
@@ -124,7 +122,8 @@ internal sealed class FileDataCache : IDisposable
     // Batches written and emptied, for reuse (under _lock): a stream of hand-offs allocates no batch.
     private readonly Stack<HeldBatch> _spareBatches = new();
     private const int MaxSpareBatches = 2;
-    // The writer thread's buffer for merging a batch's neighbouring blocks into one device write.
+    // The buffer a batch's neighbouring blocks are merged in for one device write: the writer thread's, and a
+    // write-out's (which runs under _lock once nothing is in flight, so never beside the writer thread's use).
     private AlignedBuffer? _batchBuffer;
 
     /// <summary>
@@ -243,29 +242,10 @@ internal sealed class FileDataCache : IDisposable
         {
             // Every shard, so that no read sees a block neither held nor queued.
             for (; locked < ShardCount; locked++) Monitor.Enter(_shards[locked]);
-            int count = 0;
-            foreach (var shard in _shards) count += shard.Blocks.Count;
-            if (count == 0) return _queued;
-            var batch = _spareBatches.Count > 0 && _spareBatches.Peek().Blocks.Length >= count
-                ? _spareBatches.Pop()
-                : new HeldBatch(Math.Max(count, (int)((LimitBytes + HeldWriteLimit) >> _blockLog)));
-            var blocks = batch.Blocks;
-            var arrays = batch.Arrays;
-            int n = 0;
-            foreach (var shard in _shards)
-            {
-                foreach (var (block, bytes) in shard.Blocks)
-                {
-                    blocks[n] = block;
-                    arrays[n] = bytes;
-                    n++;
-                }
-                shard.Blocks.Clear();
-            }
-            Array.Sort(blocks, arrays, 0, n);
-            batch.Count = n;
-            Interlocked.Add(ref _heldCount, -n);
-            long first = blocks[0] << _blockLog, end = (blocks[n - 1] + 1) << _blockLog;
+            if (CollectHeldLocked() is not { } batch) return _queued;
+            foreach (var shard in _shards) shard.Blocks.Clear();
+            Interlocked.Add(ref _heldCount, -batch.Count);
+            long first = batch.Blocks[0] << _blockLog, end = (batch.Blocks[batch.Count - 1] + 1) << _blockLog;
             _inFlight.Enqueue(new InFlightWrite(first, end - first, null, batch, ++_queued));
             StartWriterLocked();
             Monitor.PulseAll(_lock);
@@ -275,6 +255,33 @@ internal sealed class FileDataCache : IDisposable
         {
             while (locked > 0) Monitor.Exit(_shards[--locked]);
         }
+    }
+
+    /// <summary>
+    /// A batch (a spare, or a new one) of every held block, ascending; the shards still hold them. Null when nothing is
+    /// held. Caller holds <see cref="_lock"/> and every shard's monitor.
+    /// </summary>
+    private HeldBatch? CollectHeldLocked()
+    {
+        int count = 0;
+        foreach (var shard in _shards) count += shard.Blocks.Count;
+        if (count == 0) return null;
+        var batch = _spareBatches.Count > 0 && _spareBatches.Peek().Blocks.Length >= count
+            ? _spareBatches.Pop()
+            : new HeldBatch(Math.Max(count, (int)((LimitBytes + HeldWriteLimit) >> _blockLog)));
+        int n = 0;
+        foreach (var shard in _shards)
+        {
+            foreach (var (block, bytes) in shard.Blocks)
+            {
+                batch.Blocks[n] = block;
+                batch.Arrays[n] = bytes;
+                n++;
+            }
+        }
+        Array.Sort(batch.Blocks, batch.Arrays, 0, n);
+        batch.Count = n;
+        return batch;
     }
 
     /// <summary>Waits until the write queued with <paramref name="sequence"/> and every one before it left the device; reports a failed one.</summary>
@@ -365,8 +372,9 @@ internal sealed class FileDataCache : IDisposable
     }
 
     /// <summary>
-    /// Writes a batch's blocks in ascending order, neighbours merged into writes of up to 1 MiB (on the writer thread,
-    /// without the lock: nothing changes a batch's blocks while it is queued). Returns the device writes made.
+    /// Writes a batch's blocks in ascending order, neighbours merged into writes of up to 1 MiB (on the writer thread
+    /// without the lock, since nothing changes a batch's blocks while it is queued; or by a write-out). Returns the
+    /// device writes made.
     /// </summary>
     private int WriteBatch(HeldBatch batch)
     {
@@ -399,6 +407,12 @@ internal sealed class FileDataCache : IDisposable
             lock (shard)
                 if (shard.Free.Count < _freeLimitPerShard) shard.Free.Push(batch.Arrays[i]);
         }
+        SpareBatchLocked(batch);
+    }
+
+    /// <summary>Empties <paramref name="batch"/> (its arrays are someone else's now) and keeps it for reuse. Caller holds <see cref="_lock"/>.</summary>
+    private void SpareBatchLocked(HeldBatch batch)
+    {
         Array.Clear(batch.Arrays, 0, batch.Count);
         batch.Count = 0;
         if (_spareBatches.Count < MaxSpareBatches) _spareBatches.Push(batch);
@@ -565,7 +579,7 @@ internal sealed class FileDataCache : IDisposable
     /// <summary>
     /// Waits for every write in flight, then writes every held block to the device in ascending order, neighbours
     /// merged into writes of up to 1 MiB, and empties the cache. The device is not flushed: the checkpoint's pre-flush
-    /// (or the caller) orders that.
+    /// (or the caller) orders that. When a device write fails, every block stays held (a later write-out tries again).
     /// </summary>
     public void WriteOut()
     {
@@ -574,50 +588,28 @@ internal sealed class FileDataCache : IDisposable
             WaitForInFlightLocked();
             if (Volatile.Read(ref _heldCount) == 0) return;
             int locked = 0;
+            HeldBatch? batch = null;
             try
             {
                 // Every shard, so that no read sees a block neither held nor on the device.
                 for (; locked < ShardCount; locked++) Monitor.Enter(_shards[locked]);
-                WriteOutShardsLocked();
+                batch = CollectHeldLocked();
+                if (batch is null) return;
+                DeviceWrites += WriteBatch(batch);
+                BlocksWritten += batch.Count;
+                foreach (var shard in _shards)
+                {
+                    foreach (var bytes in shard.Blocks.Values) Release(shard, bytes);
+                    shard.Blocks.Clear();
+                }
+                _movedToDevice++;
             }
             finally
             {
+                if (batch is not null) SpareBatchLocked(batch);
                 while (locked > 0) Monitor.Exit(_shards[--locked]);
             }
         }
-    }
-
-    private void WriteOutShardsLocked()
-    {
-        _order.Clear();
-        foreach (var shard in _shards) _order.AddRange(shard.Blocks.Keys);
-        if (_order.Count == 0) return;
-        _order.Sort();
-        _writeBuffer ??= new AlignedBuffer(WriteOutBufferSize);
-        var buffer = _writeBuffer.Span;
-        int perWrite = WriteOutBufferSize >> _blockLog;
-        int i = 0;
-        while (i < _order.Count)
-        {
-            long start = _order[i];
-            int run = 0;
-            while (i < _order.Count && run < perWrite && _order[i] == start + run)
-            {
-                _shards[ShardOf(_order[i])].Blocks[_order[i]].CopyTo(buffer[(run << _blockLog)..]);
-                run++;
-                i++;
-            }
-            _device.Write(start << _blockLog, buffer[..(run << _blockLog)]);
-            DeviceWrites++;
-            BlocksWritten += run;
-        }
-        foreach (var shard in _shards)
-        {
-            foreach (var bytes in shard.Blocks.Values) Release(shard, bytes);
-            shard.Blocks.Clear();
-        }
-        _order.Clear();
-        _movedToDevice++;
     }
 
     /// <summary>Lets the writes in flight finish (a failure among them is not reported here), then frees the buffers.</summary>
@@ -633,8 +625,6 @@ internal sealed class FileDataCache : IDisposable
         writer?.Join();
         lock (_lock)
         {
-            _writeBuffer?.Dispose();
-            _writeBuffer = null;
             _batchBuffer?.Dispose();
             _batchBuffer = null;
             while (_freeSlots.Count > 0) _freeSlots.Pop().Dispose();

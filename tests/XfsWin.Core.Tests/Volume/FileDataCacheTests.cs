@@ -304,6 +304,34 @@ public sealed class FileDataCacheTests
     }
 
     /// <summary>
+    /// A write-out whose device write fails keeps every held block: reads still see them, and the next write-out, once
+    /// the device works, writes them all (merged as before).
+    /// </summary>
+    [Fact]
+    public void A_write_out_that_fails_keeps_every_held_block_for_the_next()
+    {
+        var device = new GatedWriteDevice(1 << 20);
+        using var cache = new FileDataCache(device, Block);
+        cache.Write(0, Filled(8 * Block, 0x61));
+        cache.Write(20 * Block, Filled(Block, 0x62));
+        device.Fail = true;
+        Assert.Throws<IOException>(cache.WriteOut);
+        Assert.Equal(9, cache.Count);
+        var read = new byte[Block];
+        cache.Read(7 * Block, read);
+        Assert.All(read, b => Assert.Equal(0x61, b));
+        cache.Read(20 * Block, read);
+        Assert.All(read, b => Assert.Equal(0x62, b));
+        Assert.Empty(device.Writes);
+        device.Fail = false;
+        cache.WriteOut();
+        Assert.Equal(0, cache.Count);
+        Assert.Equal([(0L, 8 * Block), (20L * Block, Block)], device.Writes);
+        Assert.All(device.Bytes.AsSpan(0, 8 * Block).ToArray(), b => Assert.Equal(0x61, b));
+        Assert.All(device.Bytes.AsSpan(20 * Block, Block).ToArray(), b => Assert.Equal(0x62, b));
+    }
+
+    /// <summary>
     /// Held blocks are spread over shards by runs of neighbouring blocks: a short write across run boundaries, a discard
     /// of part of it and a write-out treat them as one range (the write-out merges neighbours from every shard into
     /// one device write).
