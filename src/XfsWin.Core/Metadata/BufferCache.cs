@@ -316,7 +316,18 @@ public sealed class BufferCache : IDisposable
     /// is replaced when the change commits. <paramref name="kind"/> and <paramref name="owner"/> tag the
     /// published bytes as a read verifier would. Release with <see cref="Unlock"/>.
     /// </summary>
-    public MetadataBuffer GetNew(long byteOffset, int length, int kind, ulong owner, IBufferWriteVerifier? writeVerifier, object lockOwner)
+    public MetadataBuffer GetNew(long byteOffset, int length, int kind, ulong owner, IBufferWriteVerifier? writeVerifier, object lockOwner) =>
+        HoldAndLock(byteOffset, length, lockOwner, zeroedCopy: true, kind, owner, writeVerifier);
+
+    /// <summary>
+    /// Holds and locks the buffer of a freed block for <paramref name="lockOwner"/> to invalidate it
+    /// (<see cref="MetadataBuffer.Invalidate"/>), without reading it and without a private copy (made only if the owner
+    /// asks for the bytes: a freed block's are normally neither read nor logged again). Release with <see cref="Unlock"/>.
+    /// </summary>
+    public MetadataBuffer GetForInvalidate(long byteOffset, int length, object lockOwner) =>
+        HoldAndLock(byteOffset, length, lockOwner, zeroedCopy: false, 0, 0, null);
+
+    private MetadataBuffer HoldAndLock(long byteOffset, int length, object lockOwner, bool zeroedCopy, int kind, ulong owner, IBufferWriteVerifier? writeVerifier)
     {
         if (byteOffset < 0 || length <= 0 || byteOffset + length > _device.Length)
             throw new ArgumentOutOfRangeException(nameof(byteOffset), $"new buffer {byteOffset} (+{length}) outside the device ({_device.Length} bytes)");
@@ -335,10 +346,17 @@ public sealed class BufferCache : IDisposable
                     continue;
                 }
                 buffer.BumpGenerationLocked();
-                buffer.ChangeWriteVerifier = writeVerifier;
-                buffer.ChangeKind = kind;
-                buffer.ChangeOwner = owner;
-                buffer.BeginChangeLocked(zeroed: true);
+                if (zeroedCopy)
+                {
+                    buffer.ChangeWriteVerifier = writeVerifier;
+                    buffer.ChangeKind = kind;
+                    buffer.ChangeOwner = owner;
+                    buffer.BeginChangeLocked(zeroed: true);
+                }
+                else
+                {
+                    buffer.BeginInvalidateLocked();
+                }
                 return buffer;
             }
         }

@@ -70,7 +70,7 @@ public sealed class MetadataBuffer
     private byte[]? _spare;
     private byte[]? _secondSpare;
     // Locked for a change whose private copy is made on first use of Contents (a change that only patches in place,
-    // or reads, never copies the buffer).
+    // reads or invalidates never copies the buffer); the copy of a buffer without published bytes is zeros.
     private bool _copyOnUse;
     private bool _changedUnderLock;
     private uint[]? _dirtyMap;
@@ -147,6 +147,7 @@ public sealed class MetadataBuffer
     /// <summary>
     /// Copies <paramref name="bytes"/> to <paramref name="offset"/> of the lock owner's private copy when it made one
     /// (false otherwise, see <see cref="PatchAtCommit"/>). The buffer becomes dirty at commit as for a logged change.
+    /// A buffer invalidated in this change takes no patch (true: there is nothing to do).
     /// </summary>
     public bool TryPatchPrivate(int offset, ReadOnlySpan<byte> bytes)
     {
@@ -154,6 +155,8 @@ public sealed class MetadataBuffer
         lock (State)
         {
             if (_lockOwner is null) throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
+            // An invalidated buffer's bytes are dropped at commit: a patch into it has nothing to change.
+            if (StalePending) return true;
             if (_working is null) return false;
             bytes.CopyTo(_working.AsSpan(offset));
             _changedUnderLock = true;
@@ -236,7 +239,7 @@ public sealed class MetadataBuffer
     {
         lock (State)
         {
-            if (_working is null && !_copyOnUse) throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
+            if (_lockOwner is null) throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
             StalePending = true;
             Interlocked.Increment(ref _generation);
         }
@@ -354,10 +357,20 @@ public sealed class MetadataBuffer
         }
     }
 
+    /// <summary>
+    /// Locks for a change that invalidates the buffer (its block was freed): no private copy is made unless the owner
+    /// asks for the bytes (then the published ones, or zeros when there are none). Caller holds <see cref="State"/>.
+    /// </summary>
+    internal void BeginInvalidateLocked()
+    {
+        if (_working is null) _copyOnUse = true;
+    }
+
     private void MakeWorkingCopyLocked()
     {
         var working = TakeSpareLocked() ?? GC.AllocateUninitializedArray<byte>(Length);
-        _snapshot!.Data.CopyTo(working, 0);
+        if (_snapshot is { } published) published.Data.CopyTo(working, 0);
+        else working.AsSpan().Clear();
         _working = working;
         _copyOnUse = false;
     }

@@ -88,7 +88,7 @@ public sealed class MetadataChangeSet(BufferCache cache) : IDisposable
         CheckOpen();
         if (!_joined.TryGetValue((byteOffset, length), out var buffer))
         {
-            buffer = cache.GetNew(byteOffset, length, 0, 0, null, this);
+            buffer = cache.GetForInvalidate(byteOffset, length, this);
             _joined.Add((byteOffset, length), buffer);
         }
         buffer.Invalidate();
