@@ -190,11 +190,11 @@ public sealed class BufferLogItem : JournalItem
     public override int RegionCount { get { Measure(); return _regions; } }
     public override int FormattedBytes { get { Measure(); return _bytes; } }
 
-    public override void Format(List<ReadOnlyMemory<byte>> regions)
+    public override void Format(List<ReadOnlyMemory<byte>> regions, LogFormatArena arena)
     {
         var runs = Runs();
-        var format = new byte[FormatSize];
-        var f = format.AsSpan();
+        var format = arena.Take(FormatSize);
+        var f = format.Span;
         BinaryPrimitives.WriteUInt16LittleEndian(f[BufLogFormat.OffType..], LogItemType.Buf);
         BinaryPrimitives.WriteUInt16LittleEndian(f[BufLogFormat.OffSize..], (ushort)(1 + runs.Count));
         BinaryPrimitives.WriteUInt16LittleEndian(f[BufLogFormat.OffFlags..], (ushort)(Flags | (int)Type << BufLogFormat.TypeShift));

@@ -41,10 +41,10 @@ public sealed class DquotLogItem : JournalItem
     public override int RegionCount => 2;
     public override int FormattedBytes => DquotLogFormat.Size + DquotLogFormat.DiskDquotSize;
 
-    public override void Format(List<ReadOnlyMemory<byte>> regions)
+    public override void Format(List<ReadOnlyMemory<byte>> regions, LogFormatArena arena)
     {
-        var format = new byte[DquotLogFormat.Size];
-        var f = format.AsSpan();
+        var format = arena.Take(DquotLogFormat.Size);
+        var f = format.Span;
         BinaryPrimitives.WriteUInt16LittleEndian(f[DquotLogFormat.OffType..], LogItemType.Dquot);
         BinaryPrimitives.WriteUInt16LittleEndian(f[DquotLogFormat.OffSize..], 2);
         BinaryPrimitives.WriteUInt32LittleEndian(f[DquotLogFormat.OffId..], Id);

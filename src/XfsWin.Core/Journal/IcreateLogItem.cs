@@ -50,18 +50,19 @@ public sealed class IcreateLogItem : JournalItem
     public override int RegionCount => 1;
     public override int FormattedBytes => IcreateLogFormat.Size;
 
-    public override void Format(List<ReadOnlyMemory<byte>> regions)
+    public override void Format(List<ReadOnlyMemory<byte>> regions, LogFormatArena arena)
     {
-        var b = new byte[IcreateLogFormat.Size];
-        BinaryPrimitives.WriteUInt16LittleEndian(b.AsSpan(IcreateLogFormat.OffType), LogItemType.Icreate);
-        BinaryPrimitives.WriteUInt16LittleEndian(b.AsSpan(IcreateLogFormat.OffSize), 1);
-        BinaryPrimitives.WriteUInt32BigEndian(b.AsSpan(IcreateLogFormat.OffAg), Ag);
-        BinaryPrimitives.WriteUInt32BigEndian(b.AsSpan(IcreateLogFormat.OffAgbno), Agbno);
-        BinaryPrimitives.WriteUInt32BigEndian(b.AsSpan(IcreateLogFormat.OffCount), Count);
-        BinaryPrimitives.WriteUInt32BigEndian(b.AsSpan(IcreateLogFormat.OffIsize), (uint)InodeSize);
-        BinaryPrimitives.WriteUInt32BigEndian(b.AsSpan(IcreateLogFormat.OffLength), Length);
-        BinaryPrimitives.WriteUInt32BigEndian(b.AsSpan(IcreateLogFormat.OffGen), Generation);
-        regions.Add(b);
+        var piece = arena.Take(IcreateLogFormat.Size);
+        var b = piece.Span;
+        BinaryPrimitives.WriteUInt16LittleEndian(b[IcreateLogFormat.OffType..], LogItemType.Icreate);
+        BinaryPrimitives.WriteUInt16LittleEndian(b[IcreateLogFormat.OffSize..], 1);
+        BinaryPrimitives.WriteUInt32BigEndian(b[IcreateLogFormat.OffAg..], Ag);
+        BinaryPrimitives.WriteUInt32BigEndian(b[IcreateLogFormat.OffAgbno..], Agbno);
+        BinaryPrimitives.WriteUInt32BigEndian(b[IcreateLogFormat.OffCount..], Count);
+        BinaryPrimitives.WriteUInt32BigEndian(b[IcreateLogFormat.OffIsize..], (uint)InodeSize);
+        BinaryPrimitives.WriteUInt32BigEndian(b[IcreateLogFormat.OffLength..], Length);
+        BinaryPrimitives.WriteUInt32BigEndian(b[IcreateLogFormat.OffGen..], Generation);
+        regions.Add(piece);
     }
 
     /// <summary>A chunk is created once; a second item for it in one checkpoint is a bug of the caller.</summary>

@@ -191,15 +191,15 @@ public sealed class InodeLogItem : JournalItem
     /// The btree root of a fork in its in-memory form (xfs_bmdr_to_bmbt): a long-form block header, then the keys,
     /// then the pointers at header + numrecs × 8 (the in-memory root is sized for exactly numrecs records).
     /// </summary>
-    private byte[] InMemoryRoot(int forkStart, int forkSize, bool attr)
+    private Memory<byte> InMemoryRoot(int forkStart, int forkSize, LogFormatArena arena)
     {
         var fork = _disk.AsSpan(forkStart, forkSize);
         ushort level = BinaryPrimitives.ReadUInt16BigEndian(fork);
         int numrecs = BinaryPrimitives.ReadUInt16BigEndian(fork[2..]);
         int dmxr = (forkSize - BmdrBlockView.HeaderSize) / 16;
         int hdr = RootHeaderSize;
-        var root = new byte[hdr + 16 * numrecs];
-        var r = root.AsSpan();
+        var root = arena.Take(hdr + 16 * numrecs);
+        var r = root.Span;
         BinaryPrimitives.WriteUInt32BigEndian(r, V3 ? BtreeMagic.BmapV5 : BtreeMagic.BmapV4);
         BinaryPrimitives.WriteUInt16BigEndian(r[4..], level);
         BinaryPrimitives.WriteUInt16BigEndian(r[6..], (ushort)numrecs);
@@ -211,7 +211,6 @@ public sealed class InodeLogItem : JournalItem
             _disk.AsSpan(DinodeView.OffUuid, 16).CopyTo(r[40..]);
             BinaryPrimitives.WriteUInt64BigEndian(r[56..], Ino);
         }
-        _ = attr;
         fork.Slice(BmdrBlockView.HeaderSize, numrecs * 8).CopyTo(r[hdr..]);
         fork.Slice(BmdrBlockView.HeaderSize + dmxr * 8, numrecs * 8).CopyTo(r[(hdr + numrecs * 8)..]);
         return root;
@@ -236,12 +235,12 @@ public sealed class InodeLogItem : JournalItem
         }
     }
 
-    public override void Format(List<ReadOnlyMemory<byte>> regions)
+    public override void Format(List<ReadOnlyMemory<byte>> regions, LogFormatArena arena)
     {
         var (fields, dsize, asize, rdev) = Layout();
         int count = 2 + (dsize > 0 ? 1 : 0) + (asize > 0 ? 1 : 0);
-        var format = new byte[InodeLogFormat.Size];
-        var f = format.AsSpan();
+        var format = arena.Take(InodeLogFormat.Size);
+        var f = format.Span;
         BinaryPrimitives.WriteUInt16LittleEndian(f[InodeLogFormat.OffType..], LogItemType.Inode);
         BinaryPrimitives.WriteUInt16LittleEndian(f[InodeLogFormat.OffSize..], (ushort)count);
         BinaryPrimitives.WriteUInt32LittleEndian(f[InodeLogFormat.OffFields..], fields);
@@ -254,19 +253,19 @@ public sealed class InodeLogItem : JournalItem
         BinaryPrimitives.WriteInt32LittleEndian(f[InodeLogFormat.OffBoffset..], Cluster.Offset);
         regions.Add(format);
 
-        var core = new byte[CoreSize];
-        LogDinode.FromDisk(_disk, core, Lsn);
+        var core = arena.Take(CoreSize);
+        LogDinode.FromDisk(_disk, core.Span, Lsn);
         regions.Add(core);
 
-        if (dsize > 0) regions.Add(ForkRegion(DataForkArea, dsize, (fields & InodeLogFormat.FieldDbroot) != 0, attr: false));
-        if (asize > 0) regions.Add(ForkRegion(AttrForkArea, asize, (fields & InodeLogFormat.FieldAbroot) != 0, attr: true));
+        if (dsize > 0) regions.Add(ForkRegion(DataForkArea, dsize, (fields & InodeLogFormat.FieldDbroot) != 0, arena));
+        if (asize > 0) regions.Add(ForkRegion(AttrForkArea, asize, (fields & InodeLogFormat.FieldAbroot) != 0, arena));
     }
 
-    private byte[] ForkRegion((int Start, int Size) area, int bytes, bool btreeRoot, bool attr)
+    private Memory<byte> ForkRegion((int Start, int Size) area, int bytes, bool btreeRoot, LogFormatArena arena)
     {
-        if (btreeRoot) return InMemoryRoot(area.Start, area.Size, attr);
-        var region = new byte[(bytes + 3) & ~3];
-        _disk.AsSpan(area.Start, Math.Min(bytes, area.Size)).CopyTo(region);
+        if (btreeRoot) return InMemoryRoot(area.Start, area.Size, arena);
+        var region = arena.Take((bytes + 3) & ~3);
+        _disk.AsSpan(area.Start, Math.Min(bytes, area.Size)).CopyTo(region.Span);
         return region;
     }
 

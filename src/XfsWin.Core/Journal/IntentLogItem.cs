@@ -90,7 +90,7 @@ public sealed class IntentLogItem : JournalItem
 
     public override int RegionCount => _regions.Length;
     public override int FormattedBytes { get { int n = 0; foreach (var r in _regions) n += r.Length; return n; } }
-    public override void Format(List<ReadOnlyMemory<byte>> regions) { foreach (var r in _regions) regions.Add(r); }
+    public override void Format(List<ReadOnlyMemory<byte>> regions, LogFormatArena arena) { foreach (var r in _regions) regions.Add(r); }
 
     /// <summary>An intent or done item as the log holds it (its regions as logged; the first names type and id).</summary>
     public static IntentLogItem FromLog(byte[][] regions)

@@ -41,8 +41,14 @@ public abstract class JournalItem
         Lsn = 0;
     }
 
-    /// <summary>Appends the item's regions, each one op's payload, in log order.</summary>
-    public abstract void Format(List<ReadOnlyMemory<byte>> regions);
+    /// <summary>
+    /// Appends the item's regions, each one op's payload, in log order; what the item makes for them it takes from
+    /// <paramref name="arena"/> (the regions are read until the arena is reset).
+    /// </summary>
+    public abstract void Format(List<ReadOnlyMemory<byte>> regions, LogFormatArena arena);
+
+    /// <summary><see cref="Format(List{ReadOnlyMemory{byte}}, LogFormatArena)"/> into memory of the regions' own.</summary>
+    public void Format(List<ReadOnlyMemory<byte>> regions) => Format(regions, new LogFormatArena());
 
     /// <summary>Payload bytes the item's regions take (without op headers).</summary>
     public abstract int FormattedBytes { get; }

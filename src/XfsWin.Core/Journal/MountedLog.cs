@@ -93,6 +93,10 @@ public sealed class MountedLog
     // a thread that needed it done). At most one of each: a checkpoint is taken only when none is pending.
     private TakenCheckpoint? _pending;
     private bool _writing;
+    // The regions of the checkpoint being written and the memory its items format into; both the writing
+    // checkpoint's alone (_writing), reused by the next.
+    private readonly List<ReadOnlyMemory<byte>> _checkpointRegions = [];
+    private readonly LogFormatArena _formatArena = new();
     // Checkpoints taken from the CIL (the sequence of the newest) and checkpoints durable (_checkpoints, below).
     private long _taken;
     // The head for log space: the record writer's head, or while a checkpoint is written the head after it. Only the
@@ -699,14 +703,16 @@ public sealed class MountedLog
             if (tid == 0 || tid == UnmountRecord.Tid) tid = _nextTid++;
 
             // Formatting reads only the checkpoint's own items (which no commit reaches any more) and the record writer.
-            var regions = new List<ReadOnlyMemory<byte>>();
+            var regions = _checkpointRegions;
+            regions.Clear();
+            _formatArena.Reset();
             long blocks;
             Monitor.Exit(_lock);
             try
             {
                 // The file data the checkpoint maps reaches the device before any of its records.
                 taken.DataWritten?.Invoke();
-                foreach (var item in items) item.Format(regions);
+                foreach (var item in items) item.Format(regions, _formatArena);
                 _writer.BeginSimulation();
                 EmitCheckpoint(tid, regions, 0, simulate: true);
                 (blocks, _) = _writer.EndSimulation();
@@ -768,6 +774,7 @@ public sealed class MountedLog
         }
         finally
         {
+            _checkpointRegions.Clear();
             _writing = false;
             Monitor.PulseAll(_lock);
         }
