@@ -37,12 +37,13 @@ internal static class EngineWriteRun
 
     private static void Creates(string image, int files)
     {
-        const int Directories = 20;
+        // XFSWIN_BENCH_DIRS: how many directories the files are spread over (20 by default; 1 makes one large directory).
+        int directories = int.TryParse(Environment.GetEnvironmentVariable("XFSWIN_BENCH_DIRS"), out int n) && n > 0 ? n : 20;
         var data = new byte[4096];
         new Random(1).NextBytes(data);
         var names = Enumerable.Range(0, files).Select(i => Encoding.ASCII.GetBytes($"file-{i:D5}")).ToArray();
         using var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true });
-        var dirs = Enumerable.Range(0, Directories).Select(d => v.MakeDirectory(v.RootInode, Encoding.ASCII.GetBytes($"d{d}"), 0x1ED, 0, 0).Inode).ToArray();
+        var dirs = Enumerable.Range(0, directories).Select(d => v.MakeDirectory(v.RootInode, Encoding.ASCII.GetBytes($"d{d}"), 0x1ED, 0, 0).Inode).ToArray();
         // A warm-up in a directory of its own (the code jitted and tiered before the timed run).
         ulong warm = v.MakeDirectory(v.RootInode, "warm-up"u8, 0x1ED, 0, 0).Inode;
         for (int i = 0; i < 2000; i++) v.Write(v.CreateNode(warm, Encoding.ASCII.GetBytes($"w{i}"), 0x81A4, 0, 0).Inode, 0, data);
@@ -61,7 +62,7 @@ internal static class EngineWriteRun
         for (int i = 0; i < files; i++)
         {
             long t0 = Stopwatch.GetTimestamp();
-            ulong ino = v.CreateNode(dirs[i % Directories], names[i], 0x81A4, 0, 0).Inode;
+            ulong ino = v.CreateNode(dirs[i % directories], names[i], 0x81A4, 0, 0).Inode;
             v.Write(ino, 0, data);
             long took = Stopwatch.GetTimestamp() - t0;
             slowest = Math.Max(slowest, took);
@@ -84,7 +85,7 @@ internal static class EngineWriteRun
         var cpuUnlink0 = Process.GetCurrentProcess().TotalProcessorTime;
         long allocatedUnlink0 = GC.GetTotalAllocatedBytes();
         sw.Restart();
-        for (int i = 0; i < files; i++) v.Unlink(dirs[i % Directories], names[i]);
+        for (int i = 0; i < files; i++) v.Unlink(dirs[i % directories], names[i]);
         v.Sync();
         double us = sw.Elapsed.TotalSeconds;
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,

@@ -57,6 +57,8 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
     // The rental that lent this store: it keeps the write verifiers of the trees its stores served.
     private Rental _rental = null!;
     private int _inodeLevels;
+    // Lent for lookups only (ForInodeRootLookups): blocks are read without a private copy, and any change is refused.
+    private bool _lookupOnly;
     // Cursors made over this store (Cursor<TOps>), of any tree kind, and which of them are lent now: set up again when
     // lent again (a store is lent for different trees from one transaction to the next).
     private readonly List<object> _cursors = new(4);
@@ -85,6 +87,7 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
         _ownerByteOffset = ownerByteOffset;
         _inodeLevels = inodeRoot is not null ? new BmdrBlockView(inodeRoot.Root.AsSpan()).Level + 1 : 0;
         _blockCount = 0;
+        _lookupOnly = false;
         return this;
     }
 
@@ -187,6 +190,31 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
         return Lend(tx).Init(tx, ops.Name, ops.Magic(tx.Mount.Superblock.IsV5), true, ino, 0, space, null, 0, 0, root, inodeByteOffset);
     }
 
+    /// <summary>
+    /// The bmbt rooted in <paramref name="root"/>, for lookups and walks only: its blocks are locked and joined as for a
+    /// change, but read as the transaction sees them without a private copy (<see cref="MetadataBuffer.ContentsToRead"/>);
+    /// a change through it throws. A cursor over it is valid until the transaction changes the tree.
+    /// </summary>
+    public static TransactionBtreeStore ForInodeRootLookups<TOps>(Transaction tx, ulong ino, IInodeRootHolder root, long inodeByteOffset)
+        where TOps : struct, IBtreeOps
+    {
+        var store = ForInodeRoot<TOps>(tx, ino, root, inodeByteOffset, NoSpace.Instance);
+        store._lookupOnly = true;
+        return store;
+    }
+
+    private sealed class NoSpace : IBtreeSpace
+    {
+        public static readonly NoSpace Instance = new();
+        public ulong Allocate(Transaction tx, ulong near) => throw new InvalidOperationException("a tree opened for lookups was asked for a block");
+        public void Free(Transaction tx, ulong pointer) => throw new InvalidOperationException("a tree opened for lookups was asked to free a block");
+    }
+
+    private void RefuseIfLookupOnly()
+    {
+        if (_lookupOnly) throw new InvalidOperationException($"the {_name} of {Owner} was opened for lookups and cannot change");
+    }
+
     public bool IsV5 => _sb.IsV5;
     public int BlockSize => (int)_sb.BlockSize;
     public ulong Owner { get; private set; }
@@ -241,6 +269,7 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
 
     public void SetRoot(ulong pointer, int levels)
     {
+        RefuseIfLookupOnly();
         if (_header is null)
         {
             _inodeLevels = levels;
@@ -253,19 +282,22 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
         _tx.LogRange(_header, _levelField, _levelField + 3);
     }
 
-    public void InodeRootChanged(int offset, int length) =>
+    public void InodeRootChanged(int offset, int length)
+    {
+        RefuseIfLookupOnly();
         (_inodeRoot ?? throw new InvalidOperationException($"the {_name} of AG {_agno} has no inode root")).RootChanged(offset, length);
+    }
 
     public byte[] Read(ulong pointer, uint magic, long referrerByteOffset)
     {
-        if (Joined(pointer) is { } joined) return joined.Contents;
+        if (Joined(pointer) is { } joined) return _lookupOnly ? joined.ContentsToRead : joined.Contents;
         if (_longPointers ? !_sb.IsValidFsb(pointer) : pointer == 0 || pointer >= _sb.AgBlocks)
             throw Corrupt($"{_name} pointer", referrerByteOffset, $"block {pointer} is outside the {(_longPointers ? "volume" : "AG")}");
         long at = ByteOffset(pointer);
         var verifier = new BlockVerifier(_sb, Owner, magic, _longPointers, _name);
         var buffer = _tx.Read(at, BlockSize, Owner, verifier, WriteVerifier(verifier, magic), BufType.Btree);
         Remember(pointer, buffer);
-        return buffer.Contents;
+        return _lookupOnly ? buffer.ContentsToRead : buffer.Contents;
     }
 
     private IBufferWriteVerifier WriteVerifier(BlockVerifier verifier, uint magic) => _rental.WriteVerifier(verifier, _sb, Owner, magic, _longPointers);
@@ -274,6 +306,7 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
 
     public void Changed(ulong pointer, byte[] block, int offset, int length)
     {
+        RefuseIfLookupOnly();
         if (Joined(pointer) is not { } buffer || !ReferenceEquals(buffer.Contents, block))
             throw new InvalidOperationException($"{_name}: change of block {pointer}, which this transaction did not read or allocate");
         if (length > 0) _tx.LogRange(buffer, offset, offset + length - 1);
@@ -281,6 +314,7 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
 
     public ulong Allocate(ulong near, out byte[] block)
     {
+        RefuseIfLookupOnly();
         ulong pointer = _space.Allocate(_tx, near);
         var verifier = new BlockVerifier(_sb, Owner, _magic, _longPointers, _name);
         var buffer = _tx.GetNew(ByteOffset(pointer), BlockSize, verifier.Kind, Owner, WriteVerifier(verifier, _magic), BufType.Btree);
@@ -291,6 +325,7 @@ public sealed class TransactionBtreeStore : IBtreeBlockStore
 
     public void Free(ulong pointer)
     {
+        RefuseIfLookupOnly();
         Forget(pointer);
         _tx.Invalidate(ByteOffset(pointer), BlockSize);
         _space.Free(_tx, pointer);

@@ -63,6 +63,16 @@ public sealed class BufferCache : IDisposable
     private int _readAheadsDiscarded;
     private long _bytes;
     private int _sweeping;
+    // When a sweep could not bring the cache down to its target (what stays is held, locked, dirty or being read: a
+    // long run of changes keeps more dirty metadata than the capacity until writeback catches up), the next sweep waits
+    // until the cache has grown by an eighth of its capacity past what that sweep left; 0 when the last sweep reached
+    // its target. Each sweep walks every buffer, so without this every buffer added to a cache full of dirty ones
+    // walked them all.
+    private long _sweepAgainAt;
+    private long _sweeps;
+
+    /// <summary>Sweeps begun so far (each walks the cached buffers for ones to drop).</summary>
+    internal long Sweeps => Interlocked.Read(ref _sweeps);
 
     public BufferCache(IBlockDevice device, VolumeHealth health, long capacityBytes)
     {
@@ -731,9 +741,11 @@ public sealed class BufferCache : IDisposable
 
     private void Sweep()
     {
+        if (Interlocked.Read(ref _bytes) < Interlocked.Read(ref _sweepAgainAt)) return;
         if (Interlocked.Exchange(ref _sweeping, 1) != 0) return;
         try
         {
+            Interlocked.Increment(ref _sweeps);
             long target = _capacityBytes * 3 / 4;
             for (int pass = 0; pass < 2 && Interlocked.Read(ref _bytes) > target; pass++)
             {
@@ -747,6 +759,8 @@ public sealed class BufferCache : IDisposable
                     if (TryEvict(buffer) && Interlocked.Read(ref _bytes) <= target) break;
                 }
             }
+            long left = Interlocked.Read(ref _bytes);
+            Interlocked.Exchange(ref _sweepAgainAt, left > target ? left + _capacityBytes / 8 : 0);
         }
         finally
         {

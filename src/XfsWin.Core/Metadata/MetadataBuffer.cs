@@ -145,6 +145,24 @@ public sealed class MetadataBuffer
     }
 
     /// <summary>
+    /// The bytes as the lock owner's change sees them, to read only: its private copy when it made one, otherwise the
+    /// published bytes themselves (no copy is made; nothing may change them, see <see cref="Contents"/> for that). Valid
+    /// while the lock is held and the change has not asked for <see cref="Contents"/> since.
+    /// </summary>
+    public byte[] ContentsToRead
+    {
+        get
+        {
+            lock (State)
+            {
+                if (_working is null && _copyOnUse && !StalePending && _snapshot is { } published) return published.Data;
+                if (_working is null && _copyOnUse) MakeWorkingCopyLocked();
+                return _working ?? throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
+            }
+        }
+    }
+
+    /// <summary>
     /// Copies <paramref name="bytes"/> to <paramref name="offset"/> of the lock owner's private copy when it made one
     /// (false otherwise, see <see cref="PatchAtCommit"/>). The buffer becomes dirty at commit as for a logged change.
     /// A buffer invalidated in this change takes no patch (true: there is nothing to do).

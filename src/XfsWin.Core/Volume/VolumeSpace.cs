@@ -176,9 +176,9 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
 
     private sealed class DirectorySpace(VolumeSpace space, Transaction transaction, InodeUpdate directory) : IDirectorySpace
     {
-        // One mapping editor for the directory while its fork keeps the form, extent count and fork offset it was
-        // loaded with (the editor's own changes keep them in step): a directory operation asks for its mapping many
-        // times, and loading it each time decoded the whole extent list or walked the bmbt.
+        // One mapping editor for the directory's allocations and frees while its fork keeps the form, extent count and
+        // fork offset it was loaded with (the editor's own changes keep them in step): an operation that adds or frees
+        // several blocks loads the mapping once.
         private ExtentMapEditor? _editor;
         private (ForkFormat Format, ulong Extents, byte ForkOffset) _editorOf;
 
@@ -201,20 +201,23 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
 
         private readonly Transaction _tx = transaction;
 
-        private IReadOnlyList<BmbtRecord> Extents(DirectoryInodeImage dir) =>
-            (IReadOnlyList<BmbtRecord>?)Editor(_tx, dir)?.Extents ?? [];
+        // Questions about the mapping (where a block is, where the mapping ends, the first hole) are answered from the
+        // fork as the transaction sees it: the extent list in the inode image, or lookups in the bmbt through the
+        // transaction's buffers. Only allocating or freeing loads the whole mapping into an editor: a directory of
+        // many extents has a bmbt, and loading it for every entry added or removed decoded every record each time.
+        // Allocate and Free save at once, so what a later question reads already holds their change.
 
         public long Map(DirectoryInodeImage dir, ulong fileBlock)
         {
-            var editor = Editor(_tx, dir);
-            if (editor is null || !editor.TryMap(fileBlock, out var e)) return -1;
+            if (!TryLastAtOrBefore(dir, fileBlock, out var e) || fileBlock >= e.FileEnd) return -1;
             return space.sbFsbToByte(e.StartBlock + (fileBlock - e.FileOffset));
         }
 
         public ulong FirstUnused(DirectoryInodeImage dir, ulong from, int count)
         {
             ulong candidate = from;
-            foreach (var e in Extents(dir))
+            var walk = Walk(dir, from);
+            while (walk.Next(out var e))
             {
                 if (e.FileEnd <= candidate) continue;
                 if (e.FileOffset >= candidate + (ulong)count) break;
@@ -223,22 +226,116 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
             return candidate;
         }
 
-        public ulong LastBefore(DirectoryInodeImage dir, ulong fileBlock)
+        public ulong LastBefore(DirectoryInodeImage dir, ulong fileBlock) =>
+            fileBlock != 0 && TryLastAtOrBefore(dir, fileBlock - 1, out var e) ? Math.Min(e.FileEnd, fileBlock) : 0;
+
+        public ulong LastOffset(DirectoryInodeImage dir) =>
+            TryLastAtOrBefore(dir, ulong.MaxValue, out var e) ? e.FileEnd : 0;
+
+        /// <summary>The last extent starting at or before <paramref name="fileBlock"/>; false when there is none.</summary>
+        private bool TryLastAtOrBefore(DirectoryInodeImage dir, ulong fileBlock, out BmbtRecord extent)
         {
-            ulong last = 0;
-            foreach (var e in Extents(dir))
+            extent = default;
+            switch (Mapped(dir))
             {
-                if (e.FileOffset >= fileBlock) break;
-                last = Math.Min(e.FileEnd, fileBlock);
+                case ForkFormat.Extents:
+                    var fork = dir.DataFork;
+                    int lo = 0, hi = (int)dir.DataExtentCount - 1, found = -1;
+                    while (lo <= hi)
+                    {
+                        int mid = (lo + hi) >>> 1;
+                        if (BmbtRecord.Decode(fork[(mid * BmbtRecord.Size)..]).FileOffset <= fileBlock) { found = mid; lo = mid + 1; }
+                        else hi = mid - 1;
+                    }
+                    if (found < 0) return false;
+                    extent = Checked(BmbtRecord.Decode(fork[(found * BmbtRecord.Size)..]), directory.ByteOffset);
+                    return true;
+                case ForkFormat.Btree:
+                    var cursor = QueryCursor();
+                    Span<byte> key = stackalloc byte[8];
+                    System.Buffers.Binary.BinaryPrimitives.WriteUInt64BigEndian(key, fileBlock);
+                    if (!cursor.Lookup(key, BtreeLookup.LessOrEqual)) return false;
+                    extent = Checked(BmbtRecord.Decode(cursor.Record), cursor.RecordBlockOffset);
+                    return true;
+                default:
+                    return false;
             }
-            return last;
         }
 
-        public ulong LastOffset(DirectoryInodeImage dir)
+        /// <summary>The extents in file order from the one holding or following <paramref name="fileBlock"/> (or the one before it).</summary>
+        private MappingWalk Walk(DirectoryInodeImage dir, ulong fileBlock)
         {
-            var list = Extents(dir);
-            return list.Count == 0 ? 0 : list[^1].FileEnd;
+            switch (Mapped(dir))
+            {
+                case ForkFormat.Extents:
+                    return new MappingWalk(this, dir, null, 0);
+                case ForkFormat.Btree:
+                    var cursor = QueryCursor();
+                    Span<byte> key = stackalloc byte[8];
+                    System.Buffers.Binary.BinaryPrimitives.WriteUInt64BigEndian(key, fileBlock);
+                    bool any = cursor.Lookup(key, BtreeLookup.LessOrEqual) || cursor.MoveToFirst();
+                    return new MappingWalk(this, dir, any ? cursor : null, any ? 0 : -1);
+                default:
+                    return new MappingWalk(this, dir, null, -1);
+            }
         }
+
+        private struct MappingWalk(DirectorySpace owner, DirectoryInodeImage dir, BtreeCursor<BmbtOps>? cursor, int next)
+        {
+            private ulong _end;
+
+            public bool Next(out BmbtRecord extent)
+            {
+                extent = default;
+                if (next < 0) return false;
+                long where;
+                if (cursor is null)
+                {
+                    if ((ulong)next >= dir.DataExtentCount) return false;
+                    extent = BmbtRecord.Decode(dir.DataFork[(next * BmbtRecord.Size)..]);
+                    where = owner.DirectoryByteOffset;
+                    next++;
+                }
+                else
+                {
+                    if (next > 0 && !cursor.Increment()) { next = -1; return false; }
+                    extent = BmbtRecord.Decode(cursor.Record);
+                    where = cursor.RecordBlockOffset;
+                    next = 1;
+                }
+                owner.Checked(extent, where);
+                if (extent.FileOffset < _end) throw owner.Corrupt(where, $"the extent at file block {extent.FileOffset} overlaps the one before it");
+                _end = extent.FileEnd;
+                return true;
+            }
+        }
+
+        /// <summary>The directory's data fork format when it maps blocks (checked against the fork's room); Local otherwise.</summary>
+        private ForkFormat Mapped(DirectoryInodeImage dir)
+        {
+            if (!ReferenceEquals(dir.Image, directory.Image))
+                throw new InvalidOperationException($"directory space of inode {directory.Number} asked about inode {dir.Number}");
+            var format = dir.DataFormat;
+            if (format == ForkFormat.Extents && dir.DataExtentCount > (ulong)(dir.DataForkSize / BmbtRecord.Size))
+                throw Corrupt(directory.ByteOffset, $"{dir.DataExtentCount} extents in a fork with room for {dir.DataForkSize / BmbtRecord.Size}");
+            return format is ForkFormat.Extents or ForkFormat.Btree ? format : ForkFormat.Local;
+        }
+
+        private long DirectoryByteOffset => directory.ByteOffset;
+
+        // Each question descends anew (the bmbt may have changed since the last one).
+        private BtreeCursor<BmbtOps> QueryCursor() =>
+            TransactionBtreeStore.ForInodeRootLookups<BmbtOps>(_tx, directory.Number, directory, directory.ByteOffset).Cursor<BmbtOps>();
+
+        private BmbtRecord Checked(in BmbtRecord e, long where)
+        {
+            if (e.BlockCount == 0 || !space.Sb.IsValidFsb(e.StartBlock) || !space.Sb.IsValidFsb(e.StartBlock + e.BlockCount - 1))
+                throw Corrupt(where, $"extent at file block {e.FileOffset} ({e.BlockCount} blocks at {e.StartBlock}) is empty or outside the volume");
+            return e;
+        }
+
+        private XfsCorruptionException Corrupt(long where, string problem) =>
+            _tx.Mount.Corrupt($"data fork of directory inode {directory.Number}", where, problem);
 
         public long Allocate(Transaction tx, DirectoryInodeImage dir, ulong fileBlock, int count)
         {
@@ -261,4 +358,6 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
     }
 
     private long sbFsbToByte(ulong fsb) => sb.FsbToByte(fsb);
+
+    private Superblock Sb => sb;
 }

@@ -153,6 +153,40 @@ public sealed class BufferCacheTests
     }
 
     [Fact]
+    public void A_cache_full_of_locked_and_dirty_buffers_serves_reads_for_changes_and_sweeps_once_per_eighth_of_its_capacity_added()
+    {
+        const int Capacity = 1 << 20, Dirty = 400, Clean = 400; // 1.6 MiB dirty through a 1 MiB cache, then 1.6 MiB read
+        var device = MakeDevice(Dirty + Clean);
+        using var cache = MakeCache(device, Capacity);
+        // One change locking more than the cache holds: past the capacity, each block read for it is the only buffer a
+        // sweep could drop. A sweep on every read dropped it before the change could lock it, and the read for the
+        // change started over for ever.
+        using (var change = new MetadataChangeSet(cache))
+        {
+            for (int b = 0; b < Dirty; b++)
+            {
+                var buffer = change.Read((long)b * Block, Block, 0, A, A.ForWrite());
+                buffer.Contents[100] = 0xEE;
+                buffer.LogRange(100, 100);
+            }
+            change.Commit();
+        }
+        long sweeps = cache.Sweeps;
+        for (int b = Dirty; b < Dirty + Clean; b++) cache.Read((long)b * Block, Block, 0, A);
+
+        // Nothing dirty can go, so a sweep frees at most the clean buffers read since the last one: the next waits for
+        // an eighth of the capacity (32 blocks) more, rather than every buffer read walking every buffer.
+        Assert.InRange(cache.Sweeps - sweeps, 1, Clean / (Capacity / 8 / Block) + 1);
+        for (int b = 0; b < Dirty; b++) Assert.NotNull(cache.Find((long)b * Block, Block));
+
+        // Written back, the dirty buffers can go: the next sweep brings the cache under its capacity.
+        Assert.Equal(Dirty, cache.Writeback());
+        for (int b = Dirty; b < Dirty + Clean; b++) cache.Read((long)b * Block, Block, 0, A);
+        for (int b = 0; b < Capacity / 8 / Block + 1; b++) cache.Read((long)b * Block, Block, 0, A);
+        Assert.InRange(cache.CachedBytes, 0, Capacity);
+    }
+
+    [Fact]
     public void A_spare_array_becomes_the_next_private_copy_and_is_never_the_published_bytes()
     {
         var device = MakeDevice(4);
