@@ -68,7 +68,60 @@ public sealed class ExtentMapEditor
         _sb = tx.Mount.Superblock;
         // Sized for what the fork says it holds and a split or two (a corrupt count is refused below, not allocated for).
         _extents = new List<BmbtRecord>((int)Math.Min(ExtentCount, 4096) + 2);
+        _matchesAt = tx.Mount.MappingChanges;
         Load(_extents);
+    }
+
+    // The volume's mapping-change count (MountContext.MappingChanges) at which this editor's list was last known to be
+    // the fork's: when it loaded the fork, or right after its own Save.
+    private long _matchesAt;
+    // What the fork held when the caller kept this editor past its commit (MarkKept), for TryKeep; _kept false otherwise.
+    private bool _kept;
+    private ulong _keptIno, _keptNblocks, _keptCount;
+    private byte _keptForkOffset;
+    private ForkFormat _keptFormat;
+    private byte[] _keptFork = [];
+
+    /// <summary>
+    /// The transaction that saved this editor's changes committed: keeps its mapping for <see cref="TryKeep"/> in a
+    /// later transaction, unless a fork's mapping changed on the volume since this editor loaded or saved it (deferred
+    /// work or a follow-up change of the same commit), when nothing is kept.
+    /// </summary>
+    public void MarkKept()
+    {
+        _kept = false;
+        if (_pending.Count != 0 || _tx.Mount.MappingChanges != _matchesAt) return;
+        var fork = Fork;
+        if (_keptFork.Length != fork.Length) _keptFork = new byte[fork.Length];
+        fork.CopyTo(_keptFork);
+        _keptIno = _inode.Number;
+        _keptNblocks = _inode.Nblocks;
+        _keptCount = ExtentCount;
+        _keptForkOffset = _inode.ForkOffset;
+        _keptFormat = Format;
+        _kept = true;
+    }
+
+    /// <summary>
+    /// Takes up the mapping <see cref="MarkKept"/> kept, in <paramref name="tx"/> through <paramref name="inode"/> (the
+    /// same inode read again), instead of loading the fork: true when no fork's mapping changed on the volume since
+    /// (every change of one saves through an editor, which counts it) and the inode's fork bytes, format, extent count,
+    /// block count and fork offset are what they were. False otherwise (nothing changed; load with
+    /// <see cref="Reload"/>). A mark is taken up at most once: a transaction that fails after this leaves none.
+    /// </summary>
+    public bool TryKeep(Transaction tx, InodeUpdate inode)
+    {
+        bool kept = _kept;
+        _kept = false;
+        if (!kept || _pending.Count != 0 || !ReferenceEquals(tx.Mount.Superblock, _sb) || tx.Mount.MappingChanges != _matchesAt) return false;
+        if (inode.Number != _keptIno || inode.Nblocks != _keptNblocks || inode.ForkOffset != _keptForkOffset ||
+            (IsAttr ? inode.AttrExtentCount : inode.DataExtentCount) != _keptCount ||
+            (IsAttr ? inode.AttrFormat : inode.DataFormat) != _keptFormat ||
+            !(IsAttr ? inode.AttrFork : inode.DataFork).SequenceEqual(_keptFork))
+            return false;
+        _tx = tx;
+        _inode = inode;
+        return true;
     }
 
     private bool IsAttr => _fork == ForkKind.Attr;
@@ -84,6 +137,8 @@ public sealed class ExtentMapEditor
         _inode = inode;
         _pending.Clear();
         _extents.Clear();
+        _kept = false;
+        _matchesAt = tx.Mount.MappingChanges;
         Load(_extents);
         return this;
     }
@@ -478,6 +533,10 @@ public sealed class ExtentMapEditor
     public void Save()
     {
         if (_pending.Count == 0) return;
+        _kept = false;
+        // Counted before the fork changes, so that a save that fails half-way still tells kept mappings they are stale.
+        long change = _tx.Mount.NoteMappingChange();
+        _matchesAt = _tx.Mount.MappingChanges == change ? change : -1;
         bool fits = _extents.Count <= ListCapacity;
         if (Format == ForkFormat.Btree)
         {
@@ -505,6 +564,9 @@ public sealed class ExtentMapEditor
     /// </summary>
     public void FitFork(ReadOnlySpan<byte> oldRoot)
     {
+        _kept = false;
+        _tx.Mount.NoteMappingChange();
+        _matchesAt = -1;
         if (Format == ForkFormat.Extents)
         {
             if (FitsAsList) WriteList();

@@ -784,7 +784,11 @@ public sealed partial class XfsVolume
             }
             using var tx = Begin(w, TransactionKind.Write);
             var update = w.WriteInode is { } reused ? reused.Reload(current) : w.WriteInode = new InodeUpdate(current, sb);
-            var editor = overwrite ? null : w.WriteEditor is { } kept ? kept.Reload(tx, update) : w.WriteEditor = new ExtentMapEditor(tx, update, w.FileSpace);
+            // The last write's mapping is taken up again when nothing changed any mapping since (a stream of writes into
+            // holes of one file would otherwise load its whole extent list or bmbt for every write).
+            var editor = overwrite ? null
+                : w.WriteEditor is { } kept ? (kept.TryKeep(tx, update) ? Kept(w, kept) : kept.Reload(tx, update))
+                : w.WriteEditor = new ExtentMapEditor(tx, update, w.FileSpace);
             ulong preallocate = editor is null || hint != 0 || reflinked ? 0 : SpeculativePreallocationFor(w, current, editor, first, offset + data.Length);
             w.WriteFresh.Clear();
             var fresh = hint != 0 ? editor?.AllocateHolesAligned(first, last - first + 1, hint) : editor?.AllocateHoles(first, last - first + 1, unwritten: false, w.WriteFresh);
@@ -800,8 +804,15 @@ public sealed partial class XfsVolume
             update.Log(tx, _inodes);
             tx.Commit();
             AfterCommit(w);
+            editor?.MarkKept();
             return data.Length;
         }
+    }
+
+    private static ExtentMapEditor Kept(VolumeWriteState w, ExtentMapEditor editor)
+    {
+        w.WriteMappingsKept++;
+        return editor;
     }
 
     /// <summary>

@@ -77,6 +77,8 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     /// <see cref="XfsVolume.Write"/> as <see cref="WriteInode"/> is (<see cref="Extents.ExtentMapEditor.Reload"/>).
     /// </summary>
     public Extents.ExtentMapEditor? WriteEditor;
+    /// <summary>Writes that took up the previous write's mapping instead of loading the fork (<see cref="Extents.ExtentMapEditor.TryKeep"/>).</summary>
+    public long WriteMappingsKept;
     public readonly List<Format.BmbtRecord> WriteFresh = new();
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
@@ -436,6 +438,9 @@ public sealed partial class XfsVolume
     /// </summary>
     /// <summary>Rounds the periodic sync has completed (0 without one); for tests.</summary>
     internal int PeriodicSyncRounds => _write?.PeriodicSync?.Rounds ?? 0;
+
+    /// <summary>Writes that took up the previous write's mapping instead of loading the file's fork again.</summary>
+    internal long WriteMappingsKept => _write?.WriteMappingsKept ?? 0;
 
     internal bool PeriodicSyncRound()
     {
