@@ -220,7 +220,7 @@ public sealed class ExtentMapEditor
         ulong end = 0;
         foreach (var e in list)
         {
-            if (e.FileOffset < end || e.BlockCount == 0 || !_sb.IsValidFsb(e.StartBlock) || !_sb.IsValidFsb(e.StartBlock + e.BlockCount - 1))
+            if (e.FileOffset < end || !_sb.IsValidExtent(e.StartBlock, e.BlockCount))
                 throw Corrupt($"extent at file block {e.FileOffset} ({e.BlockCount} blocks at {e.StartBlock}) is out of order or outside the volume");
             end = e.FileEnd;
         }
@@ -535,8 +535,7 @@ public sealed class ExtentMapEditor
         if (_pending.Count == 0) return;
         _kept = false;
         // Counted before the fork changes, so that a save that fails half-way still tells kept mappings they are stale.
-        long change = _tx.Mount.NoteMappingChange();
-        _matchesAt = _tx.Mount.MappingChanges == change ? change : -1;
+        _matchesAt = _tx.Mount.NoteMappingChange();
         bool fits = _extents.Count <= ListCapacity;
         if (Format == ForkFormat.Btree)
         {

@@ -266,6 +266,9 @@ public sealed class Superblock
         return agno < AgCount && agbno < AgBlocks && agno * AgBlocks + agbno < DataBlocks;
     }
 
+    /// <summary>Whether <paramref name="count"/> blocks from <paramref name="start"/> are a non-empty run whose first and last blocks are in the volume.</summary>
+    public bool IsValidExtent(ulong start, ulong count) => count != 0 && IsValidFsb(start) && IsValidFsb(start + count - 1);
+
     public long AgBlockToByte(uint agno, uint agbno) => (long)(((ulong)agno * AgBlocks + agbno) << BlockLog);
 
     public uint InoToAgno(ulong ino) => (uint)(ino >> AgInoLog);

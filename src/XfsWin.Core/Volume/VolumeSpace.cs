@@ -329,7 +329,7 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
 
         private BmbtRecord Checked(in BmbtRecord e, long where)
         {
-            if (e.BlockCount == 0 || !space.Sb.IsValidFsb(e.StartBlock) || !space.Sb.IsValidFsb(e.StartBlock + e.BlockCount - 1))
+            if (!space.Sb.IsValidExtent(e.StartBlock, e.BlockCount))
                 throw Corrupt(where, $"extent at file block {e.FileOffset} ({e.BlockCount} blocks at {e.StartBlock}) is empty or outside the volume");
             return e;
         }

@@ -103,7 +103,7 @@ public sealed partial class XfsVolume
             {
                 var extents = intent.ExtentFreeExtents();
                 foreach (var e in extents)
-                    if (e.Length == 0 || !sb.IsValidFsb(e.StartBlock) || !sb.IsValidFsb(e.StartBlock + e.Length - 1) ||
+                    if (!sb.IsValidExtent(e.StartBlock, e.Length) ||
                         (e.StartBlock >> sb.AgBlkLog) != ((e.StartBlock + e.Length - 1) >> sb.AgBlkLog))
                         throw Bad($"extent {e.StartBlock}+{e.Length} is not inside one AG");
                 // Whoever owned them, their reverse mapping goes with them (XFS_RMAP_OWN_UNKNOWN).
