@@ -9,6 +9,9 @@
 #   unlink     unlink of $XFSWIN_BENCH_UNLINKS empty files (default 100,000, in 100 directories), then sync
 #   rename     a rename-heavy run: 20,000 renames across the 20 directories of create_20k, then sync
 #   untar      untar of a source tree (a tar of /usr/include made once: headers in nested directories)
+#   sparse_3x10k  30,000 4 KiB writes into holes of three new files in turn (every other block of each, so each write
+#              is a new extent and the files' mappings grow into extent btrees: a download of several files, VM disks
+#              filled at random), then fsync of each
 # Each measurement mounts afresh (kernel: loop mount; xfswin: `xfswin mount -o rw`) with caches
 # dropped, and times the operation plus its sync; the setup (the files to unlink or rename) and the
 # unmount are not timed; the xfswin server's CPU time (user + system, from /proc) over the same span is printed too
@@ -27,7 +30,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-1}
-only=${XFSWIN_BENCH_ONLY:-write_1g create_20k create_2x10k unlink rename untar}
+only=${XFSWIN_BENCH_ONLY:-write_1g create_20k create_2x10k unlink rename untar sparse_3x10k}
 unlinks=${XFSWIN_BENCH_UNLINKS:-100000}
 [ "$(id -u)" -eq 0 ] || { echo "Run as root: it loop-mounts images and drops caches." >&2; exit 1; }
 work=$(mktemp -d /var/tmp/xfswin-wbench-XXXXXX)
@@ -183,11 +186,26 @@ PY
   settle
 }
 run_untar() { tar -C "$mnt" -xf "$tarball"; settle; }
+run_sparse_3x10k() {
+  python3 - "$mnt" <<'PY'
+import os, sys
+root = sys.argv[1]
+data = b"s" * 4096
+fds = [os.open(os.path.join(root, f"sparse-{f}"), os.O_CREAT | os.O_WRONLY, 0o644) for f in range(3)]
+for i in range(10000):
+    for fd in fds:
+        os.pwrite(fd, data, 2 * i * 4096)
+for fd in fds:
+    os.fsync(fd)
+    os.close(fd)
+PY
+  settle
+}
 
 noop() { :; }
 setup_of() {
   case $1 in
-    write_1g|untar) echo noop ;;
+    write_1g|untar|sparse_3x10k) echo noop ;;
     create_20k|create_2x10k) echo make_dirs ;;
     unlink) echo make_empty_files ;;
     rename) echo with_files ;;
@@ -245,6 +263,7 @@ label() {
     unlink) echo "unlink $unlinks + sync" ;;
     rename) echo "rename 20k + sync" ;;
     untar) echo "untar /usr/include ($tree_files entries) + sync" ;;
+    sparse_3x10k) echo "30k 4 KiB writes into holes of 3 files in turn + fsync" ;;
   esac
 }
 if [[ $sides == *uring* ]]; then

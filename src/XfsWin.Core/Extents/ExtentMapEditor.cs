@@ -68,11 +68,11 @@ public sealed class ExtentMapEditor
         _sb = tx.Mount.Superblock;
         // Sized for what the fork says it holds and a split or two (a corrupt count is refused below, not allocated for).
         _extents = new List<BmbtRecord>((int)Math.Min(ExtentCount, 4096) + 2);
-        _matchesAt = tx.Mount.MappingChanges;
+        _matchesAt = tx.Mount.LastMappingChange(inode.Number);
         Load(_extents);
     }
 
-    // The volume's mapping-change count (MountContext.MappingChanges) at which this editor's list was last known to be
+    // The inode's mapping-change number (MountContext.LastMappingChange) at which this editor's list was last known to be
     // the fork's: when it loaded the fork, or right after its own Save.
     private long _matchesAt;
     // What the fork held when the caller kept this editor past its commit (MarkKept), for TryKeep; _kept false otherwise.
@@ -84,13 +84,13 @@ public sealed class ExtentMapEditor
 
     /// <summary>
     /// The transaction that saved this editor's changes committed: keeps its mapping for <see cref="TryKeep"/> in a
-    /// later transaction, unless a fork's mapping changed on the volume since this editor loaded or saved it (deferred
-    /// work or a follow-up change of the same commit), when nothing is kept.
+    /// later transaction, unless the inode's mapping changed since this editor loaded or saved it (deferred work or a
+    /// follow-up change of the same commit), when nothing is kept.
     /// </summary>
     public void MarkKept()
     {
         _kept = false;
-        if (_pending.Count != 0 || _tx.Mount.MappingChanges != _matchesAt) return;
+        if (_pending.Count != 0 || _tx.Mount.LastMappingChange(_inode.Number) != _matchesAt) return;
         var fork = Fork;
         if (_keptFork.Length != fork.Length) _keptFork = new byte[fork.Length];
         fork.CopyTo(_keptFork);
@@ -102,10 +102,13 @@ public sealed class ExtentMapEditor
         _kept = true;
     }
 
+    /// <summary>Whether this editor holds a mark of <see cref="MarkKept"/> for inode <paramref name="ino"/> (not yet checked against the inode).</summary>
+    public bool IsKeptFor(ulong ino) => _kept && _keptIno == ino;
+
     /// <summary>
     /// Takes up the mapping <see cref="MarkKept"/> kept, in <paramref name="tx"/> through <paramref name="inode"/> (the
-    /// same inode read again), instead of loading the fork: true when no fork's mapping changed on the volume since
-    /// (every change of one saves through an editor, which counts it) and the inode's fork bytes, format, extent count,
+    /// same inode read again), instead of loading the fork: true when the inode's mapping did not change since (every
+    /// change of one saves through an editor, which numbers it per inode) and the inode's fork bytes, format, extent count,
     /// block count and fork offset are what they were. False otherwise (nothing changed; load with
     /// <see cref="Reload"/>). A mark is taken up at most once: a transaction that fails after this leaves none.
     /// </summary>
@@ -113,8 +116,9 @@ public sealed class ExtentMapEditor
     {
         bool kept = _kept;
         _kept = false;
-        if (!kept || _pending.Count != 0 || !ReferenceEquals(tx.Mount.Superblock, _sb) || tx.Mount.MappingChanges != _matchesAt) return false;
-        if (inode.Number != _keptIno || inode.Nblocks != _keptNblocks || inode.ForkOffset != _keptForkOffset ||
+        if (!kept || _pending.Count != 0 || inode.Number != _keptIno || !ReferenceEquals(tx.Mount.Superblock, _sb) ||
+            tx.Mount.LastMappingChange(inode.Number) != _matchesAt) return false;
+        if (inode.Nblocks != _keptNblocks || inode.ForkOffset != _keptForkOffset ||
             (IsAttr ? inode.AttrExtentCount : inode.DataExtentCount) != _keptCount ||
             (IsAttr ? inode.AttrFormat : inode.DataFormat) != _keptFormat ||
             !(IsAttr ? inode.AttrFork : inode.DataFork).SequenceEqual(_keptFork))
@@ -138,7 +142,7 @@ public sealed class ExtentMapEditor
         _pending.Clear();
         _extents.Clear();
         _kept = false;
-        _matchesAt = tx.Mount.MappingChanges;
+        _matchesAt = tx.Mount.LastMappingChange(inode.Number);
         Load(_extents);
         return this;
     }
@@ -535,7 +539,7 @@ public sealed class ExtentMapEditor
         if (_pending.Count == 0) return;
         _kept = false;
         // Counted before the fork changes, so that a save that fails half-way still tells kept mappings they are stale.
-        _matchesAt = _tx.Mount.NoteMappingChange();
+        _matchesAt = _tx.Mount.NoteMappingChange(_inode.Number);
         bool fits = _extents.Count <= ListCapacity;
         if (Format == ForkFormat.Btree)
         {
@@ -564,7 +568,7 @@ public sealed class ExtentMapEditor
     public void FitFork(ReadOnlySpan<byte> oldRoot)
     {
         _kept = false;
-        _tx.Mount.NoteMappingChange();
+        _tx.Mount.NoteMappingChange(_inode.Number);
         _matchesAt = -1;
         if (Format == ForkFormat.Extents)
         {

@@ -784,11 +784,9 @@ public sealed partial class XfsVolume
             }
             using var tx = Begin(w, TransactionKind.Write);
             var update = w.WriteInode is { } reused ? reused.Reload(current) : w.WriteInode = new InodeUpdate(current, sb);
-            // The last write's mapping is taken up again when nothing changed any mapping since (a stream of writes into
-            // holes of one file would otherwise load its whole extent list or bmbt for every write).
-            var editor = overwrite ? null
-                : w.WriteEditor is { } kept ? (kept.TryKeep(tx, update) ? Kept(w, kept) : kept.Reload(tx, update))
-                : w.WriteEditor = new ExtentMapEditor(tx, update, w.FileSpace);
+            // The file's mapping as its last write left it is taken up again when nothing changed it since (a stream of
+            // writes into holes of a file would otherwise load its whole extent list or bmbt for every write).
+            var editor = overwrite ? null : WriteEditorFor(w, tx, update);
             ulong preallocate = editor is null || hint != 0 || reflinked ? 0 : SpeculativePreallocationFor(w, current, editor, first, offset + data.Length);
             w.WriteFresh.Clear();
             var fresh = hint != 0 ? editor?.AllocateHolesAligned(first, last - first + 1, hint) : editor?.AllocateHoles(first, last - first + 1, unwritten: false, w.WriteFresh);
@@ -809,8 +807,24 @@ public sealed partial class XfsVolume
         }
     }
 
-    private static ExtentMapEditor Kept(VolumeWriteState w, ExtentMapEditor editor)
+    /// <summary>
+    /// The mapping editor for a write to <paramref name="update"/>'s file in <paramref name="tx"/>: the one that kept the
+    /// file's mapping when nothing changed it since, else one that loads it (an unused editor of
+    /// <see cref="VolumeWriteState.WriteEditors"/>, the least recently used one, or the one that kept a stale mapping).
+    /// </summary>
+    private static ExtentMapEditor WriteEditorFor(VolumeWriteState w, Transaction tx, InodeUpdate update)
     {
+        var editors = w.WriteEditors;
+        long now = ++w.WriteEditorClock;
+        int chosen = -1;
+        for (int i = 0; i < editors.Length; i++)
+        {
+            if (editors[i] is { } e && e.IsKeptFor(update.Number)) { chosen = i; break; }
+            if (chosen < 0 || editors[chosen] is not null && (editors[i] is null || w.WriteEditorUsed[i] < w.WriteEditorUsed[chosen])) chosen = i;
+        }
+        w.WriteEditorUsed[chosen] = now;
+        if (editors[chosen] is not { } editor) return editors[chosen] = new ExtentMapEditor(tx, update, w.FileSpace);
+        if (!editor.TryKeep(tx, update)) return editor.Reload(tx, update);
         w.WriteMappingsKept++;
         return editor;
     }

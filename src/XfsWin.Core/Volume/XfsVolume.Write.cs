@@ -73,11 +73,17 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     /// </summary>
     public InodeUpdate? WriteInode;
     /// <summary>
-    /// The mapping editor of the file a write changes and the list of extents it allocated, reused by every
-    /// <see cref="XfsVolume.Write"/> as <see cref="WriteInode"/> is (<see cref="Extents.ExtentMapEditor.Reload"/>).
+    /// The mapping editors of the last files writes allocated in, reused by every <see cref="XfsVolume.Write"/> as
+    /// <see cref="WriteInode"/> is: a write takes up its file's kept mapping (<see cref="Extents.ExtentMapEditor.TryKeep"/>),
+    /// or loads its file's into the editor a write used least recently (<see cref="Extents.ExtentMapEditor.Reload"/>).
+    /// So writes that go from file to file among a few fragmented files (a download of several files, VM disks) load
+    /// no file's whole mapping while no other change moved it.
     /// </summary>
-    public Extents.ExtentMapEditor? WriteEditor;
-    /// <summary>Writes that took up the previous write's mapping instead of loading the fork (<see cref="Extents.ExtentMapEditor.TryKeep"/>).</summary>
+    public readonly Extents.ExtentMapEditor?[] WriteEditors = new Extents.ExtentMapEditor?[8];
+    /// <summary>When each of <see cref="WriteEditors"/> was last used, in <see cref="WriteEditorClock"/> ticks.</summary>
+    public readonly long[] WriteEditorUsed = new long[8];
+    public long WriteEditorClock;
+    /// <summary>Writes that took up their file's kept mapping instead of loading the fork (<see cref="Extents.ExtentMapEditor.TryKeep"/>).</summary>
     public long WriteMappingsKept;
     public readonly List<Format.BmbtRecord> WriteFresh = new();
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
@@ -439,7 +445,7 @@ public sealed partial class XfsVolume
     /// <summary>Rounds the periodic sync has completed (0 without one); for tests.</summary>
     internal int PeriodicSyncRounds => _write?.PeriodicSync?.Rounds ?? 0;
 
-    /// <summary>Writes that took up the previous write's mapping instead of loading the file's fork again.</summary>
+    /// <summary>Writes that took up their file's kept mapping instead of loading the file's fork again.</summary>
     internal long WriteMappingsKept => _write?.WriteMappingsKept ?? 0;
 
     internal bool PeriodicSyncRound()

@@ -7,11 +7,11 @@ using XfsWin.Volume;
 namespace XfsWin.Tests.Volume;
 
 /// <summary>
-/// A write that allocates takes up the mapping the previous write left in memory instead of loading the file's extent
-/// list or bmbt again, only while no mapping changed on the volume since: a stream of writes into holes of one file
-/// keeps it, and every other change of a mapping (another file's write, a punched hole, a truncate, a clone, an
-/// attribute fork that moves the data fork's size) makes the next write load the fork again. Judged by the kernel:
-/// what the engine wrote reads back the same through a loop mount, and xfs_repair -n finds nothing.
+/// A write that allocates takes up the mapping its file's last write left in memory instead of loading the file's
+/// extent list or bmbt again, only while the file's mapping did not change since: a stream of writes into holes of one
+/// file, or of a few files in turn, keeps each file's, another file's writes leave it kept, and every change of the
+/// file's own mapping (a punched hole, a truncate, a clone into it) makes its next write load the fork again. Judged by
+/// the kernel: what the engine wrote reads back the same through a loop mount, and xfs_repair -n finds nothing.
 /// </summary>
 public sealed class KeptWriteMappingTests : IDisposable
 {
@@ -21,7 +21,7 @@ public sealed class KeptWriteMappingTests : IDisposable
     public void Dispose() => Directory.Delete(_tmp, recursive: true);
 
     [Fact]
-    public void Writes_into_holes_keep_the_mapping_until_another_change_moves_any_and_the_kernel_reads_what_they_wrote()
+    public void Writes_into_holes_keep_their_files_mappings_until_a_change_moves_that_files_and_the_kernel_reads_what_they_wrote()
     {
         string image = Path.Combine(_tmp, "v.img");
         Shell.RunChecked("truncate", "-s", "1G", image);
@@ -29,13 +29,15 @@ public sealed class KeptWriteMappingTests : IDisposable
         const int Blocks = 1200;
         var modelA = new byte[Blocks * Block];
         var modelB = new byte[Blocks * Block];
+        var modelC = new byte[Blocks * Block];
         var rng = new Random(7);
         var data = new byte[Block];
-        ulong a, b;
+        ulong a, b, c;
         using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
         {
             a = v.CreateNode(v.RootInode, "a"u8, 0x81A4, 0, 0).Inode;
             b = v.CreateNode(v.RootInode, "b"u8, 0x81A4, 0, 0).Inode;
+            c = v.CreateNode(v.RootInode, "c"u8, 0x81A4, 0, 0).Inode;
 
             void WriteA(int block)
             {
@@ -50,9 +52,25 @@ public sealed class KeptWriteMappingTests : IDisposable
             Assert.True(v.WriteMappingsKept - kept0 >= Blocks / 4 - 2, $"{v.WriteMappingsKept - kept0} of {Blocks / 4} writes kept the mapping");
             Assert.True(v.GetAttributes(a).DataExtentCount > 100);
 
-            // After each change below that moved a mapping, the next write loads the fork again and the one after keeps
-            // it; every change but the extended attribute must move one (an attribute that fits the inode's attribute
-            // fork leaves the data fork as it was, and then the next write keeps the mapping too).
+            // Writes into holes of three files in turn (one extent each): after each file's first, every write keeps its
+            // file's mapping.
+            kept0 = v.WriteMappingsKept;
+            for (int i = Blocks / 2; i < Blocks / 2 + 300; i += 2)
+            {
+                WriteA(i);
+                foreach (var (file, model) in new[] { (b, modelB), (c, modelC) })
+                {
+                    rng.NextBytes(data);
+                    v.Write(file, (long)(i - Blocks / 2 + 20) * Block, data);
+                    data.CopyTo(model, (i - Blocks / 2 + 20) * Block);
+                }
+            }
+            Assert.Equal(3 * 150 - 2, v.WriteMappingsKept - kept0);
+            Assert.True(v.GetAttributes(b).DataExtentCount > 100 && v.GetAttributes(c).DataExtentCount > 100);
+
+            // After each change below that moved a's mapping, a's next write loads the fork again and the one after keeps
+            // it; another file's write and an attribute that fits the inode's attribute fork leave a's mapping as it was,
+            // and then its next write keeps it too.
             var changes = new (string What, Action Change)[]
             {
                 ("another file's write", () =>
@@ -84,10 +102,13 @@ public sealed class KeptWriteMappingTests : IDisposable
             int next = 301;
             foreach (var (what, change) in changes)
             {
-                long mappingChanges = v.Mount.MappingChanges;
+                long mappingChanges = v.Mount.LastMappingChange(a);
+                long bChanges = v.Mount.LastMappingChange(b);
                 change();
-                bool moved = v.Mount.MappingChanges != mappingChanges;
-                Assert.True(moved || what == "an extended attribute", $"{what} changed no mapping");
+                bool moved = v.Mount.LastMappingChange(a) != mappingChanges;
+                bool keepsA = what is "another file's write" or "an extended attribute";
+                Assert.True(moved != keepsA, $"{what}: a's mapping moved: {moved}");
+                if (what == "another file's write") Assert.NotEqual(bChanges, v.Mount.LastMappingChange(b));
                 long before = v.WriteMappingsKept;
                 WriteA(next);
                 Assert.True(v.WriteMappingsKept == (moved ? before : before + 1), $"the write after {what} (mappings moved: {moved}) kept {v.WriteMappingsKept - before}");
@@ -116,5 +137,7 @@ public sealed class KeptWriteMappingTests : IDisposable
         Assert.Equal(SHA256.HashData(modelA.AsSpan(0, onDisk.Length)), SHA256.HashData(onDisk));
         var bOnDisk = File.ReadAllBytes(Path.Combine(mount.MountPoint, "b"));
         Assert.Equal(SHA256.HashData(modelB.AsSpan(0, bOnDisk.Length)), SHA256.HashData(bOnDisk));
+        var cOnDisk = File.ReadAllBytes(Path.Combine(mount.MountPoint, "c"));
+        Assert.Equal(SHA256.HashData(modelC.AsSpan(0, cOnDisk.Length)), SHA256.HashData(cOnDisk));
     }
 }
