@@ -32,5 +32,20 @@ public interface IBlockDevice : IDisposable
 
     void Write(long offset, ReadOnlySpan<byte> source);
 
+    /// <summary>
+    /// Writes each piece of <paramref name="source"/> to its own offset (pieces that do not overlap on the device), and
+    /// returns once every piece is written; throws as <see cref="Write"/> does when any fails, after all have finished.
+    /// The pieces are unordered among themselves, as writes between two flushes are. A device that can hand the disk
+    /// many writes at once does (a file opened unbuffered on Linux submits them in one asynchronous I/O call, which lets
+    /// the block layer queue them together); the others write them one by one.
+    /// </summary>
+    void WritePieces(ReadOnlySpan<byte> source, ReadOnlySpan<WritePiece> pieces)
+    {
+        foreach (var piece in pieces) Write(piece.Offset, source.Slice(piece.Start, piece.Length));
+    }
+
     void Flush();
 }
+
+/// <summary>One piece of <see cref="IBlockDevice.WritePieces"/>: <see cref="Length"/> bytes from <see cref="Start"/> of the source go to <see cref="Offset"/> on the device.</summary>
+public readonly record struct WritePiece(long Offset, int Start, int Length);

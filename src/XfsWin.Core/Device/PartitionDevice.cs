@@ -86,6 +86,31 @@ public sealed class PartitionDevice : IBlockDevice
         _base.Write(Offset + offset, source);
     }
 
+    public void WritePieces(ReadOnlySpan<byte> source, ReadOnlySpan<WritePiece> pieces)
+    {
+        if (pieces.Length <= StackPieces)
+        {
+            Span<WritePiece> moved = stackalloc WritePiece[pieces.Length];
+            WritePiecesMoved(source, pieces, moved);
+        }
+        else
+        {
+            WritePiecesMoved(source, pieces, new WritePiece[pieces.Length]);
+        }
+    }
+
+    private const int StackPieces = 256;
+
+    private void WritePiecesMoved(ReadOnlySpan<byte> source, ReadOnlySpan<WritePiece> pieces, Span<WritePiece> moved)
+    {
+        for (int i = 0; i < pieces.Length; i++)
+        {
+            Check(pieces[i].Offset, pieces[i].Length);
+            moved[i] = pieces[i] with { Offset = Offset + pieces[i].Offset };
+        }
+        _base.WritePieces(source, moved);
+    }
+
     public void Flush() => _base.Flush();
 
     public void Dispose()

@@ -31,15 +31,26 @@ public sealed class WritebackBatch
         _pieces.Add((offset, image, _pieces.Count));
     }
 
-    /// <summary>Writes everything added, in ascending disk order, touching images merged; then empties the batch.</summary>
+    /// <summary>
+    /// Writes everything added, in ascending disk order, touching images merged, the writes of up to
+    /// <see cref="StagingSize"/> bytes handed to the device together (<see cref="IBlockDevice.WritePieces"/>: they do
+    /// not overlap, and their order among themselves does not matter before the flush that follows a writeback); then
+    /// empties the batch.
+    /// </summary>
     public void WriteOut(IBlockDevice device)
     {
         Writes = 0;
         if (_pieces.Count == 0) return;
         _pieces.Sort(static (a, b) => a.Offset != b.Offset ? a.Offset.CompareTo(b.Offset) : a.Order.CompareTo(b.Order));
-        AlignedBuffer? buffer = null;
+        AlignedBuffer? large = null;
+        long total = 0;
+        foreach (var piece in _pieces) total += piece.Image.Length;
+        // Room for every image, each run starting on a sector boundary, up to StagingSize.
+        var staging = new AlignedBuffer((int)Math.Min(StagingSize, total + (long)SectorAlign * Math.Min(_pieces.Count, _runs.Length)));
         try
         {
+            int capacity = staging.Length;
+            int used = 0, count = 0;
             int i = 0;
             while (i < _pieces.Count)
             {
@@ -53,32 +64,64 @@ public sealed class WritebackBatch
                     j++;
                 }
                 int length = (int)(end - start);
-                if (j == i + 1)
+                // Runs start at sector-aligned places in the staging buffer (images are whole sectors), so that an
+                // unbuffered device takes them as they are.
+                int at = (used + SectorAlign - 1) & ~(SectorAlign - 1);
+                if (count == _runs.Length || at + length > capacity)
                 {
-                    device.Write(start, _pieces[i].Image);
+                    device.WritePieces(staging.Span[..used], _runs.AsSpan(0, count));
+                    used = at = count = 0;
+                }
+                Span<byte> span;
+                if (length > capacity)
+                {
+                    // Overlapping images merged past the staging buffer's size: a write of their own.
+                    if (large is null || large.Length < length)
+                    {
+                        large?.Dispose();
+                        large = new AlignedBuffer(length);
+                    }
+                    span = large.Span[..length];
                 }
                 else
                 {
-                    if (buffer is null || buffer.Length < length)
-                    {
-                        buffer?.Dispose();
-                        buffer = new AlignedBuffer(Math.Max(length, 64 << 10));
-                    }
-                    var span = buffer.Span[..length];
+                    span = staging.Span.Slice(at, length);
+                }
+                if (j == i + 1)
+                {
+                    _pieces[i].Image.CopyTo(span);
+                }
+                else
+                {
                     // Overlapping images land in the order they were added.
                     var run = _pieces.GetRange(i, j - i);
                     run.Sort(static (a, b) => a.Order.CompareTo(b.Order));
                     foreach (var (offset, image, _) in run) image.CopyTo(span[(int)(offset - start)..]);
+                }
+                if (length > capacity)
+                {
                     device.Write(start, span);
+                }
+                else
+                {
+                    _runs[count++] = new WritePiece(start, at, length);
+                    used = at + length;
                 }
                 Writes++;
                 i = j;
             }
+            if (count != 0) device.WritePieces(staging.Span[..used], _runs.AsSpan(0, count));
         }
         finally
         {
-            buffer?.Dispose();
+            staging.Dispose();
+            large?.Dispose();
             _pieces.Clear();
         }
     }
+
+    /// <summary>Bytes of merged writes handed to the device together.</summary>
+    public const int StagingSize = 4 << 20;
+    private const int SectorAlign = 4096;
+    private readonly WritePiece[] _runs = new WritePiece[256];
 }

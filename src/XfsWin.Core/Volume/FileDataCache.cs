@@ -372,31 +372,43 @@ internal sealed class FileDataCache : IDisposable
     }
 
     /// <summary>
-    /// Writes a batch's blocks in ascending order, neighbours merged into writes of up to 1 MiB (on the writer thread
-    /// without the lock, since nothing changes a batch's blocks while it is queued; or by a write-out). Returns the
-    /// device writes made.
+    /// Writes a batch's blocks in ascending order, neighbours merged into one write, the writes of up to 1 MiB of blocks
+    /// handed to the device together (<see cref="IBlockDevice.WritePieces"/>; on the writer thread without the lock, since
+    /// nothing changes a batch's blocks while it is queued; or by a write-out). Returns the device writes made.
     /// </summary>
     private int WriteBatch(HeldBatch batch)
     {
         _batchBuffer ??= new AlignedBuffer(WriteOutBufferSize);
         var buffer = _batchBuffer.Span;
-        int perWrite = WriteOutBufferSize >> _blockLog;
-        int writes = 0;
+        var pieces = _batchPieces;
+        int blocksPerBuffer = WriteOutBufferSize >> _blockLog;
+        int writes = 0, used = 0, count = 0;
         for (int i = 0; i < batch.Count;)
         {
+            if (used == blocksPerBuffer || count == pieces.Length)
+            {
+                _device.WritePieces(buffer[..(used << _blockLog)], pieces.AsSpan(0, count));
+                used = 0;
+                count = 0;
+            }
             long start = batch.Blocks[i];
             int run = 0;
-            while (i < batch.Count && run < perWrite && batch.Blocks[i] == start + run)
+            while (i < batch.Count && used + run < blocksPerBuffer && batch.Blocks[i] == start + run)
             {
-                batch.Arrays[i].CopyTo(buffer[(run << _blockLog)..]);
+                batch.Arrays[i].CopyTo(buffer[((used + run) << _blockLog)..]);
                 run++;
                 i++;
             }
-            _device.Write(start << _blockLog, buffer[..(run << _blockLog)]);
+            pieces[count++] = new WritePiece(start << _blockLog, used << _blockLog, run << _blockLog);
+            used += run;
             writes++;
         }
+        if (count != 0) _device.WritePieces(buffer[..(used << _blockLog)], pieces.AsSpan(0, count));
         return writes;
     }
+
+    // The pieces of one WritePieces call of WriteBatch (used with _batchBuffer, by one batch at a time).
+    private readonly WritePiece[] _batchPieces = new WritePiece[256];
 
     /// <summary>Gives a written (or failed) batch's block arrays back to their shards, and the emptied batch to the spares.</summary>
     private void ReleaseBatchLocked(HeldBatch batch)

@@ -65,6 +65,19 @@ internal sealed class ShutdownOnFailureDevice(IBlockDevice inner, DeviceShutdown
         }
     }
 
+    public void WritePieces(ReadOnlySpan<byte> source, ReadOnlySpan<WritePiece> pieces)
+    {
+        if (shutdown.Reason is not null) throw shutdown.Refusal($"writing {pieces.Length} pieces from byte {(pieces.Length > 0 ? pieces[0].Offset : 0)}");
+        try
+        {
+            inner.WritePieces(source, pieces);
+        }
+        catch (Exception e)
+        {
+            throw shutdown.Record(e, $"the device writes of {pieces.Length} pieces from byte {(pieces.Length > 0 ? pieces[0].Offset : 0)}");
+        }
+    }
+
     public void Flush()
     {
         if (shutdown.Reason is not null) throw shutdown.Refusal("flushing the device");
