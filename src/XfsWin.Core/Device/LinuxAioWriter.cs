@@ -21,7 +21,7 @@ internal sealed unsafe partial class LinuxAioWriter : IDisposable
     private const int IocbSize = 64, EventSize = 32;
     private const int OffData = 0, OffOpcode = 16, OffFd = 20, OffBuf = 24, OffBytes = 32, OffOffset = 40;
     private const ushort IocbCmdPwrite = 1;
-    private const int EINTR = 4, EAGAIN = 11;
+    private const int EINTR = 4;
 
     private readonly object _lock = new();
     private ulong _context;
