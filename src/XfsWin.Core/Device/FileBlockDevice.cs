@@ -292,13 +292,15 @@ public sealed class FileBlockDevice : IBlockDevice
     }
 
     /// <summary>
-    /// Writes the pieces (see <see cref="IBlockDevice.WritePieces"/>); on Linux with O_DIRECT, all sector-aligned pieces
-    /// go to the kernel together through asynchronous I/O (<see cref="LinuxAioWriter"/>), otherwise one by one.
+    /// Writes the pieces (see <see cref="IBlockDevice.WritePieces"/>). When every piece meets the device's alignment, they
+    /// go to the operating system together: on Linux with O_DIRECT through asynchronous I/O (<see cref="LinuxAioWriter"/>),
+    /// on a handle opened for asynchronous I/O (Windows: overlapped) through <see cref="OverlappedPieceWriter"/>.
+    /// Otherwise, and for a single piece, one by one.
     /// </summary>
     public unsafe void WritePieces(ReadOnlySpan<byte> source, ReadOnlySpan<WritePiece> pieces)
     {
         if (!CanWrite) throw new XfsException(XfsError.ReadOnly, "the device was opened read-only");
-        bool together = pieces.Length > 1 && _direct && OperatingSystem.IsLinux();
+        bool together = pieces.Length > 1;
         fixed (byte* p = source)
         {
             foreach (var piece in pieces)
@@ -308,19 +310,25 @@ public sealed class FileBlockDevice : IBlockDevice
                 CheckRange(piece.Offset, piece.Length);
                 together &= IsAligned(piece.Offset, piece.Length, p + piece.Start);
             }
-            var aio = together ? Aio() : null;
-            if (aio is null)
+            if (together && _direct && OperatingSystem.IsLinux() && Aio() is { } aio)
             {
-                foreach (var piece in pieces) Write(piece.Offset, source.Slice(piece.Start, piece.Length));
+                aio.Write((int)_handle.DangerousGetHandle(), p, pieces, _writeOne ??= WriteOne);
                 return;
             }
-            aio.Write((int)_handle.DangerousGetHandle(), p, pieces, _writeOne ??= WriteOne);
+            if (together && _handle.IsAsync)
+            {
+                OverlappedPieceWriter.Write(_handle, p, source.Length, pieces);
+                Interlocked.Add(ref _overlappedPieces, pieces.Length);
+                return;
+            }
+            foreach (var piece in pieces) Write(piece.Offset, source.Slice(piece.Start, piece.Length));
         }
     }
 
     private LinuxAioWriter? _aio;
-    /// <summary>Pieces of <see cref="WritePieces"/> the kernel took together through asynchronous I/O so far.</summary>
-    internal long PiecesWrittenTogether => Volatile.Read(ref _aio)?.Submitted ?? 0;
+    private long _overlappedPieces;
+    /// <summary>Pieces of <see cref="WritePieces"/> handed to the operating system together (asynchronous or overlapped I/O) so far.</summary>
+    internal long PiecesWrittenTogether => (Volatile.Read(ref _aio)?.Submitted ?? 0) + Interlocked.Read(ref _overlappedPieces);
     private bool _aioRefused;
     private LinuxAioWriter.WriteOne? _writeOne;
 

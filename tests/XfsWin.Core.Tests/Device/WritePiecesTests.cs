@@ -6,7 +6,8 @@ namespace XfsWin.Tests.Device;
 /// <summary>
 /// <see cref="IBlockDevice.WritePieces"/>: scattered writes handed to the device together. On a file opened O_DIRECT
 /// (the test files are on the machine's disk) they go to the kernel through asynchronous I/O in turns of
-/// <see cref="LinuxAioWriter.MaxInFlight"/>; what lands is read back through the page cache and compared byte for byte.
+/// <see cref="LinuxAioWriter.MaxInFlight"/>; on a handle opened for asynchronous I/O (Windows: overlapped) through
+/// <see cref="OverlappedPieceWriter"/>. What lands is read back through the cache and compared byte for byte.
 /// </summary>
 public sealed class WritePiecesTests : IDisposable
 {
@@ -80,5 +81,59 @@ public sealed class WritePiecesTests : IDisposable
             device.Flush();
         }
         Assert.True(File.ReadAllBytes(path).AsSpan().SequenceEqual(model), "the file holds exactly the pieces written");
+    }
+
+    /// <summary>
+    /// The device on a handle opened for asynchronous I/O: on Windows the device <see cref="FileBlockDevice.Open"/> makes
+    /// (FILE_FLAG_NO_BUFFERING, overlapped: the Windows workflow runs this test); elsewhere a buffered handle opened with
+    /// <see cref="FileOptions.Asynchronous"/>, where the runtime runs the same calls on its own threads.
+    /// </summary>
+    private static FileBlockDevice OpenAsynchronous(string path, FileAccess access)
+    {
+        if (OperatingSystem.IsWindows() && access == FileAccess.ReadWrite) return FileBlockDevice.Open(path, writable: true);
+        var handle = File.OpenHandle(path, FileMode.Open, access, FileShare.ReadWrite, FileOptions.Asynchronous);
+        Assert.True(handle.IsAsync);
+        return FileBlockDevice.FromHandle(handle, RandomAccess.GetLength(handle), 512, direct: false, writable: true, "asynchronous", path);
+    }
+
+    [Fact]
+    public void On_a_handle_for_asynchronous_io_scattered_pieces_are_written_together_and_land_where_they_were_meant()
+    {
+        const int Blocks = 1200;
+        string path = NewFile(Blocks);
+        var model = new byte[Blocks * Block];
+        using var source = new AlignedBuffer(2 << 20);
+        new Random(17).NextBytes(source.Span);
+        // 300 pieces (several turns of OverlappedPieceWriter.MaxInFlight), in descending order of offset, some two blocks long.
+        var pieces = new List<WritePiece>();
+        int used = 0;
+        for (int block = Blocks - 3; pieces.Count < 300; block -= 4)
+        {
+            int blocks = pieces.Count % 7 == 6 ? 2 : 1;
+            pieces.Add(new WritePiece((long)block * Block, used, blocks * Block));
+            source.Span.Slice(used, blocks * Block).CopyTo(model.AsSpan(block * Block));
+            used += blocks * Block;
+        }
+        using (var device = OpenAsynchronous(path, FileAccess.ReadWrite))
+        {
+            ((IBlockDevice)device).WritePieces(source.Span[..used], pieces.ToArray());
+            Assert.Equal(300, device.PiecesWrittenTogether);
+            device.Flush();
+        }
+        Assert.True(File.ReadAllBytes(path).AsSpan().SequenceEqual(model), "the file holds every piece at its offset and nothing else");
+    }
+
+    [Fact]
+    public void On_a_handle_for_asynchronous_io_a_batch_whose_writes_fail_throws_once_every_write_has_ended()
+    {
+        string path = NewFile(64);
+        using var source = new AlignedBuffer(8 * Block);
+        new Random(3).NextBytes(source.Span);
+        var pieces = Enumerable.Range(0, 8).Select(i => new WritePiece(i * 5L * Block, i * Block, Block)).ToArray();
+        // A handle that may only read: every write of the batch fails, and the batch reports it rather than hanging or
+        // returning as if written.
+        using (var device = OpenAsynchronous(path, FileAccess.Read))
+            Assert.ThrowsAny<Exception>(() => ((IBlockDevice)device).WritePieces(source.Span, pieces));
+        Assert.True(File.ReadAllBytes(path).AsSpan().IndexOfAnyExcept((byte)0) < 0, "nothing was written");
     }
 }
