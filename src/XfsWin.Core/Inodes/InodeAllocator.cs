@@ -52,8 +52,14 @@ public sealed class InodeAllocator
         _space = space;
     }
 
-    /// <summary>Inodes per chunk record and blocks per full chunk.</summary>
+    /// <summary>Blocks of one chunk allocation (the kernel's m_ialloc_blks).</summary>
     private uint ChunkBlocks => Math.Max(1u, (uint)(InobtRecord.InodesPerChunk >> _sb.InoPBlog));
+
+    /// <summary>
+    /// Inodes one chunk allocation makes (the kernel's m_ialloc_inos): a chunk record's 64, or a whole block when a block
+    /// holds more (64 KiB blocks of 512-byte inodes: 128), which then takes a record for each 64 of them.
+    /// </summary>
+    public static int AllocationInodes(Superblock sb) => Math.Max(InobtRecord.InodesPerChunk, sb.InodesPerBlock);
 
     /// <summary>The AGI of <paramref name="agno"/>, joined to <paramref name="tx"/>.</summary>
     public static MetadataBuffer JoinAgi(Transaction tx, Superblock sb, uint agno)
@@ -215,18 +221,30 @@ public sealed class InodeAllocator
         }
         if (agbno is null) return false;
         InitialiseInodes(tx, agno, agbno.Value, chunkBlocks);
-        inodes = count;
-        ino = InsertChunk(tx, agi, agno, agbno.Value << _sb.InoPBlog, holeMask, count, 0);
+        uint startAgino = agbno.Value << _sb.InoPBlog;
+        int total = AllocationInodes(_sb);
+        inodes = total;
+        ino = InsertChunk(tx, agi, agno, startAgino, holeMask, count, 0);
+        // A block holding more than one record's inodes: a record, all free, for each further 64 (as xfs_ialloc_ag_alloc
+        // inserts one per 64 inodes of the allocation).
+        for (int next = InobtRecord.InodesPerChunk; next < total; next += InobtRecord.InodesPerChunk)
+            InsertChunk(tx, agi, agno, startAgino + (uint)next, holeMask, count, firstIndex: -1);
         return true;
     }
 
+    /// <summary>
+    /// Inserts the record of a new chunk at <paramref name="startAgino"/> and counts its inodes in the AGI. The inode at
+    /// <paramref name="firstIndex"/> is returned allocated (the AGI's newino points at the chunk); -1 leaves every inode
+    /// free (a further record of the same allocation).
+    /// </summary>
     private ulong InsertChunk(Transaction tx, MetadataBuffer agi, uint agno, uint startAgino, ushort holeMask, byte count, int firstIndex)
     {
         ulong free = ulong.MaxValue;
         for (int i = 0; i < InobtRecord.InodesPerChunk; i++)
             if ((holeMask & (1 << (i / 4))) != 0) free &= ~(1UL << i);
-        free &= ~(1UL << firstIndex);
-        var rec = new InobtRecord(startAgino, holeMask, count, (uint)(count - 1), free);
+        uint used = firstIndex >= 0 ? 1u : 0u;
+        if (firstIndex >= 0) free &= ~(1UL << firstIndex);
+        var rec = new InobtRecord(startAgino, holeMask, count, count - used, free);
         if (!_sb.HasSparseInodes) rec = rec with { Count = InobtRecord.InodesPerChunk };
         Span<byte> raw = stackalloc byte[InobtRecord.Size];
         Encode(rec, raw);
@@ -242,7 +260,8 @@ public sealed class InodeAllocator
                 throw tx.Mount.Corrupt($"free inode btree of AG {agno}", agi.Offset, $"a record for the new chunk at AG inode {startAgino} exists already");
         }
         SetField(tx, agi, AgiView.OffCount, Field(agi, AgiView.OffCount) + count);
-        SetField(tx, agi, AgiView.OffFreecount, Field(agi, AgiView.OffFreecount) + count - 1u);
+        SetField(tx, agi, AgiView.OffFreecount, Field(agi, AgiView.OffFreecount) + count - used);
+        if (firstIndex < 0) return 0;
         SetField(tx, agi, AgiView.OffNewino, startAgino);
         return ((ulong)agno << _sb.AgInoLog) | (startAgino + (uint)firstIndex);
     }

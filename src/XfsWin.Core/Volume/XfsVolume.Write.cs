@@ -107,7 +107,7 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     /// <summary>A free inode for a new file in <paramref name="parent"/> (see <see cref="InodeAllocator.Allocate"/>).</summary>
     public (ulong Ino, int NewInodes) AllocateInode(Transaction tx, ulong parent, bool directory) =>
         InodeAllocator.Allocate(tx, parent, directory, lowSpace: FileSpace.Allocator.FreeBlocks < (long)(Access.Superblock.DataBlocks / 100),
-            ag => InodeCount + InobtRecord.InodesPerChunk <= MaxInodes && FileSpace.HasRoomForChunk(ag));
+            ag => InodeCount + InodeAllocator.AllocationInodes(Access.Superblock) <= MaxInodes && FileSpace.HasRoomForChunk(ag));
 
     /// <summary>
     /// The most inodes the volume may have (the kernel's m_maxicount): sb_imax_pct percent of the data blocks, in whole

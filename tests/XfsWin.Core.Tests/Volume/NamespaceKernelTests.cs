@@ -219,6 +219,41 @@ public sealed class NamespaceKernelTests(ITestOutputHelper output) : IDisposable
         AssertRepairClean(image, xfsprogs);
     }
 
+    /// <summary>
+    /// 64 KiB blocks of 512-byte inodes: one block holds 128 inodes, so a chunk allocation is one block and takes two
+    /// inobt records of 64 (as mkfs and the kernel's xfs_ialloc_ag_alloc make them). 400 creates fill the root chunk and
+    /// allocate new ones, whose second records must exist for the inodes the engine hands out from them.
+    /// </summary>
+    [Fact]
+    public void On_blocks_holding_128_inodes_a_new_chunk_takes_a_record_for_each_64()
+    {
+        string image = Make("6.13", "-b size=65536", size: "1G");
+        var created = new List<ulong>();
+        using (var v = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            Assert.Equal(128, v.Info.BlockSize / v.Info.InodeSize);
+            ulong dir = v.MakeDirectory(v.RootInode, "many"u8, 0x1ED, 0, 0).Inode;
+            for (int i = 0; i < 400; i++)
+            {
+                ulong ino = v.CreateNode(dir, Encoding.ASCII.GetBytes($"f{i:D3}"), 0x81A4, 0, 0).Inode;
+                v.Write(ino, 0, Encoding.ASCII.GetBytes($"file {i}"));
+                created.Add(ino);
+            }
+        }
+        // Inodes handed out from the second half of a block: the record for them is there to hand them out.
+        Assert.Contains(created, ino => (ino & 127) >= 64);
+        AssertRepairClean(image, "6.13");
+        using (var mount = LoopMount.Mount(image, readOnly: false))
+        {
+            var names = Directory.GetFiles(Path.Combine(mount.MountPoint, "many")).Select(Path.GetFileName).Order(StringComparer.Ordinal).ToList();
+            Assert.Equal(Enumerable.Range(0, 400).Select(i => $"f{i:D3}"), names);
+            Assert.Equal("file 399", File.ReadAllText(Path.Combine(mount.MountPoint, "many", "f399")));
+            // The kernel takes the free inodes the engine's records hold, and allocates chunks of its own beside them.
+            for (int i = 0; i < 300; i++) File.WriteAllText(Path.Combine(mount.MountPoint, "many", $"k{i:D3}"), "kernel");
+        }
+        AssertRepairClean(image, "6.13");
+    }
+
     [Fact]
     public void A_workload_forced_to_the_log_survives_a_crash()
     {
