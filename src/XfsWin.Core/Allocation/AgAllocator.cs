@@ -130,6 +130,8 @@ public sealed class AgAllocator
         public MetadataBuffer? Agfl;
         public TransactionBtreeStore? Bno, Cnt, Rmap, Refcount;
         public bool BusySkipped;
+        /// <summary>The request's window of AG blocks (<see cref="AllocationRequest.MinAgBlock"/>, <see cref="AllocationRequest.EndAgBlock"/>): what a search weighs is clipped to it.</summary>
+        public uint WindowStart, WindowEnd = uint.MaxValue;
         /// <summary>The parts of one free extent that are not busy, as a search weighs it (filled and used by one candidate at a time).</summary>
         public readonly List<(uint Start, uint Length)> FreeParts = new();
 
@@ -142,6 +144,8 @@ public sealed class AgAllocator
             Agfl = null;
             Bno = Cnt = Rmap = Refcount = null;
             BusySkipped = false;
+            WindowStart = 0;
+            WindowEnd = uint.MaxValue;
             return this;
         }
     }
@@ -604,12 +608,17 @@ public sealed class AgAllocator
             // The freelist fix changed the counters: check again with what it left.
             if (!SpaceAvailable(w, req, out maxLength)) return null;
             w.BusySkipped = false;
+            // The request's window holds for its own search only (not for the freelist's refill above).
+            w.WindowStart = req.MinAgBlock;
+            w.WindowEnd = req.EndAgBlock;
             var found = mode switch
             {
                 AllocationMode.Exact => SearchExact(tx, w, targetBno, req.MinLength, maxLength),
                 AllocationMode.Near => SearchNear(tx, w, targetBno, req.MinLength, maxLength, req.Alignment),
                 _ => SearchBySize(tx, w, req.MinLength, maxLength, req.Alignment),
             };
+            w.WindowStart = 0;
+            w.WindowEnd = uint.MaxValue;
             if (found is { } c)
             {
                 Take(tx, w, c, req.Owner);
@@ -768,10 +777,12 @@ public sealed class AgAllocator
         List<(uint Start, uint Length)> parts, ref Candidate? best)
     {
         lock (s.Sync) w.BusySkipped |= s.Busy.NonBusyParts(fbno, flen, parts);
-        foreach (var (ps, pl) in parts)
+        foreach (var (partStart, partLength) in parts)
         {
-            ulong aligned = ((ulong)ps + align - 1) / align * align;
-            ulong end = (ulong)ps + pl;
+            ulong ps = Math.Max(partStart, w.WindowStart);
+            ulong end = Math.Min((ulong)partStart + partLength, w.WindowEnd);
+            if (ps >= end) continue;
+            ulong aligned = (ps + align - 1) / align * align;
             if (aligned >= end || end - aligned < minLength) continue;
             uint len = (uint)Math.Min(maxLength, end - aligned);
             ulong last = (end - len) / align * align; // the highest aligned start that still fits len

@@ -126,6 +126,12 @@ public readonly record struct AllocationRequest()
     /// <summary>Blocks the whole operation needs from the AG (at least the allocation itself).</summary>
     public uint Total { get; init; }
     public AgReservation Reservation { get; init; } = AgReservation.None;
+    /// <summary>
+    /// The AG blocks the allocation must lie in: from <see cref="MinAgBlock"/> up to (not including) <see cref="EndAgBlock"/>
+    /// (the kernel's min_agbno and max_agbno; a sparse inode chunk keeps the whole chunk it belongs to inside the AG).
+    /// </summary>
+    public uint MinAgBlock { get; init; }
+    public uint EndAgBlock { get; init; } = uint.MaxValue;
 }
 
 /// <summary>An allocated extent: <see cref="Length"/> blocks at <see cref="AgBlock"/> of AG <see cref="Agno"/>.</summary>

@@ -13,7 +13,7 @@ public interface IInodeSpace
     /// Allocates <paramref name="blocks"/> blocks in AG <paramref name="agno"/> starting on a multiple of
     /// <paramref name="alignment"/>, owned by inodes (OWN_INODES in the reverse map); null when the AG has no such run.
     /// </summary>
-    uint? AllocateChunk(Transaction tx, uint agno, uint blocks, uint alignment);
+    uint? AllocateChunk(Transaction tx, uint agno, uint blocks, uint alignment, uint minAgBlock = 0, uint endAgBlock = uint.MaxValue);
 
     /// <summary>Blocks for the inode btree (<paramref name="freeInodeTree"/>: the finobt) of AG <paramref name="agno"/>.</summary>
     IBtreeSpace TreeSpace(uint agno, bool freeInodeTree);
@@ -206,7 +206,10 @@ public sealed class InodeAllocator
         {
             // A sparse chunk: the smallest allocation (sparse alignment) placed where a full chunk would align.
             uint sparseBlocks = _sb.SparseInodeAlignment;
-            agbno = _space.AllocateChunk(tx, agno, sparseBlocks, _sb.SparseInodeAlignment);
+            // The whole chunk the part belongs to stays inside the AG, past its first aligned chunk (xfs_ialloc_ag_alloc's
+            // min_agbno and max_agbno).
+            uint agBlocks = agno == _sb.AgCount - 1 ? (uint)(_sb.DataBlocks - (ulong)agno * _sb.AgBlocks) : _sb.AgBlocks;
+            agbno = _space.AllocateChunk(tx, agno, sparseBlocks, _sb.SparseInodeAlignment, minAgBlock: align, endAgBlock: agBlocks / align * align);
             if (agbno is null) return false;
             uint chunkStart = agbno.Value / align * align;
             int firstInode = (int)((agbno.Value - chunkStart) << _sb.InoPBlog);
@@ -233,30 +236,49 @@ public sealed class InodeAllocator
     }
 
     /// <summary>
-    /// Inserts the record of a new chunk at <paramref name="startAgino"/> and counts its inodes in the AGI. The inode at
-    /// <paramref name="firstIndex"/> is returned allocated (the AGI's newino points at the chunk); -1 leaves every inode
-    /// free (a further record of the same allocation).
+    /// Records a new chunk at <paramref name="startAgino"/> in the inobt and finobt and counts its inodes in the AGI. The
+    /// inode at <paramref name="firstIndex"/> is returned allocated (the AGI's newino points at the chunk); -1 leaves every
+    /// inode free (a further record of the same allocation). Holes of a sparse chunk are marked free in ir_free, as the
+    /// kernel keeps them. A sparse allocation into a chunk whose record another sparse allocation began is merged into that
+    /// record (xfs_inobt_insert_sprec): holes where both have them, counts and free masks combined.
     /// </summary>
     private ulong InsertChunk(Transaction tx, MetadataBuffer agi, uint agno, uint startAgino, ushort holeMask, byte count, int firstIndex)
     {
         ulong free = ulong.MaxValue;
-        for (int i = 0; i < InobtRecord.InodesPerChunk; i++)
-            if ((holeMask & (1 << (i / 4))) != 0) free &= ~(1UL << i);
         uint used = firstIndex >= 0 ? 1u : 0u;
         if (firstIndex >= 0) free &= ~(1UL << firstIndex);
         var rec = new InobtRecord(startAgino, holeMask, count, count - used, free);
         if (!_sb.HasSparseInodes) rec = rec with { Count = InobtRecord.InodesPerChunk };
+        Span<byte> key = stackalloc byte[InobtRecord.KeySize];
+        BinaryPrimitives.WriteUInt32BigEndian(key, startAgino);
         Span<byte> raw = stackalloc byte[InobtRecord.Size];
-        Encode(rec, raw);
         var inobt = TransactionBtreeStore.ForAgTree<InobtOps>(tx, agno, agi, AgiView.OffRoot, AgiView.OffLevel,
             InodeTreeSpace(tx, agi, agno, freeInodeTree: false)).Cursor<InobtOps>();
-        if (!inobt.Insert(raw))
-            throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"a record for the new chunk at AG inode {startAgino} exists already");
+        bool merged = false;
+        if (inobt.Lookup(key, BtreeLookup.Equal))
+        {
+            var old = InobtRecord.Decode(inobt.Record, _sb.HasSparseInodes);
+            // Only a sparse part that lands wholly in the existing record's holes can join it.
+            ushort allocated = (ushort)~holeMask;
+            if (!_sb.HasSparseInodes || holeMask == 0 || (allocated & ~old.HoleMask) != 0)
+                throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"a record for the new chunk at AG inode {startAgino} exists already");
+            rec = new InobtRecord(startAgino, (ushort)(old.HoleMask & holeMask), (byte)(old.Count + count), old.FreeCount + rec.FreeCount, old.FreeMask & rec.FreeMask);
+            Encode(rec, raw);
+            inobt.Update(raw);
+            merged = true;
+        }
+        else
+        {
+            Encode(rec, raw);
+            if (!inobt.Insert(raw))
+                throw tx.Mount.Corrupt($"inode btree of AG {agno}", agi.Offset, $"a record for the new chunk at AG inode {startAgino} exists already");
+        }
         if (_sb.HasFinobt && rec.FreeCount > 0)
         {
             var finobt = TransactionBtreeStore.ForAgTree<FinobtOps>(tx, agno, agi, AgiView.OffFreeRoot, AgiView.OffFreeLevel,
                 InodeTreeSpace(tx, agi, agno, freeInodeTree: true)).Cursor<FinobtOps>();
-            if (!finobt.Insert(raw))
+            if (merged && finobt.Lookup(key, BtreeLookup.Equal)) finobt.Update(raw);
+            else if (!finobt.Insert(raw))
                 throw tx.Mount.Corrupt($"free inode btree of AG {agno}", agi.Offset, $"a record for the new chunk at AG inode {startAgino} exists already");
         }
         SetField(tx, agi, AgiView.OffCount, Field(agi, AgiView.OffCount) + count);

@@ -140,7 +140,7 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
             tx.Defer(space.Allocator.ExtentFrees, new ExtentToFree(pointer, 1, RmapOwner.InodeBmbt(ino, attrFork)));
     }
 
-    public uint? AllocateChunk(Transaction tx, uint agno, uint blocks, uint alignment)
+    public uint? AllocateChunk(Transaction tx, uint agno, uint blocks, uint alignment, uint minAgBlock = 0, uint endAgBlock = uint.MaxValue)
     {
         int highest = allocator.HighestAgLocked(tx);
         if (highest > (int)agno) return null;
@@ -154,6 +154,8 @@ internal sealed class VolumeSpace(AgAllocator allocator, Superblock sb, FileData
             Scope = AllocationScope.ThisAg,
             Owner = RmapOwner.Inodes,
             MinLeft = 4,
+            MinAgBlock = minAgBlock,
+            EndAgBlock = endAgBlock,
         });
         return got?.AgBlock;
     }
