@@ -15,10 +15,11 @@ namespace XfsWin.Fuse.Tests;
 /// operations, whatever the interleaving: each thread then checks its whole tree through the mount, the clean unmount
 /// leaves a volume xfs_repair -n (6.13) finds clean, and the kernel mounts it and shows every tree as its model says.
 /// <para>
-/// The server takes the requests on its worker threads as they come: changes one at a time, overwrites of written
-/// blocks and reads beside them and beside each other (docs/architecture.md, "Concurrency"). Run longer with
-/// XFSWIN_STRESS_ROUNDS (rounds of fresh volumes, seeds from XFSWIN_STRESS_SEED) and XFSWIN_STRESS_OPS (operations per
-/// thread), as <c>bench/concurrent-soak.sh</c> does.
+/// A read-write mount serves one request at a time by default (<see cref="FuseMountOptions.ReadWriteThreads"/>): with
+/// XFSWIN_STRESS_MOUNT_OPTIONS=max_threads=4 the server takes requests on several threads as they come, and about one
+/// run in twenty fails (the open race that default stands in for). Run longer with XFSWIN_STRESS_ROUNDS (rounds of
+/// fresh volumes, seeds from XFSWIN_STRESS_SEED) and XFSWIN_STRESS_OPS (operations per thread), as
+/// <c>bench/concurrent-soak.sh</c> does.
 /// </para>
 /// </summary>
 public sealed class ConcurrentChangesTests(ITestOutputHelper output) : IDisposable
@@ -455,22 +456,7 @@ public sealed class ConcurrentChangesTests(ITestOutputHelper output) : IDisposab
         }
     }
 
-    /// <summary>
-    /// Open defect: about one seed in twenty (1,500 operations per thread) fails, not the same seeds from run to run: a
-    /// read that differs from the model from a 128 KiB boundary on, a link(2) of an existing file answered ENOENT, fsyncs
-    /// failing in two threads at once. Until that race is found this runs as a soak only (bench/concurrent-soak.sh sets
-    /// XFSWIN_STRESS_ROUNDS), so that CI does not pass or fail by chance; CI reports it skipped, with this reason.
-    /// </summary>
-    private sealed class SoakOnlyFactAttribute : FactAttribute
-    {
-        public SoakOnlyFactAttribute()
-        {
-            if (Environment.GetEnvironmentVariable("XFSWIN_STRESS_ROUNDS") is null)
-                Skip = "open defect: a race among concurrent requests (see ConcurrentChangesTests); run bench/concurrent-soak.sh";
-        }
-    }
-
-    [SoakOnlyFact]
+    [Fact]
     public void Threads_changing_their_own_trees_at_once_leave_each_tree_as_its_thread_made_it_and_the_volume_clean()
     {
         int rounds = Setting("XFSWIN_STRESS_ROUNDS", 1);
@@ -487,7 +473,9 @@ public sealed class ConcurrentChangesTests(ITestOutputHelper output) : IDisposab
             var rng = new Random(unchecked(seed * 1_103_515_245 + 12_345));
             var workers = new List<Worker>();
             Reader reader;
-            using (var m = new ReadWriteMount(image))
+            // XFSWIN_STRESS_MOUNT_OPTIONS: more mount options (max_threads=1 serves one request at a time).
+            string[] extra = Environment.GetEnvironmentVariable("XFSWIN_STRESS_MOUNT_OPTIONS") is { Length: > 0 } o ? ["-o", o] : [];
+            using (var m = new ReadWriteMount(image, extra))
             {
                 for (int t = 0; t < Threads; t++)
                 {
