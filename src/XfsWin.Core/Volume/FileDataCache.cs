@@ -91,6 +91,8 @@ internal sealed class FileDataCache : IDisposable
     // Counts the moves of data from memory to the device (retired writes, write-outs, partial writes), under _lock.
     private long _movedToDevice;
     private Exception? _writeFailure;
+    // Write-outs waiting for the queue to empty; while there is one, nothing new is queued.
+    private int _writeOutsDraining;
     private Thread? _writer;
     private bool _stopping;
 
@@ -236,6 +238,7 @@ internal sealed class FileDataCache : IDisposable
 
     private long HandOffLocked()
     {
+        WaitWhileWriteOutsDrainLocked();
         if (Volatile.Read(ref _heldCount) == 0) return _queued;
         int locked = 0;
         try
@@ -297,6 +300,7 @@ internal sealed class FileDataCache : IDisposable
     /// <summary>Copies <paramref name="piece"/> into a free slot (waiting for one while all are in flight) and queues it.</summary>
     private void QueueLocked(long offset, ReadOnlySpan<byte> piece)
     {
+        WaitWhileWriteOutsDrainLocked();
         ThrowIfWriteFailedLocked();
         AlignedBuffer slot;
         while (true)
@@ -430,12 +434,30 @@ internal sealed class FileDataCache : IDisposable
         if (_spareBatches.Count < MaxSpareBatches) _spareBatches.Push(batch);
     }
 
-    /// <summary>Waits until every write queued so far has left the device, then reports a failed one.</summary>
+    /// <summary>
+    /// Waits until no write is in flight, then reports a failed one. It returns holding <see cref="_lock"/> with the
+    /// queue empty, so the writer thread is idle until the lock is let go: a write-out then owns the batch buffer, and
+    /// the held blocks it writes land after every older write of theirs. Nothing is queued while a write-out waits here
+    /// (<see cref="WaitWhileWriteOutsDrainLocked"/>), so a stream of large writes from other threads cannot keep it waiting.
+    /// </summary>
     private void WaitForInFlightLocked()
     {
-        long target = _queued;
-        while (_completed < target) Monitor.Wait(_lock);
+        _writeOutsDraining++;
+        try
+        {
+            while (_completed < _queued) Monitor.Wait(_lock);
+        }
+        finally
+        {
+            if (--_writeOutsDraining == 0) Monitor.PulseAll(_lock);
+        }
         ThrowIfWriteFailedLocked();
+    }
+
+    /// <summary>Before a write is queued: waits while a write-out waits for the queue to empty (see <see cref="WaitForInFlightLocked"/>).</summary>
+    private void WaitWhileWriteOutsDrainLocked()
+    {
+        while (_writeOutsDraining > 0) Monitor.Wait(_lock);
     }
 
     /// <summary>Waits for the writes in flight that overlap [<paramref name="offset"/>, +<paramref name="length"/>).</summary>
