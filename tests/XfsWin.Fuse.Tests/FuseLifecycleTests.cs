@@ -205,13 +205,7 @@ public sealed class FuseLifecycleTests
         try
         {
             var img = Path.Combine(dir, "corrupt.img");
-            Shell.Bash($"cp --sparse=always {Q(TestImages.Tree)} {Q(img)}");
-            // Find small.txt's inode and its byte address with xfs_db, then clear the mode's low byte on disk.
-            var small = Shell.Bash($"mp=$(mktemp -d); mount -o loop,ro,nouuid {Q(img)} $mp; stat -c %i $mp/small.txt; umount $mp; rmdir $mp").Trim();
-            var daddr = Shell.Bash($"xfs_db -r -c 'inode {small}' -c 'daddr' {Q(img)}").Trim();
-            var sector = long.Parse(daddr.Split(' ')[^1], System.Globalization.CultureInfo.InvariantCulture);
-            // daddr names the inode's 512-byte sector; with 512-byte inodes the inode starts there.
-            Shell.Bash($"printf '\\x00' | dd of={Q(img)} bs=1 seek={sector * 512 + 3} conv=notrunc status=none");
+            _ = CopyWithSmallTxtDamaged(img);
 
             const string probe = """
                 { stat -c %s small.txt || true; } 2>&1 | sed 's/^.*: //'
@@ -225,6 +219,62 @@ public sealed class FuseLifecycleTests
             var fuse = Shell.Bash($"cd {Q(f.MountPoint)}\n{probe}");
             Assert.Contains("Structure needs cleaning", kernel, StringComparison.Ordinal);
             Assert.Equal(kernel, fuse);
+        }
+        finally
+        {
+            Directory.Delete(dir, recursive: true);
+        }
+    }
+
+    /// <summary>
+    /// A copy of the tree image in <paramref name="img"/> whose small.txt inode is damaged (a byte of its mode cleared,
+    /// so its CRC no longer matches); returns that inode's number.
+    /// </summary>
+    private static string CopyWithSmallTxtDamaged(string img)
+    {
+        Shell.Bash($"cp --sparse=always {Q(TestImages.Tree)} {Q(img)}");
+        // Find small.txt's inode and its byte address with xfs_db, then clear the mode's low byte on disk.
+        var small = Shell.Bash($"mp=$(mktemp -d); mount -o loop,ro,nouuid {Q(img)} $mp; stat -c %i $mp/small.txt; umount $mp; rmdir $mp").Trim();
+        var daddr = Shell.Bash($"xfs_db -r -c 'inode {small}' -c 'daddr' {Q(img)}").Trim();
+        var sector = long.Parse(daddr.Split(' ')[^1], System.Globalization.CultureInfo.InvariantCulture);
+        // daddr names the inode's 512-byte sector; with 512-byte inodes the inode starts there.
+        Shell.Bash($"printf '\\x00' | dd of={Q(img)} bs=1 seek={sector * 512 + 3} conv=notrunc status=none");
+        return small;
+    }
+
+    /// <summary>
+    /// A background server keeps its messages in the file of -o log=PATH: a request that failed on a damaged inode is
+    /// there, stamped with the time and the server's pid, between the mount's line and the unmount's.
+    /// </summary>
+    [Fact]
+    public void A_background_server_writes_its_messages_to_the_log_file()
+    {
+        var dir = Shell.MakeTempDirectory("xfswin-serverlog");
+        try
+        {
+            var img = Path.Combine(dir, "corrupt.img");
+            var small = CopyWithSmallTxtDamaged(img);
+            var logFile = Path.Combine(dir, "server.log");
+            int pid;
+            using (var f = new FuseMount(img, "-o", $"log={logFile}"))
+            {
+                pid = f.ServerProcessId;
+                var stat = Shell.Bash($"stat -c %s {Q(Path.Combine(f.MountPoint, "small.txt"))} 2>&1 || true");
+                Assert.Contains("Structure needs cleaning", stat, StringComparison.Ordinal);
+            }
+            // The server writes its last line as it exits, after the unmount (bounded: a hang fails).
+            var deadline = DateTime.UtcNow.AddMinutes(1);
+            while (Directory.Exists($"/proc/{pid}") && !File.ReadAllText($"/proc/{pid}/stat").Contains(") Z ", StringComparison.Ordinal))
+            {
+                Assert.True(DateTime.UtcNow < deadline, $"the server (pid {pid}) did not exit after the unmount");
+                Thread.Sleep(20);
+            }
+            var lines = File.ReadAllLines(logFile);
+            var stamp = $@"^\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{{3}}Z \[{pid}\] ";
+            Assert.True(lines.Length >= 3, string.Join('\n', lines));
+            Assert.Matches(stamp + "xfswin: .*corrupt.img mounted read-only on ", lines[0]);
+            Assert.Contains(lines[1..^1], l => System.Text.RegularExpressions.Regex.IsMatch(l, stamp + $"xfswin: .*failed: .*inode {small}"));
+            Assert.Matches(stamp + "xfswin: .* unmounted$", lines[^1]);
         }
         finally
         {

@@ -9,12 +9,13 @@ public sealed class MountArgumentsTests
     [Fact]
     public void Options_map_to_the_host_and_the_volume()
     {
-        var m = MountArguments.Parse(["-o", "ro,allow_other,default_permissions,uid=1000,gid=100,attr_timeout=5,entry_timeout=2.5,max_threads=3,clone_fd,readdirplus=yes,read_ahead_kb=1024,max_read=131072",
+        var m = MountArguments.Parse(["-o", "ro,allow_other,default_permissions,uid=1000,gid=100,attr_timeout=5,entry_timeout=2.5,max_threads=3,clone_fd,readdirplus=yes,read_ahead_kb=1024,log=server.log,max_read=131072",
             "--replay=none", "-f", "img", "mnt"]);
         Assert.True(m.Foreground);
         Assert.Equal(LogReplayMode.None, m.Replay);
         Assert.Equal(Path.GetFullPath("img"), m.Source);
         Assert.Equal(Path.GetFullPath("mnt"), m.MountPoint);
+        Assert.Equal(Path.GetFullPath("server.log"), m.LogFile);
         var o = m.ToHostOptions();
         Assert.True(o.AllowOther);
         Assert.True(o.DefaultPermissions);

@@ -40,6 +40,10 @@ public static class MountCommand
                                                        XfsWin cannot keep consistent mounts read-only
                                   logdev=PATH          the external log device (volumes made with
                                                        mkfs -l logdev=...)
+                                  log=PATH             append the server's messages (requests that
+                                                       failed on a damaged or unreadable volume,
+                                                       warnings) to PATH, with the time: a server
+                                                       in the background has no terminal for them
                                   allow_other          let other users see the mount
                                   default_permissions  let the kernel enforce file modes
                                   uid=N, gid=N         show every file as owned by N
@@ -157,6 +161,20 @@ public static class MountCommand
             Directory.SetCurrentDirectory("/");
         }
 
+        using var log = new ServerLog(Console.Error);
+        if (parsed.LogFile is not null)
+        {
+            try
+            {
+                log.Open(parsed.LogFile);
+            }
+            catch (Exception e) when (e is IOException or UnauthorizedAccessException)
+            {
+                Console.Error.WriteLine($"xfswin mount: cannot open the log file '{parsed.LogFile}': {e.Message}");
+                return 1;
+            }
+        }
+
         XfsVolume volume;
         try
         {
@@ -193,7 +211,7 @@ public static class MountCommand
             }
 
             var writable = parsed.ReadWrite && !volume.IsReadOnly;
-            using var host = new FuseHost(volume, parsed.ToHostOptions(writable));
+            using var host = new FuseHost(volume, parsed.ToHostOptions(writable), log);
             try
             {
                 host.Mount(parsed.MountPoint);
@@ -210,11 +228,11 @@ public static class MountCommand
             {
                 try
                 {
-                    control = MountControl.Serve(parsed.MountPoint, volume, Console.Error);
+                    control = MountControl.Serve(parsed.MountPoint, volume, log);
                 }
                 catch (Exception e) when (e is IOException or UnauthorizedAccessException or System.Net.Sockets.SocketException)
                 {
-                    Console.Error.WriteLine($"xfswin mount: warning: no control socket ({e.Message}): xfswin grow cannot reach this mount");
+                    log.WriteLine($"xfswin mount: warning: no control socket ({e.Message}): xfswin grow cannot reach this mount");
                 }
             }
             using var controlScope = control;
@@ -266,7 +284,11 @@ public static class MountCommand
                     Console.Error.WriteLine(notice);
             }
 
+            log.FileOnly($"xfswin: {parsed.Source} mounted {(writable ? "read-write" : "read-only")} on {parsed.MountPoint}");
             loop.Join();
+            log.FileOnly(failure is null && rc == 0
+                ? $"xfswin: {parsed.MountPoint} unmounted"
+                : $"xfswin: the server of {parsed.MountPoint} stops: {failure?.Message ?? $"the FUSE session ended with error {rc}"}");
             if (failure is not null)
                 System.Runtime.ExceptionServices.ExceptionDispatchInfo.Throw(failure);
             if (rc != 0)
@@ -403,6 +425,8 @@ internal sealed class MountArguments
     public TimeSpan SyncInterval { get; private set; } = new VolumeOpenOptions().SyncInterval;
     public bool AttrForkAtCreate { get; private set; } = new VolumeOpenOptions().AttrForkAtCreate;
     public List<string> ExtraOptions { get; } = [];
+    /// <summary>-o log=PATH: the server's messages are appended to this file (full path) once the mount is up.</summary>
+    public string? LogFile { get; private set; }
 
     /// <summary>
     /// Kernel cache timeouts when none is given. Read-only: long, nothing changes. Read-write: a
@@ -526,6 +550,9 @@ internal sealed class MountArguments
                     break;
                 case "logdev":
                     LogDevice = Value();
+                    break;
+                case "log":
+                    LogFile = Path.GetFullPath(Value());
                     break;
                 case "rw":
                     ReadWrite = true;
