@@ -37,6 +37,7 @@ public sealed class ConcurrentChangesTests(ITestOutputHelper output) : IDisposab
     private sealed class FileModel
     {
         public byte[] Content = [];
+        public readonly List<string> History = [];
         public readonly SortedDictionary<string, byte[]> Xattrs = new(StringComparer.Ordinal);
     }
 
@@ -87,8 +88,10 @@ public sealed class ConcurrentChangesTests(ITestOutputHelper output) : IDisposab
 
         private void Fail(string what) => Error ??= $"thread {index}: {what} (errno {Marshal.GetLastPInvokeError()}); its last operations:\n  " + string.Join("\n  ", Log.TakeLast(15));
 
-        private void Note(string op, string detail)
+        private void Note(string op, string detail, FileModel? f = null, FileModel? g = null)
         {
+            f?.History.Add(op + " " + detail);
+            g?.History.Add(op + " " + detail);
             Log.Add(op + " " + detail);
             Done[op] = Done.GetValueOrDefault(op) + 1;
         }
@@ -144,7 +147,7 @@ public sealed class ConcurrentChangesTests(ITestOutputHelper output) : IDisposab
             Libc.close(fd);
             if (!ok) { Fail($"write of new {name}"); return; }
             Files[name] = new FileModel { Content = data };
-            Note("create", $"{name} {size}");
+            Note("create", $"{name} {size}", Files[name]);
         }
 
         private void Write(string name)
@@ -160,7 +163,7 @@ public sealed class ConcurrentChangesTests(ITestOutputHelper output) : IDisposab
             Libc.close(fd);
             if (!ok) { Fail($"pwrite {name} at {offset} (+{data.Length})"); return; }
             Place(f, data, offset);
-            Note("write", $"{name} at {offset} +{data.Length}");
+            Note("write", $"{name} at {offset} +{data.Length}", f);
         }
 
         private void Append(string name)
@@ -173,7 +176,7 @@ public sealed class ConcurrentChangesTests(ITestOutputHelper output) : IDisposab
             Libc.close(fd);
             if (!ok) { Fail($"append to {name}"); return; }
             Place(f, data, f.Content.Length);
-            Note("append", $"{name} +{data.Length}");
+            Note("append", $"{name} +{data.Length}", f);
         }
 
         private void Truncate(string name)
@@ -182,7 +185,7 @@ public sealed class ConcurrentChangesTests(ITestOutputHelper output) : IDisposab
             int size = _rng.Next(3) == 0 ? f.Content.Length + _rng.Next(1, 100_000) : _rng.Next(0, Math.Max(1, f.Content.Length));
             if (Libc.truncate(Full(name), size) != 0) { Fail($"truncate {name} to {size}"); return; }
             Array.Resize(ref f.Content, size);
-            Note("truncate", $"{name} {size}");
+            Note("truncate", $"{name} {size}", f);
         }
 
         private void Punch(string name)
@@ -198,7 +201,7 @@ public sealed class ConcurrentChangesTests(ITestOutputHelper output) : IDisposab
             Libc.close(fd);
             if (rc != 0) { Fail($"punch {name} at {offset} (+{length})"); return; }
             Array.Clear(f.Content, offset, Math.Min(length, f.Content.Length - offset));
-            Note("punch", $"{name} at {offset} +{length}");
+            Note("punch", $"{name} at {offset} +{length}", f);
         }
 
         private unsafe void CopyRange(string from, string to)
@@ -223,7 +226,7 @@ public sealed class ConcurrentChangesTests(ITestOutputHelper output) : IDisposab
                 long copied = Math.Min(length, source.Content.Length - inOffset);
                 if (n != copied && !(aligned && n > 0 && n < copied)) { Fail($"copy_file_range copied {n} of {copied} bytes"); return; }
                 Place(target, source.Content.AsSpan((int)inOffset, (int)n).ToArray(), outOffset);
-                Note("copy_file_range", $"{from}@{inOffset} -> {to}@{outOffset} {n}");
+                Note("copy_file_range", $"{from}@{inOffset} -> {to}@{outOffset} {n}", target, source);
             }
             finally
             {
@@ -252,10 +255,57 @@ public sealed class ConcurrentChangesTests(ITestOutputHelper output) : IDisposab
             {
                 int at = 0;
                 while (at < Math.Min(total, f.Content.Length) && got[at] == f.Content[at]) at++;
-                Fail($"read of {name} gave {total} bytes, the model holds {f.Content.Length}; first difference at byte {at}");
+                int end = at;
+                while (end < Math.Min(total, f.Content.Length) && got[end] != f.Content[end]) end++;
+                bool zeros = got.AsSpan(at, Math.Max(0, Math.Min(end, total) - at)).IndexOfAnyExcept((byte)0) < 0;
+                Fail($"read of {name} gave {total} bytes, the model holds {f.Content.Length}; first difference at byte {at}, differing run to {end} (read bytes all zero: {zeros}); "
+                     + $"read again: {ReadAgain(name, f, 0)}; read with O_DIRECT: {ReadAgain(name, f, ODirect)}; the file's operations:\n    " + string.Join("\n    ", f.History.TakeLast(30)));
                 return;
             }
             Note("read", name);
+        }
+
+        // O_DIRECT as x86-64 and arm64 define it.
+        private static readonly int ODirect = RuntimeInformation.ProcessArchitecture == Architecture.Arm64 ? 0x10000 : 0x4000;
+
+        /// <summary>st_nlink as the kernel has it cached (statx with AT_STATX_DONT_SYNC: no request to the server).</summary>
+        private unsafe string CachedLinkCount(string name)
+        {
+            const int AtStatxDontSync = 0x4000;
+            const uint StatxNlink = 0x4;
+            var buffer = stackalloc byte[256];
+            return Libc.statx(Libc.AT_FDCWD, Full(name), Libc.AT_SYMLINK_NOFOLLOW | AtStatxDontSync, StatxNlink, buffer) == 0
+                ? (*(uint*)(buffer + 16)).ToString(System.Globalization.CultureInfo.InvariantCulture)
+                : $"statx errno {Marshal.GetLastPInvokeError()}";
+        }
+
+        /// <summary>The file read again from the start, with extra open flags (O_DIRECT: past the kernel's page cache), compared with the model.</summary>
+        private unsafe string ReadAgain(string name, FileModel f, int flags)
+        {
+            int fd = Libc.open(Full(name), Libc.O_RDONLY | flags, 0);
+            if (fd < 0) return $"open failed (errno {Marshal.GetLastPInvokeError()})";
+            int size = (f.Content.Length + 8192) & ~4095;
+            byte* p = (byte*)NativeMemory.AlignedAlloc((nuint)size, 4096);
+            try
+            {
+                int total = 0;
+                while (total < size)
+                {
+                    nint n = Libc.pread(fd, p + total, size - total, total);
+                    if (n < 0) return $"pread failed (errno {Marshal.GetLastPInvokeError()}) after {total}";
+                    if (n == 0) break;
+                    total += (int)n;
+                }
+                var got = new ReadOnlySpan<byte>(p, total);
+                int at = 0;
+                while (at < Math.Min(total, f.Content.Length) && got[at] == f.Content[at]) at++;
+                return total == f.Content.Length && at == total ? "matches the model" : $"{total} bytes, first difference at {at}";
+            }
+            finally
+            {
+                NativeMemory.AlignedFree(p);
+                Libc.close(fd);
+            }
         }
 
         private void Rename(string name, List<string> names)
@@ -268,15 +318,21 @@ public sealed class ConcurrentChangesTests(ITestOutputHelper output) : IDisposab
             if (Files.TryGetValue(to, out var there) && ReferenceEquals(there, Files[name])) { Note("rename", $"{name} -> {to} (the same file)"); return; }
             Files[to] = Files[name];
             Files.Remove(name);
-            Note("rename", $"{name} -> {to}");
+            Note("rename", $"{name} -> {to}", Files[to]);
         }
 
         private void Link(string name)
         {
             string to = NewName();
-            if (Libc.link(Full(name), Full(to)) != 0) { Fail($"link {name} to {to}"); return; }
+            if (Libc.link(Full(name), Full(to)) != 0)
+            {
+                int errno = Marshal.GetLastPInvokeError();
+                Fail($"link {name} to {to} (errno {errno}; the link count the kernel has cached: {CachedLinkCount(name)}; " +
+                     $"the server's: {Libc.Stat(Full(name), withBlocks: false)}); the file's operations:\n    " + string.Join("\n    ", Files[name].History.TakeLast(30)));
+                return;
+            }
             Files[to] = Files[name];
-            Note("link", $"{name} -> {to}");
+            Note("link", $"{name} -> {to}", Files[to]);
         }
 
         private void Unlink(string name)
