@@ -7,8 +7,8 @@
 # kernel shows it. About 8 s per seed at 1,500 operations per thread on 2 cores. Needs root (loop mounts, FUSE) and
 # what scripts/test.sh installs.
 # Usage: bench/concurrent-soak.sh [FIRST_SEED [COUNT [OPERATIONS]]]   (default 500 20 1500)
-#   XFSWIN_STRESS_MOUNT_OPTIONS=max_threads=4   serve requests on several threads (read-write mounts serve one at a
-#                                               time by default: with several, an open race fails about 1 seed in 20)
+#   XFSWIN_STRESS_MOUNT_OPTIONS=OPTIONS         more mount options: max_threads=1 serves one request at a time,
+#                                               log=FILE keeps the server's messages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "Run as root: the harness loop-mounts images and mounts FUSE." >&2; exit 1; }

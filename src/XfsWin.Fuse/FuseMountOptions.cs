@@ -39,16 +39,8 @@ public sealed record FuseMountOptions
     /// <summary>libfuse's request trace on stderr.</summary>
     public bool Debug { get; init; }
 
-    /// <summary>Worker threads of the session loop (read-only mounts; see <see cref="ReadWriteThreads"/>).</summary>
+    /// <summary>Worker threads of the session loop.</summary>
     public int MaxThreads { get; init; } = Math.Max(4, 2 * Environment.ProcessorCount);
-
-    /// <summary>
-    /// Worker threads of a read-write mount unless max_threads says otherwise: one, so requests are served one at a time.
-    /// Requests served side by side on a read-write mount can go wrong: about one run in twenty of four threads changing
-    /// their own files while a fifth reads them (ConcurrentChangesTests with max_threads=4) read bytes other than the
-    /// file's, answered ENOENT for an existing name, or failed fsyncs; one at a time, none did. The race is not found yet.
-    /// </summary>
-    public const int ReadWriteThreads = 1;
 
     /// <summary>One /dev/fuse descriptor per worker thread.</summary>
     public bool CloneFd { get; init; }

@@ -65,6 +65,9 @@ public sealed class MountArgumentsTests
         Assert.False(o.ReadOnly);
         Assert.Equal(MountArguments.ReadWriteTimeout, o.AttributeTimeout);
         Assert.Equal(MountArguments.ReadWriteTimeout, o.EntryTimeout);
+        // Requests are served on as many threads as on a read-only mount (ConcurrentChangesTests runs them side by side).
+        Assert.Equal(new FuseMountOptions().MaxThreads, o.MaxThreads);
+        Assert.True(o.MaxThreads >= 4);
         // A volume the engine opened read-only despite rw is served read-only, with the long timeouts.
         Assert.True(m.ToHostOptions(writable: false).ReadOnly);
         Assert.Equal(MountArguments.ReadOnlyTimeout, m.ToHostOptions(writable: false).AttributeTimeout);

@@ -49,8 +49,7 @@ public static class MountCommand
                                   uid=N, gid=N         show every file as owned by N
                                   attr_timeout=S       seconds the kernel caches attributes (3600; rw: 1)
                                   entry_timeout=S      seconds the kernel caches names (3600; rw: 1)
-                                  max_threads=N        worker threads (default 2 x CPUs, at least 4;
-                                                       rw: 1, see 'Read-write mounts' in docs/fuse.md)
+                                  max_threads=N        worker threads (default 2 x CPUs, at least 4)
                                   clone_fd             one /dev/fuse descriptor per worker
                                   readdirplus=yes|no   attributes with listings (default no)
                                   read_ahead_kb=N      kernel readahead for the mount (4096; as root)
@@ -457,7 +456,7 @@ internal sealed class MountArguments
         };
         if (IoUringDepth is { } depth)
             o = o with { IoUringQueueDepth = depth };
-        return MaxThreads is { } n ? o with { MaxThreads = n } : writable ? o with { MaxThreads = FuseMountOptions.ReadWriteThreads } : o;
+        return MaxThreads is { } n ? o with { MaxThreads = n } : o;
     }
 
     /// <summary>Parses the arguments; throws <see cref="ArgumentException"/> with a user-facing message.</summary>

@@ -37,7 +37,7 @@ public sealed class FuseMountBackend(TextWriter log) : IMountBackend
         // A read-write mount keeps no page or listing caches and short attribute timeouts (as xfswin mount -o rw).
         bool writable = !volume.IsReadOnly;
         var options = writable
-            ? new FuseMountOptions { AllowOther = true, DefaultPermissions = true, ReadOnly = false, AttributeTimeout = 1, EntryTimeout = 1, MaxThreads = FuseMountOptions.ReadWriteThreads }
+            ? new FuseMountOptions { AllowOther = true, DefaultPermissions = true, ReadOnly = false, AttributeTimeout = 1, EntryTimeout = 1 }
             : new FuseMountOptions { AllowOther = true, DefaultPermissions = true };
         var host = new FuseHost(volume, options, log);
         try
