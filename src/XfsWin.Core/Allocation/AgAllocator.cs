@@ -95,6 +95,16 @@ public sealed class AgAllocator
         public AgWork NewAg(uint agno, MetadataBuffer agf, long startSum) =>
             _spare.TryPop(out var w) ? w.Reset(agno, agf, startSum) : new AgWork(agno, agf, startSum);
 
+        /// <summary>
+        /// Takes back the join of an AG that this transaction has not changed (its AGF buffer stays joined, clean, and
+        /// is written by nobody): the AG no longer counts for the lock order, which falls back to <paramref name="highestBefore"/>.
+        /// </summary>
+        public void Forget(uint agno, int highestBefore)
+        {
+            if (Ags.Remove(agno, out var w)) _spare.Push(w.Reset(0, null, 0));
+            HighestAgf = highestBefore;
+        }
+
         void ICommitCallback.Committed()
         {
             Owner?.Committed(_tx!, this);
@@ -592,18 +602,28 @@ public sealed class AgAllocator
     private AllocatedExtent? TryAllocateInAg(Transaction tx, TxWork work, uint agno, AllocationMode mode, uint targetBno, AllocationRequest req)
     {
         var s = _ags[agno];
-        if (!work.Ags.ContainsKey(agno))
+        bool joinedHere = !work.Ags.ContainsKey(agno);
+        if (joinedHere)
         {
-            // The committed counters say whether the AG is worth locking (xfs_alloc_space_available on pagf_*).
+            // The committed counters say whether the AG is worth locking (xfs_alloc_space_available on pagf_*, with the
+            // request's alignment: an AG whose longest extent cannot hold an aligned run is not locked).
+            long allocLen = (long)req.MinLength + req.Alignment - 1;
             lock (s.Sync)
             {
-                if (s.Longest < req.MinLength || (long)s.FreeBlocks + s.FlCount < req.MinLength + req.MinLeft) return null;
+                if (s.Longest < allocLen || (long)s.FreeBlocks + s.FlCount < allocLen + req.MinLeft) return null;
             }
         }
+        int highestBefore = work.HighestAgf;
         var w = Join(tx, work, agno);
         for (int attempt = 0; ; attempt++)
         {
-            if (!SpaceAvailable(w, req, out uint maxLength)) return null;
+            if (!SpaceAvailable(w, req, out uint maxLength))
+            {
+                // Nothing of the AG changed yet: it is let go as the kernel's xfs_alloc_fix_freelist lets a clean AGF go
+                // (xfs_trans_brelse), so it does not keep this transaction out of lower AGs.
+                if (joinedHere && attempt == 0) work.Forget(agno, highestBefore);
+                return null;
+            }
             if (!FixFreelist(tx, w, freeing: false)) return null;
             // The freelist fix changed the counters: check again with what it left.
             if (!SpaceAvailable(w, req, out maxLength)) return null;
