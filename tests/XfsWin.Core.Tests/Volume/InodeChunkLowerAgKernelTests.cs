@@ -1,5 +1,4 @@
 using System.Text;
-using System.Text.RegularExpressions;
 using Xunit;
 using Xunit.Abstractions;
 using XfsWin.TestSupport;
@@ -15,25 +14,17 @@ namespace XfsWin.Tests.Volume;
 /// and the create would fail with ENOSPC where the kernel's succeeds. Judged by the kernel, which makes the same file
 /// on the same volume, and by xfs_repair -n and a kernel mount of what the engine made.
 /// </summary>
-public sealed partial class InodeChunkLowerAgKernelTests(ITestOutputHelper output) : IDisposable
+public sealed class InodeChunkLowerAgKernelTests(ITestOutputHelper output) : IDisposable
 {
     private readonly string _tmp = Directory.CreateTempSubdirectory("xfswin-lowerag.").FullName;
 
     public void Dispose() => Directory.Delete(_tmp, recursive: true);
 
-    private static uint AgField(string image, uint ag, string field)
-    {
-        var r = Shell.RunChecked(OracleImages.Tool("xfs_db", "6.13"), "-r", "-c", $"agf {ag}", "-c", $"p {field}", image);
-        var m = Regex.Match(r.StandardOutput, field + @" = (\d+)");
-        Assert.True(m.Success, r.StandardOutput);
-        return uint.Parse(m.Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture);
-    }
+    private static uint AgField(string image, uint ag, string field) =>
+        (uint)XfsDb.Number(XfsDb.Fields(XfsDb.Run(image, "6.13", $"agf {ag}", $"print {field}"))[field]);
 
-    private static int FreeInodes(string image, uint ag)
-    {
-        var r = Shell.RunChecked(OracleImages.Tool("xfs_db", "6.13"), "-r", "-c", $"agi {ag}", "-c", "p freecount", image);
-        return int.Parse(Regex.Match(r.StandardOutput, @"freecount = (\d+)").Groups[1].Value, System.Globalization.CultureInfo.InvariantCulture);
-    }
+    private static int FreeInodes(string image, uint ag) =>
+        (int)XfsDb.Number(XfsDb.Fields(XfsDb.Run(image, "6.13", $"agi {ag}", "print freecount"))["freecount"]);
 
     private void AssertRepairClean(string image, string when)
     {
@@ -92,19 +83,7 @@ public sealed partial class InodeChunkLowerAgKernelTests(ITestOutputHelper outpu
         var ag1Holes = new List<ulong>();
         using (var v = XfsVolume.Open(image, options))
         {
-            long offset = 0;
-            for (long piece = 64L << 20; piece >= 4096;)
-            {
-                try
-                {
-                    v.Allocate(fill, offset, piece, FallocateMode.Allocate);
-                    offset += piece;
-                }
-                catch (XfsException e) when (e.Error == XfsError.NoSpace)
-                {
-                    piece /= 2;
-                }
-            }
+            SparseInodeChunkKernelTests.FillWith(v, fill);
             var map = new XfsWin.Extents.ExtentMap(v.Mount, new XfsWin.Inodes.InodeCache(v.Mount).Get(fill), XfsWin.Extents.ForkKind.Data);
             var ag0Ranges = new List<(ulong FileBlock, ulong Blocks)>();
             ulong ag0Blocks = 0;

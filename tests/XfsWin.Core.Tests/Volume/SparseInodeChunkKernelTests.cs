@@ -56,6 +56,27 @@ public sealed partial class SparseInodeChunkKernelTests(ITestOutputHelper output
         return mask;
     }
 
+    /// <summary>
+    /// Allocates blocks to <paramref name="file"/> until the engine's allocator gives no more: 64 MiB pieces, halved at
+    /// each refusal down to one block (what it keeps back, for a file's extent tree to grow, stays free).
+    /// </summary>
+    internal static void FillWith(XfsVolume v, ulong file)
+    {
+        long offset = 0;
+        for (long piece = 64L << 20; piece >= 4096;)
+        {
+            try
+            {
+                v.Allocate(file, offset, piece, FallocateMode.Allocate);
+                offset += piece;
+            }
+            catch (XfsException e) when (e.Error == XfsError.NoSpace)
+            {
+                piece /= 2;
+            }
+        }
+    }
+
     [Fact]
     public void Sparse_chunks_mark_their_holes_free_and_a_later_half_joins_its_record()
     {
@@ -117,19 +138,7 @@ public sealed partial class SparseInodeChunkKernelTests(ITestOutputHelper output
         {
             var sb = v.Mount.Superblock;
             fill = v.CreateNode(v.RootInode, "fill"u8, 0x81A4, 0, 0).Inode;
-            long offset = 0;
-            for (long piece = 64L << 20; piece >= 4096;)
-            {
-                try
-                {
-                    v.Allocate(fill, offset, piece, FallocateMode.Allocate);
-                    offset += piece;
-                }
-                catch (XfsException e) when (e.Error == XfsError.NoSpace)
-                {
-                    piece /= 2;
-                }
-            }
+            FillWith(v, fill);
             var map = new XfsWin.Extents.ExtentMap(v.Mount, new XfsWin.Inodes.InodeCache(v.Mount).Get(fill), XfsWin.Extents.ForkKind.Data);
             var singles = new List<ulong>();
             // Windows: a chunk-aligned block b with the chunk before it and two after, [b - 8, b + 16), inside one extent
