@@ -41,24 +41,21 @@ internal sealed class ServerLog : TextWriter
 
     public override void Write(char value)
     {
-        lock (_gate)
-        {
-            if (value == '\n') EndLine();
-            else if (value != '\r') _line.Append(value);
-        }
+        lock (_gate) AppendLocked(value);
     }
 
     public override void Write(string? value)
     {
         if (value is null) return;
         lock (_gate)
-        {
-            foreach (var c in value)
-            {
-                if (c == '\n') EndLine();
-                else if (c != '\r') _line.Append(c);
-            }
-        }
+            foreach (var c in value) AppendLocked(c);
+    }
+
+    /// <summary>A character of the line being written; a newline ends the line. Caller holds <see cref="_gate"/>.</summary>
+    private void AppendLocked(char c)
+    {
+        if (c == '\n') EndLine();
+        else if (c != '\r') _line.Append(c);
     }
 
     public override void WriteLine(string? value)

@@ -26,20 +26,12 @@ public sealed class InodeChunkLowerAgKernelTests(ITestOutputHelper output) : IDi
     private static int FreeInodes(string image, uint ag) =>
         (int)XfsDb.Number(XfsDb.Fields(XfsDb.Run(image, "6.13", $"agi {ag}", "print freecount"))["freecount"]);
 
-    private void AssertRepairClean(string image, string when)
-    {
-        var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
-        if (repair.ExitCode != 0) output.WriteLine(repair.StandardOutput + repair.StandardError);
-        Assert.True(repair.ExitCode == 0, $"xfs_repair -n found problems {when}:\n{repair.StandardOutput}{repair.StandardError}");
-    }
 
     [Fact]
     public void A_new_chunk_goes_to_a_lower_AG_when_the_parents_AG_has_no_aligned_room()
     {
         string image = Path.Combine(_tmp, "v.img");
-        Shell.RunChecked("truncate", "-s", "300M", image);
-        // No finobt, rmapbt or refcountbt: no per-AG reservation keeps free space out of the filling file's reach.
-        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-f", "-q", "-m", "rmapbt=0,reflink=0,finobt=0", "-i", "sparse=1", "-d", "agcount=2", image);
+        NearlyFullVolumes.Make(image);
         var options = new VolumeOpenOptions { Writable = true };
         byte[] N(string s) => Encoding.ASCII.GetBytes(s);
 
@@ -83,7 +75,7 @@ public sealed class InodeChunkLowerAgKernelTests(ITestOutputHelper output) : IDi
         var ag1Holes = new List<ulong>();
         using (var v = XfsVolume.Open(image, options))
         {
-            SparseInodeChunkKernelTests.FillWith(v, fill);
+            NearlyFullVolumes.FillWith(v, fill);
             var map = new XfsWin.Extents.ExtentMap(v.Mount, new XfsWin.Inodes.InodeCache(v.Mount).Get(fill), XfsWin.Extents.ForkKind.Data);
             var ag0Ranges = new List<(ulong FileBlock, ulong Blocks)>();
             ulong ag0Blocks = 0;
@@ -130,7 +122,7 @@ public sealed class InodeChunkLowerAgKernelTests(ITestOutputHelper output) : IDi
         output.WriteLine($"longest free extents: AG 0 {longest0}, AG 1 {longest1}");
         Assert.InRange(longest1, 4u, 6u);
         Assert.True(longest0 >= 15, $"AG 0's longest free extent is {longest0} blocks");
-        AssertRepairClean(image, "after the holes were punched");
+        NearlyFullVolumes.AssertRepairClean(image, "after the holes were punched");
 
         // The kernel makes a file in the AG 1 directory: its inode comes from a new chunk in AG 0.
         string copy = Path.Combine(_tmp, "engine.img");
@@ -150,7 +142,7 @@ public sealed class InodeChunkLowerAgKernelTests(ITestOutputHelper output) : IDi
             ulong ino = v.CreateNode(parent, "new"u8, 0x81A4, 0, 0).Inode;
             Assert.Equal(0u, (uint)(ino >> agInoLog));
         }
-        AssertRepairClean(copy, "after the engine's create");
+        NearlyFullVolumes.AssertRepairClean(copy, "after the engine's create");
         using (var mount = LoopMount.Mount(copy, readOnly: true))
             Assert.True(File.Exists(Path.Combine(mount.MountPoint, dirName, "new")));
     }

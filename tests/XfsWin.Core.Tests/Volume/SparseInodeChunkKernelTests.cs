@@ -41,12 +41,6 @@ public sealed partial class SparseInodeChunkKernelTests(ITestOutputHelper output
     [GeneratedRegex(@"\d+:\[(\d+),(0x[0-9a-f]+|0),(\d+),(\d+),(0x[0-9a-f]+|0)\]")]
     private static partial Regex RecordLine();
 
-    private void AssertRepairClean(string image, string when)
-    {
-        var repair = Shell.Run(OracleImages.Tool("xfs_repair", "6.13"), "-n", image);
-        if (repair.ExitCode != 0) output.WriteLine(repair.StandardOutput + repair.StandardError);
-        Assert.True(repair.ExitCode == 0, $"xfs_repair -n found problems {when}:\n{repair.StandardOutput}{repair.StandardError}");
-    }
 
     private static ulong Expand(ushort holes)
     {
@@ -56,34 +50,12 @@ public sealed partial class SparseInodeChunkKernelTests(ITestOutputHelper output
         return mask;
     }
 
-    /// <summary>
-    /// Allocates blocks to <paramref name="file"/> until the engine's allocator gives no more: 64 MiB pieces, halved at
-    /// each refusal down to one block (what it keeps back, for a file's extent tree to grow, stays free).
-    /// </summary>
-    internal static void FillWith(XfsVolume v, ulong file)
-    {
-        long offset = 0;
-        for (long piece = 64L << 20; piece >= 4096;)
-        {
-            try
-            {
-                v.Allocate(file, offset, piece, FallocateMode.Allocate);
-                offset += piece;
-            }
-            catch (XfsException e) when (e.Error == XfsError.NoSpace)
-            {
-                piece /= 2;
-            }
-        }
-    }
 
     [Fact]
     public void Sparse_chunks_mark_their_holes_free_and_a_later_half_joins_its_record()
     {
         string image = Path.Combine(_tmp, "v.img");
-        Shell.RunChecked("truncate", "-s", "300M", image);
-        // No finobt, rmapbt or refcountbt: no per-AG reservation keeps free space out of the filling file's reach.
-        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-f", "-q", "-m", "rmapbt=0,reflink=0,finobt=0", "-i", "sparse=1", "-d", "agcount=2", image);
+        NearlyFullVolumes.Make(image);
         var options = new VolumeOpenOptions { Writable = true };
         byte[] N(string s) => Encoding.ASCII.GetBytes(s);
 
@@ -138,7 +110,7 @@ public sealed partial class SparseInodeChunkKernelTests(ITestOutputHelper output
         {
             var sb = v.Mount.Superblock;
             fill = v.CreateNode(v.RootInode, "fill"u8, 0x81A4, 0, 0).Inode;
-            FillWith(v, fill);
+            NearlyFullVolumes.FillWith(v, fill);
             var map = new XfsWin.Extents.ExtentMap(v.Mount, new XfsWin.Inodes.InodeCache(v.Mount).Get(fill), XfsWin.Extents.ForkKind.Data);
             var singles = new List<ulong>();
             // Windows: a chunk-aligned block b with the chunk before it and two after, [b - 8, b + 16), inside one extent
@@ -180,7 +152,7 @@ public sealed partial class SparseInodeChunkKernelTests(ITestOutputHelper output
             Assert.True((r.Free & Expand(r.Holes)) == Expand(r.Holes), $"record {r.Start}: holes 0x{r.Holes:x4} not free in 0x{r.Free:x16}");
             Assert.Equal(System.Numerics.BitOperations.PopCount(r.Free & ~Expand(r.Holes)), r.FreeCount);
         }
-        AssertRepairClean(image, "after the sparse chunks");
+        NearlyFullVolumes.AssertRepairClean(image, "after the sparse chunks");
 
         // The first half of the lowest window's chunk freed, with the three blocks before it (seven free blocks again,
         // whose only half-chunk-aligned run is that half): its allocation joins the chunk's record.
@@ -205,7 +177,7 @@ public sealed partial class SparseInodeChunkKernelTests(ITestOutputHelper output
         Assert.Equal(64, merged.Count);
         Assert.Equal(0, merged.FreeCount);
         Assert.Equal(sparse.Count - 1, after.Count(r => r.Holes != 0));
-        AssertRepairClean(image, "after the joined half");
+        NearlyFullVolumes.AssertRepairClean(image, "after the joined half");
 
         // The kernel mounts it, finds every file, and removes them (freeing the chunks); so does the engine, on a copy.
         string copy = Path.Combine(_tmp, "engine.img");
@@ -217,10 +189,10 @@ public sealed partial class SparseInodeChunkKernelTests(ITestOutputHelper output
             foreach (var d in Directory.GetDirectories(mount.MountPoint, "d*"))
                 foreach (var f in Directory.GetFiles(d, "f*")) File.Delete(f);
         }
-        AssertRepairClean(image, "after the kernel removed the files");
+        NearlyFullVolumes.AssertRepairClean(image, "after the kernel removed the files");
         using (var v = XfsVolume.Open(copy, options))
             foreach (var (dir, name) in names) v.Unlink(dir, N(name));
-        AssertRepairClean(copy, "after the engine removed the files");
+        NearlyFullVolumes.AssertRepairClean(copy, "after the engine removed the files");
         // Both freed every chunk whose inodes all went: the sparse ones and the joined one.
         foreach (var (what, img) in new[] { ("the kernel", image), ("the engine", copy) })
         {
