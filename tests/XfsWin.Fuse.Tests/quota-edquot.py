@@ -10,7 +10,7 @@
 # The volume (quota-guest.sh limits) has /w (mode 0777, owned by 1000:1000), /pj (mode 0777, project 20,
 # inherited) and /u1001 (100000 bytes of user 1001, past its soft block limit with an expired timer); limits:
 # user 1000 bsoft=256k bhard=1m isoft=5 ihard=12, user 1002 isoft=3 ihard=6, user 1001 bsoft=64k bhard=10m,
-# group default (id 0) bhard=2m, project 20 ihard=3, project 30 bhard=64k.
+# user 1006 bhard=640k, group default (id 0) bhard=2m, project 20 ihard=3, project 30 bhard=64k.
 import errno
 import fcntl  # imported as root: an ordinary user may not read the interpreter's library
 import json
@@ -152,6 +152,11 @@ steps = [
     ("u1005 moves a 32-block file to project 30", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m2"), 32, 30))),
     ("u1005 moves a 4-block file to project 30", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m3"), 4, 30))),
     ("root moves a 32-block file to project 30", 0, 0, lambda: attempt(lambda: set_project(os.path.join(w, "m4"), 32, 30))),
+    # copy_file_range shares blocks piece by piece, each reserving its quota (xfs_reflink_remap_extent): of root's
+    # 64 blocks, hole, 64 blocks, hole, 64 blocks, user 1006 (160 blocks) gets the first two pieces and the hole
+    # between; the call returns the bytes remapped.
+    ("root writes three extents with holes between", 0, 0, lambda: attempt(lambda: write_with_holes(os.path.join(w, "src"), 194, [64, 129]))),
+    ("u1006 copy_file_range of 194 blocks past its block limit", 1006, 1006, lambda: copy_range(os.path.join(w, "src"), os.path.join(w, "c1006"))),
     ("u1005 moves a 1-block file to project 30 past its limit", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m5"), 1, 30))),
     ("u1005 moves an empty file to project 30 past its limit", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m6"), 0, 30))),
 ]
@@ -213,6 +218,37 @@ def write_blocks(path, first, count):
     finally:
         os.close(fd)
 
+
+
+def write_with_holes(path, blocks, holes):
+    """Writes BLOCKS blocks, then punches the blocks HOLES out (a write past EOF would zero the gap in the page
+    cache, and the kernel would write those zeros)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, BLOCK * blocks, 0)
+        for hole in holes:
+            # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
+            if libc.fallocate(fd, 3, ctypes.c_long(hole * 4096), ctypes.c_long(4096)) != 0:
+                e = ctypes.get_errno()
+                raise OSError(e, os.strerror(e))
+    finally:
+        os.close(fd)
+
+
+def copy_range(source, target):
+    """copy_file_range of the whole of SOURCE into a new TARGET: the count returned and TARGET's size, or the errno."""
+    fi = os.open(source, os.O_RDONLY)
+    fo = os.open(target, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        n = os.copy_file_range(fi, fo, os.fstat(fi).st_size, 0, 0)
+        return [n, os.fstat(fo).st_size]
+    except OSError as e:
+        return ["error", err(e)]
+    finally:
+        os.close(fi)
+        os.close(fo)
 
 
 def write_over(path):

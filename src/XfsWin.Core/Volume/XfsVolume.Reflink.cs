@@ -26,8 +26,20 @@ public sealed partial class XfsVolume
     /// <see cref="XfsError.InvalidArgument"/> for other than regular files, unaligned or overlapping ranges, a source range
     /// past EOF, the source's partial last block going to before the destination's EOF;
     /// <see cref="XfsError.NotPermitted"/> for an immutable or append-only destination.
+    /// <para>
+    /// Each piece of the range reserves the destination's quota in turn (xfs_reflink_remap_extent), so a clone that
+    /// reaches a limit stops there: the pieces before stay remapped and the refusal is thrown, as FICLONE and
+    /// FICLONERANGE report it; both files carry the reflink flag and the destination's times change even then.
+    /// </para>
     /// </summary>
-    public long CloneRange(ulong source, long sourceOffset, ulong destination, long destinationOffset, long length)
+    public long CloneRange(ulong source, long sourceOffset, ulong destination, long destinationOffset, long length) =>
+        RemapRange(source, sourceOffset, destination, destinationOffset, length, canShorten: false);
+
+    /// <summary>
+    /// The kernel's xfs_file_remap_range. With <paramref name="canShorten"/> (REMAP_FILE_CAN_SHORTEN, copy_file_range's
+    /// remap) a quota refusal after some pieces were remapped returns the bytes remapped instead of the refusal.
+    /// </summary>
+    private long RemapRange(ulong source, long sourceOffset, ulong destination, long destinationOffset, long length, bool canShorten)
     {
         if (sourceOffset < 0 || destinationOffset < 0 || length < 0)
             throw new XfsException(XfsError.InvalidArgument, "clone offsets and length cannot be negative");
@@ -74,24 +86,20 @@ public sealed partial class XfsVolume
             if (blockLength != length && destinationOffset + length < dst.Size)
                 throw new XfsException(XfsError.InvalidArgument, "a partial last block of the source cannot be cloned to before the destination's EOF");
 
-            // xfs_reflink_remap_extent: the destination's dquots are reserved a mapping split and the written blocks it
-            // gains over those it loses (for the whole range here, before anything changes).
-            if (w.Quota is { Enforced: not 0 })
-            {
-                ulong srcFirst = (ulong)(sourceOffset >> sb.BlockLog), dstFirst = (ulong)(destinationOffset >> sb.BlockLog);
-                ulong count = (ulong)(blockLength >> sb.BlockLog);
-                long gained = (long)MappedBlocks(src, srcFirst, srcFirst + count, writtenOnly: true) - (long)MappedBlocks(dst, dstFirst, dstFirst + count, writtenOnly: false);
-                ReserveQuota(w, dst, w.Reservations.ExtentAddSpaceBlocks + Math.Max(0, gained));
-            }
             // xfs_reflink_remap_prep: both files carry the reflink flag before any block is shared.
             SetReflinkFlags(w, source, destination);
             // Past the destination's EOF, what its old last block holds beyond EOF must read as zeros.
             ZeroTailOfShared(w, _inodes.Get(destination), destinationOffset + length);
-            RemapBlocks(w, source, (ulong)(sourceOffset >> sb.BlockLog), destination, (ulong)(destinationOffset >> sb.BlockLog),
-                (ulong)(blockLength >> sb.BlockLog), destinationOffset + length);
+            ulong remapped = RemapBlocks(w, source, (ulong)(sourceOffset >> sb.BlockLog), destination, (ulong)(destinationOffset >> sb.BlockLog),
+                (ulong)(blockLength >> sb.BlockLog), destinationOffset + length, out var refusal);
             TouchModified(w, destination);
             AfterCommit(w);
-            return length;
+            if (refusal is null) return length;
+            // xfs_file_remap_range: a caller that cannot take a short remap gets the refusal, so does one for which
+            // nothing was remapped; otherwise the bytes remapped.
+            long done = Math.Min(length, (long)(remapped << sb.BlockLog));
+            if (!canShorten || done == 0) throw refusal;
+            return done;
         }
     }
 
@@ -130,30 +138,72 @@ public sealed partial class XfsVolume
             {
                 try
                 {
-                    return CloneRange(source, sourceOffset, destination, destinationOffset, remap);
+                    return RemapRange(source, sourceOffset, destination, destinationOffset, remap, canShorten: true);
                 }
-                catch (XfsException e) when (e.Error is XfsError.InvalidArgument or XfsError.Unsupported)
+                catch (XfsException e) when (e.Error is XfsError.InvalidArgument or XfsError.Unsupported or XfsError.QuotaExceeded or XfsError.NoSpace)
                 {
-                    // The kernel falls back to copying the bytes (splice) whenever the remap is refused.
+                    // The kernel falls back to copying the bytes (splice) whenever the remap remapped nothing.
                 }
             }
         }
         var buffer = ArrayPool<byte>.Shared.Rent((int)Math.Min(count, 1L << 20));
+        long done = 0;
         try
         {
-            long done = 0;
             while (done < count)
             {
                 int n = Read(source, sourceOffset + done, buffer.AsSpan(0, (int)Math.Min(buffer.Length, count - done)));
                 if (n <= 0) break;
-                Write(destination, destinationOffset + done, buffer.AsSpan(0, n));
-                done += n;
+                // A write that reaches a quota or the end of free space returns short: the copy ends there.
+                int written = WriteUpToLimit(destination, destinationOffset + done, buffer.AsSpan(0, n));
+                done += written;
+                if (written < n) break;
             }
+            return done;
+        }
+        catch (XfsException e) when (done > 0 && e.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
+        {
+            // As the kernel's splice: what was copied before the refusal is the result.
             return done;
         }
         finally
         {
             ArrayPool<byte>.Shared.Return(buffer);
+        }
+    }
+
+    /// <summary>
+    /// A write of <paramref name="data"/> that, refused whole for quota or space (a write reserves each hole it fills
+    /// at once), writes block by block up to the limit instead, as the kernel's page-cache copy does; throws the
+    /// refusal when not one block fits.
+    /// </summary>
+    private int WriteUpToLimit(ulong inode, long offset, ReadOnlySpan<byte> data)
+    {
+        try
+        {
+            return Write(inode, offset, data);
+        }
+        catch (XfsException e) when (e.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
+        {
+            int bs = (int)_mount.Superblock.BlockSize, done = 0;
+            while (done < data.Length)
+            {
+                // Pieces end on block boundaries of the file.
+                int piece = (int)Math.Min(data.Length - done, bs - (offset + done) % bs);
+                int written;
+                try
+                {
+                    written = Write(inode, offset + done, data.Slice(done, piece));
+                }
+                catch (XfsException q) when (q.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
+                {
+                    if (done == 0) throw;
+                    break;
+                }
+                done += written;
+                if (written < piece) break;
+            }
+            return done;
         }
     }
 
@@ -194,13 +244,25 @@ public sealed partial class XfsVolume
     /// destination's mappings are both uniform) is remapped in a transaction of its own (xfs_reflink_remap_extent):
     /// the destination's old mapping is unmapped (BUI) and its reference count lowered (CUI, freed at zero); a written
     /// source extent has its count raised (CUI) and is mapped into the destination (BUI); holes and unwritten source
-    /// extents leave a hole. The destination's size grows with each piece, up to <paramref name="newSize"/>.
+    /// extents leave a hole. A piece where both files have a hole, both are unwritten, or both map the same blocks is
+    /// left as it is. The destination's size grows with each piece remapped, and to <paramref name="newSize"/> at the
+    /// end (xfs_reflink_update_dest).
+    /// <para>
+    /// Quota, per piece as the kernel reserves it: a mapping split and the piece's blocks; when that is refused, the
+    /// split alone, then the piece's blocks only if it maps written blocks over a hole (replacing mapped blocks adds
+    /// none). A refusal stops the walk: it is returned in <paramref name="refusal"/>, with the blocks remapped before
+    /// it (the pieces done stay done, and the size is not taken to <paramref name="newSize"/>).
+    /// </para>
     /// </summary>
-    private void RemapBlocks(VolumeWriteState w, ulong source, ulong srcBlock, ulong destination, ulong dstBlock, ulong blocks, long newSize)
+    private ulong RemapBlocks(VolumeWriteState w, ulong source, ulong srcBlock, ulong destination, ulong dstBlock, ulong blocks, long newSize,
+        out XfsException? refusal)
     {
         var sb = _mount.Superblock;
         var allocator = w.FileSpace.Allocator;
-        for (ulong done = 0; done < blocks;)
+        bool enforced = w.Quota is { Enforced: not 0 };
+        refusal = null;
+        ulong done = 0;
+        for (; done < blocks;)
         {
             ulong remaining = blocks - done;
             ulong srcAt = srcBlock + done, dstAt = dstBlock + done;
@@ -212,6 +274,29 @@ public sealed partial class XfsVolume
             (BmbtRecord Map, bool Real) smap = found
                 ? (new BmbtRecord(dstAt, e.StartBlock + (srcAt - e.FileOffset), (uint)Math.Min(Math.Min(e.FileEnd - srcAt, remaining), BmbtRecord.MaxBlockCount), e.Unwritten), !e.Unwritten)
                 : (new BmbtRecord(dstAt, 0, (uint)Math.Min(next == ulong.MaxValue || next <= srcAt ? remaining : Math.Min(next - srcAt, remaining), BmbtRecord.MaxBlockCount), false), false);
+
+            bool quotaReserved = true;
+            if (enforced)
+            {
+                var owner = _inodes.Get(destination);
+                try
+                {
+                    ReserveQuota(w, owner, w.Reservations.ExtentAddSpaceBlocks + smap.Map.BlockCount);
+                }
+                catch (XfsException q) when (q.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
+                {
+                    quotaReserved = false;
+                    try
+                    {
+                        ReserveQuota(w, owner, w.Reservations.ExtentAddSpaceBlocks);
+                    }
+                    catch (XfsException split) when (split.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
+                    {
+                        refusal = split;
+                        break;
+                    }
+                }
+            }
 
             using var tx = Begin(w, TransactionKind.Write);
             var dst = InodeUpdate.Find(tx, _inodes, destination);
@@ -228,20 +313,38 @@ public sealed partial class XfsVolume
                 else len = (uint)Math.Min(len, editor.NextMapped(dstAt) - dstAt);
             }
             var map = smap.Map with { BlockCount = len };
-            // Already the same blocks in the same state: nothing to do (the kernel skips these too).
-            bool same = dmap is { } already && smap.Real && already.StartBlock == map.StartBlock && !already.Unwritten;
-            if (!same)
+            // Nothing to do (the kernel cancels these): holes in both, unwritten extents in both, or the same blocks.
+            bool leave = dmap is not { } already
+                ? !found
+                : found && (already.StartBlock == map.StartBlock || already.Unwritten && e.Unwritten);
+            if (leave)
             {
-                if (dmap is { } old)
+                tx.Cancel();
+                done += len;
+                continue;
+            }
+            if (enforced && !quotaReserved && dmap is null && smap.Real)
+            {
+                try
                 {
-                    tx.Defer(w.Bmaps, new BmapUpdate(BmapUpdateKind.Unmap, destination, ForkKind.Data, old));
-                    tx.Defer(allocator.RefcountUpdates, new RefcountUpdate(RefcountUpdateKind.Decrease, old.StartBlock, old.BlockCount));
+                    ReserveQuota(w, _inodes.Get(destination), len);
                 }
-                if (smap.Real)
+                catch (XfsException q) when (q.Error is XfsError.QuotaExceeded or XfsError.NoSpace)
                 {
-                    tx.Defer(allocator.RefcountUpdates, new RefcountUpdate(RefcountUpdateKind.Increase, map.StartBlock, map.BlockCount));
-                    tx.Defer(w.Bmaps, new BmapUpdate(BmapUpdateKind.Map, destination, ForkKind.Data, map));
+                    tx.Cancel();
+                    refusal = q;
+                    break;
                 }
+            }
+            if (dmap is { } old)
+            {
+                tx.Defer(w.Bmaps, new BmapUpdate(BmapUpdateKind.Unmap, destination, ForkKind.Data, old));
+                tx.Defer(allocator.RefcountUpdates, new RefcountUpdate(RefcountUpdateKind.Decrease, old.StartBlock, old.BlockCount));
+            }
+            if (smap.Real)
+            {
+                tx.Defer(allocator.RefcountUpdates, new RefcountUpdate(RefcountUpdateKind.Increase, map.StartBlock, map.BlockCount));
+                tx.Defer(w.Bmaps, new BmapUpdate(BmapUpdateKind.Map, destination, ForkKind.Data, map));
             }
             // The size covers what is now mapped (no mapping lies past EOF on disk).
             long end = Math.Min((long)((dstAt + len) << sb.BlockLog), newSize);
@@ -256,6 +359,16 @@ public sealed partial class XfsVolume
             AfterCommit(w);
             done += len;
         }
+        if (refusal is null && (long)_inodes.Get(destination).Size < newSize)
+        {
+            using var tx = Begin(w, TransactionKind.Ichange);
+            var dst = InodeUpdate.Find(tx, _inodes, destination);
+            dst.Size = (ulong)newSize;
+            dst.Log(tx, _inodes);
+            tx.Commit();
+            AfterCommit(w);
+        }
+        return done;
     }
 
     /// <summary>

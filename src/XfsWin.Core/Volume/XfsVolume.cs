@@ -246,6 +246,21 @@ public sealed partial class XfsVolume : IDisposable
     /// <summary>Whether <paramref name="inode"/> is decoded in the inode cache (tests of read-ahead).</summary>
     internal bool IsInodeCached(ulong inode) => _inodes.IsCached(inode);
 
+    /// <summary>The data fork's extents of <paramref name="inode"/> in file order (tests that need a given layout).</summary>
+    internal List<Format.BmbtRecord> DataExtents(ulong inode)
+    {
+        using var readScope = new ReadScope(this);
+        var extents = new List<Format.BmbtRecord>();
+        var ino = _inodes.Get(inode);
+        if (ino.DataFormat is ForkFormat.Extents or ForkFormat.Btree)
+            _maps.Get(ino, ForkKind.Data).Walk(0, e =>
+            {
+                extents.Add(e);
+                return true;
+            });
+        return extents;
+    }
+
     /// <summary>Waits until no background read-ahead is planning or reading (or the timeout passed); true when idle.</summary>
     internal bool WaitForReadAhead(TimeSpan timeout)
     {
