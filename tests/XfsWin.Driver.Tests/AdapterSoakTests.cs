@@ -40,9 +40,12 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
     }
 
     /// <summary>What the tree holds: paths (Windows form, "" the root) to a directory or a file's bytes.</summary>
-    private sealed class Model
+    private sealed class Model(string root)
     {
-        public readonly SortedDictionary<string, List<byte>?> Entries = new(StringComparer.Ordinal) { [""] = null };
+        /// <summary>The directory this model's steps stay in ("" the volume's root).</summary>
+        public readonly string Root = root;
+        public readonly SortedDictionary<string, List<byte>?> Entries = new(StringComparer.Ordinal) { [root] = null };
+        public IEnumerable<string> Movable => Entries.Keys.Where(k => k != Root);
 
         public bool IsDirectory(string path) => Entries.TryGetValue(path, out var v) && v is null;
         public IEnumerable<string> Directories => Entries.Where(e => e.Value is null).Select(e => e.Key);
@@ -62,34 +65,65 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
 
     [Theory]
     [MemberData(nameof(Seeds))]
-    public void Random_windows_changes_are_what_the_kernel_and_xfs_repair_see(int seed)
+    public void Random_windows_changes_are_what_the_kernel_and_xfs_repair_see(int seed) => Run(seed, threads: 1);
+
+    /// <summary>
+    /// The same on four threads at once, each in a directory of its own with its own model (the Windows host calls
+    /// the adapter from many threads): every thread's statuses and bytes are what its model says whatever the
+    /// interleaving, and the kernel sees the four trees.
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Seeds))]
+    public void Random_windows_changes_on_four_threads_are_what_the_kernel_sees(int seed) => Run(seed, threads: 4);
+
+    private void Run(int seed, int threads)
     {
-        string image = Path.Combine(_dir, $"soak-{seed}.img");
+        string image = Path.Combine(_dir, $"soak-{seed}-{threads}.img");
         Shell.RunChecked("truncate", "-s", "320M", image);
         Shell.RunChecked(OracleImages.Tool("mkfs.xfs"), "-q", "-f", image);
-        var model = new Model();
-        var rng = new Random(seed);
-        var log = new List<string>();
+        var models = Enumerable.Range(0, threads).Select(t => new Model(threads == 1 ? "" : $"\\t{t}")).ToArray();
 
         using (var volume = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
         {
             var options = new MountOptions { ReadWrite = true, IdMapping = IdMappingMode.Unix, CreatorUid = 1000, CreatorGid = 1000 };
             var fs = new XfsWindowsFileSystem(volume, options, options.CreateIdentityMap(Sid.Parse("S-1-5-21-1-2-3-1001")), "X:");
-            for (int step = 0; step < Operations; step++)
+            foreach (var model in models.Where(m => m.Root.Length > 0))
             {
-                try
-                {
-                    Step(fs, model, rng, log);
-                }
-                catch (Exception e) when (e is not OutOfMemoryException)
-                {
-                    throw new InvalidOperationException($"seed {seed}, step {step}: {e.Message}\nlast steps:\n{string.Join("\n", log.TakeLast(12))}", e);
-                }
+                Expect(NtStatus.Success, fs.Create(model.Root, XfsWindowsFileSystem.FileDirectoryFile, 0, 0, null, 0, default, out var dir, out _), $"mkdir {model.Root}");
+                Close(fs, dir!);
             }
-            foreach (var file in model.Files) AssertContent(fs, file, model.Entries[file]!, $"seed {seed}, final read");
-            output.WriteLine($"seed {seed}: {model.Directories.Count() - 1} directories, {model.Files.Count()} files, {model.Files.Sum(f => model.Entries[f]!.Count)} bytes");
+            var failures = new System.Collections.Concurrent.ConcurrentQueue<Exception>();
+            var workers = models.Select((model, t) => new Thread(() =>
+            {
+                var rng = new Random(seed * 1000 + t);
+                var log = new List<string>();
+                for (int step = 0; step < Operations; step++)
+                {
+                    try
+                    {
+                        Step(fs, model, rng, log);
+                    }
+                    catch (Exception e) when (e is not OutOfMemoryException)
+                    {
+                        failures.Enqueue(new InvalidOperationException(
+                            $"seed {seed}, thread {t} of {threads}, step {step}: {e.Message}\nlast steps:\n{string.Join("\n", log.TakeLast(12))}", e));
+                        return;
+                    }
+                }
+            })).ToList();
+            workers.ForEach(w => w.Start());
+            workers.ForEach(w => w.Join());
+            if (!failures.IsEmpty) throw new AggregateException(failures);
+            foreach (var model in models)
+            {
+                foreach (var file in model.Files) AssertContent(fs, file, model.Entries[file]!, $"seed {seed}, final read");
+                output.WriteLine($"seed {seed}, {Shown(model.Root)}: {model.Directories.Count() - 1} directories, {model.Files.Count()} files, {model.Files.Sum(f => model.Entries[f]!.Count)} bytes");
+            }
         }
 
+        var expected = new SortedDictionary<string, List<byte>?>(StringComparer.Ordinal) { [""] = null };
+        foreach (var model in models)
+            foreach (var (path, bytes) in model.Entries) expected[path] = bytes;
         using (var mount = LoopMount.Mount(image, readOnly: true))
         {
             var seen = new SortedDictionary<string, List<byte>?>(StringComparer.Ordinal) { [""] = null };
@@ -98,8 +132,8 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
                 string key = "\\" + Path.GetRelativePath(mount.MountPoint, path).Replace('/', '\\');
                 seen[key] = Directory.Exists(path) ? null : [.. File.ReadAllBytes(path)];
             }
-            Assert.Equal(model.Entries.Keys, seen.Keys);
-            foreach (var (path, bytes) in model.Entries)
+            Assert.Equal(expected.Keys, seen.Keys);
+            foreach (var (path, bytes) in expected)
             {
                 Assert.True((bytes is null) == (seen[path] is null), $"seed {seed}: {path} is a {(bytes is null ? "directory" : "file")} in the model");
                 if (bytes is not null) Assert.True(bytes.SequenceEqual(seen[path]!), $"seed {seed}: the kernel reads other bytes in {path}");
@@ -166,6 +200,7 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
 
     private static void WriteModel(List<byte> content, long offset, ReadOnlySpan<byte> data)
     {
+        if (data.IsEmpty) return;
         while (content.Count < offset + data.Length) content.Add(0);
         for (int i = 0; i < data.Length; i++) content[(int)offset + i] = data[i];
     }
@@ -205,18 +240,20 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         }
         else if (roll < 44)
         {
-            // A write anywhere (WinFsp sends at most 64 KiB), or to end of file.
+            // A write anywhere (WinFsp sends at most 64 KiB), to end of file, or constrained (paging I/O: never past EOF).
             string path = Pick(rng, files);
-            bool toEnd = rng.Next(4) == 0;
+            int kind = rng.Next(8);
+            bool toEnd = kind < 2, constrained = kind == 2;
             var data = new byte[rng.Next(4) == 0 ? rng.Next(1, 65537) : rng.Next(1, 9000)];
             rng.NextBytes(data);
             var content = model.Entries[path]!;
-            long offset = toEnd ? content.Count : rng.Next(0, 300_000);
-            log.Add($"write {path} at {(toEnd ? "end" : offset)} +{data.Length}");
+            long offset = toEnd ? content.Count : constrained ? rng.Next(0, content.Count + 5000) : rng.Next(0, 300_000);
+            log.Add($"write {path} at {(toEnd ? "end" : offset)} +{data.Length}{(constrained ? " constrained" : "")}");
             var file = OpenExisting(fs, path);
-            Expect(NtStatus.Success, fs.Write(file, data, toEnd ? ulong.MaxValue : (ulong)offset, toEnd, false, out int n, out var info), $"write {path}");
-            if (n != data.Length) throw new InvalidOperationException($"write {path}: {n} of {data.Length} bytes");
-            WriteModel(content, offset, data);
+            Expect(NtStatus.Success, fs.Write(file, data, toEnd ? ulong.MaxValue : (ulong)offset, toEnd, constrained, out int n, out var info), $"write {path}");
+            int expectedCount = constrained ? (int)Math.Clamp(content.Count - offset, 0, data.Length) : data.Length;
+            if (n != expectedCount) throw new InvalidOperationException($"write {path}: {n} of {data.Length} bytes, expected {expectedCount}");
+            WriteModel(content, offset, data.AsSpan(0, n));
             if (info.FileSize != (ulong)content.Count) throw new InvalidOperationException($"write {path}: size {info.FileSize}, expected {content.Count}");
             Close(fs, file);
         }
@@ -225,12 +262,18 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
             string path = Pick(rng, files);
             var content = model.Entries[path]!;
             int size = rng.Next(3) == 0 ? rng.Next(0, 400_000) : rng.Next(0, content.Count + 1);
-            log.Add($"size {path} to {size}");
+            // End of file, or allocation size (which cuts the file when below its size and otherwise leaves it).
+            bool allocation = rng.Next(4) == 0;
+            log.Add($"{(allocation ? "allocation size" : "size")} {path} to {size}");
             var file = OpenExisting(fs, path);
-            Expect(NtStatus.Success, fs.SetFileSize(file, (ulong)size, false, out var info), $"size of {path}");
+            Expect(NtStatus.Success, fs.SetFileSize(file, (ulong)size, allocation, out var info), $"size of {path}");
             if (size < content.Count) content.RemoveRange(size, content.Count - size);
-            else while (content.Count < size) content.Add(0);
-            if (info.FileSize != (ulong)size) throw new InvalidOperationException($"size {path}: {info.FileSize}");
+            else if (!allocation) while (content.Count < size) content.Add(0);
+            if (info.FileSize != (ulong)content.Count) throw new InvalidOperationException($"size {path}: {info.FileSize}, expected {content.Count}");
+            // Past EOF the allocation is made (a sparse file's holes below EOF stay holes).
+            ulong blockEnd = ((ulong)content.Count + 4095) / 4096 * 4096;
+            if (allocation && (ulong)size > blockEnd && info.AllocationSize < (ulong)size - blockEnd)
+                throw new InvalidOperationException($"allocation size {path}: {info.AllocationSize}, expected at least the {(ulong)size - blockEnd} bytes past EOF");
             Close(fs, file);
         }
         else if (roll < 56)
@@ -250,7 +293,7 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         else if (roll < 82)
         {
             // Delete-on-close of a file or a directory (a directory with entries refuses).
-            string path = Pick(rng, model.Entries.Keys.Where(k => k.Length > 0).DefaultIfEmpty(files[0]));
+            string path = Pick(rng, model.Movable.DefaultIfEmpty(files[0]));
             bool dir = model.IsDirectory(path);
             log.Add($"delete {path}");
             var file = OpenExisting(fs, path);
@@ -298,7 +341,7 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
 
     private static void Rename(XfsWindowsFileSystem fs, Model model, Random rng, List<string> log)
     {
-        var movable = model.Entries.Keys.Where(k => k.Length > 0).ToList();
+        var movable = model.Movable.ToList();
         if (movable.Count == 0) return;
         string from = movable[rng.Next(movable.Count)];
         string toDir = Pick(rng, model.Directories);
