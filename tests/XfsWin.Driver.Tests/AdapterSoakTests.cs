@@ -8,8 +8,8 @@ namespace XfsWin.Driver.Tests;
 
 /// <summary>
 /// Seeded random sequences of what Windows programs do through WinFsp, against the read-write adapter on a volume made
-/// by mkfs.xfs: creates of files and directories, writes anywhere (at most 64 KiB at a time, as WinFsp sends them) and
-/// to end of file, size changes, overwrites, renames (with and without replace, into other directories, refused into
+/// by mkfs.xfs: creates of files and directories, writes anywhere (at most 64 KiB at a time, as WinFsp sends them), to
+/// end of file and constrained (paging I/O, never past EOF), end of file and allocation size, overwrites, renames (with and without replace, into other directories, refused into
 /// themselves or over directories), delete-on-close of files and directories (refused when not empty), and the POSIX
 /// delete of a file another open still writes. Every status and every byte read must be what a simple model of the
 /// tree says; then the volume is closed, the kernel mounts it and must show the model's tree byte for byte, and
