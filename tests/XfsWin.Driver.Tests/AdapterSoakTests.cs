@@ -40,10 +40,13 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
     }
 
     /// <summary>What the tree holds: paths (Windows form, "" the root) to a directory or a file's bytes.</summary>
-    private sealed class Model(string root)
+    private sealed class Model(string root, bool caseInsensitive, int seed)
     {
         /// <summary>The directory this model's steps stay in ("" the volume's root).</summary>
         public readonly string Root = root;
+        /// <summary>Names are looked up whatever their case (a case-insensitive mount); the model keeps them as stored.</summary>
+        public readonly bool CaseInsensitive = caseInsensitive;
+        private readonly Random _cases = new(seed);
         public readonly SortedDictionary<string, List<byte>?> Entries = new(StringComparer.Ordinal) { [root] = null };
         public IEnumerable<string> Movable => Entries.Keys.Where(k => k != Root);
 
@@ -51,6 +54,19 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         public IEnumerable<string> Directories => Entries.Where(e => e.Value is null).Select(e => e.Key);
         public IEnumerable<string> Files => Entries.Where(e => e.Value is not null).Select(e => e.Key);
         public bool HasChildren(string dir) => Entries.Keys.Any(k => k.StartsWith(dir + "\\", StringComparison.Ordinal));
+
+        /// <summary>The stored path a request for <paramref name="path"/> reaches, or null.</summary>
+        public string? Find(string path) =>
+            !CaseInsensitive ? (Entries.ContainsKey(path) ? path : null)
+            : Entries.Keys.FirstOrDefault(k => string.Equals(k, path, StringComparison.OrdinalIgnoreCase));
+
+        /// <summary>How a request names <paramref name="path"/>: as stored, or on a case-insensitive mount in any case.</summary>
+        public string Asked(string path) =>
+            !CaseInsensitive || path.Length == 0 ? path
+            : new string(path.Select(c => _cases.Next(2) == 0 ? char.ToUpperInvariant(c) : char.ToLowerInvariant(c)).ToArray());
+
+        public string NewName(Random rng) =>
+            new(Enumerable.Range(0, rng.Next(1, 3)).Select(_ => CaseInsensitive && rng.Next(2) == 0 ? (char)('A' + rng.Next(4)) : (char)('a' + rng.Next(CaseInsensitive ? 4 : 5))).ToArray());
 
         public void Move(string from, string to)
         {
@@ -65,7 +81,16 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
 
     [Theory]
     [MemberData(nameof(Seeds))]
-    public void Random_windows_changes_are_what_the_kernel_and_xfs_repair_see(int seed) => Run(seed, threads: 1);
+    public void Random_windows_changes_are_what_the_kernel_and_xfs_repair_see(int seed) => Run(seed, threads: 1, caseInsensitive: false);
+
+    /// <summary>
+    /// The same on a case-insensitive mount: names are asked for in any case, a create meeting another case of a name
+    /// collides, a rename to another case of the same name changes its case, a rename over another case of another
+    /// name replaces it; the kernel sees the names as they were stored.
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Seeds))]
+    public void Random_windows_changes_on_a_case_insensitive_mount_are_what_the_kernel_sees(int seed) => Run(seed, threads: 1, caseInsensitive: true);
 
     /// <summary>
     /// The same on four threads at once, each in a directory of its own with its own model (the Windows host calls
@@ -74,18 +99,18 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
     /// </summary>
     [Theory]
     [MemberData(nameof(Seeds))]
-    public void Random_windows_changes_on_four_threads_are_what_the_kernel_sees(int seed) => Run(seed, threads: 4);
+    public void Random_windows_changes_on_four_threads_are_what_the_kernel_sees(int seed) => Run(seed, threads: 4, caseInsensitive: false);
 
-    private void Run(int seed, int threads)
+    private void Run(int seed, int threads, bool caseInsensitive)
     {
-        string image = Path.Combine(_dir, $"soak-{seed}-{threads}.img");
+        string image = Path.Combine(_dir, $"soak-{seed}-{threads}-{caseInsensitive}.img");
         Shell.RunChecked("truncate", "-s", "320M", image);
         Shell.RunChecked(OracleImages.Tool("mkfs.xfs"), "-q", "-f", image);
-        var models = Enumerable.Range(0, threads).Select(t => new Model(threads == 1 ? "" : $"\\t{t}")).ToArray();
+        var models = Enumerable.Range(0, threads).Select(t => new Model(threads == 1 ? "" : $"\\t{t}", caseInsensitive, seed * 1000 + t + 500)).ToArray();
 
         using (var volume = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
         {
-            var options = new MountOptions { ReadWrite = true, IdMapping = IdMappingMode.Unix, CreatorUid = 1000, CreatorGid = 1000 };
+            var options = new MountOptions { ReadWrite = true, IdMapping = IdMappingMode.Unix, CreatorUid = 1000, CreatorGid = 1000, CaseInsensitive = caseInsensitive };
             var fs = new XfsWindowsFileSystem(volume, options, options.CreateIdentityMap(Sid.Parse("S-1-5-21-1-2-3-1001")), "X:");
             foreach (var model in models.Where(m => m.Root.Length > 0))
             {
@@ -149,9 +174,6 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         return list[rng.Next(list.Count)];
     }
 
-    private static string NewName(Random rng) =>
-        new(Enumerable.Range(0, rng.Next(1, 3)).Select(_ => (char)('a' + rng.Next(5))).ToArray());
-
     private static string Child(string dir, string name) => dir + "\\" + name;
 
     private static string Shown(string path) => path.Length == 0 ? "\\" : path;
@@ -212,10 +234,11 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         if (roll < 16 || files.Count == 0)
         {
             // Create a file (or meet the name already there).
-            string path = Child(Pick(rng, model.Directories), NewName(rng));
-            log.Add($"create {path}");
-            int status = fs.Create(path, 0, 0, 0, null, 0, default, out var file, out _);
-            if (model.Entries.ContainsKey(path))
+            string parent = Pick(rng, model.Directories), name = model.NewName(rng);
+            string path = Child(parent, name), asked = Child(model.Asked(parent), name);
+            log.Add($"create {asked}");
+            int status = fs.Create(asked, 0, 0, 0, null, 0, default, out var file, out _);
+            if (model.Find(path) is not null)
             {
                 Expect(NtStatus.ObjectNameCollision, status, $"create of existing {path}");
                 return;
@@ -226,10 +249,11 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         }
         else if (roll < 22)
         {
-            string path = Child(Pick(rng, model.Directories), NewName(rng));
-            log.Add($"mkdir {path}");
-            int status = fs.Create(path, XfsWindowsFileSystem.FileDirectoryFile, 0, 0, null, 0, default, out var dir, out _);
-            if (model.Entries.ContainsKey(path))
+            string parent = Pick(rng, model.Directories), name = model.NewName(rng);
+            string path = Child(parent, name), asked = Child(model.Asked(parent), name);
+            log.Add($"mkdir {asked}");
+            int status = fs.Create(asked, XfsWindowsFileSystem.FileDirectoryFile, 0, 0, null, 0, default, out var dir, out _);
+            if (model.Find(path) is not null)
             {
                 Expect(NtStatus.ObjectNameCollision, status, $"mkdir of existing {path}");
                 return;
@@ -249,7 +273,7 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
             var content = model.Entries[path]!;
             long offset = toEnd ? content.Count : constrained ? rng.Next(0, content.Count + 5000) : rng.Next(0, 300_000);
             log.Add($"write {path} at {(toEnd ? "end" : offset)} +{data.Length}{(constrained ? " constrained" : "")}");
-            var file = OpenExisting(fs, path);
+            var file = OpenExisting(fs, model.Asked(path));
             Expect(NtStatus.Success, fs.Write(file, data, toEnd ? ulong.MaxValue : (ulong)offset, toEnd, constrained, out int n, out var info), $"write {path}");
             int expectedCount = constrained ? (int)Math.Clamp(content.Count - offset, 0, data.Length) : data.Length;
             if (n != expectedCount) throw new InvalidOperationException($"write {path}: {n} of {data.Length} bytes, expected {expectedCount}");
@@ -265,7 +289,7 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
             // End of file, or allocation size (which cuts the file when below its size and otherwise leaves it).
             bool allocation = rng.Next(4) == 0;
             log.Add($"{(allocation ? "allocation size" : "size")} {path} to {size}");
-            var file = OpenExisting(fs, path);
+            var file = OpenExisting(fs, model.Asked(path));
             Expect(NtStatus.Success, fs.SetFileSize(file, (ulong)size, allocation, out var info), $"size of {path}");
             if (size < content.Count) content.RemoveRange(size, content.Count - size);
             else if (!allocation) while (content.Count < size) content.Add(0);
@@ -280,7 +304,7 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         {
             string path = Pick(rng, files);
             log.Add($"overwrite {path}");
-            var file = OpenExisting(fs, path);
+            var file = OpenExisting(fs, model.Asked(path));
             Expect(NtStatus.Success, fs.Overwrite(file, 0, false, 0, default, out var info), $"overwrite {path}");
             model.Entries[path]!.Clear();
             if (info.FileSize != 0) throw new InvalidOperationException($"overwrite {path}: size {info.FileSize}");
@@ -296,8 +320,8 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
             string path = Pick(rng, model.Movable.DefaultIfEmpty(files[0]));
             bool dir = model.IsDirectory(path);
             log.Add($"delete {path}");
-            var file = OpenExisting(fs, path);
-            int status = fs.SetDelete(file, path, true);
+            var file = OpenExisting(fs, model.Asked(path));
+            int status = fs.SetDelete(file, file.Path, true);
             if (dir && model.HasChildren(path))
             {
                 Expect(NtStatus.DirectoryNotEmpty, status, $"delete of non-empty {path}");
@@ -307,20 +331,20 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
             Expect(NtStatus.Success, status, $"delete {path}");
             Close(fs, file, delete: true);
             model.Entries.Remove(path);
-            Expect(NtStatus.ObjectNameNotFound, fs.Open(path, 0, 0, out _, out _), $"open of deleted {path}");
+            Expect(NtStatus.ObjectNameNotFound, fs.Open(model.Asked(path), 0, 0, out _, out _), $"open of deleted {path}");
         }
         else if (roll < 86)
         {
             // POSIX delete while another open writes and reads the file.
             string path = Pick(rng, files);
             log.Add($"posix delete {path} while open");
-            var kept = OpenExisting(fs, path);
-            var deleter = OpenExisting(fs, path);
-            Expect(NtStatus.Success, fs.SetDelete(deleter, path, true), $"delete {path}");
+            var kept = OpenExisting(fs, model.Asked(path));
+            var deleter = OpenExisting(fs, model.Asked(path));
+            Expect(NtStatus.Success, fs.SetDelete(deleter, deleter.Path, true), $"delete {path}");
             Close(fs, deleter, delete: true);
             var content = model.Entries[path]!;
             model.Entries.Remove(path);
-            Expect(NtStatus.ObjectNameNotFound, fs.Open(path, 0, 0, out _, out _), $"open of deleted {path}");
+            Expect(NtStatus.ObjectNameNotFound, fs.Open(model.Asked(path), 0, 0, out _, out _), $"open of deleted {path}");
             var data = new byte[rng.Next(1, 5000)];
             rng.NextBytes(data);
             Expect(NtStatus.Success, fs.Write(kept, data, 0, false, false, out int n, out _), $"write to deleted {path}");
@@ -335,7 +359,7 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         {
             string path = Pick(rng, files);
             log.Add($"read {path}");
-            AssertContent(fs, path, model.Entries[path]!, "read");
+            AssertContent(fs, model.Asked(path), model.Entries[path]!, "read");
         }
     }
 
@@ -345,39 +369,43 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         if (movable.Count == 0) return;
         string from = movable[rng.Next(movable.Count)];
         string toDir = Pick(rng, model.Directories);
-        string to = Child(toDir, rng.Next(3) == 0 && movable.Count > 1 ? Path.GetFileName(Pick(rng, movable).Replace('\\', '/')) : NewName(rng));
+        string name = rng.Next(3) == 0 && movable.Count > 1 ? Path.GetFileName(model.Asked(Pick(rng, movable)).Replace('\\', '/')) : model.NewName(rng);
+        string to = Child(toDir, name);
         bool replace = rng.Next(2) == 0;
         bool fromDir = model.IsDirectory(from);
-        bool exists = model.Entries.ContainsKey(to);
+        string? existing = model.Find(to);
         // A directory moved over an existing file is left out: what Windows does there is not a question for XFS.
-        if (fromDir && exists && !model.IsDirectory(to) && to != from) return;
-        log.Add($"rename {from} -> {to}{(replace ? " (replace)" : "")}");
-        var file = OpenExisting(fs, from);
-        int status = fs.Rename(file, from, to, replace);
+        if (fromDir && existing is not null && existing != from && !model.IsDirectory(existing)) return;
+        string asked = Child(model.Asked(toDir), name);
+        log.Add($"rename {from} -> {asked}{(replace ? " (replace)" : "")}");
+        var file = OpenExisting(fs, model.Asked(from));
+        int status = fs.Rename(file, file.Path, asked, replace);
         try
         {
-            if (to == from)
-            {
-                Expect(NtStatus.Success, status, $"rename {from} to itself");
-                return;
-            }
             if (fromDir && (toDir == from || toDir.StartsWith(from + "\\", StringComparison.Ordinal)))
             {
                 Expect(NtStatus.InvalidParameter, status, $"rename {from} into itself");
                 return;
             }
-            if (exists && !replace)
+            if (existing == from)
             {
-                Expect(NtStatus.ObjectNameCollision, status, $"rename {from} over {to}");
+                // The same entry: on a case-insensitive mount the name takes the case asked for.
+                Expect(NtStatus.Success, status, $"rename {from} to {to}");
+                if (to != from) model.Move(from, to);
                 return;
             }
-            if (exists && model.IsDirectory(to))
+            if (existing is not null && !replace)
             {
-                Expect(NtStatus.AccessDenied, status, $"rename {from} over directory {to}");
+                Expect(NtStatus.ObjectNameCollision, status, $"rename {from} over {existing}");
+                return;
+            }
+            if (existing is not null && model.IsDirectory(existing))
+            {
+                Expect(NtStatus.AccessDenied, status, $"rename {from} over directory {existing}");
                 return;
             }
             Expect(NtStatus.Success, status, $"rename {from} to {to}");
-            if (exists) model.Entries.Remove(to);
+            if (existing is not null) model.Entries.Remove(existing);
             model.Move(from, to);
         }
         finally
