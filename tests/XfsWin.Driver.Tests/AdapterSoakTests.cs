@@ -8,12 +8,13 @@ namespace XfsWin.Driver.Tests;
 
 /// <summary>
 /// Seeded random sequences of what Windows programs do through WinFsp, against the read-write adapter on a volume made
-/// by mkfs.xfs: creates of files and directories, writes anywhere (at most 64 KiB at a time, as WinFsp sends them), to
-/// end of file and constrained (paging I/O, never past EOF), end of file and allocation size, overwrites, renames (with and without replace, into other directories, refused into
-/// themselves or over directories), delete-on-close of files and directories (refused when not empty), and the POSIX
-/// delete of a file another open still writes. Every status and every byte read must be what a simple model of the
-/// tree says; then the volume is closed, the kernel mounts it and must show the model's tree byte for byte, and
-/// xfs_repair -n finds nothing.
+/// by mkfs.xfs: creates of files and directories; writes anywhere (at most 64 KiB at a time, as WinFsp sends them), to
+/// end of file and constrained (paging I/O, never past EOF); end of file and allocation size; overwrites; renames (with
+/// and without replace, into other directories, refused into themselves or over directories); delete-on-close of files
+/// and directories (refused when not empty); the POSIX delete of a file another open still writes; symbolic links as
+/// CreateSymbolicLink makes them; modification times set through SetBasicInfo. Every status and every byte read must be
+/// what a simple model of the tree says; then the volume is closed, the kernel mounts it and must show the model's tree
+/// (names, bytes, link targets, the times set), and xfs_repair -n finds nothing.
 /// <para>
 /// <c>XFSWIN_ADAPTER_SEEDS="FIRST COUNT"</c> runs other seeds (a soak); a failure names the seed and the step.
 /// </para>
@@ -52,7 +53,18 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
 
         public bool IsDirectory(string path) => Entries.TryGetValue(path, out var v) && v is null;
         public IEnumerable<string> Directories => Entries.Where(e => e.Value is null).Select(e => e.Key);
-        public IEnumerable<string> Files => Entries.Where(e => e.Value is not null).Select(e => e.Key);
+        public IEnumerable<string> Files => Entries.Where(e => e.Value is not null && !Links.ContainsKey(e.Key)).Select(e => e.Key);
+        /// <summary>Symbolic links (in <see cref="Entries"/> too, with no bytes) and their targets as Linux shows them.</summary>
+        public readonly Dictionary<string, string> Links = new(StringComparer.Ordinal);
+        /// <summary>Modification times set through SetBasicInfo since the file's last change of contents.</summary>
+        public readonly Dictionary<string, DateTime> Times = new(StringComparer.Ordinal);
+
+        public void Remove(string path)
+        {
+            Entries.Remove(path);
+            Links.Remove(path);
+            Times.Remove(path);
+        }
         public bool HasChildren(string dir) => Entries.Keys.Any(k => k.StartsWith(dir + "\\", StringComparison.Ordinal));
 
         /// <summary>The stored path a request for <paramref name="path"/> reaches, or null.</summary>
@@ -73,8 +85,12 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
             foreach (var key in Entries.Keys.Where(k => k == from || k.StartsWith(from + "\\", StringComparison.Ordinal)).ToList())
             {
                 var value = Entries[key];
+                bool link = Links.Remove(key, out var target), timed = Times.Remove(key, out var time);
                 Entries.Remove(key);
-                Entries[to + key[from.Length..]] = value;
+                string moved = to + key[from.Length..];
+                Entries[moved] = value;
+                if (link) Links[moved] = target!;
+                if (timed) Times[moved] = time;
             }
         }
     }
@@ -147,16 +163,32 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         }
 
         var expected = new SortedDictionary<string, List<byte>?>(StringComparer.Ordinal) { [""] = null };
+        var expectedLinks = new Dictionary<string, string>(StringComparer.Ordinal);
+        var times = new Dictionary<string, DateTime>(StringComparer.Ordinal);
         foreach (var model in models)
+        {
             foreach (var (path, bytes) in model.Entries) expected[path] = bytes;
+            foreach (var (path, target) in model.Links) expectedLinks[path] = target;
+            foreach (var (path, when) in model.Times) times[path] = when;
+        }
         using (var mount = LoopMount.Mount(image, readOnly: true))
         {
             var seen = new SortedDictionary<string, List<byte>?>(StringComparer.Ordinal) { [""] = null };
-            foreach (var path in Directory.EnumerateFileSystemEntries(mount.MountPoint, "*", SearchOption.AllDirectories))
+            var links = new Dictionary<string, string>(StringComparer.Ordinal);
+            foreach (var path in Walk(mount.MountPoint))
             {
                 string key = "\\" + Path.GetRelativePath(mount.MountPoint, path).Replace('/', '\\');
+                if (new FileInfo(path).LinkTarget is { } target)
+                {
+                    links[key] = target;
+                    seen[key] = [];
+                    continue;
+                }
                 seen[key] = Directory.Exists(path) ? null : [.. File.ReadAllBytes(path)];
+                if (times.TryGetValue(key, out var when))
+                    Assert.True(File.GetLastWriteTimeUtc(path) == when, $"seed {seed}: the kernel shows {path} modified {File.GetLastWriteTimeUtc(path):O}, set to {when:O}");
             }
+            Assert.Equal(expectedLinks.OrderBy(l => l.Key, StringComparer.Ordinal), links.OrderBy(l => l.Key, StringComparer.Ordinal));
             Assert.Equal(expected.Keys, seen.Keys);
             foreach (var (path, bytes) in expected)
             {
@@ -166,6 +198,17 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         }
         var repair = Shell.Run(OracleImages.Tool("xfs_repair"), "-n", image);
         Assert.True(repair.ExitCode == 0, $"seed {seed}: xfs_repair -n found problems:\n{repair.StandardOutput}{repair.StandardError}");
+    }
+
+    /// <summary>Every entry under <paramref name="dir"/>, descending into directories but not through symbolic links.</summary>
+    private static IEnumerable<string> Walk(string dir)
+    {
+        foreach (var path in Directory.EnumerateFileSystemEntries(dir))
+        {
+            yield return path;
+            if (new FileInfo(path).LinkTarget is null && Directory.Exists(path))
+                foreach (var inner in Walk(path)) yield return inner;
+        }
     }
 
     private static string Pick(Random rng, IEnumerable<string> from)
@@ -278,6 +321,7 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
             int expectedCount = constrained ? (int)Math.Clamp(content.Count - offset, 0, data.Length) : data.Length;
             if (n != expectedCount) throw new InvalidOperationException($"write {path}: {n} of {data.Length} bytes, expected {expectedCount}");
             WriteModel(content, offset, data.AsSpan(0, n));
+            model.Times.Remove(path);
             if (info.FileSize != (ulong)content.Count) throw new InvalidOperationException($"write {path}: size {info.FileSize}, expected {content.Count}");
             Close(fs, file);
         }
@@ -291,6 +335,7 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
             log.Add($"{(allocation ? "allocation size" : "size")} {path} to {size}");
             var file = OpenExisting(fs, model.Asked(path));
             Expect(NtStatus.Success, fs.SetFileSize(file, (ulong)size, allocation, out var info), $"size of {path}");
+            model.Times.Remove(path);
             if (size < content.Count) content.RemoveRange(size, content.Count - size);
             else if (!allocation) while (content.Count < size) content.Add(0);
             if (info.FileSize != (ulong)content.Count) throw new InvalidOperationException($"size {path}: {info.FileSize}, expected {content.Count}");
@@ -307,6 +352,7 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
             var file = OpenExisting(fs, model.Asked(path));
             Expect(NtStatus.Success, fs.Overwrite(file, 0, false, 0, default, out var info), $"overwrite {path}");
             model.Entries[path]!.Clear();
+            model.Times.Remove(path);
             if (info.FileSize != 0) throw new InvalidOperationException($"overwrite {path}: size {info.FileSize}");
             Close(fs, file);
         }
@@ -330,7 +376,7 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
             }
             Expect(NtStatus.Success, status, $"delete {path}");
             Close(fs, file, delete: true);
-            model.Entries.Remove(path);
+            model.Remove(path);
             Expect(NtStatus.ObjectNameNotFound, fs.Open(model.Asked(path), 0, 0, out _, out _), $"open of deleted {path}");
         }
         else if (roll < 86)
@@ -343,7 +389,7 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
             Expect(NtStatus.Success, fs.SetDelete(deleter, deleter.Path, true), $"delete {path}");
             Close(fs, deleter, delete: true);
             var content = model.Entries[path]!;
-            model.Entries.Remove(path);
+            model.Remove(path);
             Expect(NtStatus.ObjectNameNotFound, fs.Open(model.Asked(path), 0, 0, out _, out _), $"open of deleted {path}");
             var data = new byte[rng.Next(1, 5000)];
             rng.NextBytes(data);
@@ -354,6 +400,40 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
             if (got != content.Count || !back.AsSpan(0, got).SequenceEqual(content.ToArray()))
                 throw new InvalidOperationException($"{path}: the open of the deleted file reads other bytes");
             Close(fs, kept);
+        }
+        else if (roll < 89)
+        {
+            // A symbolic link as CreateSymbolicLink makes it: a file, then its reparse point (a relative target).
+            string parent = Pick(rng, model.Directories), name = model.NewName(rng);
+            string path = Child(parent, name), asked = Child(model.Asked(parent), name);
+            string target = string.Join('\\', Enumerable.Range(0, rng.Next(1, 3)).Select(_ => model.NewName(rng)));
+            log.Add($"symlink {asked} -> {target}");
+            int status = fs.Create(asked, 0, 0, 0, null, 0, default, out var file, out _);
+            if (model.Find(path) is not null)
+            {
+                Expect(NtStatus.ObjectNameCollision, status, $"create of existing {path}");
+                return;
+            }
+            Expect(NtStatus.Success, status, $"create {path}");
+            var buffer = new byte[ReparseData.SymlinkSize(target, target)];
+            ReparseData.WriteSymlink(buffer, target, target, relative: true);
+            Expect(NtStatus.Success, fs.SetReparsePoint(file!, file!.Path, buffer), $"reparse point on {path}");
+            Close(fs, file);
+            model.Entries[path] = [];
+            model.Links[path] = target.Replace('\\', '/');
+        }
+        else if (roll < 92)
+        {
+            // A modification time set from Windows (whole seconds: FILETIME counts 100 ns).
+            string path = Pick(rng, files);
+            var when = new DateTime(2001, 1, 1, 0, 0, 0, DateTimeKind.Utc).AddSeconds(rng.Next(0, 600_000_000));
+            log.Add($"time {path} {when:O}");
+            var file = OpenExisting(fs, model.Asked(path));
+            Expect(NtStatus.Success, fs.SetBasicInfo(file, XfsWindowsFileSystem.InvalidFileAttributes, 0, 0, (ulong)when.ToFileTimeUtc(), 0, out var info),
+                $"time of {path}");
+            if (info.LastWriteTime != (ulong)when.ToFileTimeUtc()) throw new InvalidOperationException($"time of {path}: {DateTime.FromFileTimeUtc((long)info.LastWriteTime):O}");
+            Close(fs, file);
+            model.Times[path] = when;
         }
         else
         {
@@ -405,7 +485,7 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
                 return;
             }
             Expect(NtStatus.Success, status, $"rename {from} to {to}");
-            if (existing is not null) model.Entries.Remove(existing);
+            if (existing is not null) model.Remove(existing);
             model.Move(from, to);
         }
         finally
