@@ -1015,8 +1015,8 @@ public sealed partial class XfsVolume
     private static void ReserveQuota(VolumeWriteState w, Inode owner, long blocks, long freedBlocks = 0) =>
         w.Quota?.Reserve(owner.Attributes.Uid, owner.Attributes.Gid, owner.Attributes.ProjectId, blocks, 0, freedBlocks);
 
-    /// <summary>The data fork blocks of [<paramref name="first"/>, <paramref name="end"/>) mapped (written ones only, or unwritten too).</summary>
-    private ulong MappedBlocks(Inode inode, ulong first, ulong end, bool writtenOnly)
+    /// <summary>The data fork blocks of [<paramref name="first"/>, <paramref name="end"/>) mapped, written or unwritten.</summary>
+    private ulong MappedBlocks(Inode inode, ulong first, ulong end)
     {
         if (inode.DataFormat is not (ForkFormat.Extents or ForkFormat.Btree) || end <= first) return 0;
         var map = _maps.Get(inode, ForkKind.Data);
@@ -1029,7 +1029,7 @@ public sealed partial class XfsVolume
                 continue;
             }
             ulong stop = Math.Min(end, e.FileEnd);
-            if (!writtenOnly || !e.Unwritten) mapped += stop - fb;
+            mapped += stop - fb;
             fb = stop;
         }
         return mapped;
@@ -1154,7 +1154,7 @@ public sealed partial class XfsVolume
                     {
                         ulong from = (ulong)((offset + sb.BlockSize - 1) >> sb.BlockLog), to = (ulong)(inside >> sb.BlockLog);
                         if (inside == (long)current.Size) to = (ulong)((inside + sb.BlockSize - 1) >> sb.BlockLog);
-                        long freed = inside > offset && to > from ? (long)MappedBlocks(current, from, to, writtenOnly: false) : 0;
+                        long freed = inside > offset && to > from ? (long)MappedBlocks(current, from, to) : 0;
                         ulong f = (ulong)offset >> sb.BlockLog, l = (ulong)(end - 1) >> sb.BlockLog;
                         ReserveQuota(w, current, (long)(l - f + 1) + w.Reservations.ExtentAddSpaceBlocks, freed);
                     }
