@@ -270,6 +270,26 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         for (int i = 0; i < data.Length; i++) content[(int)offset + i] = data[i];
     }
 
+    /// <summary>
+    /// Creates a file or directory of a new name in a directory of the model's, asked for in any case the mount allows;
+    /// where the name is taken the create must collide, and null is returned.
+    /// </summary>
+    private static (string Path, OpenFile File)? CreateNew(XfsWindowsFileSystem fs, Model model, Random rng, List<string> log, bool directory)
+    {
+        string parent = Pick(rng, model.Directories), name = model.NewName(rng);
+        string path = Child(parent, name), asked = Child(model.Asked(parent), name);
+        string what = directory ? "mkdir" : "create";
+        log.Add($"{what} {asked}");
+        int status = fs.Create(asked, directory ? XfsWindowsFileSystem.FileDirectoryFile : 0, 0, 0, null, 0, default, out var file, out _);
+        if (model.Find(path) is not null)
+        {
+            Expect(NtStatus.ObjectNameCollision, status, $"{what} of existing {path}");
+            return null;
+        }
+        Expect(NtStatus.Success, status, $"{what} {path}");
+        return (path, file!);
+    }
+
     private static void Step(XfsWindowsFileSystem fs, Model model, Random rng, List<string> log)
     {
         int roll = rng.Next(100);
@@ -277,33 +297,15 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         if (roll < 16 || files.Count == 0)
         {
             // Create a file (or meet the name already there).
-            string parent = Pick(rng, model.Directories), name = model.NewName(rng);
-            string path = Child(parent, name), asked = Child(model.Asked(parent), name);
-            log.Add($"create {asked}");
-            int status = fs.Create(asked, 0, 0, 0, null, 0, default, out var file, out _);
-            if (model.Find(path) is not null)
-            {
-                Expect(NtStatus.ObjectNameCollision, status, $"create of existing {path}");
-                return;
-            }
-            Expect(NtStatus.Success, status, $"create {path}");
+            if (CreateNew(fs, model, rng, log, directory: false) is not var (path, file)) return;
             model.Entries[path] = [];
-            Close(fs, file!);
+            Close(fs, file);
         }
         else if (roll < 22)
         {
-            string parent = Pick(rng, model.Directories), name = model.NewName(rng);
-            string path = Child(parent, name), asked = Child(model.Asked(parent), name);
-            log.Add($"mkdir {asked}");
-            int status = fs.Create(asked, XfsWindowsFileSystem.FileDirectoryFile, 0, 0, null, 0, default, out var dir, out _);
-            if (model.Find(path) is not null)
-            {
-                Expect(NtStatus.ObjectNameCollision, status, $"mkdir of existing {path}");
-                return;
-            }
-            Expect(NtStatus.Success, status, $"mkdir {path}");
+            if (CreateNew(fs, model, rng, log, directory: true) is not var (path, dir)) return;
             model.Entries[path] = null;
-            Close(fs, dir!);
+            Close(fs, dir);
         }
         else if (roll < 44)
         {
@@ -404,20 +406,12 @@ public sealed class AdapterSoakTests(ITestOutputHelper output) : IDisposable
         else if (roll < 89)
         {
             // A symbolic link as CreateSymbolicLink makes it: a file, then its reparse point (a relative target).
-            string parent = Pick(rng, model.Directories), name = model.NewName(rng);
-            string path = Child(parent, name), asked = Child(model.Asked(parent), name);
+            if (CreateNew(fs, model, rng, log, directory: false) is not var (path, file)) return;
             string target = string.Join('\\', Enumerable.Range(0, rng.Next(1, 3)).Select(_ => model.NewName(rng)));
-            log.Add($"symlink {asked} -> {target}");
-            int status = fs.Create(asked, 0, 0, 0, null, 0, default, out var file, out _);
-            if (model.Find(path) is not null)
-            {
-                Expect(NtStatus.ObjectNameCollision, status, $"create of existing {path}");
-                return;
-            }
-            Expect(NtStatus.Success, status, $"create {path}");
+            log.Add($"symlink {path} -> {target}");
             var buffer = new byte[ReparseData.SymlinkSize(target, target)];
             ReparseData.WriteSymlink(buffer, target, target, relative: true);
-            Expect(NtStatus.Success, fs.SetReparsePoint(file!, file!.Path, buffer), $"reparse point on {path}");
+            Expect(NtStatus.Success, fs.SetReparsePoint(file, file.Path, buffer), $"reparse point on {path}");
             Close(fs, file);
             model.Entries[path] = [];
             model.Links[path] = target.Replace('\\', '/');
