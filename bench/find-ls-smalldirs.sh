@@ -6,7 +6,8 @@
 # Every run mounts afresh after dropping the page, dentry and inode caches. Needs root, xfsprogs,
 # fuse3, python3, the .NET SDK.
 # Usage: bench/find-ls-smalldirs.sh [RUNS]   (default 3; every run is printed)
-#   XFSWIN_BENCH_XFSWIN=DIR   measures the xfswin.dll built in DIR instead of building this tree
+#   XFSWIN_BENCH_XFSWIN=DIR|FILE  measures the xfswin.dll built in DIR, or the executable FILE (the Native AOT binary
+#                             of scripts/publish-cli.sh), instead of building this tree
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
@@ -33,13 +34,8 @@ PY
   umount "$m"; rmdir "$m"; mv "$img.tmp" "$img"
 fi
 
-if [ -n "${XFSWIN_BENCH_XFSWIN:-}" ]; then
-  xfswin=(dotnet "$(realpath "$XFSWIN_BENCH_XFSWIN")/xfswin.dll")
-else
-  echo "Building xfswin (Release)..."
-  dotnet build src/XfsWin.Cli -c Release -v quiet -nologo >/dev/null
-  xfswin=(dotnet "$PWD/src/XfsWin.Cli/bin/Release/net10.0/xfswin.dll")
-fi
+. bench/lib.sh
+bench_xfswin
 
 mnt=$(mktemp -d /tmp/xfswin-bench-XXXXXX)
 uring_param=/sys/module/fuse/parameters/enable_uring

@@ -10,8 +10,8 @@
 # Usage: bench/fuse-vs-kernel.sh [RUNS]      (default 2 runs per measurement; the best is reported)
 #   XFSWIN_BENCH_ONLY="read_big stat_100k"  measures only those (no report table)
 #   XFSWIN_BENCH_FUSE_OPTIONS="max_threads=8" adds mount options to both FUSE mounts
-#   XFSWIN_BENCH_XFSWIN=DIR   measures the xfswin.dll built in DIR (another commit's build) instead
-#                             of building this tree
+#   XFSWIN_BENCH_XFSWIN=DIR|FILE  measures the xfswin.dll built in DIR (another commit's build), or the executable
+#                             FILE (the Native AOT binary of scripts/publish-cli.sh), instead of building this tree
 # The image (6 GiB sparse, ~1.3 GiB used) is cached under ${XFSWIN_BENCH_CACHE:-/var/tmp/xfswin-bench}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,13 +51,8 @@ PY
 fi
 # --- end image ---
 
-if [ -n "${XFSWIN_BENCH_XFSWIN:-}" ]; then
-  xfswin=(dotnet "$(realpath "$XFSWIN_BENCH_XFSWIN")/xfswin.dll")
-else
-  echo "Building xfswin (Release)..."
-  dotnet build src/XfsWin.Cli -c Release -v quiet -nologo >/dev/null
-  xfswin=(dotnet "$PWD/src/XfsWin.Cli/bin/Release/net10.0/xfswin.dll")
-fi
+. bench/lib.sh
+bench_xfswin
 
 mnt=$(mktemp -d /tmp/xfswin-bench-XXXXXX)
 unmount_all() { fusermount3 -u "$mnt" 2>/dev/null || umount "$mnt" 2>/dev/null || true; }

@@ -22,3 +22,21 @@ bench_run_tests() {
   echo "wall time: $(( $(date +%s) - start )) s"
   return $status
 }
+
+# Sets the array xfswin to the command that runs the xfswin CLI under measurement: XFSWIN_BENCH_XFSWIN names either a
+# directory holding a build's xfswin.dll (another commit's build, run by dotnet) or an executable (the Native AOT binary
+# scripts/publish-cli.sh makes, as xfswin ships on Linux x64); unset, this tree's CLI is built (Release) and run by dotnet.
+bench_xfswin() {
+  local chosen=${XFSWIN_BENCH_XFSWIN:-}
+  if [ -n "$chosen" ] && [ -f "$chosen" ] && [ -x "$chosen" ]; then
+    xfswin=("$(realpath "$chosen")")
+  elif [ -n "$chosen" ]; then
+    [ -f "$chosen/xfswin.dll" ] || { echo "XFSWIN_BENCH_XFSWIN=$chosen is neither an executable nor a directory with xfswin.dll" >&2; exit 1; }
+    xfswin=(dotnet "$(realpath "$chosen")/xfswin.dll")
+  else
+    echo "Building xfswin (Release)..."
+    dotnet build src/XfsWin.Cli -c Release -v quiet -nologo >/dev/null
+    xfswin=(dotnet "$PWD/src/XfsWin.Cli/bin/Release/net10.0/xfswin.dll")
+  fi
+  echo "xfswin under measurement: ${xfswin[*]}"
+}

@@ -22,7 +22,9 @@
 # Usage: bench/write-vs-kernel.sh [RUNS]     (default 1; the best of RUNS is reported)
 #   XFSWIN_BENCH_ONLY="create_20k untar"  measures only those
 #   XFSWIN_BENCH_UNLINKS=N                files for the unlink run (default 100000)
-#   XFSWIN_BENCH_XFSWIN=DIR               measures the xfswin.dll built in DIR (another commit's build)
+#   XFSWIN_BENCH_XFSWIN=DIR|FILE          measures the xfswin.dll built in DIR (another commit's build), or the
+#                                         executable FILE (the Native AOT binary of scripts/publish-cli.sh, as xfswin
+#                                         ships on Linux x64)
 #   XFSWIN_BENCH_FUSE_OPTIONS=...         adds mount options to the xfswin mounts
 #   XFSWIN_BENCH_URING=on|off|auto        FUSE over io_uring (default auto): xfswin is measured through /dev/fuse and,
 #                                         when the kernel's switch (/sys/module/fuse/parameters/enable_uring) is on,
@@ -42,13 +44,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [ -n "${XFSWIN_BENCH_XFSWIN:-}" ]; then
-  xfswin=(dotnet "$(realpath "$XFSWIN_BENCH_XFSWIN")/xfswin.dll")
-else
-  echo "Building xfswin (Release)..."
-  dotnet build src/XfsWin.Cli -c Release -v quiet -nologo >/dev/null
-  xfswin=(dotnet "$PWD/src/XfsWin.Cli/bin/Release/net10.0/xfswin.dll")
-fi
+. bench/lib.sh
+bench_xfswin
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')), kernel $(uname -r), $(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 extra_options=${XFSWIN_BENCH_FUSE_OPTIONS:+,$XFSWIN_BENCH_FUSE_OPTIONS}
