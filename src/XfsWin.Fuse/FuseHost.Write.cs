@@ -131,6 +131,20 @@ public sealed unsafe partial class FuseHost
     }
 
     /// <summary>
+    /// The times a truncate sets, which the kernel's FUSE leaves to the server (it sends no FATTR_MTIME for ftruncate or
+    /// open(O_TRUNC), so that the server's clock sets them): ftruncate (the request names the open file) and open(O_TRUNC)
+    /// set the modification and change times as the VFS's do_truncate asks the kernel's XFS to, truncate(2) sets none
+    /// (then the engine changes a time only when the size moves). A truncate to 0 by path cannot be told from
+    /// open(O_TRUNC), which without FUSE_CAP_ATOMIC_O_TRUNC comes as the same request; it is taken for the open, the
+    /// common case, whose truncate also takes setuid and setgid from an empty file that the kernel's XFS leaves alone
+    /// when truncate(2) empties an empty file.
+    /// </summary>
+    internal static AttributeChanges? WithTruncateTimes(AttributeChanges? changes, bool hasFileHandle, Func<XfsTimestamp> now) =>
+        changes is { Size: long size, ModifyTime: null, TimesAreNow: false } && (hasFileHandle || size == 0)
+            ? changes with { ModifyTime = now() }
+            : changes;
+
+    /// <summary>
     /// The engine's fallocate mode for fallocate(2)'s bits, or null for a combination it has no
     /// mode for. FUSE passes only KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE (the kernel refuses the rest
     /// itself); ZERO_RANGE with KEEP_SIZE is served by the caller in two steps.
@@ -232,7 +246,7 @@ public sealed unsafe partial class FuseHost
         {
             var host = HostOf(req);
             var inode = host.ToXfsInode(ino);
-            var changes = ChangesFor(attr, toSet, Now);
+            var changes = WithTruncateTimes(ChangesFor(attr, toSet, Now), hasFileHandle: fi != null, Now);
             // FATTR_KILL_SUIDGID: a truncate by a caller without CAP_FSETID, or a chown (for every caller).
             if (changes is not null && (toSet & FuseConstants.FUSE_SET_ATTR_KILL_SUID) != 0)
                 changes = host.WithoutSetuidSetgid(CallerOf(req), inode, changes,

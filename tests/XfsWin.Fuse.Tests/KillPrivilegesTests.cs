@@ -5,7 +5,8 @@ using Xunit.Abstractions;
 namespace XfsWin.Fuse.Tests;
 
 /// <summary>
-/// What writes, truncates (truncate(2) and open with O_TRUNC), fallocate, copy_file_range and chowns take from files
+/// What writes, truncates (truncate(2), ftruncate and open with O_TRUNC, of empty files too, and the times they set),
+/// fallocate, copy_file_range and chowns take from files
 /// with setuid, setgid or a file
 /// capability, through <c>xfswin mount -o rw</c> against the kernel's XFS on copies of one empty volume
 /// (Images/killpriv-ops.py: unprivileged steps as uid 65534, root's own, capabilities set again after a write, setuid
@@ -49,6 +50,10 @@ public sealed class KillPrivilegesTests(ITestOutputHelper output) : IDisposable
         // The script's steps took something (a run in which nothing was ever removed would compare equal too).
         Assert.Contains("unprivileged: w mode 0777", ours, StringComparison.Ordinal);
         Assert.Contains("written: c mode 0755 size 1000 cap False", ours, StringComparison.Ordinal);
+        // ftruncate to the size an empty file has drops setuid and setgid; truncate(2) to a file's own size sets no time.
+        Assert.Contains("empty truncated: ef mode 0777 size 0", ours, StringComparison.Ordinal);
+        Assert.Contains("truncate(2) to its size: mtime False ctime False", ours, StringComparison.Ordinal);
+        Assert.Contains("ftruncate to its size: mtime True ctime True", ours, StringComparison.Ordinal);
         Assert.Empty(KernelMadeImages.RepairProblems(ourImage, "6.13"));
     }
 }

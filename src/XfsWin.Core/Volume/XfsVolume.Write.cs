@@ -366,6 +366,12 @@ public sealed partial class XfsVolume
                 if (size < 0) throw new XfsException(XfsError.InvalidArgument, "a size cannot be negative");
                 if (current.IsDirectory) throw new XfsException(XfsError.IsADirectory, "a directory has no size to set");
                 if (!current.IsRegular) throw new XfsException(XfsError.InvalidArgument, "only regular files can be truncated");
+                // xfs_setattr_size's short cut: a truncate to 0 of a file that is empty and maps nothing, with no time
+                // to set (truncate(2), not ftruncate or O_TRUNC), changes nothing at all, not even the setuid and
+                // setgid bits a truncate by an unprivileged caller drops (the mode such a truncate carries).
+                if (size == 0 && current.Size == 0 && current.DataExtentCount == 0 && changes is
+                    { ModifyTime: null, AccessTime: null, TimesAreNow: false, Uid: null, Gid: null })
+                    return current.Attributes;
             }
             // A new owner's dquots exist before the change charges them (xfs_qm_vop_dqalloc).
             if (changes.Uid is not null || changes.Gid is not null)
@@ -421,7 +427,10 @@ public sealed partial class XfsVolume
         if (mtime is { } m) update.SetModifyTime(m.Seconds, m.Nanoseconds);
         bool sizeChanged = changes.Size is long s && (ulong)s != update.Size;
         if (changes.Size is long size) update.Size = (ulong)size;
-        update.Touch(now, modified: sizeChanged && mtime is null);
+        // A truncate to the size the file has, with no time to set (truncate(2): do_truncate without time attributes),
+        // changes no time (xfs_setattr_size sets them only when the size moves); every other change sets the ctime.
+        bool sameSizeTruncate = changes is { Size: not null, Uid: null, Gid: null } && !sizeChanged && atime is null && mtime is null;
+        if (!sameSizeTruncate) update.Touch(now, modified: sizeChanged && mtime is null);
     }
 
     /// <summary>fsync / fdatasync: file data written so far reaches the disk, then the log is forced.</summary>

@@ -115,6 +115,62 @@ public sealed class WritableVolumeKernelTests(ITestOutputHelper output) : IDispo
         AssertKernelSees(crashed, xfsprogs);
     }
 
+    /// <summary>
+    /// Truncates that change nothing on the kernel's XFS (xfs_setattr_size): truncate(2) by an unprivileged caller to 0
+    /// of an empty setuid file that maps nothing keeps its mode and times, and a truncate to a file's own size sets no
+    /// time; an empty file with blocks preallocated past EOF loses setuid. The kernel's answers are taken from a copy
+    /// it truncates itself; the engine gets what a host passes (the size, and the mode without setuid and setgid).
+    /// </summary>
+    [Fact]
+    public void Truncates_that_change_nothing_on_the_kernels_xfs_change_nothing()
+    {
+        string image = Path.Combine(_tmp, "t.img"), kernelCopy = Path.Combine(_tmp, "t-kernel.img");
+        Shell.RunChecked("truncate", "-s", "300M", image);
+        Shell.RunChecked(OracleImages.Tool("mkfs.xfs", "6.13"), "-f", "-q", image);
+        using (var mount = LoopMount.Mount(image, readOnly: false))
+        {
+            string M(string name) => Path.Combine(mount.MountPoint, name);
+            File.WriteAllBytes(M("e"), []);
+            File.WriteAllBytes(M("p"), []);
+            File.WriteAllText(M("s"), "12345");
+            Shell.RunChecked("fallocate", "--keep-size", "--length", "8192", M("p"));
+            Shell.RunChecked("chmod", "6777", M("e"), M("p"));
+        }
+        Shell.RunChecked("cp", "--sparse=always", image, kernelCopy);
+        string kernelModes;
+        using (var mount = LoopMount.Mount(kernelCopy, readOnly: false))
+        {
+            string M(string name) => Path.Combine(mount.MountPoint, name);
+            foreach (var name in new[] { "e", "p" })
+                // truncate(2) by path (coreutils' truncate opens the file and calls ftruncate, which sets the times).
+                Shell.RunChecked("python3", "-c",
+                    "import os, sys; os.setgroups([]); os.setgid(65534); os.setuid(65534); os.truncate(sys.argv[1], 0)", M(name));
+            kernelModes = Shell.RunChecked("stat", "-c", "%a", M("e"), M("p")).StandardOutput.Trim().ReplaceLineEndings(" ");
+        }
+        Assert.Equal("6777 777", kernelModes);
+
+        using (var volume = XfsVolume.Open(image, new VolumeOpenOptions { Writable = true }))
+        {
+            ulong e = volume.ResolvePath("/e"), p = volume.ResolvePath("/p"), s = volume.ResolvePath("/s");
+            var eBefore = volume.GetAttributes(e);
+            var sBefore = volume.GetAttributes(s);
+            Thread.Sleep(20); // a later clock reading than the files' times
+            var eAfter = volume.SetAttributes(e, new AttributeChanges { Size = 0, Mode = 0x1FF });
+            var pAfter = volume.SetAttributes(p, new AttributeChanges { Size = 0, Mode = 0x1FF });
+            var sAfter = volume.SetAttributes(s, new AttributeChanges { Size = 5 });
+            Assert.Equal(kernelModes, $"{Convert.ToString(eAfter.Mode & 0xFFF, 8)} {Convert.ToString(pAfter.Mode & 0xFFF, 8)}");
+            Assert.Equal((eBefore.ModifyTime, eBefore.ChangeTime), (eAfter.ModifyTime, eAfter.ChangeTime));
+            Assert.Equal((sBefore.ModifyTime, sBefore.ChangeTime, 5L), (sAfter.ModifyTime, sAfter.ChangeTime, sAfter.Size));
+            // A truncate that moves the size sets both times.
+            var grown = volume.SetAttributes(s, new AttributeChanges { Size = 9 });
+            Assert.True(grown.ModifyTime.ToFileTime() > sBefore.ModifyTime.ToFileTime() && grown.ChangeTime.ToFileTime() > sBefore.ChangeTime.ToFileTime());
+        }
+        AssertRepairClean(image, "6.13");
+        using (var mount = LoopMount.Mount(image, readOnly: true))
+            Assert.Equal("6777 777 9", Shell.RunChecked("stat", "-c", "%a", Path.Combine(mount.MountPoint, "e"), Path.Combine(mount.MountPoint, "p")).StandardOutput.Trim().ReplaceLineEndings(" ")
+                + " " + new FileInfo(Path.Combine(mount.MountPoint, "s")).Length);
+    }
+
     [Fact]
     public void A_read_write_open_of_an_unmaintained_feature_is_read_only_and_names_it()
     {
