@@ -54,6 +54,7 @@ public sealed class KillPrivilegesTests(ITestOutputHelper output) : IDisposable
         Assert.Contains("empty truncated: ef mode 0777 size 0", ours, StringComparison.Ordinal);
         Assert.Contains("truncate(2) to its size: mtime False ctime False", ours, StringComparison.Ordinal);
         Assert.Contains("ftruncate to its size: mtime True ctime True", ours, StringComparison.Ordinal);
+        Assert.Contains("preallocated, truncated to its size: blocks 0", ours, StringComparison.Ordinal);
         Assert.Empty(KernelMadeImages.RepairProblems(ourImage, "6.13"));
     }
 }

@@ -387,7 +387,8 @@ public sealed partial class XfsVolume
                     quota.Reserve(changes.Uid ?? current.Attributes.Uid, changes.Gid ?? current.Attributes.Gid, current.Attributes.ProjectId,
                         current.Attributes.AllocatedBytes >> _mount.Superblock.BlockLog, 1, types: types);
             }
-            if (changes.Size is long newSize && newSize < current.Size)
+            // xfs_setattr_size: a truncate to the size the file has also gives back the blocks mapped past EOF.
+            if (changes.Size is long newSize && newSize <= current.Size)
             {
                 // XFS_ITRUNCATED: the next writable close gives back blocks past EOF again.
                 w.EofReleased.Remove(inode);

@@ -149,6 +149,8 @@ as_nobody(lambda: os.close(os.open(p("eo"), os.O_WRONLY | os.O_TRUNC)))
 as_nobody(lambda: os.truncate(p("ep"), 0))
 as_nobody(lambda: os.truncate(p("es"), 5))
 report("empty truncated", "ef", "eo", "ep", "es")
+# The truncate to the size it has gave back the blocks preallocated past EOF.
+print(f"preallocated, truncated to its size: blocks {os.stat(p('ep')).st_blocks}")
 
 
 def times_moved(name, action):
