@@ -136,15 +136,15 @@ make("es", 0o6777, b"12345")
 subprocess.run(["fallocate", "--keep-size", "--length", "8192", p("ep")], check=True)
 
 
-def ftruncate_empty():
-    fd = os.open(p("ef"), os.O_WRONLY)
+def ftruncate(name, size):
+    fd = os.open(p(name), os.O_WRONLY)
     try:
-        os.ftruncate(fd, 0)
+        os.ftruncate(fd, size)
     finally:
         os.close(fd)
 
 
-as_nobody(ftruncate_empty)
+as_nobody(lambda: ftruncate("ef", 0))
 as_nobody(lambda: os.close(os.open(p("eo"), os.O_WRONLY | os.O_TRUNC)))
 as_nobody(lambda: os.truncate(p("ep"), 0))
 as_nobody(lambda: os.truncate(p("es"), 5))
@@ -165,17 +165,8 @@ def times_moved(name, action):
 # Which truncates set the times: truncate(2) only when the size moves; ftruncate and open(O_TRUNC) always.
 make("tt", 0o644, b"12345")
 
-
-def ftruncate_same():
-    fd = os.open(p("tt"), os.O_WRONLY)
-    try:
-        os.ftruncate(fd, 5)
-    finally:
-        os.close(fd)
-
-
 print("truncate(2) to its size:", times_moved("tt", lambda: os.truncate(p("tt"), 5)))
 print("truncate(2) longer:", times_moved("tt", lambda: os.truncate(p("tt"), 9)))
-print("ftruncate to its size:", times_moved("tt", ftruncate_same))
+print("ftruncate to its size:", times_moved("tt", lambda: ftruncate("tt", 5)))
 make("te", 0o644, b"")
 print("open(O_TRUNC) of an empty file:", times_moved("te", lambda: os.close(os.open(p("te"), os.O_WRONLY | os.O_TRUNC))))
