@@ -6,6 +6,9 @@
 #   create_20k 20,000 creates of 4 KiB files in 20 directories, then sync
 #   create_2x10k  the same 20,000 creates by two processes at once, each in its own 10 directories, then sync:
 #              with create_20k, how creates in separate directories scale with a second thread
+# The creates are also measured on the FUSE floor: bench/fuse-null.c, a FUSE server that stores nothing and answers
+# at once, mounted as xfswin mounts and served by as many threads as xfswin's default. It receives the same requests,
+# so its time is what the FUSE round trips alone cost on this machine, and no FUSE server can create faster.
 #   unlink     unlink of $XFSWIN_BENCH_UNLINKS empty files (default 100,000, in 100 directories), then sync
 #   rename     a rename-heavy run: 20,000 renames across the 20 directories of create_20k, then sync
 #   untar      untar of a source tree (a tar of /usr/include made once: headers in nested directories)
@@ -18,7 +21,7 @@
 # (the least of the runs): it moves far less with the machine's load than the wall time. After every xfswin run,
 # xfs_repair -n must find nothing. For the creates, the
 # kernel's log traffic is read from /sys/fs/xfs/<dev>/stats (log blocks written) and printed per create.
-# Needs root, xfsprogs, fuse3, python3, the .NET SDK.
+# Needs root, xfsprogs, fuse3 and libfuse3-dev, gcc, python3, the .NET SDK.
 # Usage: bench/write-vs-kernel.sh [RUNS]     (default 1; the best of RUNS is reported)
 #   XFSWIN_BENCH_ONLY="create_20k untar"  measures only those
 #   XFSWIN_BENCH_UNLINKS=N                files for the unlink run (default 100000)
@@ -71,6 +74,17 @@ mkfs.xfs -q -f "$base"
 tarball=$work/tree.tar
 tar -C /usr -cf "$tarball" include
 tree_files=$(tar -tf "$tarball" | wc -l)
+
+# The FUSE floor's server, built here; it serves with xfswin's default number of threads (FuseMountOptions.MaxThreads).
+floor_threads=$(( $(nproc) * 2 > 4 ? $(nproc) * 2 : 4 ))
+gcc -O2 -o "$work/fuse-null" bench/fuse-null.c $(pkg-config --cflags --libs fuse3)
+mount_floor() {
+  "$work/fuse-null" "$mnt" "$floor_threads" > "$work/server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 100); do mountpoint -q "$mnt" && return 0; kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+  echo "fuse-null did not mount:" >&2; cat "$work/server.log" >&2; exit 1
+}
+umount_floor() { fusermount3 -u "$mnt"; wait "$server_pid" 2>/dev/null || true; server_pid=""; }
 
 mount_kernel() { cp --sparse=always "$base" "$work/k.img"; mount -o loop "$work/k.img" "$mnt"; }
 umount_kernel() { umount "$mnt"; rm -f "$work/k.img"; }
@@ -215,7 +229,9 @@ declare -A best
 kernel_log_per_create=""
 measure() {
   local name=$1 setup; setup=$(setup_of "$1")
-  for side in $sides; do
+  local measured=$sides
+  [[ $name != create_* ]] || measured+=" floor"
+  for side in $measured; do
     local b="" bc=""
     for _ in $(seq "$runs"); do
       "mount_$side"; $setup; drop
@@ -278,6 +294,14 @@ for name in $only; do
   done
   echo "$row |"
 done
+for name in $only; do
+  [[ $name == create_* ]] || continue
+  k=${best[$name,kernel]}; f=${best[$name,floor]}
+  [ "$k" != failed ] && [ "$f" != failed ] || continue
+  printf '\nFUSE floor for "%s" (bench/fuse-null.c, %s threads): %.3f s, %.2fx kernel, server CPU %.2f s' \
+    "$(label "$name")" "$floor_threads" "$f" "$(echo "$k / $f" | bc -l)" "${best[$name,floor,cpu]}"
+done
+echo
 printf '\nRaw O_DIRECT write of 1 GiB to a new file on the same disk: %.3f s\n' "$raw"
 [ -z "$kernel_log_per_create" ] || printf 'Kernel log traffic for the creates: %s bytes per create\n' "$kernel_log_per_create"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
