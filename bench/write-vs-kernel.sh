@@ -6,15 +6,15 @@
 #   create_20k 20,000 creates of 4 KiB files in 20 directories, then sync
 #   create_2x10k  the same 20,000 creates by two processes at once, each in its own 10 directories, then sync:
 #              with create_20k, how creates in separate directories scale with a second thread
-# The creates are also measured on the FUSE floor: bench/fuse-null.c, a FUSE server that stores nothing and answers
-# at once, mounted as xfswin mounts and served by as many threads as xfswin's default. It receives the same requests,
-# so its time is what the FUSE round trips alone cost on this machine, and no FUSE server can create faster.
 #   unlink     unlink of $XFSWIN_BENCH_UNLINKS empty files (default 100,000, in 100 directories), then sync
 #   rename     a rename-heavy run: 20,000 renames across the 20 directories of create_20k, then sync
 #   untar      untar of a source tree (a tar of /usr/include made once: headers in nested directories)
 #   sparse_3x10k  30,000 4 KiB writes into holes of three new files in turn (every other block of each, so each write
 #              is a new extent and the files' mappings grow into extent btrees: a download of several files, VM disks
 #              filled at random), then fsync of each
+# The creates are also measured on the FUSE floor: bench/fuse-null.c, a FUSE server that stores nothing and answers
+# at once, mounted as xfswin mounts and served by as many threads as xfswin's default. It receives the same requests,
+# so its time is what the FUSE round trips alone cost on this machine, and no FUSE server can create faster.
 # Each measurement mounts afresh (kernel: loop mount; xfswin: `xfswin mount -o rw`) with caches
 # dropped, and times the operation plus its sync; the setup (the files to unlink or rename) and the
 # unmount are not timed; the xfswin server's CPU time (user + system, from /proc) over the same span is printed too
@@ -75,14 +75,18 @@ tarball=$work/tree.tar
 tar -C /usr -cf "$tarball" include
 tree_files=$(tar -tf "$tarball" | wc -l)
 
+# Waits up to a minute for the FUSE server $server_pid (named $1) to mount $mnt; exits with its output if it does not.
+await_mount() {
+  for _ in $(seq 600); do mountpoint -q "$mnt" && return 0; kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+  echo "$1 did not mount:" >&2; cat "$work/server.log" >&2; exit 1
+}
 # The FUSE floor's server, built here; it serves with xfswin's default number of threads (FuseMountOptions.MaxThreads).
 floor_threads=$(( $(nproc) * 2 > 4 ? $(nproc) * 2 : 4 ))
 gcc -O2 -o "$work/fuse-null" bench/fuse-null.c $(pkg-config --cflags --libs fuse3)
 mount_floor() {
   "$work/fuse-null" "$mnt" "$floor_threads" > "$work/server.log" 2>&1 &
   server_pid=$!
-  for _ in $(seq 100); do mountpoint -q "$mnt" && return 0; kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-  echo "fuse-null did not mount:" >&2; cat "$work/server.log" >&2; exit 1
+  await_mount fuse-null
 }
 umount_floor() { fusermount3 -u "$mnt"; wait "$server_pid" 2>/dev/null || true; server_pid=""; }
 
@@ -99,8 +103,7 @@ start_xfswin() {
   cp --sparse=always "$base" "$work/x.img"
   DOTNET_TieredCompilation=0 "${xfswin[@]}" mount -f -o "rw,$1$extra_options" "$work/x.img" "$mnt" > "$work/server.log" 2>&1 &
   server_pid=$!
-  for _ in $(seq 600); do mountpoint -q "$mnt" && return 0; kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-  echo "xfswin did not mount:" >&2; cat "$work/server.log" >&2; exit 1
+  await_mount xfswin
 }
 umount_xfswin() {
   fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt"
