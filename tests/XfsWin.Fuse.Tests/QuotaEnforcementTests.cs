@@ -71,14 +71,18 @@ public sealed partial class QuotaEnforcementTests(ITestOutputHelper output) : ID
         output.WriteLine($"kernel:\n{expected}\nxfswin:\n{actual}");
         Assert.Equal(expected, actual);
         // The scenario reached every limit it was made for (a run that never hit one would compare nothing).
-        Assert.Equal(13, Regex.Count(expected, "EDQUOT"));
+        Assert.Equal(14, Regex.Count(expected, "EDQUOT"));
         // A rename at the limit goes ahead where the entry fits and is refused where the directory must grow.
         Assert.Matches(@"""u1000 renames at its block limit"",\s*""ok""", expected);
         Assert.Matches(@"""u1000 renames into a full short-form directory at its block limit"",\s*""EDQUOT""", expected);
         Assert.Equal(5, Regex.Count(expected, "ENOSPC"));
         // copy_file_range stops where a piece of the remap no longer fits the quota and returns what it remapped (two
         // 64-block extents and the hole between; the size ends with the second extent).
-        Assert.Matches(@"""u1006 copy_file_range of 194 blocks past its block limit"",\s*\[\s*532480,\s*528384\s*\]", expected);
+        Assert.Matches(@"""u1006 copy_file_range of 194 blocks past its block limit"",\s*\[\s*532480,\s*528384,\s*true\s*\]", expected);
+        // With the first piece past the limit the bytes are copied instead, up to the limit (32 blocks were left); at
+        // the limit the copy fails.
+        Assert.Matches(@"""u1006 copy_file_range with its first piece past its block limit"",\s*\[\s*131072,\s*131072,\s*true\s*\]", expected);
+        Assert.Matches(@"""u1006 copy_file_range at its block limit"",\s*\[\s*""error"",\s*""EDQUOT""\s*\]", expected);
 
         var problems = KernelMadeImages.RepairProblems(ours, xfsprogs);
         Assert.True(problems.Count == 0, string.Join("\n", problems));

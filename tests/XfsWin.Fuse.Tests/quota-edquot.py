@@ -156,7 +156,14 @@ steps = [
     # 64 blocks, hole, 64 blocks, hole, 64 blocks, user 1006 (160 blocks) gets the first two pieces and the hole
     # between; the call returns the bytes remapped.
     ("root writes three extents with holes between", 0, 0, lambda: attempt(lambda: write_with_holes(os.path.join(w, "src"), 194, [64, 129]))),
+    # The targets of the copies past the limit are made first: a create reserves blocks for the directory and inodes.
+    ("u1006 creates two empty files", 1006, 1006, lambda: attempt(lambda: [os.close(os.open(os.path.join(w, n), os.O_WRONLY | os.O_CREAT, 0o644)) for n in ("c1006b", "c1006c")])),
     ("u1006 copy_file_range of 194 blocks past its block limit", 1006, 1006, lambda: copy_range(os.path.join(w, "src"), os.path.join(w, "c1006"))),
+    # With 32 blocks left, the first 64-block piece does not fit: nothing is remapped, and the kernel falls back to
+    # copying the bytes (a splice through the page cache), which goes on until the quota refuses a write. At the limit
+    # the copy has nothing to give and fails.
+    ("u1006 copy_file_range with its first piece past its block limit", 1006, 1006, lambda: copy_range(os.path.join(w, "src"), os.path.join(w, "c1006b"))),
+    ("u1006 copy_file_range at its block limit", 1006, 1006, lambda: copy_range(os.path.join(w, "src"), os.path.join(w, "c1006c"))),
     ("u1005 moves a 1-block file to project 30 past its limit", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m5"), 1, 30))),
     ("u1005 moves an empty file to project 30 past its limit", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m6"), 0, 30))),
 ]
@@ -238,12 +245,14 @@ def write_with_holes(path, blocks, holes):
 
 
 def copy_range(source, target):
-    """copy_file_range of the whole of SOURCE into a new TARGET: the count returned and TARGET's size, or the errno."""
+    """copy_file_range of the whole of SOURCE into TARGET (made if missing): the count returned, TARGET's size and whether its bytes
+    are SOURCE's first ones, or the errno."""
     fi = os.open(source, os.O_RDONLY)
-    fo = os.open(target, os.O_WRONLY | os.O_CREAT, 0o644)
+    fo = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         n = os.copy_file_range(fi, fo, os.fstat(fi).st_size, 0, 0)
-        return [n, os.fstat(fo).st_size]
+        size = os.fstat(fo).st_size
+        return [n, size, os.pread(fo, size, 0) == os.pread(fi, size, 0)]
     except OSError as e:
         return ["error", err(e)]
     finally:
