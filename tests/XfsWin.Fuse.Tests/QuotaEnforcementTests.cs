@@ -83,6 +83,7 @@ public sealed partial class QuotaEnforcementTests(ITestOutputHelper output) : ID
         // the limit the copy fails.
         Assert.Matches(@"""u1006 copy_file_range with its first piece past its block limit"",\s*\[\s*131072,\s*131072,\s*true\s*\]", expected);
         Assert.Matches(@"""u1006 copy_file_range at its block limit"",\s*\[\s*""error"",\s*""EDQUOT""\s*\]", expected);
+        Assert.Matches(@"""u1007 copy_file_range with its first piece past its block limit, 22 blocks left"",\s*\[\s*true,\s*true,\s*true,\s*true\s*\]", expected);
 
         var problems = KernelMadeImages.RepairProblems(ours, xfsprogs);
         Assert.True(problems.Count == 0, string.Join("\n", problems));

@@ -53,7 +53,7 @@ limits)
     head -c 100000 /dev/zero >"$M/u1001"; chown 1001:1001 "$M/u1001"
     # Grace periods and the group default limit are set on the id 0 dquots.
     xfs_quota -x -c 'limit -u bsoft=256k bhard=1m isoft=5 ihard=12 1000' -c 'limit -u isoft=3 ihard=6 1002' \
-        -c 'limit -u bsoft=64k bhard=10m 1001' -c 'limit -u bhard=640k 1006' -c 'limit -g bhard=2m 0' -c 'limit -p ihard=3 20' -c 'limit -p bhard=64k 30' \
+        -c 'limit -u bsoft=64k bhard=10m 1001' -c 'limit -u bhard=640k 1006' -c 'limit -u bhard=600k 1007' -c 'limit -g bhard=2m 0' -c 'limit -p ihard=3 20' -c 'limit -p bhard=64k 30' \
         -c 'timer -u -b 3d' -c 'timer -u -i 2d' "$M"
     umount "$M"
     ;;
