@@ -157,7 +157,7 @@ steps = [
     # between; the call returns the bytes remapped.
     ("root writes three extents with holes between", 0, 0, lambda: attempt(lambda: write_with_holes(os.path.join(w, "src"), 194, [64, 129]))),
     # The targets of the copies past the limit are made first: a create reserves blocks for the directory and inodes.
-    ("u1006 creates two empty files", 1006, 1006, lambda: attempt(lambda: [os.close(os.open(os.path.join(w, n), os.O_WRONLY | os.O_CREAT, 0o644)) for n in ("c1006b", "c1006c")])),
+    ("u1006 creates two empty files", 1006, 1006, lambda: attempt(lambda: create_empty(os.path.join(w, "c1006b"), os.path.join(w, "c1006c")))),
     ("u1006 copy_file_range of 194 blocks past its block limit", 1006, 1006, lambda: copy_range(os.path.join(w, "src"), os.path.join(w, "c1006"))),
     # With 32 blocks left, the first 64-block piece does not fit: nothing is remapped, and the kernel falls back to
     # copying the bytes (a splice through the page cache), which goes on until the quota refuses a write. At the limit
@@ -168,7 +168,7 @@ steps = [
     # at a time through the page cache (Linux 6.1's pipe of 16 pages) and stops at the first piece whose blocks do not
     # all fit (16 blocks here); xfswin copies block by block up to the limit (22). What both promise is checked: a short
     # copy, within the limit, of the source's first bytes. The copy is removed after, so the usage reports still agree.
-    ("u1007 creates two empty files", 1007, 1007, lambda: attempt(lambda: [os.close(os.open(os.path.join(w, n), os.O_WRONLY | os.O_CREAT, 0o644)) for n in ("c1007a", "c1007b")])),
+    ("u1007 creates two empty files", 1007, 1007, lambda: attempt(lambda: create_empty(os.path.join(w, "c1007a"), os.path.join(w, "c1007b")))),
     ("u1007 copy_file_range of 194 blocks past its block limit", 1007, 1007, lambda: copy_range(os.path.join(w, "src"), os.path.join(w, "c1007a"))),
     ("u1007 copy_file_range with its first piece past its block limit, 22 blocks left", 1007, 1007, lambda: copy_range_within(os.path.join(w, "src"), os.path.join(w, "c1007b"), 22 * 4096)),
     ("u1005 moves a 1-block file to project 30 past its limit", 1005, 1005, lambda: attempt(lambda: set_project(os.path.join(w, "m5"), 1, 30))),
@@ -182,6 +182,11 @@ def fill_directory(path, count, owner):
     os.chown(path, owner, owner)
     for i in range(count):
         os.close(os.open(os.path.join(path, "n%09d" % i), os.O_WRONLY | os.O_CREAT, 0o644))
+
+
+def create_empty(*paths):
+    for path in paths:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
 
 
 def set_project(path, blocks, project):
