@@ -152,12 +152,20 @@ public sealed unsafe partial class FuseHost
 {
     private const int EPERM = 1;
 
-    /// <summary>may_open's rules: an immutable file is not opened for writing, an append-only one only with O_APPEND.</summary>
+    private const int O_TRUNC = 0x200; // 01000 on x86-64 and arm64
+
+    /// <summary>An open for writing, or one that truncates (O_TRUNC asks for write permission too).</summary>
+    internal static bool OpensForChange(int openFlags) => (openFlags & 3) != 0 || (openFlags & O_TRUNC) != 0;
+
+    /// <summary>
+    /// may_open's rules for an open that <see cref="OpensForChange"/>: an immutable file is not opened so, an
+    /// append-only one only with O_APPEND and never truncated.
+    /// </summary>
     internal static bool LockedAgainstOpen(ushort diFlags, int openFlags)
     {
         const ushort Immutable = 0x8, Append = 0x10;
         const int O_APPEND = 0x400; // 02000 on x86-64 and arm64
-        return (diFlags & Immutable) != 0 || ((diFlags & Append) != 0 && (openFlags & O_APPEND) == 0);
+        return (diFlags & Immutable) != 0 || ((diFlags & Append) != 0 && ((openFlags & O_APPEND) == 0 || (openFlags & O_TRUNC) != 0));
     }
 
     private string? _mountDevice;

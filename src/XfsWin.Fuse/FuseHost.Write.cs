@@ -134,15 +134,29 @@ public sealed unsafe partial class FuseHost
     /// The times a truncate sets, which the kernel's FUSE leaves to the server (it sends no FATTR_MTIME for ftruncate or
     /// open(O_TRUNC), so that the server's clock sets them): ftruncate (the request names the open file) and open(O_TRUNC)
     /// set the modification and change times as the VFS's do_truncate asks the kernel's XFS to, truncate(2) sets none
-    /// (then the engine changes a time only when the size moves). A truncate to 0 by path cannot be told from
-    /// open(O_TRUNC), which without FUSE_CAP_ATOMIC_O_TRUNC comes as the same request; it is taken for the open, the
-    /// common case, whose truncate also takes setuid and setgid from an empty file that the kernel's XFS leaves alone
-    /// when truncate(2) empties an empty file.
+    /// (then the engine changes a time only when the size moves). With atomic_o_trunc, open(O_TRUNC) truncates in its
+    /// open request (<see cref="TruncateAtOpen"/>). Without it (<paramref name="openTruncatesHere"/>) the truncate of
+    /// open(O_TRUNC) comes here as a setattr of size 0 that names no file, as truncate(2) to 0 does; it is taken for the
+    /// open, the common case, whose truncate also takes setuid and setgid from an empty file that the kernel's XFS
+    /// leaves alone when truncate(2) empties an empty file.
     /// </summary>
-    internal static AttributeChanges? WithTruncateTimes(AttributeChanges? changes, bool hasFileHandle, Func<XfsTimestamp> now) =>
-        changes is { Size: long size, ModifyTime: null, TimesAreNow: false } && (hasFileHandle || size == 0)
+    internal static AttributeChanges? WithTruncateTimes(AttributeChanges? changes, bool hasFileHandle, bool openTruncatesHere, Func<XfsTimestamp> now) =>
+        changes is { Size: long size, ModifyTime: null, TimesAreNow: false } && (hasFileHandle || (size == 0 && openTruncatesHere))
             ? changes with { ModifyTime = now() }
             : changes;
+
+    /// <summary>
+    /// The truncate of open(O_TRUNC) (with atomic_o_trunc, in the open request): to size 0 with the modification and
+    /// change times, as the VFS's handle_truncate asks the kernel's XFS (which sets them even when the file was empty),
+    /// and without setuid and setgid when the kernel marked the open FUSE_OPEN_KILL_SUIDGID (no CAP_FSETID).
+    /// </summary>
+    private void TruncateAtOpen(FuseContext caller, ulong inode)
+    {
+        var changes = new AttributeChanges { Size = 0, ModifyTime = Now() };
+        if (t_requestKillsSuidgid)
+            changes = WithoutSetuidSetgid(caller, inode, changes, callerPrivileged: false);
+        _volume.SetAttributes(inode, changes);
+    }
 
     /// <summary>
     /// The engine's fallocate mode for fallocate(2)'s bits, or null for a combination it has no
@@ -246,7 +260,7 @@ public sealed unsafe partial class FuseHost
         {
             var host = HostOf(req);
             var inode = host.ToXfsInode(ino);
-            var changes = WithTruncateTimes(ChangesFor(attr, toSet, Now), hasFileHandle: fi != null, Now);
+            var changes = WithTruncateTimes(ChangesFor(attr, toSet, Now), hasFileHandle: fi != null, openTruncatesHere: !host._truncatesAtOpen, Now);
             // FATTR_KILL_SUIDGID: a truncate by a caller without CAP_FSETID, or a chown (for every caller).
             if (changes is not null && (toSet & FuseConstants.FUSE_SET_ATTR_KILL_SUID) != 0)
                 changes = host.WithoutSetuidSetgid(CallerOf(req), inode, changes,
@@ -268,9 +282,10 @@ public sealed unsafe partial class FuseHost
 
     /// <summary>
     /// Set (on the serving thread, before libfuse parses the request) when the FUSE_WRITE being served carries
-    /// FUSE_WRITE_KILL_SUIDGID: the writer has no CAP_FSETID and the file may have setuid or setgid to lose.
+    /// FUSE_WRITE_KILL_SUIDGID, or the FUSE_OPEN being served FUSE_OPEN_KILL_SUIDGID (an open with O_TRUNC): the caller
+    /// has no CAP_FSETID and the file may have setuid or setgid to lose.
     /// </summary>
-    [ThreadStatic] internal static bool t_writeKillsSuidgid;
+    [ThreadStatic] internal static bool t_requestKillsSuidgid;
 
     /// <summary>
     /// With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves setuid and setgid to the server: it marks a write
@@ -481,7 +496,7 @@ public sealed unsafe partial class FuseHost
         {
             var host = HostOf(req);
             var inode = host.ToXfsInode(ino);
-            if (t_writeKillsSuidgid)
+            if (t_requestKillsSuidgid)
                 host.KillSetuidSetgid(CallerOf(req), inode, callerPrivileged: false);
             var total = (int)Math.Min(size, (nuint)int.MaxValue);
             var done = 0;

@@ -303,7 +303,7 @@ public sealed unsafe partial class FuseHost : IDisposable
     /// </summary>
     internal void AdjustInitReply(FuseInitOut* init)
     {
-        if (!_options.ReadOnly && (_kernelInitFlags & FuseUringConstants.FUSE_HANDLE_KILLPRIV_V2) != 0)
+        if (KillPrivilegesV2Offered)
         {
             init->flags |= FuseUringConstants.FUSE_HANDLE_KILLPRIV_V2;
             _killPrivilegesNegotiated = true;
@@ -312,6 +312,19 @@ public sealed unsafe partial class FuseHost : IDisposable
 
     /// <summary>FUSE_HANDLE_KILLPRIV_V2 was put in the FUSE_INIT reply: setuid and setgid are the host's to clear.</summary>
     private bool _killPrivilegesNegotiated;
+
+    /// <summary>
+    /// FUSE_CAP_ATOMIC_O_TRUNC was negotiated: open(O_TRUNC) comes as an open request with O_TRUNC (see OnOpen), and a
+    /// setattr of size 0 without a file is truncate(2). Otherwise the kernel truncates at open(O_TRUNC) through a
+    /// setattr that names no file either.
+    /// </summary>
+    private bool _truncatesAtOpen;
+
+    /// <summary>
+    /// A read-write mount whose kernel offers FUSE_HANDLE_KILLPRIV_V2 (known once the device hook saw FUSE_INIT, before
+    /// libfuse's init callback): the host takes it, and open(O_TRUNC) truncates in the open request.
+    /// </summary>
+    private bool KillPrivilegesV2Offered => !_options.ReadOnly && (_kernelInitFlags & FuseUringConstants.FUSE_HANDLE_KILLPRIV_V2) != 0;
 
     /// <summary>Whether a reply with this unique answers FUSE_INIT (the device read hook saw the request).</summary>
     internal bool IsInitReply(ulong unique) => Volatile.Read(ref _initRequestSeen) != 0 && unique == _initUnique;
@@ -738,10 +751,15 @@ public sealed unsafe partial class FuseHost : IDisposable
                 conn->want &= ~FuseConstants.FUSE_CAP_AUTO_INVAL_DATA;
             if (!host._options.ReaddirPlus)
                 conn->want &= ~(FuseConstants.FUSE_CAP_READDIRPLUS | FuseConstants.FUSE_CAP_READDIRPLUS_AUTO);
-            // The kernel, not the server, truncates at open(O_TRUNC) (through setattr) and clears
-            // setuid/setgid on write, truncate and chown (through setattr's mode), as the VFS does
-            // for the kernel's XFS; the engine gets plain setattr requests for both.
-            conn->want &= ~(FuseConstants.FUSE_CAP_ATOMIC_O_TRUNC | FuseConstants.FUSE_CAP_HANDLE_KILLPRIV);
+            // FUSE_HANDLE_KILLPRIV (v1) stays off: a read-write mount negotiates v2 itself (AdjustInitReply). With
+            // v2, open(O_TRUNC) truncates in the open request (atomic_o_trunc), which tells the server whether the
+            // caller may keep setuid and setgid (FUSE_OPEN_KILL_SUIDGID), and leaves a setattr of size 0 without a
+            // file to truncate(2) alone (see OnOpen). Without v2 the kernel clears setuid and setgid through the
+            // setattr of open(O_TRUNC), which atomic_o_trunc would skip: then the kernel truncates through setattr.
+            conn->want &= ~(FuseConstants.FUSE_CAP_HANDLE_KILLPRIV | FuseConstants.FUSE_CAP_ATOMIC_O_TRUNC);
+            if (host.KillPrivilegesV2Offered)
+                conn->want |= FuseConstants.FUSE_CAP_ATOMIC_O_TRUNC & conn->capable;
+            host._truncatesAtOpen = (conn->want & FuseConstants.FUSE_CAP_ATOMIC_O_TRUNC) != 0;
             conn->time_gran = 1;
             Volatile.Write(ref host._initDone, 1);
         }
@@ -821,23 +839,27 @@ public sealed unsafe partial class FuseHost : IDisposable
     [UnmanagedCallersOnly]
     private static void OnOpen(nint req, ulong ino, FuseFileInfo* fi)
     {
-        const int O_ACCMODE = 3;
         const int EROFS = 30;
         try
         {
             var host = HostOf(req);
-            // Writing needs a read-write mount of a volume the engine opened read-write.
-            if ((fi->flags & O_ACCMODE) != 0 && (host._options.ReadOnly || host._volume.IsReadOnly))
+            // Writing (O_TRUNC too, which the kernel passes only with atomic_o_trunc) needs a read-write mount of a
+            // volume the engine opened read-write.
+            bool truncates = (fi->flags & O_TRUNC) != 0;
+            if (OpensForChange(fi->flags) && (host._options.ReadOnly || host._volume.IsReadOnly))
             {
                 FuseNative.fuse_reply_err(req, EROFS);
                 return;
             }
             // The VFS refuses these opens for its own file systems (IS_IMMUTABLE, IS_APPEND); FUSE inodes do not carry the flags.
-            if ((fi->flags & O_ACCMODE) != 0 && LockedAgainstOpen(host._volume.GetAttributes(host.ToXfsInode(ino)).Flags, fi->flags))
+            var inode = host.ToXfsInode(ino);
+            if (OpensForChange(fi->flags) && LockedAgainstOpen(host._volume.GetAttributes(inode).Flags, fi->flags))
             {
                 FuseNative.fuse_reply_err(req, EPERM);
                 return;
             }
+            if (truncates)
+                host.TruncateAtOpen(CallerOf(req), inode);
             fi->bits |= FileOpenBits(host._options.ReadOnly);
             fi->fh = (ulong)(uint)fi->flags; // the open's flags, for ioctls that need its access mode
             FuseNative.fuse_reply_open(req, fi);

@@ -384,7 +384,7 @@ internal sealed unsafe class FuseUringTransport
     {
         if (request->opcode == FuseUringConstants.FUSE_INIT)
             host.NoteInitRequest(request->unique, length >= FuseInHeader.Size + 16 ? ((FuseInitIn*)(request + 1))->flags : 0);
-        NoteWriteFlags(request, length);
+        NoteKillFlags(request, length);
         if (request->opcode == FuseStatxConstants.FUSE_STATX && TryAnswerOnDevice(host, fd, request))
             return true;
         host.Uring?.SawDeviceRequest(request, length);
@@ -392,16 +392,25 @@ internal sealed unsafe class FuseUringTransport
     }
 
     /// <summary>
-    /// Before libfuse parses a request on this thread: whether it is a FUSE_WRITE marked FUSE_WRITE_KILL_SUIDGID
-    /// (libfuse 3.14 does not pass a write's flags to the handler). See <see cref="FuseHost.t_writeKillsSuidgid"/>.
+    /// Before libfuse parses a request on this thread: whether it is a FUSE_WRITE marked FUSE_WRITE_KILL_SUIDGID or a
+    /// FUSE_OPEN marked FUSE_OPEN_KILL_SUIDGID (libfuse 3.14 passes neither flag to the handler). See
+    /// <see cref="FuseHost.t_requestKillsSuidgid"/>.
     /// </summary>
     internal const uint FuseWriteKillSuidgid = 1u << 2;
+    internal const uint FuseOpenKillSuidgid = 1u << 0;
 
-    internal static void NoteWriteFlags(FuseInHeader* request, nint length)
+    internal static void NoteKillFlags(FuseInHeader* request, nint length)
     {
         const int WriteFlagsOffset = 20; // struct fuse_write_in: fh, offset, size, write_flags
-        FuseHost.t_writeKillsSuidgid = request->opcode == FuseUringConstants.FUSE_WRITE && length >= FuseInHeader.Size + WriteFlagsOffset + 4 &&
-            (*(uint*)((byte*)(request + 1) + WriteFlagsOffset) & FuseWriteKillSuidgid) != 0;
+        const int OpenFlagsOffset = 4;   // struct fuse_open_in: flags, open_flags
+        var (offset, bit) = request->opcode switch
+        {
+            FuseUringConstants.FUSE_WRITE => (WriteFlagsOffset, FuseWriteKillSuidgid),
+            FuseUringConstants.FUSE_OPEN => (OpenFlagsOffset, FuseOpenKillSuidgid),
+            _ => (-1, 0u),
+        };
+        FuseHost.t_requestKillsSuidgid = offset >= 0 && length >= FuseInHeader.Size + offset + 4 &&
+            (*(uint*)((byte*)(request + 1) + offset) & bit) != 0;
     }
 
     /// <summary>The host's answer to FUSE_STATX as iovecs (out header, then the body unless it is an error); returns their count.</summary>
@@ -1353,7 +1362,7 @@ internal sealed unsafe class FuseUringTransport
                 Interlocked.Increment(ref Served);
                 return;
             }
-            NoteWriteFlags((FuseInHeader*)request, length);
+            NoteKillFlags((FuseInHeader*)request, length);
             var buf = new FuseMemBuf { size = (nuint)length, mem = request };
             t_entry = e;
             try

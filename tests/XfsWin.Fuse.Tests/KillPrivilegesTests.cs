@@ -10,7 +10,8 @@ namespace XfsWin.Fuse.Tests;
 /// with setuid, setgid or a file
 /// capability, through <c>xfswin mount -o rw</c> against the kernel's XFS on copies of one empty volume
 /// (Images/killpriv-ops.py: unprivileged steps as uid 65534, root's own, capabilities set again after a write, setuid
-/// added to a file writes already found clean). The mount negotiates FUSE_HANDLE_KILLPRIV_V2, so the kernel stops
+/// added to a file writes already found clean, append-only files opened with O_TRUNC). The mount negotiates
+/// FUSE_HANDLE_KILLPRIV_V2 and atomic_o_trunc, so the kernel stops
 /// asking for security.capability before every write and leaves setuid and setgid to the server: every step must
 /// leave the modes and capabilities the kernel's XFS leaves, over /dev/fuse and, when the kernel has it on, over FUSE
 /// over io_uring; xfs_repair -n is clean.
@@ -55,6 +56,12 @@ public sealed class KillPrivilegesTests(ITestOutputHelper output) : IDisposable
         Assert.Contains("truncate(2) to its size: mtime False ctime False", ours, StringComparison.Ordinal);
         Assert.Contains("ftruncate to its size: mtime True ctime True", ours, StringComparison.Ordinal);
         Assert.Contains("preallocated, truncated to its size: blocks 0", ours, StringComparison.Ordinal);
+        // truncate(2) to 0 of an empty file changes nothing, where open(O_TRUNC) of one takes setuid and sets the times.
+        Assert.Contains("empty truncated: ez mode 6777 size 0", ours, StringComparison.Ordinal);
+        Assert.Contains("empty truncated: eo mode 0777 size 0", ours, StringComparison.Ordinal);
+        Assert.Contains("truncate(2) to 0 of an empty file: mtime False ctime False", ours, StringComparison.Ordinal);
+        Assert.Contains("open(O_TRUNC) of an empty file: mtime True ctime True", ours, StringComparison.Ordinal);
+        Assert.Contains("append-only open O_RDONLY|O_TRUNC: Operation not permitted", ours, StringComparison.Ordinal);
         Assert.Empty(KernelMadeImages.RepairProblems(ourImage, "6.13"));
     }
 }

@@ -70,20 +70,26 @@ public sealed unsafe class WriteTranslationTests
     {
         var toSize = new AttributeChanges { Size = 12345 };
         var toZero = new AttributeChanges { Size = 0, Mode = 0x1FF };
-        // ftruncate names the open file: modification and change times, as do_truncate asks with ATTR_MTIME | ATTR_CTIME.
-        Assert.Equal(Now, FuseHost.WithTruncateTimes(toSize, hasFileHandle: true, () => Now)!.ModifyTime);
-        // truncate(2) to a size other than 0: no time (the engine changes them when the size moves).
-        Assert.Same(toSize, FuseHost.WithTruncateTimes(toSize, hasFileHandle: false, () => Now));
-        // To 0 without a file: open(O_TRUNC) or truncate(2), taken for the open; the mode the caller set goes with it.
-        var zeroed = FuseHost.WithTruncateTimes(toZero, hasFileHandle: false, () => Now)!;
+        foreach (bool openTruncatesHere in new[] { true, false })
+        {
+            // ftruncate names the open file: modification and change times, as do_truncate asks with ATTR_MTIME | ATTR_CTIME.
+            Assert.Equal(Now, FuseHost.WithTruncateTimes(toSize, hasFileHandle: true, openTruncatesHere, () => Now)!.ModifyTime);
+            // truncate(2) to a size other than 0: no time (the engine changes them when the size moves).
+            Assert.Same(toSize, FuseHost.WithTruncateTimes(toSize, hasFileHandle: false, openTruncatesHere, () => Now));
+            // Times the kernel sent, and changes that are not truncates, stay as they are.
+            var explicitTime = new AttributeChanges { Size = 0, ModifyTime = new XfsTimestamp(5, 6) };
+            Assert.Same(explicitTime, FuseHost.WithTruncateTimes(explicitTime, hasFileHandle: true, openTruncatesHere, () => Now));
+            var chmod = new AttributeChanges { Mode = 0x1ED };
+            Assert.Same(chmod, FuseHost.WithTruncateTimes(chmod, hasFileHandle: true, openTruncatesHere, () => Now));
+            Assert.Null(FuseHost.WithTruncateTimes(null, hasFileHandle: true, openTruncatesHere, () => Now));
+        }
+        // To 0 without a file, where open(O_TRUNC) truncates through setattr: open(O_TRUNC) or truncate(2), taken for the
+        // open; the mode the caller set goes with it.
+        var zeroed = FuseHost.WithTruncateTimes(toZero, hasFileHandle: false, openTruncatesHere: true, () => Now)!;
         Assert.Equal(Now, zeroed.ModifyTime);
         Assert.Equal((ushort)0x1FF, zeroed.Mode);
-        // Times the kernel sent, and changes that are not truncates, stay as they are.
-        var explicitTime = new AttributeChanges { Size = 0, ModifyTime = new XfsTimestamp(5, 6) };
-        Assert.Same(explicitTime, FuseHost.WithTruncateTimes(explicitTime, hasFileHandle: true, () => Now));
-        var chmod = new AttributeChanges { Mode = 0x1ED };
-        Assert.Same(chmod, FuseHost.WithTruncateTimes(chmod, hasFileHandle: true, () => Now));
-        Assert.Null(FuseHost.WithTruncateTimes(null, hasFileHandle: true, () => Now));
+        // Where open(O_TRUNC) truncates in its open request (atomic_o_trunc), it is truncate(2): no time.
+        Assert.Same(toZero, FuseHost.WithTruncateTimes(toZero, hasFileHandle: false, openTruncatesHere: false, () => Now));
     }
 
     [Theory]

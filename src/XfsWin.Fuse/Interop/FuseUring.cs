@@ -126,6 +126,7 @@ internal static class FuseUringConstants
 {
     public const uint FUSE_LOOKUP = 1;
     public const uint FUSE_FORGET = 2;
+    public const uint FUSE_OPEN = 14;
     public const uint FUSE_READ = 15;
     public const uint FUSE_WRITE = 16;
     public const uint FUSE_RELEASE = 18;

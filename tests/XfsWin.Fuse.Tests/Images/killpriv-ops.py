@@ -126,13 +126,13 @@ os.chown(p("m"), 1000, 1000)
 report("chown", "n", "m")
 
 # Truncates of empty setuid/setgid files, unprivileged: ftruncate and open(O_TRUNC) take setuid and setgid, as does
-# truncate(2) of a file with blocks preallocated past EOF, or to its own size. (truncate(2) to 0 of an empty file that
-# maps nothing keeps them on the kernel's XFS, and changes no time: through FUSE that request cannot be told from the
-# truncate of open(O_TRUNC), so it is not compared here; docs/fuse.md.)
+# truncate(2) of a file with blocks preallocated past EOF, or to its own size; truncate(2) to 0 of an empty file that
+# maps nothing keeps them on the kernel's XFS (xfs_setattr_size returns before the mode changes).
 make("ef", 0o6777, b"")
 make("eo", 0o6777, b"")
 make("ep", 0o6777, b"")
 make("es", 0o6777, b"12345")
+make("ez", 0o6777, b"")
 subprocess.run(["fallocate", "--keep-size", "--length", "8192", p("ep")], check=True)
 
 
@@ -148,7 +148,8 @@ as_nobody(lambda: ftruncate("ef", 0))
 as_nobody(lambda: os.close(os.open(p("eo"), os.O_WRONLY | os.O_TRUNC)))
 as_nobody(lambda: os.truncate(p("ep"), 0))
 as_nobody(lambda: os.truncate(p("es"), 5))
-report("empty truncated", "ef", "eo", "ep", "es")
+as_nobody(lambda: os.truncate(p("ez"), 0))
+report("empty truncated", "ef", "eo", "ep", "es", "ez")
 # The truncate to the size it has gave back the blocks preallocated past EOF.
 print(f"preallocated, truncated to its size: blocks {os.stat(p('ep')).st_blocks}")
 
@@ -170,3 +171,23 @@ print("truncate(2) longer:", times_moved("tt", lambda: os.truncate(p("tt"), 9)))
 print("ftruncate to its size:", times_moved("tt", lambda: ftruncate("tt", 5)))
 make("te", 0o644, b"")
 print("open(O_TRUNC) of an empty file:", times_moved("te", lambda: os.close(os.open(p("te"), os.O_WRONLY | os.O_TRUNC))))
+print("truncate(2) to 0 of an empty file:", times_moved("te", lambda: os.truncate(p("te"), 0)))
+print("open(O_TRUNC) of a written file:", times_moved("tt", lambda: os.close(os.open(p("tt"), os.O_WRONLY | os.O_TRUNC))))
+
+
+def open_errno(name, flags):
+    try:
+        os.close(os.open(p(name), flags))
+        return "ok"
+    except OSError as e:
+        return e.strerror
+
+
+# An append-only file is opened for writing with O_APPEND only, and never truncated at open (may_open), even read-only.
+make("ao", 0o644, b"12345")
+subprocess.run(["chattr", "+a", p("ao")], check=True)
+for label, flags in [("O_WRONLY|O_APPEND", os.O_WRONLY | os.O_APPEND), ("O_WRONLY|O_APPEND|O_TRUNC", os.O_WRONLY | os.O_APPEND | os.O_TRUNC),
+                     ("O_RDONLY|O_TRUNC", os.O_RDONLY | os.O_TRUNC), ("O_WRONLY", os.O_WRONLY)]:
+    print(f"append-only open {label}: {open_errno('ao', flags)}")
+print(f"append-only size {os.stat(p('ao')).st_size}")
+subprocess.run(["chattr", "-a", p("ao")], check=True)
