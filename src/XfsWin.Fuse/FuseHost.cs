@@ -845,7 +845,6 @@ public sealed unsafe partial class FuseHost : IDisposable
             var host = HostOf(req);
             // Writing (O_TRUNC too, which the kernel passes only with atomic_o_trunc) needs a read-write mount of a
             // volume the engine opened read-write.
-            bool truncates = (fi->flags & O_TRUNC) != 0;
             if (OpensForChange(fi->flags) && (host._options.ReadOnly || host._volume.IsReadOnly))
             {
                 FuseNative.fuse_reply_err(req, EROFS);
@@ -858,7 +857,7 @@ public sealed unsafe partial class FuseHost : IDisposable
                 FuseNative.fuse_reply_err(req, EPERM);
                 return;
             }
-            if (truncates)
+            if ((fi->flags & O_TRUNC) != 0)
                 host.TruncateAtOpen(CallerOf(req), inode);
             fi->bits |= FileOpenBits(host._options.ReadOnly);
             fi->fh = (ulong)(uint)fi->flags; // the open's flags, for ioctls that need its access mode
