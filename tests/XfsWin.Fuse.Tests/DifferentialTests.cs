@@ -470,7 +470,7 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
                     VfsOp.Chown => Libc.Result(Libc.lchown(P(p), uid, gid)),
                     VfsOp.Utime => Utime(P(p), times),
                     VfsOp.TruncateUp => TruncateUp(P(p), grow),
-                    VfsOp.Truncate => TruncateByPath(P(p), size),
+                    VfsOp.Truncate => Libc.Result(Libc.truncate(P(p), size)),
                     VfsOp.Fsync => WithFile(P(p), Libc.O_RDONLY, 0, fd => Libc.Result(Libc.fsync(fd))),
                     VfsOp.Read => WithFile(P(p), Libc.O_RDONLY, 0, fd => Read(fd, length, offset)),
                     VfsOp.Create => WithFile(P(p), createFlags, mode, _ => "ok"),
@@ -518,22 +518,7 @@ public sealed class DifferentialTests(ITestOutputHelper output) : IDisposable
             if (Libc.statx(Libc.AT_FDCWD, path, 0, 0x200, buffer) != 0)
                 return "stat errno " + Marshal.GetLastPInvokeError();
             var size = *(long*)(buffer + 40);
-            return TruncateByPath(path, size + grow);
-        }
-
-        /// <summary>
-        /// truncate(2), except to 0 of an empty file that maps no block: the kernel's XFS changes nothing then (not even
-        /// the setuid and setgid bits an unprivileged truncate drops), while through FUSE that request cannot be told
-        /// from the truncate of open(O_TRUNC), which drops them, and xfswin takes it for the open (docs/fuse.md).
-        /// </summary>
-        private static string TruncateByPath(string path, long size)
-        {
-            var buffer = stackalloc byte[256];
-            const uint StatxModeSizeBlocks = 0x2 | 0x200 | 0x400;
-            if (size == 0 && Libc.statx(Libc.AT_FDCWD, path, 0, StatxModeSizeBlocks, buffer) == 0 &&
-                (*(ushort*)(buffer + 28) & 0xF000) == 0x8000 && *(long*)(buffer + 40) == 0 && *(long*)(buffer + 48) == 0)
-                return "not tried: truncate to 0 of an empty file";
-            return Libc.Result(Libc.truncate(path, size));
+            return Libc.Result(Libc.truncate(path, size + grow));
         }
 
         /// <summary>
