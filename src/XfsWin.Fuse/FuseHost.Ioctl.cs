@@ -152,10 +152,10 @@ public sealed unsafe partial class FuseHost
 {
     private const int EPERM = 1;
 
-    private const int O_TRUNC = 0x200; // 01000 on x86-64 and arm64
+    private const int O_ACCMODE = 3, O_TRUNC = 0x200; // O_TRUNC is 01000 on x86-64 and arm64
 
     /// <summary>An open for writing, or one that truncates (O_TRUNC asks for write permission too).</summary>
-    internal static bool OpensForChange(int openFlags) => (openFlags & 3) != 0 || (openFlags & O_TRUNC) != 0;
+    internal static bool OpensForChange(int openFlags) => (openFlags & O_ACCMODE) != 0 || (openFlags & O_TRUNC) != 0;
 
     /// <summary>
     /// may_open's rules for an open that <see cref="OpensForChange"/>: an immutable file is not opened so, an
