@@ -104,7 +104,9 @@ public sealed class InodeAllocator
     private bool TryFromFreeInode(Transaction tx, uint agno, out ulong ino)
     {
         ino = 0;
-        // Peeking at the published AGI first keeps AGs without free inodes unlocked.
+        // The AGI's free count is read from the AGI joined to this transaction: every AG visited stays locked by it until
+        // it commits (harmless while changes run one at a time under the volume's change lock; the kernel's xfs_dialloc
+        // reads an in-core count first and locks only an AG it will use).
         var agi = JoinAgi(tx, _sb, agno);
         if (Field(agi, AgiView.OffFreecount) == 0) return false;
         InobtRecord rec;
