@@ -96,12 +96,17 @@ public sealed class AgAllocator
             _spare.TryPop(out var w) ? w.Reset(agno, agf, startSum) : new AgWork(agno, agf, startSum);
 
         /// <summary>
-        /// Takes back the join of an AG that this transaction has not changed (its AGF buffer stays joined, clean, and
-        /// is written by nobody): the AG no longer counts for the lock order, which falls back to <paramref name="highestBefore"/>.
+        /// Takes back the join of an AG that this transaction has not changed: its AGF is unlocked at once (released,
+        /// as the kernel's xfs_trans_brelse), and the AG no longer counts for the lock order, which falls back to
+        /// <paramref name="highestBefore"/>.
         /// </summary>
         public void Forget(uint agno, int highestBefore)
         {
-            if (Ags.Remove(agno, out var w)) _spare.Push(w.Reset(0, null, 0));
+            if (Ags.Remove(agno, out var w))
+            {
+                if (w.Agfl is null) _tx!.Release(w.Agf);
+                _spare.Push(w.Reset(0, null, 0));
+            }
             HighestAgf = highestBefore;
         }
 
@@ -620,7 +625,7 @@ public sealed class AgAllocator
             if (!SpaceAvailable(w, req, out uint maxLength))
             {
                 // Nothing of the AG changed yet: it is let go as the kernel's xfs_alloc_fix_freelist lets a clean AGF go
-                // (xfs_trans_brelse), so it does not keep this transaction out of lower AGs.
+                // (xfs_trans_brelse), so it does not keep this transaction out of lower AGs nor other changes out of it.
                 if (joinedHere && attempt == 0) work.Forget(agno, highestBefore);
                 return null;
             }

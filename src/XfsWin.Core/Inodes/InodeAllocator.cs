@@ -65,8 +65,11 @@ public sealed class InodeAllocator
     public static MetadataBuffer JoinAgi(Transaction tx, Superblock sb, uint agno)
     {
         var verifier = new AgiBufferVerifier(sb, agno);
-        return tx.Read(sb.AgBlockToByte(agno, 0) + 2L * sb.SectorSize, sb.SectorSize, agno, verifier, verifier.ForWrite(), BufType.Agi);
+        return tx.Read(AgiOffset(sb, agno), sb.SectorSize, agno, verifier, verifier.ForWrite(), BufType.Agi);
     }
+
+    /// <summary>The byte offset of AG <paramref name="agno"/>'s AGI (its third sector).</summary>
+    public static long AgiOffset(Superblock sb, uint agno) => sb.AgBlockToByte(agno, 0) + 2L * sb.SectorSize;
 
     private static uint Field(MetadataBuffer agi, int offset) => BinaryPrimitives.ReadUInt32BigEndian(agi.Contents.AsSpan(offset));
 
@@ -94,20 +97,22 @@ public sealed class InodeAllocator
             for (uint i = 0; i < agcount; i++)
             {
                 uint agno = (start + i) % agcount;
-                if (TryFromFreeInode(tx, agno, out ulong ino)) return (ino, 0);
-                if (pass == 1 && agHasSpaceForChunk(agno) && TryNewChunk(tx, agno, out ino, out int count)) return (ino, count);
+                // An AG that gives nothing is let go at once (unless this transaction had joined its AGI already), as
+                // the kernel's xfs_dialloc releases the AGI of an AG it passes over: only the AGI it takes from stays locked.
+                var existing = tx.Mount.Buffers.Find(AgiOffset(_sb, agno), _sb.SectorSize);
+                bool joinedBefore = existing is not null && tx.IsJoined(existing);
+                var agi = JoinAgi(tx, _sb, agno);
+                if (TryFromFreeInode(tx, agi, agno, out ulong ino)) return (ino, 0);
+                if (pass == 1 && agHasSpaceForChunk(agno) && TryNewChunk(tx, agi, agno, out ino, out int count)) return (ino, count);
+                if (!joinedBefore) tx.Release(agi);
             }
         }
         throw new XfsException(XfsError.NoSpace, "no free inode is left and no allocation group has room for a new inode chunk");
     }
 
-    private bool TryFromFreeInode(Transaction tx, uint agno, out ulong ino)
+    private bool TryFromFreeInode(Transaction tx, MetadataBuffer agi, uint agno, out ulong ino)
     {
         ino = 0;
-        // The AGI's free count is read from the AGI joined to this transaction: every AG visited stays locked by it until
-        // it commits (harmless while changes run one at a time under the volume's change lock; the kernel's xfs_dialloc
-        // reads an in-core count first and locks only an AG it will use).
-        var agi = JoinAgi(tx, _sb, agno);
         if (Field(agi, AgiView.OffFreecount) == 0) return false;
         InobtRecord rec;
         if (_sb.HasFinobt)
@@ -194,11 +199,10 @@ public sealed class InodeAllocator
     /// sparse-aligned part of one. Its inodes are written initialised (free), the records inserted, the AGI counted;
     /// the first inode of the chunk is returned allocated.
     /// </summary>
-    private bool TryNewChunk(Transaction tx, uint agno, out ulong ino, out int inodes)
+    private bool TryNewChunk(Transaction tx, MetadataBuffer agi, uint agno, out ulong ino, out int inodes)
     {
         ino = 0;
         inodes = 0;
-        var agi = JoinAgi(tx, _sb, agno);
         uint chunkBlocks = ChunkBlocks;
         uint align = Math.Max(1u, _sb.InodeAlignment);
         uint? agbno = _space.AllocateChunk(tx, agno, chunkBlocks, align);

@@ -255,6 +255,31 @@ public sealed class Transaction : IDisposable
         if (!_held.Contains(buffer)) _held.Add(buffer);
     }
 
+    /// <summary>
+    /// Lets go of a joined buffer this transaction has not changed in its current part (the kernel's xfs_trans_brelse):
+    /// it is unlocked at once rather than at commit, so that other changes may lock it meanwhile. A buffer this part
+    /// logged, invalidated, holds across rolls or patches inodes into stays joined (false). The caller must not use the
+    /// buffer afterwards without joining it again.
+    /// </summary>
+    public bool Release(MetadataBuffer buffer)
+    {
+        CheckOpen();
+        if (!_joined.TryGetValue(buffer, out var joined) || joined.Logged || joined.Invalidated || _held.Contains(buffer))
+            return false;
+        foreach (var patch in _clusterPatches)
+            if (ReferenceEquals(patch.Cluster, buffer)) return false;
+        if (_unlinkedFields is not null)
+            foreach (var (cluster, _, _, _) in _unlinkedFields.Values)
+                if (ReferenceEquals(cluster, buffer)) return false;
+        _joined.Remove(buffer);
+        _spareJoined.Add(joined);
+        _changes.Release(buffer);
+        return true;
+    }
+
+    /// <summary>Whether <paramref name="buffer"/> is joined to the current part.</summary>
+    public bool IsJoined(MetadataBuffer buffer) => _joined.ContainsKey(buffer);
+
     /// <summary>Bytes [<paramref name="first"/>, <paramref name="last"/>] (inclusive) of a joined buffer changed.</summary>
     public void LogRange(MetadataBuffer buffer, int first, int last)
     {

@@ -73,6 +73,20 @@ public sealed class MetadataChangeSet(BufferCache cache) : IDisposable
         return true;
     }
 
+    /// <summary>
+    /// Unlocks a joined buffer before the change ends and drops it from the change (the kernel's xfs_trans_brelse of a
+    /// clean buffer): its private copy, if one was made, is dropped. The caller makes sure the change logged nothing in
+    /// it and keeps no reference it still uses; false when the buffer is not joined.
+    /// </summary>
+    public bool Release(MetadataBuffer buffer)
+    {
+        CheckOpen();
+        if (!_joined.Remove((buffer.Offset, buffer.Length), out var joined)) return false;
+        if (!ReferenceEquals(joined, buffer)) throw new InvalidOperationException($"buffer at {buffer.Offset} (+{buffer.Length}) is not the one this change joined");
+        cache.Unlock(buffer, this, commit: false);
+        return true;
+    }
+
     /// <summary>Logs bytes [<paramref name="first"/>, <paramref name="last"/>] of a joined buffer as changed.</summary>
     public void LogRange(long byteOffset, int length, int first, int last)
     {

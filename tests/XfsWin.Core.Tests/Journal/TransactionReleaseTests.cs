@@ -1,0 +1,91 @@
+using Xunit;
+using XfsWin.Format;
+using XfsWin.Inodes;
+using XfsWin.Journal;
+using XfsWin.Metadata;
+using XfsWin.Tests.Allocation;
+using XfsWin.Volume;
+
+namespace XfsWin.Tests.Journal;
+
+/// <summary>
+/// Releasing a clean buffer before commit (the kernel's xfs_trans_brelse): a transaction lets go of AG headers it
+/// looked at and did not change, so other changes may lock them while it goes on. On a volume mkfs.xfs made.
+/// </summary>
+public sealed class TransactionReleaseTests : IDisposable
+{
+    private readonly string _tmp = Directory.CreateTempSubdirectory("xfswin-release.").FullName;
+
+    public void Dispose() => Directory.Delete(_tmp, recursive: true);
+
+    private static MetadataBuffer ReadAgi(Transaction tx, Superblock sb, uint agno) => InodeAllocator.JoinAgi(tx, sb, agno);
+
+    [Fact]
+    public void A_clean_buffer_is_unlocked_at_once_and_a_changed_or_held_one_stays_joined()
+    {
+        string img = AllocatorImages.Copy("small-6.13", _tmp, fragment: false);
+        using var v = new AllocatorVolume(img);
+        var sb = v.Sb;
+        using (var tx = v.Begin())
+        {
+            var agi0 = ReadAgi(tx, sb, 0);
+            var agi1 = ReadAgi(tx, sb, 1);
+            Assert.True(agi0.IsLocked && agi1.IsLocked);
+
+            // Read only: released, unlocked, no longer joined; joining it again locks it again.
+            _ = agi1.Contents[0];
+            Assert.True(tx.Release(agi1));
+            Assert.False(agi1.IsLocked);
+            Assert.False(tx.IsJoined(agi1));
+            Assert.False(tx.Release(agi1));
+            Assert.Same(agi1, ReadAgi(tx, sb, 1));
+            Assert.True(agi1.IsLocked);
+
+            // Held across rolls: stays.
+            tx.Hold(agi1);
+            Assert.False(tx.Release(agi1));
+            Assert.True(agi1.IsLocked);
+
+            // Logged: stays, and its change commits.
+            uint newino = System.Buffers.Binary.BinaryPrimitives.ReadUInt32BigEndian(agi0.Contents.AsSpan(AgiView.OffNewino));
+            tx.LogRange(agi0, AgiView.OffNewino, AgiView.OffNewino + 3);
+            Assert.False(tx.Release(agi0));
+            Assert.True(agi0.IsLocked);
+            tx.Commit();
+            Assert.Equal(newino, System.Buffers.Binary.BinaryPrimitives.ReadUInt32BigEndian(agi0.Published!.Data.AsSpan(AgiView.OffNewino)));
+        }
+        foreach (uint agno in new uint[] { 0, 1 })
+            Assert.False(v.Mount.Buffers.Find(InodeAllocator.AgiOffset(sb, agno), sb.SectorSize)!.IsLocked);
+        v.Unmount();
+        AllocatorVolume.AssertRepairClean(img);
+    }
+
+    [Fact]
+    public void Inode_allocation_keeps_only_the_AGI_it_takes_an_inode_from()
+    {
+        string img = AllocatorImages.Copy("small-6.13", _tmp, fragment: false);
+        using var v = new AllocatorVolume(img);
+        var sb = v.Sb;
+        using var data = new FileDataCache(v.Device, (int)sb.BlockSize);
+        var allocator = new InodeAllocator(sb, new InodeCache(v.Mount), new VolumeSpace(v.Allocator, sb, data));
+        // mkfs's first chunk is in AG 0 with free inodes; AG 1 has none. A parent in AG 1 with no room for chunks
+        // sends the allocation past AG 1 to a free inode of AG 0.
+        ulong parentInAg1 = (1UL << sb.AgInoLog) | 128;
+        using (var tx = v.Begin())
+        {
+            var (ino, newInodes) = allocator.Allocate(tx, parentInAg1, directory: false, lowSpace: false, agHasSpaceForChunk: _ => false);
+            Assert.Equal(0u, sb.InoToAgno(ino));
+            Assert.Equal(0, newInodes);
+            var agi0 = v.Mount.Buffers.Find(InodeAllocator.AgiOffset(sb, 0), sb.SectorSize)!;
+            var agi1 = v.Mount.Buffers.Find(InodeAllocator.AgiOffset(sb, 1), sb.SectorSize);
+            Assert.True(agi0.IsLocked && tx.IsJoined(agi0));
+            Assert.NotNull(agi1);
+            Assert.False(agi1.IsLocked, "the AGI of AG 1, which gave nothing, is still locked");
+            Assert.False(tx.IsJoined(agi1));
+            // The inode slot is left free on disk (the caller would log the new inode): nothing of this is committed.
+            tx.Cancel();
+        }
+        v.Unmount();
+        AllocatorVolume.AssertRepairClean(img);
+    }
+}
