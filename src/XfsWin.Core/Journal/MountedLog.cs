@@ -31,8 +31,9 @@ public sealed record MountedLogOptions
     /// <summary>
     /// Runs under the log's lock with the (daddr, image) of a buffer item the CIL relogged (see
     /// <see cref="CommittedItemList"/>), or of an AIL item a newer checkpoint of the same buffer replaced: the array the
-    /// item held until then, which nothing references any more (the buffer published newer bytes since); the buffer
-    /// cache takes it back for the buffer's later private copies.
+    /// item held until then, which nothing in the log references any more (the buffer published newer bytes since, or
+    /// the change relogging it is about to: its items reach the CIL before it publishes); the buffer cache takes it back
+    /// for the buffer's later private copies.
     /// </summary>
     public Action<long, byte[]>? ImageReleased { get; init; }
 }

@@ -7,8 +7,9 @@ namespace XfsWin.Journal;
 /// front (<see cref="MountedLog.Begin"/>), joins every metadata buffer it reads for change (held and locked until
 /// commit or cancel, see <see cref="MetadataChangeSet"/>), records the byte ranges it changed in each, and carries the
 /// inode and intent items the layers above build. <see cref="Commit"/> turns each changed buffer into one
-/// <see cref="BufferLogItem"/> logging exactly the 128-byte chunks this transaction changed, publishes the buffers,
-/// and hands every item to the CIL: from then on the change is visible to readers and durable once the log is forced.
+/// <see cref="BufferLogItem"/> logging exactly the 128-byte chunks this transaction changed, hands every item to the
+/// CIL, then publishes and unlocks the buffers: from then on the change is visible to readers and durable once the log
+/// is forced.
 /// <para>
 /// Inode cluster buffers are joined with <see cref="JoinInodeCluster"/>: the inode bytes this transaction copies
 /// into them are published with the buffer but logged by the inode's <see cref="InodeLogItem"/>, never as a
@@ -671,23 +672,32 @@ public sealed class Transaction : IDisposable
         foreach (var (cluster, offset, inode) in inPlace) cluster.PatchAtCommit(offset, inode);
         inPlace.Clear();
         _clusterPatches.Clear();
-        _changes.Commit();
-        if (regrant)
+        // The items reach the CIL while the buffers are still locked, and only then are the buffers published and
+        // unlocked (the kernel's xfs_trans_commit: xlog_cil_commit before the items are unlocked): a change that locks one
+        // of these buffers next reaches the CIL after this one, so the CIL never takes an older image for a newer.
+        Exception? logFailure = null;
+        try
         {
-            try
+            if (regrant) _log.RollInPlace();
+            else _log.Commit();
+        }
+        catch (Exception e)
+        {
+            logFailure = e;
+        }
+        // Published even when the log failed: the part may be in the CIL already, and a failed log is shut down.
+        _changes.Commit();
+        if (logFailure is not null)
+        {
+            if (regrant)
             {
-                _log.RollInPlace();
-            }
-            catch (Exception e)
-            {
-                // The part may be in the CIL already; the chain cannot go on.
+                // The chain cannot go on.
                 _finished = true;
                 RunCancelActions();
-                _mountedLog.Shutdown(e);
-                throw;
+                _mountedLog.Shutdown(logFailure);
             }
+            System.Runtime.ExceptionServices.ExceptionDispatchInfo.Throw(logFailure);
         }
-        else _log.Commit();
         foreach (var made in _madeBufferItems)
             if (made.MergedAway && _spentBufferItems.Count < MaxSpentBufferItems) _spentBufferItems.Push(made);
         _madeBufferItems.Clear();

@@ -69,6 +69,8 @@ public sealed class MetadataBuffer
     // until a later checkpoint replaces it, and a buffer changed all the time needs one more copy meanwhile.
     private byte[]? _spare;
     private byte[]? _secondSpare;
+    // The published array the log let go while the lock owner's copy is about to replace it (see OfferSpareLocked).
+    private byte[]? _spareOnPublish;
     // Locked for a change whose private copy is made on first use of Contents (a change that only patches in place,
     // reads or invalidates never copies the buffer); the copy of a buffer without published bytes is zeros.
     private bool _copyOnUse;
@@ -277,6 +279,13 @@ public sealed class MetadataBuffer
 
     private bool OfferSpareLocked(byte[] image)
     {
+        if (image.Length == Length && _working is not null && ReferenceEquals(image, _snapshot?.Data) && _spareOnPublish is null)
+        {
+            // The published bytes, let go by the log while a change that replaces them commits (its items reach the CIL
+            // before it publishes): they become a spare once the change publishes its copy instead.
+            _spareOnPublish = image;
+            return true;
+        }
         if (image.Length != Length || ReferenceEquals(image, _working) || ReferenceEquals(image, _snapshot?.Data) ||
             ReferenceEquals(image, _spare) || ReferenceEquals(image, _secondSpare))
             return false;
@@ -404,6 +413,7 @@ public sealed class MetadataBuffer
             throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked by this owner");
         if (--_lockDepth > 0) return (false, false);
         bool becameDirty = false;
+        byte[]? replaced = null;
         if (StalePending)
         {
             if (commit)
@@ -416,6 +426,7 @@ public sealed class MetadataBuffer
         }
         else if (commit && !Stale && _changedUnderLock && _working is not null)
         {
+            replaced = _snapshot?.Data;
             if (_snapshot is { } current) current.Repoint(_working, ChangeKind, ChangeOwner);
             else _snapshot = new Snapshot(_working, ChangeKind, ChangeOwner);
             WriteVerifier = ChangeWriteVerifier ?? WriteVerifier;
@@ -433,6 +444,9 @@ public sealed class MetadataBuffer
         var unchangedCopy = commit && !_changedUnderLock ? _working : null;
         _working = null;
         if (unchangedCopy is not null) OfferSpareLocked(unchangedCopy);
+        var letGo = _spareOnPublish;
+        _spareOnPublish = null;
+        if (letGo is not null && ReferenceEquals(letGo, replaced)) OfferSpareLocked(letGo);
         _copyOnUse = false;
         _changedUnderLock = false;
         _lockOwner = null;

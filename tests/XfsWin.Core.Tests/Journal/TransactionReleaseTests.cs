@@ -89,3 +89,62 @@ public sealed class TransactionReleaseTests : IDisposable
         AllocatorVolume.AssertRepairClean(img);
     }
 }
+
+/// <summary>
+/// A commit hands its items to the CIL before it publishes and unlocks its buffers (the kernel's order), so a change
+/// that locks the buffer next cannot reach the CIL first. Seen through the log's release of a relogged image: the
+/// buffer is still locked by the relogging change then, and the image it lets go becomes a spare once that change
+/// publishes.
+/// </summary>
+public sealed class CommitOrderTests : IDisposable
+{
+    private readonly string _tmp = Directory.CreateTempSubdirectory("xfswin-commit-order.").FullName;
+
+    public void Dispose() => Directory.Delete(_tmp, recursive: true);
+
+    [Fact]
+    public void Items_reach_the_CIL_while_their_buffers_are_locked_and_the_image_let_go_becomes_a_spare()
+    {
+        string img = AllocatorImages.Copy("small-6.13", _tmp, fragment: false);
+        using var device = XfsWin.Device.FileBlockDevice.Open(img, writable: true);
+        var sector = new byte[512];
+        device.Read(0, sector);
+        var sb = Superblock.Decode(sector);
+        var mount = new MountContext(device, sb, 64L << 20);
+        var released = new List<(bool LockedThen, bool Taken)>();
+        var log = MountedLog.Open(LogArea.For(device, null, sb), sb, new CachedLogWriteback(device, sb, mount.Buffers),
+            new MountedLogOptions
+            {
+                ImageReleased = (daddr, image) =>
+                {
+                    var buffer = mount.Buffers.Find(daddr << LogArea.BBShift, image.Length)!;
+                    released.Add((buffer.IsLocked, buffer.OfferSpare(image)));
+                },
+            });
+        MetadataBuffer? agi = null;
+        byte[]? firstImage = null;
+        for (uint round = 0; round < 3; round++)
+        {
+            using var tx = new Transaction(mount, log, 64 * 1024);
+            agi = InodeAllocator.JoinAgi(tx, sb, 1);
+            // agi_newino is not checked against anything while the AG has no inodes; the last round restores it.
+            System.Buffers.Binary.BinaryPrimitives.WriteUInt32BigEndian(agi.Contents.AsSpan(AgiView.OffNewino), round == 2 ? 0xFFFFFFFF : 64 * (round + 1));
+            tx.LogRange(agi, AgiView.OffNewino, AgiView.OffNewino + 3);
+            if (round == 0) firstImage = agi.Contents;
+            tx.Commit();
+            Assert.False(agi.IsLocked);
+            Assert.Equal(round, (uint)released.Count);
+        }
+        // Rounds 1 and 2 relogged the buffer in the CIL: each let the previous image go while the buffer was still
+        // locked (and still published those bytes); the buffer took it, to make a later copy in.
+        Assert.Equal([(true, true), (true, true)], released);
+        // Round 2 made its copy in the image round 1 let go: round 0's array, published again.
+        Assert.Equal(1, agi!.SparesUsed);
+        Assert.Same(firstImage, agi.Published!.Data);
+        log.Force();
+        log.Unmount();
+        mount.Buffers.Dispose();
+        device.Dispose();
+        AllocatorVolume.AssertRepairClean(img);
+    }
+}
