@@ -92,8 +92,8 @@ public sealed class AgAllocator
             tx.OnCancel(_cancelled!);
         }
 
-        public AgWork NewAg(uint agno, MetadataBuffer agf, long startSum) =>
-            _spare.TryPop(out var w) ? w.Reset(agno, agf, startSum) : new AgWork(agno, agf, startSum);
+        public AgWork NewAg(uint agno, MetadataBuffer agf) =>
+            _spare.TryPop(out var w) ? w.Reset(agno, agf) : new AgWork(agno, agf);
 
         /// <summary>
         /// Takes back the join of an AG that this transaction has not changed: its AGF is unlocked at once (released,
@@ -105,7 +105,7 @@ public sealed class AgAllocator
             if (Ags.Remove(agno, out var w))
             {
                 if (w.Agfl is null) _tx!.Release(w.Agf);
-                _spare.Push(w.Reset(0, null, 0));
+                _spare.Push(w.Reset(0, null));
             }
             HighestAgf = highestBefore;
         }
@@ -124,7 +124,7 @@ public sealed class AgAllocator
 
         private void End()
         {
-            foreach (var w in Ags.Values) _spare.Push(w.Reset(0, null, 0));
+            foreach (var w in Ags.Values) _spare.Push(w.Reset(0, null));
             Ags.Clear();
             HighestAgf = -1;
             Owner = null;
@@ -137,11 +137,15 @@ public sealed class AgAllocator
     }
 
     /// <summary>One AG inside one transaction: its joined AGF (and AGFL), the tree stores, and what it started with.</summary>
-    internal sealed class AgWork(uint agno, MetadataBuffer agf, long startSum)
+    internal sealed class AgWork(uint agno, MetadataBuffer agf)
     {
         public uint Agno { get; private set; } = agno;
         public MetadataBuffer Agf { get; private set; } = agf;
-        public long StartSum { get; private set; } = startSum;
+        /// <summary>
+        /// What this transaction's changes to the AGF's free, free-list and btree block counts add up to (kept by
+        /// <see cref="SetAgf"/>, their only writer): the free blocks the volume gains or loses when the part commits.
+        /// </summary>
+        public long SumDelta;
         public MetadataBuffer? Agfl;
         public TransactionBtreeStore? Bno, Cnt, Rmap, Refcount;
         public bool BusySkipped;
@@ -151,11 +155,11 @@ public sealed class AgAllocator
         public readonly List<(uint Start, uint Length)> FreeParts = new();
 
         /// <summary>Makes this object the view of another AG (or, with a null AGF, drops every reference to buffers and stores).</summary>
-        public AgWork Reset(uint agno, MetadataBuffer? agf, long startSum)
+        public AgWork Reset(uint agno, MetadataBuffer? agf)
         {
             Agno = agno;
             Agf = agf!;
-            StartSum = startSum;
+            SumDelta = 0;
             Agfl = null;
             Bno = Cnt = Rmap = Refcount = null;
             BusySkipped = false;
@@ -564,7 +568,7 @@ public sealed class AgAllocator
         var agf = tx.Read(AgfOffset(agno), _sb.SectorSize, agno, verifier, s.AgfWrite ??= verifier.ForWrite(), BufType.Agf);
         var a = agf.Contents;
         CheckFreeList(agno, a);
-        w = work.NewAg(agno, agf, Sum(a));
+        w = work.NewAg(agno, agf);
         work.Ags.Add(agno, w);
         work.HighestAgf = Math.Max(work.HighestAgf, (int)agno);
         return w;
@@ -578,12 +582,13 @@ public sealed class AgAllocator
         long durable = _log.DurableSequence;
         foreach (var (agno, w) in work.Ags)
         {
-            var agf = ReadCommittedAgf(agno);
-            delta += Sum(agf) - w.StartSum;
+            delta += w.SumDelta;
             var s = _ags[agno];
             lock (s.Sync)
             {
-                LoadCommitted(s, agf);
+                // Read under the AG's lock: the state loaded last is the AGF committed last, whichever change's
+                // callback runs first.
+                LoadCommitted(s, ReadCommittedAgf(agno));
                 s.Busy.Committed(tx, tx.CommitSequence);
                 s.PruneBusyLocked(durable);
             }
@@ -1161,13 +1166,12 @@ public sealed class AgAllocator
         s.RefcountBlocks = U32(agf, AgfView.OffRefcountBlocks);
     }
 
-    private static long Sum(byte[] agf) =>
-        (long)U32(agf, AgfView.OffFreeblks) + U32(agf, AgfView.OffFlcount) + U32(agf, AgfView.OffBtreeblks);
-
     internal static uint U32(byte[] b, int off) => BinaryPrimitives.ReadUInt32BigEndian(b.AsSpan(off));
 
     internal static void SetAgf(Transaction tx, AgWork w, int off, uint value)
     {
+        if (off is AgfView.OffFreeblks or AgfView.OffFlcount or AgfView.OffBtreeblks)
+            w.SumDelta += (long)value - U32(w.Agf.Contents, off);
         BinaryPrimitives.WriteUInt32BigEndian(w.Agf.Contents.AsSpan(off), value);
         tx.LogRange(w.Agf, off, off + 3);
     }

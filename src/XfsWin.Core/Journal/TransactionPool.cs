@@ -13,23 +13,30 @@ public interface ICommitCallback
 /// with a new reservation, and a pooled transaction goes back here when it is disposed, its lists, maps and change
 /// set emptied but kept, so a steady stream of changes allocates no transaction bookkeeping.
 /// <para>
-/// Not thread-safe: the volume uses it only while holding its change lock exclusively, and every transaction from it is used and disposed
-/// under that lock. A transaction must not be used after its disposal (the pool may already have handed it to the
-/// next change); transactions opened inside another one (nested) each get their own object.
+/// Changes on several threads may begin and dispose transactions at once (the stack is guarded by a leaf lock). A
+/// transaction must not be used after its disposal (the pool may already have handed it to the next change);
+/// transactions opened inside another one (nested) each get their own object.
 /// </para>
 /// </summary>
 public sealed class TransactionPool(MountContext mount, MountedLog log)
 {
+    // Guarded by itself (a leaf lock: held only to push or pop).
     private readonly Stack<Transaction> _free = new();
 
     /// <summary>A transaction reserving <paramref name="logReservationBytes"/> for each of <paramref name="logCount"/> parts (as the <see cref="Transaction"/> constructor).</summary>
     public Transaction Begin(int logReservationBytes, int logCount)
     {
-        if (!_free.TryPop(out var tx)) return new Transaction(mount, log, this, logReservationBytes, logCount);
+        Transaction? tx;
+        lock (_free)
+            if (!_free.TryPop(out tx)) tx = null;
+        if (tx is null) return new Transaction(mount, log, this, logReservationBytes, logCount);
         // A transaction that cannot start again (the log refused the reservation) is left to the collector.
         tx.Start(logReservationBytes, logCount);
         return tx;
     }
 
-    internal void Return(Transaction tx) => _free.Push(tx);
+    internal void Return(Transaction tx)
+    {
+        lock (_free) _free.Push(tx);
+    }
 }

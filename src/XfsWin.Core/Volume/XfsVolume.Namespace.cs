@@ -189,11 +189,7 @@ public sealed partial class XfsVolume
             dirUpdate.Parts |= dirImage.LogParts;
             inode.Log(tx, _inodes);
             dirUpdate.Log(tx, _inodes);
-            tx.OnCommit(() =>
-            {
-                w.InodeCount += newInodes;
-                w.FreeInodes += newInodes - 1;
-            });
+            tx.OnCommit(() => w.CountInodes(newInodes, newInodes - 1));
             tx.Commit();
             AfterCommit(w);
             return _inodes.Get(ino).Attributes;
@@ -387,15 +383,7 @@ public sealed partial class XfsVolume
         writer.Generation = view.Generation + 1;
         update.Parts |= InodeLogParts.DataFork | InodeLogParts.AttrFork;
         int released = w.InodeAllocator.Free(tx, update.Number);
-        tx.OnCommit(() =>
-        {
-            if (released == 0) w.FreeInodes += 1;
-            else
-            {
-                w.InodeCount -= released;
-                w.FreeInodes -= released - 1;
-            }
-        });
+        tx.OnCommit(() => w.CountInodes(-released, released == 0 ? 1 : -(released - 1)));
     }
 
     /// <summary>
@@ -545,11 +533,7 @@ public sealed partial class XfsVolume
                     BinaryPrimitives.WriteUInt32BigEndian(white.DataFork, 0);
                     fromEditor.ReplaceEntry(name, wIno, XfsFileType.CharacterDevice);
                     white.Log(tx, _inodes);
-                    tx.OnCommit(() =>
-                    {
-                        w.InodeCount += wNew;
-                        w.FreeInodes += wNew - 1;
-                    });
+                    tx.OnCommit(() => w.CountInodes(wNew, wNew - 1));
                 }
                 else
                 {

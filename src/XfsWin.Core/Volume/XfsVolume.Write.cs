@@ -61,11 +61,7 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public required Extents.BmapUpdateWork Bmaps { get; init; }
     /// <summary>Changes hold it exclusively, reads shared (see <see cref="VolumeChangeLock"/>).</summary>
     public readonly VolumeChangeLock Changes = new();
-    /// <summary>
-    /// Transaction objects reused from one change to the next. Every transaction of the volume's operations is begun,
-    /// used and disposed by a change holding <see cref="Changes"/> exclusively, which is what makes one unsynchronised
-    /// pool per volume safe.
-    /// </summary>
+    /// <summary>Transaction objects reused from one change to the next (thread-safe).</summary>
     public required TransactionPool Transactions { get; init; }
     /// <summary>
     /// The working copy of the inode a write changes, reused by every <see cref="XfsVolume.Write"/> (holding
@@ -125,7 +121,15 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
         return (long)(blocks << sb.InoPBlog);
     }
     public readonly TransactionReservations Reservations = new(ReservationGeometry.From(access.Superblock));
+    /// <summary>The volume's inodes and free inodes (the superblock's icount and ifree), changed by <see cref="CountInodes"/>.</summary>
     public long InodeCount, FreeInodes;
+
+    /// <summary>Counts a committed change's inodes (made or released) and free inodes; changes on several threads may count at once.</summary>
+    public void CountInodes(long inodes, long freeInodes)
+    {
+        if (inodes != 0) Interlocked.Add(ref InodeCount, inodes);
+        if (freeInodes != 0) Interlocked.Add(ref FreeInodes, freeInodes);
+    }
     /// <summary>Set by the first write or flush the device failed: the volume is shut down (see <see cref="ShutdownOnFailureDevice"/>).</summary>
     public required DeviceShutdown Shutdown { get; init; }
     /// <summary>The dquots, when the volume accounts quota (the log's <see cref="MountedLog.Dquots"/>).</summary>
