@@ -152,12 +152,6 @@ public sealed class FileBlockDevice : IBlockDevice
     private unsafe bool IsAligned(long offset, int length, void* address) =>
         !_direct || ((offset | (long)(uint)length | (long)address) & (SectorSize - 1)) == 0;
 
-    private unsafe bool IsAligned(long offset, Memory<byte> memory)
-    {
-        using var pin = memory.Pin();
-        return IsAligned(offset, memory.Length, pin.Pointer);
-    }
-
     public unsafe void Read(long offset, Span<byte> destination)
     {
         CheckRange(offset, destination.Length);
@@ -241,7 +235,10 @@ public sealed class FileBlockDevice : IBlockDevice
     public async ValueTask ReadAsync(long offset, Memory<byte> destination, CancellationToken cancellationToken = default)
     {
         CheckRange(offset, destination.Length);
-        if (!IsAligned(offset, destination))
+        // Pinned from the alignment check to the end of the read: an array the collector moved in between could land
+        // off the sector alignment O_DIRECT requires, and the read would fail (EINVAL).
+        using var pin = destination.Pin();
+        if (!IsAligned(offset, destination.Length, pin))
         {
             Read(offset, destination.Span);
             return;
@@ -262,6 +259,8 @@ public sealed class FileBlockDevice : IBlockDevice
             done += n;
         }
     }
+
+    private unsafe bool IsAligned(long offset, int length, System.Buffers.MemoryHandle pin) => IsAligned(offset, length, pin.Pointer);
 
     public unsafe void Write(long offset, ReadOnlySpan<byte> source)
     {
