@@ -672,6 +672,10 @@ public sealed class Transaction : IDisposable
         foreach (var (cluster, offset, inode) in inPlace) cluster.PatchAtCommit(offset, inode);
         inPlace.Clear();
         _clusterPatches.Clear();
+        // Nothing can cancel the part any more: the buffers it publishes take their change's write verifier now, before
+        // their items reach the log, whose writeback may write an image before the buffer is published.
+        foreach (var (buffer, joined) in _joined)
+            if (joined.Logged && !joined.Invalidated && !joined.InodeCluster) buffer.AdoptChangeWriteVerifier();
         // The items reach the CIL while the buffers are still locked, and only then are the buffers published and
         // unlocked (the kernel's xfs_trans_commit: xlog_cil_commit before the items are unlocked): a change that locks one
         // of these buffers next reaches the CIL after this one, so the CIL never takes an older image for a newer.

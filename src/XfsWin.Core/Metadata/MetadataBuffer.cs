@@ -133,6 +133,20 @@ public sealed class MetadataBuffer
     /// <summary>The write verifier the last committed change left (what the log's writeback finishes the buffer's images with).</summary>
     public IBufferWriteVerifier? WriteVerifierForLog { get { lock (State) return WriteVerifier; } }
 
+    /// <summary>
+    /// A committing change whose bytes this buffer publishes next, called by the lock owner before the change's items
+    /// reach the log: the change's write verifier becomes the buffer's at once, since the log's writeback may write the
+    /// change's image before the buffer is published (the change publishes afterwards even when the log fails).
+    /// </summary>
+    internal void AdoptChangeWriteVerifier()
+    {
+        lock (State)
+        {
+            if (_lockOwner is null) throw new InvalidOperationException($"buffer at {Offset} (+{Length}) is not locked for a change");
+            WriteVerifier = ChangeWriteVerifier ?? WriteVerifier;
+        }
+    }
+
     /// <summary>The private copy the lock owner changes; published when the change commits.</summary>
     public byte[] Contents
     {

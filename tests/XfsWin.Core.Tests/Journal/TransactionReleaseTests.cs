@@ -147,4 +147,46 @@ public sealed class CommitOrderTests : IDisposable
         device.Dispose();
         AllocatorVolume.AssertRepairClean(img);
     }
+
+    [Fact]
+    public void A_committing_buffer_carries_its_changes_write_verifier_before_its_items_reach_the_log()
+    {
+        string img = AllocatorImages.Copy("small-6.13", _tmp, fragment: false);
+        using var device = XfsWin.Device.FileBlockDevice.Open(img, writable: true);
+        var sector = new byte[512];
+        device.Read(0, sector);
+        var sb = Superblock.Decode(sector);
+        var mount = new MountContext(device, sb, 64L << 20);
+        MetadataBuffer? agi = null;
+        var seen = new List<(bool Locked, IBufferWriteVerifier? Verifier)>();
+        // Every commit takes a checkpoint: the hook runs inside the commit, once its items are in the CIL.
+        var log = MountedLog.Open(LogArea.For(device, null, sb), sb, new CachedLogWriteback(device, sb, mount.Buffers),
+            new MountedLogOptions
+            {
+                CheckpointThresholdBytes = 1,
+                BeforeCheckpoint = () =>
+                {
+                    if (agi is not null) seen.Add((agi.IsLocked, agi.WriteVerifierForLog));
+                    return null;
+                },
+            });
+        var verifiers = new List<IBufferWriteVerifier>();
+        for (uint round = 0; round < 2; round++)
+        {
+            using var tx = new Transaction(mount, log, 64 * 1024);
+            var read = new AgiBufferVerifier(sb, 1);
+            verifiers.Add(read.ForWrite());
+            agi = tx.Read(InodeAllocator.AgiOffset(sb, 1), sb.SectorSize, 1, read, verifiers[^1], BufType.Agi);
+            System.Buffers.Binary.BinaryPrimitives.WriteUInt32BigEndian(agi.Contents.AsSpan(AgiView.OffNewino), round == 1 ? 0xFFFFFFFF : 64);
+            tx.LogRange(agi, AgiView.OffNewino, AgiView.OffNewino + 3);
+            tx.Commit();
+        }
+        // Each round's checkpoint saw the buffer still locked and already carrying that round's write verifier.
+        Assert.Equal([(true, verifiers[0]), (true, verifiers[1])], seen);
+        log.Force();
+        log.Unmount();
+        mount.Buffers.Dispose();
+        device.Dispose();
+        AllocatorVolume.AssertRepairClean(img);
+    }
 }
