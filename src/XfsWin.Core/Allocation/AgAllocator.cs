@@ -104,7 +104,7 @@ public sealed class AgAllocator
         {
             if (Ags.Remove(agno, out var w))
             {
-                if (w.Agfl is null) _tx!.Release(w.Agf);
+                _tx!.Release(w.Agf);
                 _spare.Push(w.Reset(0, null));
             }
             HighestAgf = highestBefore;
