@@ -61,6 +61,39 @@ public sealed class TransactionReleaseTests : IDisposable
     }
 
     [Fact]
+    public void An_allocation_that_passes_over_an_AG_releases_its_AGF()
+    {
+        string img = AllocatorImages.Copy("small-6.13", _tmp, fragment: false);
+        using var v = new AllocatorVolume(img);
+        var sb = v.Sb;
+        // The AG with the longest free extent, asked for all of it: its in-core counters say the AG may serve it (so
+        // its AGF is locked and read), its AGF then refuses (the rmapbt and refcountbt reservations keep part of it).
+        uint ag = Enumerable.Range(0, (int)sb.AgCount).Select(a => (uint)a).MaxBy(a => v.Allocator.AgInfo(a).Longest);
+        uint longest = v.Allocator.AgInfo(ag).Longest;
+        using (var tx = v.Begin())
+        {
+            var got = v.Allocator.TryAllocate(tx, new XfsWin.Allocation.AllocationRequest
+            {
+                Target = (ulong)ag << sb.AgBlkLog,
+                MinLength = longest,
+                MaxLength = longest,
+                Mode = XfsWin.Allocation.AllocationMode.BySize,
+                Scope = XfsWin.Allocation.AllocationScope.ThisAg,
+                Owner = XfsWin.Allocation.RmapOwner.Inodes,
+            });
+            Assert.True(got is null, $"AG {ag} gave {got} for all of its longest free extent ({longest} blocks)");
+            var agf = v.Mount.Buffers.Find(sb.AgBlockToByte(ag, 0) + sb.SectorSize, sb.SectorSize);
+            Assert.NotNull(agf);
+            Assert.False(agf.IsLocked, $"the AGF of AG {ag}, which gave nothing, is still locked");
+            Assert.False(tx.IsJoined(agf));
+            Assert.Equal(-1, v.Allocator.HighestAgLocked(tx));
+            tx.Commit();
+        }
+        v.Unmount();
+        AllocatorVolume.AssertRepairClean(img);
+    }
+
+    [Fact]
     public void Inode_allocation_keeps_only_the_AGI_it_takes_an_inode_from()
     {
         string img = AllocatorImages.Copy("small-6.13", _tmp, fragment: false);
