@@ -95,7 +95,7 @@ public static class AllocatorImages
 /// </summary>
 public sealed class AllocatorVolume : IDisposable
 {
-    public AllocatorVolume(string image)
+    public AllocatorVolume(string image, MountedLogOptions? logOptions = null)
     {
         Image = image;
         Device = FileBlockDevice.Open(image, writable: true);
@@ -103,7 +103,7 @@ public sealed class AllocatorVolume : IDisposable
         Device.Read(0, sector);
         var sb = Superblock.Decode(sector);
         Mount = new MountContext(Device, sb, 64L << 20);
-        Log = MountedLog.Open(LogArea.For(Device, null, sb), sb, new CachedLogWriteback(Device, sb, Mount.Buffers));
+        Log = MountedLog.Open(LogArea.For(Device, null, sb), sb, new CachedLogWriteback(Device, sb, Mount.Buffers), logOptions);
         Allocator = new AgAllocator(Mount, Log);
     }
 

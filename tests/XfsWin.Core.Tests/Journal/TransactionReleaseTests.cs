@@ -139,26 +139,22 @@ public sealed class CommitOrderTests : IDisposable
     public void Items_reach_the_CIL_while_their_buffers_are_locked_and_the_image_let_go_becomes_a_spare()
     {
         string img = AllocatorImages.Copy("small-6.13", _tmp, fragment: false);
-        using var device = XfsWin.Device.FileBlockDevice.Open(img, writable: true);
-        var sector = new byte[512];
-        device.Read(0, sector);
-        var sb = Superblock.Decode(sector);
-        var mount = new MountContext(device, sb, 64L << 20);
         var released = new List<(bool LockedThen, bool Taken)>();
-        var log = MountedLog.Open(LogArea.For(device, null, sb), sb, new CachedLogWriteback(device, sb, mount.Buffers),
-            new MountedLogOptions
+        AllocatorVolume? volume = null;
+        using var v = volume = new AllocatorVolume(img, new MountedLogOptions
+        {
+            ImageReleased = (daddr, image) =>
             {
-                ImageReleased = (daddr, image) =>
-                {
-                    var buffer = mount.Buffers.Find(daddr << LogArea.BBShift, image.Length)!;
-                    released.Add((buffer.IsLocked, buffer.OfferSpare(image)));
-                },
-            });
+                var buffer = volume!.Mount.Buffers.Find(daddr << LogArea.BBShift, image.Length)!;
+                released.Add((buffer.IsLocked, buffer.OfferSpare(image)));
+            },
+        });
+        var sb = v.Sb;
         MetadataBuffer? agi = null;
         byte[]? firstImage = null;
         for (uint round = 0; round < 3; round++)
         {
-            using var tx = new Transaction(mount, log, 64 * 1024);
+            using var tx = v.Begin();
             agi = InodeAllocator.JoinAgi(tx, sb, 1);
             // agi_newino is not checked against anything while the AG has no inodes; the last round restores it.
             System.Buffers.Binary.BinaryPrimitives.WriteUInt32BigEndian(agi.Contents.AsSpan(AgiView.OffNewino), round == 2 ? 0xFFFFFFFF : 64 * (round + 1));
@@ -174,10 +170,9 @@ public sealed class CommitOrderTests : IDisposable
         // Round 2 made its copy in the image round 1 let go: round 0's array, published again.
         Assert.Equal(1, agi!.SparesUsed);
         Assert.Same(firstImage, agi.Published!.Data);
-        log.Force();
-        log.Unmount();
-        mount.Buffers.Dispose();
-        device.Dispose();
+        v.Log.Force();
+        v.Log.Unmount();
+        v.Dispose();
         AllocatorVolume.AssertRepairClean(img);
     }
 
@@ -185,28 +180,23 @@ public sealed class CommitOrderTests : IDisposable
     public void A_committing_buffer_carries_its_changes_write_verifier_before_its_items_reach_the_log()
     {
         string img = AllocatorImages.Copy("small-6.13", _tmp, fragment: false);
-        using var device = XfsWin.Device.FileBlockDevice.Open(img, writable: true);
-        var sector = new byte[512];
-        device.Read(0, sector);
-        var sb = Superblock.Decode(sector);
-        var mount = new MountContext(device, sb, 64L << 20);
         MetadataBuffer? agi = null;
         var seen = new List<(bool Locked, IBufferWriteVerifier? Verifier)>();
         // Every commit takes a checkpoint: the hook runs inside the commit, once its items are in the CIL.
-        var log = MountedLog.Open(LogArea.For(device, null, sb), sb, new CachedLogWriteback(device, sb, mount.Buffers),
-            new MountedLogOptions
+        using var v = new AllocatorVolume(img, new MountedLogOptions
+        {
+            CheckpointThresholdBytes = 1,
+            BeforeCheckpoint = () =>
             {
-                CheckpointThresholdBytes = 1,
-                BeforeCheckpoint = () =>
-                {
-                    if (agi is not null) seen.Add((agi.IsLocked, agi.WriteVerifierForLog));
-                    return null;
-                },
-            });
+                if (agi is not null) seen.Add((agi.IsLocked, agi.WriteVerifierForLog));
+                return null;
+            },
+        });
+        var sb = v.Sb;
         var verifiers = new List<IBufferWriteVerifier>();
         for (uint round = 0; round < 2; round++)
         {
-            using var tx = new Transaction(mount, log, 64 * 1024);
+            using var tx = v.Begin();
             var read = new AgiBufferVerifier(sb, 1);
             verifiers.Add(read.ForWrite());
             agi = tx.Read(InodeAllocator.AgiOffset(sb, 1), sb.SectorSize, 1, read, verifiers[^1], BufType.Agi);
@@ -216,10 +206,9 @@ public sealed class CommitOrderTests : IDisposable
         }
         // Each round's checkpoint saw the buffer still locked and already carrying that round's write verifier.
         Assert.Equal([(true, verifiers[0]), (true, verifiers[1])], seen);
-        log.Force();
-        log.Unmount();
-        mount.Buffers.Dispose();
-        device.Dispose();
+        v.Log.Force();
+        v.Log.Unmount();
+        v.Dispose();
         AllocatorVolume.AssertRepairClean(img);
     }
 }
