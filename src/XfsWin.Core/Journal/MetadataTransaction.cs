@@ -14,12 +14,19 @@ public sealed class MetadataTransaction : IDisposable
     private readonly List<JournalItem> _items = new();
     private bool _done;
 
-    internal MetadataTransaction(MountedLog log, int reservedBlocks, int unitsLeft)
+    internal MetadataTransaction(MountedLog log, int reservedBlocks, int unitsLeft, int ownerThread)
     {
         _log = log;
         ReservedBlocks = reservedBlocks;
         UnitsLeft = unitsLeft;
+        OwnerThread = ownerThread;
     }
+
+    /// <summary>
+    /// The managed thread that began the transaction: the log counts its reservation as that thread's, so that a thread
+    /// never waits for log space only its own transactions hold.
+    /// </summary>
+    internal int OwnerThread { get; private set; }
 
     /// <summary>Log space held per part, in 512-byte blocks (the reservation plus the kernel's per-transaction overhead).</summary>
     public int ReservedBlocks { get; private set; }
@@ -62,7 +69,7 @@ public sealed class MetadataTransaction : IDisposable
     public MetadataTransaction Roll()
     {
         CommitPart();
-        var next = new MetadataTransaction(_log, ReservedBlocks, UnitsLeft);
+        var next = new MetadataTransaction(_log, ReservedBlocks, UnitsLeft, OwnerThread);
         UnitsLeft = 0;
         return next;
     }
@@ -102,6 +109,7 @@ public sealed class MetadataTransaction : IDisposable
     {
         if (!_done) throw new InvalidOperationException("a transaction still open cannot start again");
         int blocks = _log.Reserve(logReservationBytes, ref logCount);
+        OwnerThread = Environment.CurrentManagedThreadId;
         _items.Clear();
         ReservedBlocks = blocks;
         UnitsLeft = logCount;

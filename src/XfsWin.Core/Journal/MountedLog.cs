@@ -68,9 +68,18 @@ public sealed record LogWriteStatistics(long Transactions, long Checkpoints, lon
 /// written for log space (the accounted head is past them, its reservation given back) and the tail cannot pass its
 /// start. A failed checkpoint shuts the log down.
 /// </para>
+/// <para>
+/// A reservation short of log space waits, as the kernel's grant heads do, while transactions of other threads hold
+/// reservations: their commits and cancels wake it, and their committed items can then be checkpointed and written back.
+/// When only the asking thread's own open transactions stand in the way (a transaction begun inside another, on the
+/// same thread), waiting would never end: the reservation fails with an error instead.
+/// </para>
 /// Thread safety: every public member takes the log lock; lock order is log lock, then writeback's locks. The lock is
 /// released only by the thread writing a checkpoint, around its formatting and device writes, which touch the record
-/// writer and the checkpoint's own items and nothing else the lock guards.
+/// writer and the checkpoint's own items and nothing else the lock guards, and by a reservation waiting for log space.
+/// A thread reserves before it locks what its change touches (the kernel's order), except that a roll's regrant waits
+/// holding the transaction's locks: a thread holding a reservation must therefore never wait for a lock held by a thread
+/// that is waiting for log space without one (none does: a begin waits before it locks anything).
 /// </summary>
 public sealed class MountedLog
 {
@@ -88,6 +97,11 @@ public sealed class MountedLog
     private readonly long _thresholdBytes;
     private readonly Func<Action?>? _beforeCheckpoint;
     private long _outstandingBlocks;
+    // The part of _outstandingBlocks open transactions hold, by the managed thread that began each (the rest is the CIL's
+    // and the taken checkpoint's): what tells a reservation whether waiting for other threads can free log space.
+    private readonly Dictionary<int, long> _heldByThread = new();
+    // Reservations waiting for log space (woken by commits, cancels, checkpoints and shutdown).
+    private int _grantWaiters;
     // The checkpoint being written: its start (the tail cannot pass it) while its records go out.
     private ulong? _checkpointStartLsn;
     // The checkpoint taken from the CIL and not yet being written, and whether one is being written (by the worker or by
@@ -260,12 +274,15 @@ public sealed class MountedLog
     public MetadataTransaction Begin(int logReservationBytes, int logCount = 1)
     {
         int blocks = Reserve(logReservationBytes, ref logCount);
-        return new MetadataTransaction(this, blocks, logCount);
+        return new MetadataTransaction(this, blocks, logCount, Environment.CurrentManagedThreadId);
     }
 
+    /// <summary>Reservations waiting for other threads' transactions to give log space back (for tests).</summary>
+    internal int GrantWaiters { get { lock (_lock) return _grantWaiters; } }
+
     /// <summary>
-    /// Reserves what <see cref="Begin"/> reserves; returns the blocks of one part, and in <paramref name="logCount"/> the
-    /// parts granted up front.
+    /// Reserves what <see cref="Begin"/> reserves, for a transaction of the calling thread; returns the blocks of one
+    /// part, and in <paramref name="logCount"/> the parts granted up front.
     /// </summary>
     internal int Reserve(int logReservationBytes, ref int logCount)
     {
@@ -282,22 +299,57 @@ public sealed class MountedLog
                     throw new XfsException(XfsError.Unsupported, $"a transaction reservation of {logReservationBytes} bytes does not fit a log of {_area.Blocks} blocks");
                 logCount = 1;
             }
-            Grant((long)blocks * logCount);
+            Grant((long)blocks * logCount, Environment.CurrentManagedThreadId);
         }
         return blocks;
     }
 
-    /// <summary>Waits (pushing the AIL, writing checkpoints) until <paramref name="blocks"/> more can be reserved, then reserves them.</summary>
-    private void Grant(long blocks)
+    /// <summary>
+    /// Waits (pushing the AIL, writing checkpoints, waiting for other threads' transactions) until <paramref name="blocks"/>
+    /// more can be reserved, then reserves them for a transaction of thread <paramref name="thread"/>.
+    /// </summary>
+    private void Grant(long blocks, int thread)
     {
         // Grant only while the reserve head stays behind the tail by a whole log.
         while (WriteHead + _outstandingBlocks + blocks >= Absolute(CurrentTailLsn()) + _area.Blocks)
         {
-            if (!MakeSpaceGuarded(blocks))
+            if (MakeSpaceGuarded(blocks)) continue;
+            if (!OtherThreadsHoldReservations(thread))
                 throw new XfsException(XfsError.IoError,
-                    $"the log cannot free {blocks} blocks for a transaction: {_ail.PinnedCount} intent item(s) hold its tail");
+                    $"the log cannot free {blocks} blocks for a transaction: {_ail.PinnedCount} intent item(s) hold its tail" +
+                    (HeldBy(thread) > 0 ? $" and this thread's open transactions hold {HeldBy(thread)} blocks" : ""));
+            _grantWaiters++;
+            try
+            {
+                Monitor.Wait(_lock);
+            }
+            finally
+            {
+                _grantWaiters--;
+            }
+            ThrowIfUnmounted();
         }
         _outstandingBlocks += blocks;
+        AddHeld(thread, blocks);
+    }
+
+    private long HeldBy(int thread) => _heldByThread.GetValueOrDefault(thread);
+
+    private bool OtherThreadsHoldReservations(int thread)
+    {
+        foreach (var (owner, held) in _heldByThread)
+            if (owner != thread && held > 0) return true;
+        return false;
+    }
+
+    /// <summary>Counts <paramref name="blocks"/> (negative: given back or moved to the CIL) as held by <paramref name="thread"/>'s transactions.</summary>
+    private void AddHeld(int thread, long blocks)
+    {
+        if (blocks == 0) return;
+        ref long held = ref System.Runtime.InteropServices.CollectionsMarshal.GetValueRefOrAddDefault(_heldByThread, thread, out _);
+        held += blocks;
+        // Wakes reservations waiting for log space when a transaction gives some back.
+        if (blocks < 0 && _grantWaiters > 0) Monitor.PulseAll(_lock);
     }
 
     // Apart from Grant so that a grant with room (every transaction's begin) creates no closure.
@@ -437,17 +489,20 @@ public sealed class MountedLog
                 _cil.Reserve(usedBlocks);
             }
             _outstandingBlocks -= tx.ReservedBlocks - usedBlocks;
+            long givenUp = tx.ReservedBlocks;
             _transactions++;
             tx.UnitsLeft--;
             if (!regrant)
             {
                 _outstandingBlocks -= (long)tx.UnitsLeft * tx.ReservedBlocks;
+                givenUp += (long)tx.UnitsLeft * tx.ReservedBlocks;
                 tx.UnitsLeft = 0;
             }
+            AddHeld(tx.OwnerThread, -givenUp);
             if (_cil.FormattedBytes >= _thresholdBytes && TakeCheckpointLocked()) QueueWriter();
             if (regrant && tx.UnitsLeft == 0)
             {
-                Grant(tx.ReservedBlocks);
+                Grant(tx.ReservedBlocks, tx.OwnerThread);
                 tx.UnitsLeft = 1;
             }
             return sequence;
@@ -459,6 +514,7 @@ public sealed class MountedLog
         lock (_lock)
         {
             _outstandingBlocks -= (long)tx.UnitsLeft * tx.ReservedBlocks;
+            AddHeld(tx.OwnerThread, -(long)tx.UnitsLeft * tx.ReservedBlocks);
             tx.UnitsLeft = 0;
         }
     }
@@ -526,6 +582,7 @@ public sealed class MountedLog
                 _area.Device.Flush();
             });
             _unmounted = true;
+            Monitor.PulseAll(_lock);
         }
     }
 
@@ -547,7 +604,12 @@ public sealed class MountedLog
     public void Shutdown(Exception reason)
     {
         ArgumentNullException.ThrowIfNull(reason);
-        lock (_lock) _shutdown ??= reason;
+        lock (_lock)
+        {
+            _shutdown ??= reason;
+            // Reservations waiting for log space give up.
+            Monitor.PulseAll(_lock);
+        }
     }
 
     /// <summary>Why the log shut down (a device write or flush failed), or null while it runs.</summary>
@@ -566,6 +628,7 @@ public sealed class MountedLog
         catch (Exception e) when (e is not XfsCorruptionException and not InvalidOperationException)
         {
             _shutdown ??= e;
+            Monitor.PulseAll(_lock);
             ThrowIfUnmounted();
             throw;
         }
