@@ -767,50 +767,38 @@ public sealed partial class XfsVolume
                 return data.Length;
             }
             using var tx = Begin(w, TransactionKind.Write);
-            var update = w.WriteInode is { } reused ? reused.Reload(current) : w.WriteInode = new InodeUpdate(current, sb);
-            // The file's mapping as its last write left it is taken up again when nothing changed it since (a stream of
-            // writes into holes of a file would otherwise load its whole extent list or bmbt for every write).
-            var editor = overwrite ? null : WriteEditorFor(w, tx, update);
-            ulong preallocate = editor is null || hint != 0 || reflinked ? 0 : SpeculativePreallocationFor(w, current, editor, first, offset + data.Length);
-            w.WriteFresh.Clear();
-            var fresh = hint != 0 ? editor?.AllocateHolesAligned(first, last - first + 1, hint) : editor?.AllocateHoles(first, last - first + 1, unwritten: false, w.WriteFresh);
-            bool preallocated = preallocate != 0 && fresh is not null && Covers(fresh, last) && Preallocate(editor!, last + 1, preallocate);
-            // Data goes to its blocks before the transaction that maps them commits: no crash exposes stale blocks.
-            WriteFileBlocks(w, current, editor, fresh, first, last, offset, data);
-            if ((preallocated || (hint != 0 && fresh is { Count: > 0 })) && w.EofBlocks.Add(inode)) Volatile.Write(ref w.AnyEofBlocks, true);
-            editor?.MarkWritten(first, last - first + 1);
-            editor?.Save();
-            long end = offset + data.Length;
-            if (end > (long)update.Size) update.Size = (ulong)end;
-            update.Touch(now, modified: true);
-            update.Log(tx, _inodes);
-            tx.Commit();
-            AfterCommit(w);
-            editor?.MarkKept();
-            return data.Length;
+            var scratch = w.WriteScratch.TakeScratch();
+            ExtentMapEditor? editor = null;
+            try
+            {
+                var update = scratch.InodeFor(current, sb);
+                // The file's mapping as its last write left it is taken up again when nothing changed it since (a stream
+                // of writes into holes of a file would otherwise load its whole extent list or bmbt for every write).
+                editor = overwrite ? null : w.WriteScratch.TakeEditor(tx, update, w.FileSpace);
+                ulong preallocate = editor is null || hint != 0 || reflinked ? 0 : SpeculativePreallocationFor(w, current, editor, first, offset + data.Length);
+                scratch.Fresh.Clear();
+                var fresh = hint != 0 ? editor?.AllocateHolesAligned(first, last - first + 1, hint) : editor?.AllocateHoles(first, last - first + 1, unwritten: false, scratch.Fresh);
+                bool preallocated = preallocate != 0 && fresh is not null && Covers(fresh, last) && Preallocate(editor!, last + 1, preallocate);
+                // Data goes to its blocks before the transaction that maps them commits: no crash exposes stale blocks.
+                WriteFileBlocks(w, current, editor, fresh, first, last, offset, data);
+                if ((preallocated || (hint != 0 && fresh is { Count: > 0 })) && w.EofBlocks.Add(inode)) Volatile.Write(ref w.AnyEofBlocks, true);
+                editor?.MarkWritten(first, last - first + 1);
+                editor?.Save();
+                long end = offset + data.Length;
+                if (end > (long)update.Size) update.Size = (ulong)end;
+                update.Touch(now, modified: true);
+                update.Log(tx, _inodes);
+                tx.Commit();
+                AfterCommit(w);
+                editor?.MarkKept();
+                return data.Length;
+            }
+            finally
+            {
+                if (editor is not null) w.WriteScratch.ReturnEditor(editor);
+                w.WriteScratch.ReturnScratch(scratch);
+            }
         }
-    }
-
-    /// <summary>
-    /// The mapping editor for a write to <paramref name="update"/>'s file in <paramref name="tx"/>: the one that kept the
-    /// file's mapping when nothing changed it since, else one that loads it (an unused editor of
-    /// <see cref="VolumeWriteState.WriteEditors"/>, the least recently used one, or the one that kept a stale mapping).
-    /// </summary>
-    private static ExtentMapEditor WriteEditorFor(VolumeWriteState w, Transaction tx, InodeUpdate update)
-    {
-        var editors = w.WriteEditors;
-        long now = ++w.WriteEditorClock;
-        int chosen = -1;
-        for (int i = 0; i < editors.Length; i++)
-        {
-            if (editors[i] is { } e && e.IsKeptFor(update.Number)) { chosen = i; break; }
-            if (chosen < 0 || editors[chosen] is not null && (editors[i] is null || w.WriteEditorUsed[i] < w.WriteEditorUsed[chosen])) chosen = i;
-        }
-        w.WriteEditorUsed[chosen] = now;
-        if (editors[chosen] is not { } editor) return editors[chosen] = new ExtentMapEditor(tx, update, w.FileSpace);
-        if (!editor.TryKeep(tx, update)) return editor.Reload(tx, update);
-        w.WriteMappingsKept++;
-        return editor;
     }
 
     /// <summary>

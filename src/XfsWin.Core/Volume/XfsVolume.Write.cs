@@ -63,25 +63,8 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public readonly VolumeChangeLock Changes = new();
     /// <summary>Transaction objects reused from one change to the next (thread-safe).</summary>
     public required TransactionPool Transactions { get; init; }
-    /// <summary>
-    /// The working copy of the inode a write changes, reused by every <see cref="XfsVolume.Write"/> (holding
-    /// <see cref="Changes"/> exclusively; a write uses it only until its transaction commits or is cancelled).
-    /// </summary>
-    public InodeUpdate? WriteInode;
-    /// <summary>
-    /// The mapping editors of the last files writes allocated in, reused by every <see cref="XfsVolume.Write"/> as
-    /// <see cref="WriteInode"/> is: a write takes up its file's kept mapping (<see cref="Extents.ExtentMapEditor.TryKeep"/>),
-    /// or loads its file's into the editor a write used least recently (<see cref="Extents.ExtentMapEditor.Reload"/>).
-    /// So writes that go from file to file among a few fragmented files (a download of several files, VM disks) load
-    /// no file's whole mapping while no other change moved it.
-    /// </summary>
-    public readonly Extents.ExtentMapEditor?[] WriteEditors = new Extents.ExtentMapEditor?[8];
-    /// <summary>When each of <see cref="WriteEditors"/> was last used, in <see cref="WriteEditorClock"/> ticks.</summary>
-    public readonly long[] WriteEditorUsed = new long[8];
-    public long WriteEditorClock;
-    /// <summary>Writes that took up their file's kept mapping instead of loading the fork (<see cref="Extents.ExtentMapEditor.TryKeep"/>).</summary>
-    public long WriteMappingsKept;
-    public readonly List<Format.BmbtRecord> WriteFresh = new();
+    /// <summary>The inode copies, extent lists and mapping editors writes that allocate reuse (thread-safe).</summary>
+    public readonly WriteScratchPool WriteScratch = new();
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
     /// <summary>Inodes a write may have given blocks past EOF (an extent size hint's rounding): trimmed when inactivated (under <see cref="Changes"/>).</summary>
@@ -460,7 +443,7 @@ public sealed partial class XfsVolume
     internal int PeriodicSyncRounds => _write?.PeriodicSync?.Rounds ?? 0;
 
     /// <summary>Writes that took up their file's kept mapping instead of loading the file's fork again.</summary>
-    internal long WriteMappingsKept => _write?.WriteMappingsKept ?? 0;
+    internal long WriteMappingsKept => _write?.WriteScratch.MappingsKept ?? 0;
 
     internal bool PeriodicSyncRound()
     {
