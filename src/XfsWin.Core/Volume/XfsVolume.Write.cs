@@ -67,16 +67,16 @@ internal sealed class VolumeWriteState(WriteAccess access, MountedLog log, Cache
     public readonly WriteScratchPool WriteScratch = new();
     /// <summary>Holds hosts keep on inodes (open files, cached entries), by inode; lock this dictionary itself.</summary>
     public readonly Dictionary<ulong, ulong> Holds = new();
-    /// <summary>Inodes a write may have given blocks past EOF (an extent size hint's rounding): trimmed when inactivated (under <see cref="Changes"/>).</summary>
-    public readonly HashSet<ulong> EofBlocks = new();
-    /// <summary>Set (under <see cref="Changes"/>, read without it) once any inode went into <see cref="EofBlocks"/>: until then a close has nothing to give back.</summary>
+    /// <summary>Inodes a write may have given blocks past EOF (an extent size hint's rounding): trimmed when inactivated.</summary>
+    public readonly InodeSet EofBlocks = new();
+    /// <summary>Set once any inode went into <see cref="EofBlocks"/> (read without a lock): until then a close has nothing to give back.</summary>
     public bool AnyEofBlocks;
-    /// <summary>XFS_EOFBLOCKS_RELEASED: inodes whose post-EOF blocks a close already gave back; later closes keep them (under <see cref="Changes"/>).</summary>
-    public readonly HashSet<ulong> EofReleased = new();
+    /// <summary>XFS_EOFBLOCKS_RELEASED: inodes whose post-EOF blocks a close already gave back; later closes keep them.</summary>
+    public readonly InodeSet EofReleased = new();
     /// <summary>Copy-on-write staging blocks kept for the writes that follow (under <see cref="Changes"/>).</summary>
     public readonly CowStaging CowStaging = new();
-    /// <summary>Inodes with no name left that are kept while held; freed at their last release (under <see cref="Changes"/>).</summary>
-    public readonly HashSet<ulong> Orphans = new();
+    /// <summary>Inodes with no name left that are kept while held; freed at their last release.</summary>
+    public readonly InodeSet Orphans = new();
 
     public Directories.IDirectorySpace DirectorySpace(Transaction tx, InodeUpdate directory) => FileSpace.ForDirectory(tx, directory);
 
@@ -486,8 +486,8 @@ public sealed partial class XfsVolume
                     // Every inode is inactivated at unmount: staged copy-on-write blocks and post-EOF blocks writes
                     // left go (xfs_inactive, xfs_reflink_cancel_cow_range, xfs_free_eofblocks).
                     foreach (ulong ino in w.CowStaging.Inodes()) CancelCowStaging(w, ino);
-                    foreach (ulong ino in w.EofBlocks.Order().ToList()) InactivateEofBlocks(w, ino);
-                    foreach (ulong orphan in w.Orphans.Order().ToList())
+                    foreach (ulong ino in w.EofBlocks.Ascending()) InactivateEofBlocks(w, ino);
+                    foreach (ulong orphan in w.Orphans.Ascending())
                     {
                         w.Orphans.Remove(orphan);
                         FreeOrphan(w, orphan);

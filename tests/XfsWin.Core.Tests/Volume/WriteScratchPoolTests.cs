@@ -93,4 +93,22 @@ public sealed class WriteScratchPoolTests : IDisposable
         v.Unmount();
         AllocatorVolume.AssertRepairClean(img);
     }
+
+    [Fact]
+    public void An_inode_set_answers_what_changed_and_lists_a_copy_in_ascending_order()
+    {
+        var set = new InodeSet();
+        Assert.True(set.Add(300));
+        Assert.True(set.Add(128));
+        Assert.False(set.Add(300));
+        Assert.True(set.Contains(128));
+        var listed = set.Ascending();
+        Assert.Equal([128UL, 300UL], listed);
+        // The list is the set as it was: a change made while a caller goes through it does not reach it.
+        Assert.True(set.Remove(128));
+        Assert.False(set.Remove(128));
+        Assert.True(set.Add(64));
+        Assert.Equal([128UL, 300UL], listed);
+        Assert.Equal([64UL, 300UL], set.Ascending());
+    }
 }
