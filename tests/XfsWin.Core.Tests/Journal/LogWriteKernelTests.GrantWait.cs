@@ -55,8 +55,17 @@ public sealed partial class LogWriteKernelTests
         }
     }
 
-    /// <summary>A log part of about two fifths of the log: two fit beside each other, a third does not.</summary>
-    private static int TwoFifthsOfLog(LogArea area) => (int)(area.Blocks * 2 / 5) << LogArea.BBShift;
+    /// <summary>An open log, the size of a part of about two fifths of it (two fit beside each other, a third does not), and two open transactions of this thread holding such a part each.</summary>
+    private sealed record HeldLog(Superblock Sb, MountedLog Log, int Part, MetadataTransaction A, MetadataTransaction B);
+
+    private static HeldLog OpenWithTwoFifthsHeld(FileBlockDevice device)
+    {
+        var sb = ReadSuperblock(device);
+        var area = LogArea.For(device, null, sb);
+        var log = MountedLog.Open(area, sb, new DeviceImageWriteback(device, sb));
+        int part = (int)(area.Blocks * 2 / 5) << LogArea.BBShift;
+        return new HeldLog(sb, log, part, log.Begin(part), log.Begin(part));
+    }
 
     [Fact]
     public void A_reservation_short_of_log_space_waits_for_other_threads_and_fails_for_its_own()
@@ -64,12 +73,7 @@ public sealed partial class LogWriteKernelTests
         var v = Make("");
         using (var device = FileBlockDevice.Open(v.Image, writable: true))
         {
-            var sb = ReadSuperblock(device);
-            var area = LogArea.For(device, null, sb);
-            var log = MountedLog.Open(area, sb, new DeviceImageWriteback(device, sb));
-            int part = TwoFifthsOfLog(area);
-            var a = log.Begin(part);
-            var b = log.Begin(part);
+            var (sb, log, part, a, b) = OpenWithTwoFifthsHeld(device);
 
             // Only this thread's own open transactions hold the space: waiting would never end.
             var refused = Assert.Throws<XfsException>(() => log.Begin(part));
@@ -126,12 +130,7 @@ public sealed partial class LogWriteKernelTests
         var v = Make("");
         using (var device = FileBlockDevice.Open(v.Image, writable: true))
         {
-            var sb = ReadSuperblock(device);
-            var area = LogArea.For(device, null, sb);
-            var log = MountedLog.Open(area, sb, new DeviceImageWriteback(device, sb));
-            int part = TwoFifthsOfLog(area);
-            var a = log.Begin(part);
-            var b = log.Begin(part);
+            var (_, log, part, a, b) = OpenWithTwoFifthsHeld(device);
             var c = new Helper(() => log.Begin(part).Dispose());
             AwaitGrantWaiters(log, 1, c);
             log.Shutdown(new IOException("simulated device failure"));
